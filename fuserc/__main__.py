@@ -1,0 +1,3 @@
+from fuserc.cli import main
+
+main()

@@ -1,0 +1,328 @@
+"""The sharding model: meshes, per-dimension splits, partial sums.
+
+This is the one home of what a sharding *means*. The fusion dialect's
+`#fusion.sharding` attribute, the passes and the runtime all ask this module
+how a global tensor lies over a mesh (local shapes, which block a device
+holds, which devices form a team), so that they cannot disagree.
+
+Terminology (as nvFuser): a dimension of extent E with splits
+`f1*f2*...*fn` (outermost first) is viewed as `[f1][f2]...[fn][E/prod(f)]`.
+A device-parallel split (DIDx/DIDy/DIDz) selects the block at the device's
+coordinate along that mesh axis; a `Stream(S)` split does not change
+placement, it only says the producing op is computed in S chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
+"""Device-parallel types; DIDx names the last mesh axis, DIDy the one before."""
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A named, row-major mesh of device ids (MPI ranks)."""
+
+    name: str
+    shape: tuple[int, ...]
+    devices: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            object.__setattr__(self, "devices", tuple(range(math.prod(self.shape))))
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def axis_of(self, ptype: str) -> int:
+        """Mesh axis named by a device-parallel type (DIDx is the last axis)."""
+        idx = DEVICE_TYPES.index(ptype)
+        if idx >= self.rank:
+            raise ValueError(
+                f"{ptype} needs a mesh with at least {idx + 1} axes, "
+                f"@{self.name} has {self.rank}"
+            )
+        return self.rank - 1 - idx
+
+    def axis_size(self, ptype: str) -> int:
+        return self.shape[self.axis_of(ptype)]
+
+    def has(self, device: int) -> bool:
+        return device in self.devices
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        """Coordinates of `device` on the mesh (row-major over `devices`)."""
+        pos = self.devices.index(device)
+        out: list[int] = []
+        for extent in reversed(self.shape):
+            out.append(pos % extent)
+            pos //= extent
+        return tuple(reversed(out))
+
+    def device_at(self, coords: Sequence[int]) -> int:
+        pos = 0
+        for c, extent in zip(coords, self.shape):
+            pos = pos * extent + c
+        return self.devices[pos]
+
+    def team(self, device: int, ptype: str) -> tuple[int, ...]:
+        """Devices sharing all coordinates of `device` but the `ptype` axis,
+        ordered by that axis: the team of a collective over `ptype`."""
+        axis = self.axis_of(ptype)
+        base = list(self.coords(device))
+        team = []
+        for c in range(self.shape[axis]):
+            base[axis] = c
+            team.append(self.device_at(base))
+        return tuple(team)
+
+    def teams(self, ptype: str) -> list[tuple[int, ...]]:
+        """All teams over `ptype`, one per slice of the mesh, in device order."""
+        seen: list[tuple[int, ...]] = []
+        for d in self.devices:
+            t = self.team(d, ptype)
+            if t not in seen:
+                seen.append(t)
+        return seen
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of a dimension: a device-parallel type, or Stream(S)."""
+
+    ptype: str  # "DIDx" | "DIDy" | "DIDz" | "Stream"
+    factor: int = 0  # the S of Stream(S); 0 for device types (mesh decides)
+
+    @property
+    def is_stream(self) -> bool:
+        return self.ptype == "Stream"
+
+    def size(self, mesh: Mesh) -> int:
+        return self.factor if self.is_stream else mesh.axis_size(self.ptype)
+
+    def __str__(self) -> str:
+        return f"Stream({self.factor})" if self.is_stream else self.ptype
+
+
+_TERM = re.compile(r"\s*(DIDx|DIDy|DIDz|Stream\s*\(\s*(-?\d+)\s*\))\s*$")
+
+
+def parse_axis(text: str) -> tuple[Split, ...]:
+    """Parse one dimension's axis text: `-`, `DIDx`, `Stream(4)*DIDx`, ..."""
+    text = text.strip()
+    if text == "-":
+        return ()
+    splits: list[Split] = []
+    for term in text.split("*"):
+        m = _TERM.match(term)
+        if not m:
+            raise ValueError(
+                f"invalid sharding axis '{text}': expected '-', DIDx, DIDy, DIDz, "
+                "Stream(S) or a '*' product of them"
+            )
+        if m.group(2) is not None:
+            splits.append(Split("Stream", int(m.group(2))))
+        else:
+            splits.append(Split(m.group(1)))
+    return tuple(splits)
+
+
+def format_axis(splits: Sequence[Split]) -> str:
+    return "*".join(str(s) for s in splits) if splits else "-"
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How a global tensor lies over a mesh: splits per dimension, and an
+    optional device type over which the value is a partial sum."""
+
+    mesh: str
+    dims: tuple[tuple[Split, ...], ...]
+    partial: str | None = None
+
+    # ---- construction / printing -------------------------------------------
+    @staticmethod
+    def replicated(mesh: str, rank: int) -> "Sharding":
+        return Sharding(mesh, tuple(() for _ in range(rank)))
+
+    @staticmethod
+    def from_axes(mesh: str, axes: Sequence[str], partial: str | None = None) -> "Sharding":
+        return Sharding(mesh, tuple(parse_axis(a) for a in axes), partial or None)
+
+    def axes_text(self) -> list[str]:
+        return [format_axis(d) for d in self.dims]
+
+    def __str__(self) -> str:
+        s = f"#fusion.sharding<@{self.mesh}, [{', '.join(self.axes_text())}]"
+        if self.partial:
+            s += f", partial = {self.partial}"
+        return s + ">"
+
+    def with_dims(self, dims: Sequence[Sequence[Split]]) -> "Sharding":
+        return Sharding(self.mesh, tuple(tuple(d) for d in dims), self.partial)
+
+    def with_partial(self, partial: str | None) -> "Sharding":
+        return Sharding(self.mesh, self.dims, partial)
+
+    # ---- queries -----------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def device_types(self) -> list[str]:
+        """Device-parallel types used by splits (not by partial)."""
+        return [s.ptype for d in self.dims for s in d if not s.is_stream]
+
+    def dim_of(self, ptype: str) -> int | None:
+        """The dimension carrying split `ptype`, if any."""
+        for i, d in enumerate(self.dims):
+            if any(s.ptype == ptype for s in d):
+                return i
+        return None
+
+    def stream_dim(self) -> tuple[int, int] | None:
+        """(dimension, S) of the Stream split, if any."""
+        for i, d in enumerate(self.dims):
+            for s in d:
+                if s.is_stream:
+                    return i, s.factor
+        return None
+
+    def without_streams(self) -> "Sharding":
+        """Placement only: the same sharding with Stream splits removed."""
+        return self.with_dims([tuple(s for s in d if not s.is_stream) for d in self.dims])
+
+    def same_placement(self, other: "Sharding") -> bool:
+        """True when both put the same data on the same devices (Stream
+        splits do not change placement)."""
+        a, b = self.without_streams(), other.without_streams()
+        return a.mesh == b.mesh and a.dims == b.dims and a.partial == b.partial
+
+    def is_replicated(self) -> bool:
+        return not self.device_types() and not self.partial
+
+    # ---- validation --------------------------------------------------------
+    def errors(self, shape: Sequence[int], mesh: Mesh | None) -> list[str]:
+        """Reasons this sharding is invalid for a tensor of `shape` (empty if
+        valid). `mesh` is None when the mesh symbol is unknown."""
+        if mesh is None:
+            return [f"unknown mesh @{self.mesh}"]
+        errs: list[str] = []
+        if len(self.dims) != len(shape):
+            return [
+                f"sharding has {len(self.dims)} axes but the tensor has rank {len(shape)}"
+            ]
+        used: list[str] = []
+        for d in self.dims:
+            used.extend(s.ptype for s in d)
+        if self.partial:
+            used.append(self.partial)
+        for p in dict.fromkeys(used):
+            if used.count(p) > 1:
+                errs.append(f"parallel type {p} appears more than once")
+        for p in dict.fromkeys(used):
+            if p in DEVICE_TYPES:
+                try:
+                    mesh.axis_of(p)
+                except ValueError as e:
+                    errs.append(str(e))
+        if errs:
+            return errs
+        for i, (d, extent) in enumerate(zip(self.dims, shape)):
+            factor = 1
+            for s in d:
+                if s.is_stream and s.factor <= 0:
+                    errs.append(f"Stream({s.factor}) on dimension {i}: S must be positive")
+                    return errs
+                factor *= s.size(mesh)
+            if factor and extent % factor != 0:
+                errs.append(
+                    f"dimension {i} of extent {extent} is not divisible by "
+                    f"{factor} ({format_axis(d)} on @{mesh.name} of shape "
+                    f"{list(mesh.shape)})"
+                )
+        return errs
+
+    # ---- placement ---------------------------------------------------------
+    def local_shape(self, shape: Sequence[int], mesh: Mesh) -> tuple[int, ...]:
+        """Shape of the shard a device of `mesh` holds."""
+        out = []
+        for d, extent in zip(self.dims, shape):
+            f = math.prod(s.size(mesh) for s in d if not s.is_stream)
+            out.append(extent // f)
+        return tuple(out)
+
+    def dim_indices(self, dim: int, extent: int, mesh: Mesh, device: int) -> list[int]:
+        """Global indices along `dim` held by `device`, in local order."""
+        splits = self.dims[dim]
+        sizes = [s.size(mesh) for s in splits]
+        inner = extent // max(1, math.prod(sizes))
+        coords = mesh.coords(device)
+        # For each split, the positions this device takes along it.
+        choices: list[list[int]] = []
+        for s, n in zip(splits, sizes):
+            if s.is_stream:
+                choices.append(list(range(n)))
+            else:
+                choices.append([coords[mesh.axis_of(s.ptype)]])
+        idx = [0]
+        for (ch, n) in zip(choices, sizes):
+            idx = [base * n + c for base in idx for c in ch]
+        return [base * inner + j for base in idx for j in range(inner)]
+
+    def is_contiguous_block(self, dim: int) -> bool:
+        """A device's indices along `dim` form one contiguous range."""
+        seen_device = False
+        for s in reversed(self.dims[dim]):
+            if s.is_stream and seen_device:
+                return False
+            if not s.is_stream:
+                seen_device = True
+        return True
+
+
+def shard_array(array, sharding: Sharding, mesh: Mesh, device: int):
+    """The local shard of a global array (NumPy or torch) held by `device`.
+
+    Partial shardings are not cut: a partial value's local summand is whatever
+    the device computed, so only replicated/split placement applies here."""
+    out = array
+    for dim, extent in enumerate(array.shape):
+        if not any(not s.is_stream for s in sharding.dims[dim]):
+            continue
+        idx = sharding.dim_indices(dim, extent, mesh, device)
+        if idx == list(range(idx[0], idx[0] + len(idx))):
+            sl = [slice(None)] * array.ndim
+            sl[dim] = slice(idx[0], idx[0] + len(idx))
+            out = out[tuple(sl)]
+        else:
+            out = _take(out, dim, idx)
+    return out
+
+
+def _take(array, dim: int, idx: list[int]):
+    try:
+        import torch
+
+        if isinstance(array, torch.Tensor):
+            return torch.index_select(array, dim, torch.tensor(idx, device=array.device))
+    except ImportError:  # pragma: no cover
+        pass
+    import numpy as np
+
+    return np.take(array, idx, axis=dim)
+
+
+def global_slots(sharding: Sharding, shape: Sequence[int], mesh: Mesh, device: int) -> list[list[int]]:
+    """Per dimension, the global indices a device's shard covers (for
+    assembling a global tensor from shards)."""
+    return [sharding.dim_indices(i, e, mesh, device) for i, e in enumerate(shape)]

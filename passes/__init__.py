@@ -1,0 +1,1 @@
+"""fuserc's passes, one module per pass; `fuserc.pipeline` registers them."""
