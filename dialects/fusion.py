@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
-    AnyFloat,
+    I64,
     ArrayAttr,
     BFloat16Type,
+    BoolAttr,
     Float16Type,
     Float32Type,
     Float64Type,
-    IntAttr,
     IntegerAttr,
     IntegerType,
+    ModuleOp,
     NoneAttr,
     StringAttr,
     SymbolNameConstraint,
@@ -48,7 +49,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.traits import SymbolOpInterface, SymbolTable
+from xdsl.traits import HasParent, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
@@ -170,10 +171,10 @@ class MeshOp(IRDLOperation):
     name = "fusion.mesh"
 
     sym_name = prop_def(SymbolNameConstraint())
-    shape = prop_def(ArrayAttr[IntegerAttr])
-    devices = opt_prop_def(ArrayAttr[IntegerAttr])
+    shape = prop_def(ArrayAttr[IntegerAttr[I64]])
+    devices = opt_prop_def(ArrayAttr[IntegerAttr[I64]])
 
-    traits = traits_def(SymbolOpInterface())
+    traits = traits_def(SymbolOpInterface(), HasParent(ModuleOp))
 
     @property
     def model(self) -> Mesh:
@@ -285,10 +286,23 @@ class FusionOp(IRDLOperation):
             while parser.parse_optional_punctuation(","):
                 unresolved.append(parser.parse_unresolved_operand())
         props: dict[str, Attribute] = {}
-        for key, kind in cls.KEYWORDS:
-            if parser.parse_optional_keyword(key):
-                parser.parse_punctuation("=", f" after '{key}'")
-                props[key] = _parse_keyword_value(parser, key, kind)
+        kinds = dict(cls.KEYWORDS)
+        while True:
+            key_pos = parser.pos
+            key = parser.parse_optional_identifier()
+            if key is None:
+                break
+            if key not in kinds:
+                expected = ", ".join(kinds) if kinds else "none"
+                parser.raise_error(
+                    f"unknown keyword '{key}' for {cls.name} (keywords: {expected})",
+                    key_pos,
+                    parser.pos,
+                )
+            if key in props:
+                parser.raise_error(f"keyword '{key}' is given twice", key_pos, parser.pos)
+            parser.parse_punctuation("=", f" after '{key}'")
+            props[key] = _parse_keyword_value(parser, key, kinds[key])
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":", f" before the type of {cls.name}")
         type_pos = parser.pos
@@ -298,18 +312,27 @@ class FusionOp(IRDLOperation):
                 f"{cls.name} has {len(unresolved)} operands but its type lists "
                 f"{len(ftype.inputs.data)}",
                 type_pos,
-                parser.pos,
+            )
+        if len(ftype.outputs.data) != 1:
+            parser.raise_error(
+                f"{cls.name} has one result but its type lists {len(ftype.outputs.data)}",
+                type_pos,
             )
         operands = parser.resolve_operands(unresolved, ftype.inputs.data, pos)
-        return cls.build(
-            operands=cls.group_operands(operands),
-            result_types=list(ftype.outputs.data),
-            properties=props,
-            attributes=attrs,
-        )
+        try:
+            return cls.build(
+                operands=cls.group_operands(operands),
+                result_types=list(ftype.outputs.data),
+                properties=props,
+                attributes=attrs,
+            )
+        except (VerifyException, ValueError) as e:
+            parser.raise_error(str(e), pos, type_pos)
 
     @classmethod
     def group_operands(cls, operands: Sequence[SSAValue]) -> list:
+        """Operands grouped as the op's operand definitions expect them;
+        raises VerifyException when their number cannot fit."""
         return list(operands)
 
     def print(self, printer: Printer) -> None:
@@ -345,8 +368,10 @@ class FusionOp(IRDLOperation):
     # -- verification ---------------------------------------------------------
     def verify_(self) -> None:
         for v in [*self.operands, *self.results]:
-            if not isinstance(v.type, TensorType):
-                raise VerifyException(f"operands and results must be tensors, got {v.type}")
+            if any(e < 0 for e in _tensor(v).get_shape()):
+                raise VerifyException(
+                    f"operands and results must have static shapes, got {_type_text(_tensor(v))}"
+                )
         elems = [_tensor(v).element_type for v in self.operands]
         for e in elems:
             if not _elem_ok(e, self.ELEMENTS):
@@ -385,17 +410,29 @@ def _tensor(v: SSAValue) -> TensorType:
 
 def verify_shardings(op: Operation, values: Sequence[SSAValue]) -> None:
     """Check every sharding of `values` against its mesh and shape."""
-    for v in values:
-        t = v.type
+    verify_sharding_types(op, [v.type for v in values])
+
+
+def verify_sharding_types(op: Operation, types: Sequence[Attribute]) -> None:
+    """Check the sharding of each tensor type in `types` (meshes are looked
+    up from `op`): known mesh, one axis per dimension, each parallel type at
+    most once and present on the mesh, every split dividing its extent."""
+    for t in types:
         if not isinstance(t, TensorType) or not isinstance(t.encoding, ShardingAttr):
             continue
         s = t.encoding.model
-        errs = s.errors(t.get_shape(), lookup_mesh(op, s.mesh))
+        if any(e < 0 for e in t.get_shape()):
+            errs = ["a sharded tensor must have a static shape"]
+        else:
+            errs = s.errors(t.get_shape(), lookup_mesh(op, s.mesh))
         if errs:
-            shape = "x".join(str(e) for e in t.get_shape())
-            raise VerifyException(
-                f"invalid sharding {s} on tensor<{shape}x{t.element_type}>: {errs[0]}"
-            )
+            raise VerifyException(f"invalid sharding {s} on {_type_text(t)}: {errs[0]}")
+
+
+def _type_text(t: TensorType) -> str:
+    """`tensor<64x16xf32>`: the type without its encoding, for messages."""
+    dims = "".join(f"{'?' if e < 0 else e}x" for e in t.get_shape())
+    return f"tensor<{dims}{t.element_type}>"
 
 
 def _parse_keyword_value(parser: Parser, key: str, kind: str) -> Attribute:
@@ -579,8 +616,8 @@ class ReductionOp(FusionOp):
     ELEMENTS: ClassVar[str] = "num"
     input = operand_def(_TENSOR)
     result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr])
-    keepdim = opt_prop_def(IntegerAttr)
+    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
+    keepdim = opt_prop_def(BoolAttr)
 
     def infer_shape(self, s):
         return shapes.reduce(s[0], self.keyword("dims"), bool(self.keyword("keepdim")))
@@ -606,7 +643,7 @@ class PermuteOp(FusionOp):
     ELEMENTS: ClassVar[str] = "any"
     input = operand_def(_TENSOR)
     result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr])
+    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
 
     def infer_shape(self, s):
         return shapes.permute(s[0], self.keyword("dims"))
@@ -632,7 +669,7 @@ class BroadcastInDimOp(FusionOp):
     ELEMENTS: ClassVar[str] = "any"
     input = operand_def(_TENSOR)
     result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr])
+    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
 
     def infer_shape(self, s):
         return shapes.broadcast_in_dim(s[0], tuple(_tensor(self.results[0]).get_shape()), self.keyword("dims"))
@@ -645,8 +682,8 @@ class SliceOp(FusionOp):
     ELEMENTS: ClassVar[str] = "any"
     input = operand_def(_TENSOR)
     result = result_def(_TENSOR)
-    starts = prop_def(ArrayAttr[IntegerAttr])
-    limits = prop_def(ArrayAttr[IntegerAttr])
+    starts = prop_def(ArrayAttr[IntegerAttr[I64]])
+    limits = prop_def(ArrayAttr[IntegerAttr[I64]])
 
     def infer_shape(self, s):
         return shapes.slice_(s[0], self.keyword("starts"), self.keyword("limits"))
@@ -658,7 +695,7 @@ class SoftmaxOp(FusionOp):
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
     input = operand_def(_TENSOR)
     result = result_def(_TENSOR)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr[I64])
 
     def infer_shape(self, s):
         shapes.check_dim(s[0], self.keyword("dim"))

@@ -5,23 +5,38 @@ shows a Python traceback."""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 import click
 
-from fuserc.diagnostics import Diagnostic
+from fuserc.diagnostics import Diagnostic, Location
 
 
 def read_source(path: str) -> tuple[str, str]:
-    """(text, name) of FILE, or of standard input for `-`."""
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
+    """(text, name) of FILE, or of standard input for `-`; a file that
+    cannot be read or is not UTF-8 text is a Diagnostic."""
+    name = "<stdin>" if path == "-" else path
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
     except OSError as e:
-        raise Diagnostic(f"cannot read {path}: {e.strerror}") from None
+        raise Diagnostic(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8"), name
+    except UnicodeDecodeError as e:
+        before = data[: e.start]
+        line = before.count(b"\n") + 1
+        col = e.start - (before.rfind(b"\n") + 1) + 1
+        raise Diagnostic(
+            f"{name} is not UTF-8 text (byte 0x{data[e.start]:02x} cannot be decoded)",
+            Location(name, line, col),
+        ) from None
 
 
 def fail(d: Diagnostic) -> None:
@@ -61,6 +76,8 @@ def opt(
     from fuserc import expected, ir
     from fuserc import pipeline as pl
 
+    if output:
+        _check_output_dir(output)
     try:
         text, name = read_source(file)
         passes = pl.build(pipeline)  # usage errors before any work
@@ -68,20 +85,15 @@ def opt(
         fail(d)
         return
     chunks = list(ir.split_input(text)) if split_input_file else [(0, text)]
+    after = (lambda n, m: click.echo(pl.dump(n, m), err=True)) if print_ir_after_all else None
     outputs: list[str] = []
     problems: list[str] = []
     failed = False
-    timings: list[tuple[str, float]] = []
+    timings: list[list[tuple[str, float]]] = []  # per input, in pipeline order
     for offset, chunk in chunks:
         produced: list[Diagnostic] = []
         try:
-            ctx = ir.make_context()
-            module = ir.parse(chunk, name, ctx)
-            after = (lambda n, m: click.echo(pl.dump(n, m), err=True)) if print_ir_after_all else None
-            runner = pl.PassRunner(passes, after)
-            runner.run(ctx, module)
-            timings.extend(runner.timings)
-            outputs.append(ir.to_text(module, print_generic))
+            outputs.append(_process(chunk, name, passes, after, timings, print_generic))
         except Diagnostic as d:
             if not verify_diagnostics:
                 if not split_input_file:
@@ -100,23 +112,69 @@ def opt(
         sys.exit(1)
     result = "// -----\n".join(outputs)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(result)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(result)
+        except OSError as e:
+            fail(Diagnostic(f"cannot write {output}: {e.strerror or e}"))
     else:
         click.echo(result, nl=False)
     if failed:
         sys.exit(1)
 
 
-def _print_timings(timings: list[tuple[str, float]], out: TextIO) -> None:
-    total = sum(t for _, t in timings) or 1e-12
+def _check_output_dir(output: str) -> None:
+    """`-o` into a folder that does not exist is bad usage, found before any work."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"folder '{folder}' does not exist", param_hint="'-o' / '--output'")
+
+
+def _process(
+    chunk: str,
+    name: str,
+    passes: list,
+    after: Callable[[str, object], None] | None,
+    timings: list[list[tuple[str, float]]],
+    generic: bool,
+) -> str:
+    """Parse, verify and transform one input; the printed result."""
+    from xdsl.utils.exceptions import DiagnosticException
+
+    from fuserc import ir
+    from fuserc import pipeline as pl
+
+    ctx = ir.make_context()
+    module = ir.parse(chunk, name, ctx)
+    runner = pl.PassRunner(passes, after)
+    try:
+        runner.run(ctx, module)
+    except DiagnosticException as e:  # xDSL's own failure reports, from a pass
+        raise Diagnostic(str(e)) from None
+    finally:
+        timings.append(runner.timings)
+    return ir.to_text(module, generic)
+
+
+def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:
+    """MLIR-style report, one line per pass of the pipeline; the times of a
+    pass on several inputs (--split-input-file) are summed."""
+    per_pass: list[tuple[str, float]] = []
+    for run in timings:
+        for i, (n, t) in enumerate(run):
+            if i < len(per_pass):
+                per_pass[i] = (n, per_pass[i][1] + t)
+            else:
+                per_pass.append((n, t))
+    total = sum(t for _, t in per_pass)
+    share = total or 1.0
     out.write("===-------------------------------------------------------------------------===\n")
     out.write("                         ... Pass execution timing report ...\n")
     out.write("===-------------------------------------------------------------------------===\n")
     out.write(f"  Total Execution Time: {total:.4f} seconds\n\n")
     out.write("  ----Wall Time----  ----Name----\n")
-    for n, t in timings:
-        out.write(f"  {t:.4f} ({100 * t / total:5.1f}%)  {n}\n")
+    for n, t in per_pass:
+        out.write(f"  {t:.4f} ({100 * t / share:5.1f}%)  {n}\n")
     out.write(f"  {total:.4f} (100.0%)  Total\n")
 
 

@@ -11,7 +11,10 @@ from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from fuserc.diagnostics import Diagnostic, Location, location_of
 
@@ -31,20 +34,62 @@ def make_context() -> Context:
 
 class _LocatingParser(Parser):
     """xDSL's parser, also recording each op's file:line:col (xDSL keeps
-    locations only where the text spells `loc(...)`)."""
+    locations only where the text spells `loc(...)`), reading an input with
+    no operations as an empty module (as mlir-opt does), and turning an
+    op that cannot be built into a parse error at that op."""
 
     def __init__(self, ctx: Context, text: str, filename: str):
         super().__init__(ctx, text, filename)
         self._filename = filename
 
+    def _file_loc(self, span: Span) -> FileLineColLoc:
+        loc = span.get_location()
+        return FileLineColLoc(StringAttr(self._filename), IntAttr(loc.line), IntAttr(loc.col))
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        start = self._current_token.span
+        while self._current_token.kind in (
+            MLIRTokenKind.HASH_IDENT,
+            MLIRTokenKind.EXCLAMATION_IDENT,
+        ):
+            self._parse_alias_def()
+        if self._current_token.kind == MLIRTokenKind.EOF:
+            module = ModuleOp([])
+        else:
+            try:
+                module = super().parse_module(allow_implicit_module)
+            except ParseError:
+                self._raise_undefined_values()
+                raise
+        if isinstance(module.location, UnknownLoc):
+            module.location = self._file_loc(start)
+        return module
+
+    def _raise_undefined_values(self) -> None:
+        """xDSL reports values used but never defined at the end of the
+        input; report them at their first use instead."""
+        uses: list[tuple[tuple[int, int], str, FileLineColLoc]] = []
+        for name, refs in self.forward_ssa_references.items():
+            for value in refs.values():
+                for use in value.uses:
+                    loc = use.operation.location
+                    if isinstance(loc, FileLineColLoc):
+                        uses.append(((loc.line.data, loc.column.data), name, loc))
+        if uses:
+            _, name, loc = min(uses, key=lambda u: u[0])
+            raise Diagnostic(
+                f"use of undefined value %{name}",
+                Location(loc.filename.data, loc.line.data, loc.column.data),
+            )
+
     def parse_operation(self) -> Operation:
         start = self._current_token.span
-        op = super().parse_operation()
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:
+            raise ParseError(start, str(e)) from None
         if isinstance(op.location, UnknownLoc):
-            loc = start.get_location()
-            op.location = FileLineColLoc(
-                StringAttr(self._filename), IntAttr(loc.line), IntAttr(loc.col)
-            )
+            op.location = self._file_loc(start)
         return op
 
 
@@ -83,6 +128,8 @@ def verify(module: ModuleOp) -> None:
     """Verify every op; the first failure becomes a Diagnostic at its op."""
     for op in module.walk():
         try:
+            if op.has_trait(SymbolTable):
+                _verify_unique_symbols(op)
             op.verify(verify_nested_ops=False)
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
@@ -90,11 +137,33 @@ def verify(module: ModuleOp) -> None:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
 
 
-def _verify_func_signature(func: FuncOp) -> None:
-    from fuserc.dialects.fusion import verify_shardings
+def _verify_unique_symbols(table: Operation) -> None:
+    """A symbol defined twice is reported at the second definition (xDSL's
+    own check would report it at the enclosing module)."""
+    seen: dict[str, Operation] = {}
+    for region in table.regions:
+        for block in region.blocks:
+            for op in block.ops:
+                name = op.get_attr_or_prop("sym_name")
+                if not isinstance(name, StringAttr):
+                    continue
+                if name.data in seen:
+                    first = location_of(seen[name.data])
+                    where = f" (first defined at {first})" if first else ""
+                    raise Diagnostic(
+                        f"'{op.name}' op redefinition of symbol named '{name.data}'{where}",
+                        location_of(op),
+                    )
+                seen[name.data] = op
 
-    if func.body.blocks:
-        verify_shardings(func, func.body.block.args)
+
+def _verify_func_signature(func: FuncOp) -> None:
+    """Shardings in a function's signature (also of a declaration without
+    a body) name a known mesh and fit their tensors."""
+    from fuserc.dialects.fusion import verify_sharding_types
+
+    ftype = func.function_type
+    verify_sharding_types(func, [*ftype.inputs.data, *ftype.outputs.data])
 
 
 def to_text(op: Operation, generic: bool = False) -> str:

@@ -78,7 +78,7 @@ def build(spec: str) -> list[ModulePass]:
     if not spec:
         return []
     try:
-        arg_specs = parse_pipeline(spec)
+        arg_specs = list(parse_pipeline(spec))
     except (Exception, BaseException) as e:  # xDSL raises a BaseException subclass
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

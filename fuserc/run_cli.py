@@ -1,0 +1,237 @@
+"""`fuserc run`: compile a program and run it, one process per rank.
+
+    mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
+        [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
+        [--warmup W --iters N] [--print-host-ir]
+
+Every rank compiles the same program, takes its shards of the global inputs,
+and runs the host program; rank 0 gathers the results for --save-outputs and
+--check. Any failure on any rank ends the job (runtime/mpi_env.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import click
+import numpy as np
+import torch
+
+CHECK_TOLERANCES: dict[torch.dtype, float] = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.float16: 1e-2,
+    torch.bfloat16: 4e-2,
+    torch.int64: 0.0,
+    torch.bool: 0.0,
+}
+"""--check passes an output when max|out - ref| <= tol * max|ref| (normwise
+relative error), with tol by the output's element type. The reference runs
+in float64 on the same (rounded) inputs, so the tolerance covers the
+program's own rounding: accumulation over long contractions in f32, and
+the 8-bit (bf16) or 11-bit (f16) significands of the 16-bit types."""
+
+_DTYPE_NAMES = {
+    torch.float64: "f64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.bool: "i1",
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    index: int
+    dtype: torch.dtype
+    abs_err: float
+    rel_err: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rel_err <= self.tolerance
+
+    def line(self) -> str:
+        status = "ok" if self.ok else "FAILED"
+        return (
+            f"output {self.index}: max abs error {self.abs_err:.3e}, max rel error {self.rel_err:.3e} "
+            f"({_DTYPE_NAMES.get(self.dtype, self.dtype)} tolerance {self.tolerance:.0e}): {status}"
+        )
+
+
+def compare(index: int, got: np.ndarray, ref: torch.Tensor, dtype: torch.dtype) -> CheckResult:
+    """The error of one output against its float64 reference."""
+    tol = CHECK_TOLERANCES.get(dtype, 1e-4)
+    r = ref.detach().cpu().to(torch.float64).numpy()
+    g = got.astype(np.float64)
+    if g.shape != r.shape:
+        return CheckResult(index, dtype, float("inf"), float("inf"), tol)
+    if g.size == 0:
+        return CheckResult(index, dtype, 0.0, 0.0, tol)
+    same_nonfinite = (~np.isfinite(r)) & (g == r)
+    diff = np.where(same_nonfinite, 0.0, np.abs(g - r))
+    abs_err = float(np.nan_to_num(diff, nan=np.inf).max())
+    scale = float(np.abs(np.where(np.isfinite(r), r, 0.0)).max())
+    rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
+    return CheckResult(index, dtype, abs_err, rel_err, tol)
+
+
+@click.command()
+@click.argument("file")
+@click.option("--entry", default="main", show_default=True, help="The function to run.")
+@click.option("-p", "--pipeline", "pipeline", default="default", show_default=True, help="Passes that lower FILE to a host program ('' when FILE is one).")
+@click.option("-i", "--input", "inputs", multiple=True, type=click.Path(dir_okay=False), help="A .npy with the global tensor of an argument; once per argument, in order.")
+@click.option("--seed", type=int, default=None, help="Seed of the random arguments when no inputs are given (default 0).")
+@click.option("--save-outputs", "save_dir", type=click.Path(file_okay=False), help="Rank 0 writes each global result as DIR/out<i>.npy.")
+@click.option("--check", is_flag=True, help="Compare each result with the unsharded float64 reference.")
+@click.option("--backend", "backend_kind", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 1; needs --iters).")
+@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
+@click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
+def run(
+    file: str,
+    entry: str,
+    pipeline: str,
+    inputs: tuple[str, ...],
+    seed: int | None,
+    save_dir: str | None,
+    check: bool,
+    backend_kind: str,
+    warmup: int | None,
+    iters: int | None,
+    print_host_ir: bool,
+) -> None:
+    """Compile FILE and run it under MPI (one process per rank)."""
+    if inputs and seed is not None:
+        raise click.UsageError("give either -i/--input files or --seed, not both")
+    if warmup is not None and iters is None:
+        raise click.UsageError("--warmup needs --iters")
+    from fuserc.pipeline import PipelineSpecError, build
+    from fuserc.runtime.mpi_env import mpi_env, run_guarded
+
+    env = mpi_env()
+    try:
+        build(pipeline)  # a malformed pipeline is bad usage (exit 2) on every rank
+    except PipelineSpecError as d:
+        if env.rank == 0:
+            click.echo(d.render(), err=True)
+        sys.exit(2)
+    except Exception:  # noqa: BLE001 - reported by run_guarded below
+        pass
+    options = _Options(file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir)
+    run_guarded(lambda: _run(options))
+
+
+@dataclass(frozen=True)
+class _Options:
+    file: str
+    entry: str
+    pipeline: str
+    inputs: list[str]
+    seed: int
+    save_dir: str | None
+    check: bool
+    backend: str
+    warmup: int | None
+    iters: int | None
+    print_host_ir: bool
+
+
+def _run(o: _Options) -> int:
+    """The body of `fuserc run` on one rank; returns the exit code."""
+    from fuserc.cli import read_source
+    from fuserc.diagnostics import Diagnostic
+    from fuserc.runtime import io
+    from fuserc.runtime.backend import make_backend
+    from fuserc.runtime.mpi_env import mpi_env, same_on_all_ranks
+    from fuserc.runtime.program import CompiledProgram, compile_module
+
+    env = mpi_env()
+    with same_on_all_ranks():
+        text, name = read_source(o.file)
+        compiled = compile_module(text, name, o.entry, o.pipeline)
+        if o.check and compiled.source_function() is None:
+            raise Diagnostic(
+                f"--check compares with the fusion function @{o.entry}, but {name} holds a host "
+                "program: there is nothing to compare against"
+            )
+        backend = make_backend(o.backend, env)
+        program = CompiledProgram(compiled, backend)  # refuses a job with too few ranks
+    if o.print_host_ir and env.rank == 0:
+        sys.stdout.write(program.host_ir())
+        sys.stdout.flush()
+    with same_on_all_ranks():
+        if o.inputs:
+            globals_ = io.load_inputs(o.inputs, program.params)
+        else:
+            globals_ = io.random_inputs(program.params, o.seed)
+        local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
+    if o.iters is not None:
+        _time(program, local, 1 if o.warmup is None else o.warmup, o.iters)
+    results = program.program.run_prepared(local, copy_outputs=True)  # after timing: reused buffers
+    gathered = None
+    if o.save_dir or o.check:
+        gathered = io.gather_outputs(results, program.results, env)
+    program.close()
+    backend.close()
+    if env.rank != 0 or gathered is None:
+        return 0
+    if o.save_dir:
+        io.save_outputs(o.save_dir, gathered)
+    if o.check:
+        return _check(program, globals_, gathered)
+    return 0
+
+
+def _check(program, globals_: Sequence[torch.Tensor], gathered: Sequence[np.ndarray]) -> int:
+    """Rank 0: compare with the reference; exit code 1 when over tolerance."""
+    refs = program.reference(list(globals_))
+    results = [compare(i, g, r, s.dtype) for i, (g, r, s) in enumerate(zip(gathered, refs, program.results))]
+    for r in results:
+        click.echo(r.line())
+    failed = [r.index for r in results if not r.ok]
+    if failed:
+        click.echo(
+            f"error: --check failed: output{'s' if len(failed) > 1 else ''} "
+            f"{', '.join(map(str, failed))} over tolerance",
+            err=True,
+        )
+        return 1
+    return 0
+
+
+def _time(program, local, warmup: int, iters: int) -> None:
+    """Median over `iters` runs of the slowest rank's time; rank 0 prints
+    it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
+    program, over the devices it uses)."""
+    from mpi4py import MPI
+
+    p = program.program
+    backend = program.backend
+    comm = program.env.comm
+    for _ in range(warmup):
+        p.run_prepared(local)
+    times = []
+    for _ in range(iters):
+        backend.synchronize()
+        backend.barrier()
+        mark = backend.timer_start()
+        p.run_prepared(local)
+        dt = backend.timer_stop(mark)
+        times.append(comm.allreduce(dt, op=MPI.MAX))
+    flops = program.compiled.global_flops()
+    if flops is None:  # a host program: what the ranks executed
+        flops = comm.allreduce(p.last_flops, op=MPI.SUM)
+    median = statistics.median(times)
+    if program.env.rank == 0:
+        devices = p.devices
+        tflops = flops / devices / median / 1e12 if median > 0 else float("inf")
+        click.echo(
+            f"time: median {median * 1e3:.3f} ms over {iters} iterations (warmup {warmup}); "
+            f"{tflops:.3f} TFLOP/s per GPU ({flops} flops on {devices} devices, backend {backend.name})"
+        )

@@ -1,0 +1,588 @@
+"""lower-to-host-ir: each fusion function becomes a host program (docs/hir.md).
+
+Input (what make-resharding-contiguous guarantees): every tensor has a
+sharding, and every op is either *local* (`sharding_rules.is_resharding` is
+false: each rank computes its result block from its operand blocks) or a
+pure reshard `fusion.set` (lowered by `lower_reshard`).
+
+Output, per function: a `func.func` with the `hir.host` unit attribute, local
+argument/result types and `hir.global` attributes holding the global sharded
+types. In its body, for each fusion op in order:
+- allocations: `hir.alloc "F/I/R"` (function F, op index I, result R; buffers
+  a reshard needs on the way get a suffix, results copied at the return
+  `F/return/K`), so each site string is unique and stable across compiles;
+- compute: `hir.matmul` / `hir.linear` for matmul and linear (their local
+  computation is the same GEMM on the local blocks), `hir.copy` for a set that
+  moves no data, and `hir.launch` with the fusion ops on local types for the
+  rest; consecutive elementwise ops each used only by the next are one launch;
+- deallocation: `hir.dealloc` of each allocated buffer right after its last
+  use (through views), never of arguments nor of returned buffers.
+
+Ranks outside a mesh: all work on a mesh's tensors is wrapped in
+`hir.if_rank [mesh devices]` (consecutive ops on the same ranks share one
+region; values used later leave it through `hir.yield`). Work of one team of a
+2-D mesh that is not a collective (a local slice's `hir.team_index`) has its
+own `hir.if_rank [team]`; collectives carry their team and run inside the
+mesh's region, one op per mesh slice. Transfers between meshes are wrapped per
+rank (`hir.if_rank [r]`). So every op runs exactly on the ranks that own its
+tensors, without relying on the evaluator skipping ops with absent operands.
+
+Stream splits: before stream-pipeline, an op whose result has a `Stream(S)`
+split on dimension d lowers to its unpipelined form; its hir compute and
+communication ops carry the discardable attribute `hir.stream = [d, S]`.
+Communications of a reshard carry `hir.reshard = "FROM->TO"` (see
+`lower_reshard`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    LocationAttr,
+    ModuleOp,
+    TensorType,
+    UnknownLoc,
+    i64,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import VerifyException
+
+from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects import hir
+from fuserc.dialects.fusion import (
+    ELEMENTWISE_OPS,
+    FusionOp,
+    LinearOp,
+    MatmulOp,
+    SetOp,
+    SliceOp,
+    lookup_mesh,
+    sharding_of,
+)
+from fuserc.passes import lower_reshard
+from fuserc.passes.sharding_rules import is_resharding
+from fuserc.sharding import Mesh, Sharding
+
+Tag = tuple[int, ...] | None
+"""The ranks that run an op of the flat program; None: every rank (the op is
+a per-rank region or the return)."""
+
+BACKENDS = hir.BACKENDS
+
+
+# --------------------------------------------------------------------------
+# The flat program being built
+# --------------------------------------------------------------------------
+
+
+class Emitter:
+    """Builds a host program as a flat list of ops, each tagged with the ranks
+    that run it; records allocations and views for the deallocation analysis.
+    `wrap_rank_regions` later turns runs of equal tags into hir.if_rank."""
+
+    def __init__(self, func_name: str, backend: str):
+        self.func_name = func_name
+        self.backend = backend
+        self.items: list[tuple[Operation, Tag]] = []
+        self.owner: dict[SSAValue, tuple[int, ...]] = {}
+        """Buffer from hir.alloc -> the ranks where its dealloc runs."""
+        self.source: dict[SSAValue, SSAValue] = {}
+        """View or restriction -> the value it aliases."""
+        self.views: set[SSAValue] = set()
+        self.location: LocationAttr = UnknownLoc()
+        self.marks: dict[str, Attribute] = {}
+        """Attributes put on the compute and communication ops of the fusion
+        op being lowered (hir.stream, hir.reshard)."""
+
+    # ---- basics -----------------------------------------------------------
+    def emit(self, op: Operation, tag: Tag, marked: bool = False) -> Operation:
+        for o in op.walk():
+            o.location = self.location
+        if marked:
+            for k, v in self.marks.items():
+                op.attributes[k] = v
+        self.items.append((op, tag))
+        return op
+
+    def site(self, index: int | str, result: int | str = 0, suffix: str = "") -> str:
+        """`F/I/R(/suffix)`: the allocation site of result R of op I."""
+        return f"{self.func_name}/{index}/{result}" + (f"/{suffix}" if suffix else "")
+
+    def alloc(
+        self, site: str, shape: Sequence[int], elem: Attribute, tag: tuple[int, ...],
+        owner: tuple[int, ...] | None = None,
+    ) -> SSAValue:
+        """A buffer made on `tag`'s ranks and given back on `owner`'s (default:
+        the same ranks) after its last use."""
+        op = self.emit(hir.AllocOp(site, TensorType(elem, list(shape))), tag)
+        value = op.results[0]
+        self.owner[value] = tag if owner is None else owner
+        return value
+
+    def constant(self, n: int, tag: Tag) -> SSAValue:
+        return self.emit(hir.ConstantOp(n), tag).results[0]
+
+    def team_index(self, team: Sequence[int], tag: Tag) -> SSAValue:
+        return self.emit(hir.TeamIndexOp(team), tag).results[0]
+
+    def dealloc(self, value: SSAValue, tag: Tag) -> None:
+        self.emit(hir.DeallocOp(value), tag)
+
+    # ---- views --------------------------------------------------------------
+    def _view_of(self, op: Operation, src: SSAValue, tag: Tag) -> SSAValue:
+        self.emit(op, tag)
+        value = op.results[0]
+        self.source[value] = src
+        self.views.add(value)
+        return value
+
+    def view(self, src: SSAValue, shape: Sequence[int], tag: Tag) -> SSAValue:
+        if tuple(shape_of(src)) == tuple(shape):
+            return src
+        return self._view_of(hir.ViewOp(src, list(shape)), src, tag)
+
+    def chunk(self, src: SSAValue, index: SSAValue, dim: int, chunks: int, tag: Tag) -> SSAValue:
+        if chunks == 1:
+            return src
+        return self._view_of(hir.ChunkOp(src, index, dim, chunks), src, tag)
+
+    def restrict(self, value: SSAValue, ranks: Sequence[int]) -> SSAValue:
+        """`value` kept only on `ranks` (absent elsewhere): a result-carrying
+        hir.if_rank, so that a buffer made on a whole team becomes the value
+        of the receivers only."""
+        op = hir.IfRankOp(ranks, [value.type])
+        op.body.block.add_op(hir.YieldOp(value))
+        self.emit(op, None)
+        out = op.results[0]
+        self.source[out] = value
+        return out
+
+    # ---- compute and communication -------------------------------------------
+    def copy(self, src: SSAValue, dst: SSAValue, tag: Tag) -> None:
+        self.emit(hir.CopyOp(src, dst), tag, marked=True)
+
+    def communicate(self, op: Operation, tag: Tag) -> SSAValue:
+        """A communication, then its wait (the unpipelined form); returns the token."""
+        self.emit(op, tag, marked=True)
+        token = op.results[0]
+        self.emit(hir.WaitOp(token), tag)
+        return token
+
+    def launch(
+        self,
+        ins: Sequence[SSAValue],
+        outs: Sequence[SSAValue],
+        body: Callable[[Sequence[BlockArgument]], tuple[list[Operation], list[SSAValue]]],
+        tag: Tag,
+    ) -> None:
+        """hir.launch of the fusion ops `body` builds on the region arguments."""
+        op = hir.LaunchOp(ins, outs)
+        block = op.body.block
+        ops, results = body(block.args)
+        block.add_ops(ops)
+        block.add_op(hir.YieldOp(*results))
+        self.emit(op, tag, marked=True)
+
+    def root(self, value: SSAValue) -> SSAValue:
+        """The buffer (or argument) a value aliases."""
+        while value in self.source:
+            value = self.source[value]
+        return value
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def local_type(t: TensorType, mesh: Mesh) -> TensorType:
+    """The type of the block a device of the tensor's mesh holds."""
+    s = sharding_of(t)
+    assert s is not None
+    return TensorType(t.element_type, list(s.local_shape(t.get_shape(), mesh)))
+
+
+def stream_marks(t: Attribute) -> dict[str, Attribute]:
+    """`hir.stream = [dim, S]` when the sharding of `t` has a Stream split."""
+    s = sharding_of(t)
+    sd = s.stream_dim() if s is not None else None
+    if sd is None:
+        return {}
+    return {"hir.stream": ArrayAttr([IntegerAttr(sd[0], i64), IntegerAttr(sd[1], i64)])}
+
+
+# --------------------------------------------------------------------------
+# Rank regions and deallocation (on the flat program)
+# --------------------------------------------------------------------------
+
+
+def _top_index(items: Sequence[tuple[Operation, Tag]]) -> dict[Operation, int]:
+    """Every op (nested ones too) -> the index of the flat item holding it."""
+    top: dict[Operation, int] = {}
+    for i, (op, _) in enumerate(items):
+        for o in op.walk():
+            top[o] = i
+    return top
+
+
+def _buffers_used(op: Operation) -> Sequence[SSAValue]:
+    """The values `op` reads or writes; a wait uses the buffers of the
+    communication it completes (they stay in use until then)."""
+    if isinstance(op, hir.WaitOp) and isinstance(op.token.owner, Operation):
+        return op.token.owner.operands
+    return op.operands
+
+
+def place_deallocs(em: Emitter, keep: set[SSAValue]) -> None:
+    """A hir.dealloc of each buffer after the last op using it or a view of it,
+    on the buffer's owner ranks; buffers in `keep` (returned) are kept."""
+    top = _top_index(em.items)
+    last: dict[SSAValue, int] = {}
+    for value in em.owner:
+        assert isinstance(value.owner, Operation)
+        last[value] = top[value.owner]
+    for i, (op, _) in enumerate(em.items):
+        for o in op.walk():
+            for v in _buffers_used(o):
+                r = em.root(v)
+                if r in last:
+                    last[r] = max(last[r], i)
+    after: dict[int, list[SSAValue]] = {}
+    for value, i in last.items():
+        if value not in keep:
+            after.setdefault(i, []).append(value)
+    items = em.items
+    em.items = []
+    for i, item in enumerate(items):
+        em.items.append(item)
+        for value in after.get(i, []):
+            em.items.append((hir.DeallocOp(value), em.owner[value]))
+            em.items[-1][0].location = item[0].location
+
+
+def wrap_rank_regions(items: Sequence[tuple[Operation, Tag]]) -> list[Operation]:
+    """Each maximal run of ops with the same ranks becomes one hir.if_rank;
+    values used after the run leave it through hir.yield."""
+    top = _top_index(items)
+    out: list[Operation] = []
+    i = 0
+    while i < len(items):
+        op, tag = items[i]
+        if tag is None:
+            out.append(op)
+            i += 1
+            continue
+        j = i
+        while j < len(items) and items[j][1] == tag:
+            j += 1
+        run = [o for o, _ in items[i:j]]
+
+        def later(use, end=j) -> bool:
+            return top.get(use.operation, -1) >= end
+
+        escaping = [r for o in run for r in o.results if any(later(u) for u in r.uses)]
+        region = hir.IfRankOp(tag, [v.type for v in escaping])
+        region.location = run[0].location
+        block = region.body.block
+        if escaping:
+            block.add_ops(run)
+            block.add_op(hir.YieldOp(*escaping))
+        else:
+            terminator = block.last_op
+            assert terminator is not None
+            for o in run:
+                block.insert_op_before(o, terminator)
+        for v, new in zip(escaping, region.results):
+            new.name_hint = v.name_hint
+            v.replace_uses_with_if(new, later)
+        out.append(region)
+        i = j
+    return out
+
+
+# --------------------------------------------------------------------------
+# One function
+# --------------------------------------------------------------------------
+
+
+def _check_annotated(func: FuncOp) -> None:
+    """Every tensor must have a sharding (propagate-shardings decides them)."""
+    for i, t in enumerate(func.function_type.inputs.data):
+        if isinstance(t, TensorType) and sharding_of(t) is None:
+            raise error_at(
+                func, f"argument #{i} of @{func.sym_name.data} has no sharding: run propagate-shardings first"
+            )
+    for i, t in enumerate(func.function_type.outputs.data):
+        if isinstance(t, TensorType) and sharding_of(t) is None:
+            raise error_at(
+                func, f"result #{i} of @{func.sym_name.data} has no sharding: run propagate-shardings first"
+            )
+    for op in func.walk():
+        if op is func:
+            continue
+        for v in (*op.operands, *op.results):
+            if isinstance(v.type, TensorType) and sharding_of(v) is None:
+                raise error_at(
+                    op, f"'{op.name}' has a tensor without a sharding: run propagate-shardings first"
+                )
+
+
+def _sharding_text(op: Operation) -> str:
+    ins = ", ".join(str(sharding_of(v)) for v in op.operands)
+    return f"operands {ins} and result {sharding_of(op.results[0])}"
+
+
+@dataclass
+class _FunctionLowering:
+    """The lowering state of one function."""
+
+    func: FuncOp
+    backend: str
+    values: dict[SSAValue, SSAValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.em = Emitter(self.func.sym_name.data, self.backend)
+
+    # ---- helpers ------------------------------------------------------------
+    def mesh(self, op: Operation, value: SSAValue | Attribute) -> Mesh:
+        s = sharding_of(value)
+        assert s is not None
+        mesh = lookup_mesh(op, s.mesh)
+        assert mesh is not None, "the verifier checks that meshes exist"
+        return mesh
+
+    def devices(self, op: Operation, value: SSAValue) -> tuple[int, ...]:
+        return self.mesh(op, value).devices
+
+    def local(self, op: Operation, value: SSAValue) -> TensorType:
+        t = value.type
+        assert isinstance(t, TensorType)
+        return local_type(t, self.mesh(op, value))
+
+    def result_buffer(self, op: Operation, index: int, tag: tuple[int, ...]) -> SSAValue:
+        r = op.results[0]
+        lt = self.local(op, r)
+        return self.em.alloc(self.em.site(index), lt.get_shape(), lt.element_type, tag)
+
+    def begin(self, op: Operation) -> None:
+        self.em.location = op.location
+        self.em.marks = stream_marks(op.results[0].type) if op.results else {}
+
+    # ---- the walk -------------------------------------------------------------
+    def run(self) -> FuncOp:
+        func = self.func
+        _check_annotated(func)
+        if len(func.body.blocks) != 1:
+            raise error_at(func, f"@{func.sym_name.data} has several blocks; host programs have one")
+        in_types = []
+        for t in func.function_type.inputs.data:
+            in_types.append(local_type(t, self.mesh(func, t)) if isinstance(t, TensorType) else t)
+        block = Block(arg_types=in_types)
+        for old, new in zip(func.body.block.args, block.args):
+            new.name_hint = old.name_hint
+            self.values[old] = new
+        ops = list(func.body.block.ops)
+        returned: list[SSAValue] = []
+        i = 0
+        while i < len(ops):
+            op = ops[i]
+            self.begin(op)
+            if isinstance(op, ReturnOp):
+                returned = self.lower_return(op)
+                i += 1
+            elif isinstance(op, FusionOp):
+                i = self.lower_fusion(ops, i)
+                for old in ops[i - 1].results:
+                    new = self.values.get(old)
+                    if new is not None and new.name_hint is None:
+                        new.name_hint = old.name_hint
+            else:
+                raise error_at(op, f"'{op.name}' cannot be lowered to host IR (only fusion ops and func.return)")
+        keep = {self.em.root(v) for v in returned}
+        place_deallocs(self.em, keep)
+        body = wrap_rank_regions(self.em.items)
+        block.add_ops(body)
+        return self._host_func(block, [v.type for v in returned])
+
+    def _host_func(self, block: Block, out_types: list[Attribute]) -> FuncOp:
+        func = self.func
+        old_args = func.arg_attrs.data if func.arg_attrs is not None else None
+        old_res = func.res_attrs.data if func.res_attrs is not None else None
+        ins, outs = func.function_type.inputs.data, func.function_type.outputs.data
+
+        def attrs(old, types) -> ArrayAttr[DictionaryAttr]:
+            out = []
+            for k, t in enumerate(types):
+                base = dict(old[k].data) if old is not None else {}
+                if isinstance(t, TensorType):
+                    base[hir.GLOBAL_ATTR] = t
+                out.append(DictionaryAttr(base))
+            return ArrayAttr(out)
+
+        new = FuncOp(
+            func.sym_name.data,
+            ([a.type for a in block.args], out_types),
+            Region(block),
+            func.sym_visibility,
+            arg_attrs=attrs(old_args, ins),
+            res_attrs=attrs(old_res, outs),
+        )
+        for k, v in func.attributes.items():
+            new.attributes.setdefault(k, v)
+        hir.mark_host_program(new)
+        new.location = func.location
+        return new
+
+    def lower_return(self, op: ReturnOp) -> list[SSAValue]:
+        """Results are buffers of their own: an argument, a view, or a value
+        returned twice is copied into a fresh buffer first."""
+        out: list[SSAValue] = []
+        seen: set[SSAValue] = set()
+        for k, v in enumerate(op.operands):
+            new = self.values[v]
+            if isinstance(v.type, TensorType):
+                root = self.em.root(new)
+                if isinstance(root, BlockArgument) or new in self.em.views or root in seen:
+                    tag = self.devices(op, v)
+                    lt = self.local(op, v)
+                    buf = self.em.alloc(self.em.site("return", k), lt.get_shape(), lt.element_type, tag)
+                    self.em.copy(new, buf, tag)
+                    new = buf
+                seen.add(self.em.root(new))
+            out.append(new)
+        self.em.emit(ReturnOp(*out), None)
+        return out
+
+    def lower_fusion(self, ops: list[Operation], i: int) -> int:
+        """Lower the fusion op at `i` (with the elementwise ops chained after
+        it); returns the index of the next op to lower."""
+        op = ops[i]
+        assert isinstance(op, FusionOp)
+        if isinstance(op, SetOp):
+            self.values[op.results[0]] = lower_reshard.lower_set(self.em, op, self.values[op.operands[0]], i)
+            return i + 1
+        if is_resharding(op):
+            raise error_at(
+                op,
+                f"'{op.name}' is a resharding op ({_sharding_text(op)}): "
+                "run make-resharding-contiguous first",
+            )
+        tag = self.devices(op, op.results[0])
+        if isinstance(op, MatmulOp):
+            out = self.result_buffer(op, i, tag)
+            a, b = (self.values[v] for v in op.operands)
+            self.em.emit(hir.MatmulOp(a, b, out), tag, marked=True)
+            self.values[op.results[0]] = out
+            return i + 1
+        if isinstance(op, LinearOp):
+            out = self.result_buffer(op, i, tag)
+            x, w = self.values[op.input], self.values[op.weight]
+            bias = self.values[op.bias] if op.bias is not None else None
+            self.em.emit(hir.LinearOp(x, w, out, bias), tag, marked=True)
+            self.values[op.results[0]] = out
+            return i + 1
+        chain = [op]
+        if isinstance(op, ELEMENTWISE_OPS):
+            while i + len(chain) < len(ops):
+                nxt = ops[i + len(chain)]
+                if not isinstance(nxt, ELEMENTWISE_OPS) or chain[-1].results[0].get_user_of_unique_use() is not nxt:
+                    break
+                if is_resharding(nxt):
+                    break
+                chain.append(nxt)
+        self.lower_launch(chain, i)
+        return i + len(chain)
+
+    def lower_launch(self, chain: list[Operation], index: int) -> None:
+        """One hir.launch computing `chain` on local blocks."""
+        last = chain[-1]
+        self.begin(last)
+        self.em.location = chain[0].location
+        tag = self.devices(last, last.results[0])
+        inside = {o.results[0] for o in chain}
+        ins: list[SSAValue] = []
+        for o in chain:
+            for v in o.operands:
+                if v not in inside and v not in ins:
+                    ins.append(v)
+        out = self.result_buffer(last, index + len(chain) - 1, tag)
+
+        def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
+            env: dict[SSAValue, SSAValue] = dict(zip(ins, args))
+            for old, arg in zip(ins, args):
+                arg.name_hint = old.name_hint
+            built: list[Operation] = []
+            for o in chain:
+                new = self.local_op(o, [env[v] for v in o.operands])
+                new.results[0].name_hint = o.results[0].name_hint
+                built.append(new)
+                env[o.results[0]] = new.results[0]
+            return built, [env[last.results[0]]]
+
+        self.em.launch([self.values[v] for v in ins], [out], body, tag)
+        self.values[last.results[0]] = out
+
+    def local_op(self, op: Operation, operands: list[SSAValue]) -> Operation:
+        """`op` on local blocks: the same fusion op with local types (a slice
+        keeps its bounds on whole dimensions and spans each split one)."""
+        assert isinstance(op, FusionOp)
+        props = dict(op.properties)
+        if isinstance(op, SliceOp):
+            src = op.operands[0]
+            glob, loc = shape_of(src), shape_of(operands[0])
+            starts, limits = op.keyword("starts"), op.keyword("limits")
+            for d in range(len(glob)):
+                if loc[d] != glob[d]:
+                    limits[d] = loc[d]
+            props["starts"] = hir.int_array(starts)
+            props["limits"] = hir.int_array(limits)
+        new = type(op).create(
+            operands=operands,
+            result_types=[self.local(op, op.results[0])],
+            properties=props,
+            attributes=dict(op.attributes),
+        )
+        new.location = op.location
+        try:
+            new.verify_()
+        except VerifyException as e:
+            raise error_at(
+                op, f"'{op.name}' cannot be computed on local blocks ({_sharding_text(op)}): {e}"
+            ) from None
+        return new
+
+
+# --------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LowerToHostIR(ModulePass):
+    """Turns every fusion function into a host program (DESIGN.md section 3,
+    pass 3). Option `backend` (nccl, cuda_ipc, mpi) is the backend named on
+    every communication."""
+
+    name = "lower-to-host-ir"
+
+    backend: str = "nccl"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.backend not in BACKENDS:
+            raise Diagnostic(f"lower-to-host-ir: backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
+        rewriter = Rewriter()
+        for func in [f for f in op.body.block.ops if isinstance(f, FuncOp)]:
+            if func.is_declaration or hir.is_host_program(func):
+                continue
+            new = _FunctionLowering(func, self.backend).run()
+            rewriter.replace_op(func, new, new_results=[])

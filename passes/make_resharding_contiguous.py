@@ -1,0 +1,657 @@
+"""make-resharding-contiguous: split every resharding op into local compute
+and pure reshards, and lay buffers out so that communication is contiguous
+(DESIGN.md section 3, pass 2). docs/passes.md has the full contract.
+
+Input: every tensor of a sharded function has a sharding (run
+propagate-shardings first); functions with no sharding at all are left alone.
+
+Output contract (what lower-to-host-ir may rely on), checked by
+`check_contract` at the end of the pass:
+
+1. Every fusion op other than a placement-changing `fusion.set` is LOCAL:
+   `sharding_rules.is_resharding(op)` is false, i.e. each device computes
+   its block of the result by applying the op to its operands' local blocks
+   (a contraction over a dimension split on both operands gives `partial`).
+2. Every `fusion.set` whose operand and result placements differ is a PURE
+   RESHARD of exactly one `reshard_util.Step`: operand and result have the
+   same shape and element type and the sharding changes one thing, for which
+   a communication exists (DIDx->- allgather, -->DIDx local slice, DIDx on
+   dim i -> DIDx on dim j alltoall, partial->- allreduce, partial->DIDx
+   reduce-scatter, mesh A -> mesh B send/recv, gather, scatter or reduce;
+   DIDx->Stream(S) on one dimension is an allgather whose result carries the
+   Stream split: pipelined). A set of equal placements is a local copy.
+   `reshard_util.reshard_step` names the step.
+3. Contiguity: in a pure reshard that communicates, the operand buffer and
+   the result buffer have the same `alloc_order` (reshard_util.ALLOC_ORDER),
+   and the dimension cut into blocks (the step's scatter_dim, on the operand)
+   or along which blocks are concatenated (gather_dim, on the result) is
+   outermost in memory up to dimensions of local extent 1. So every block a
+   device sends or receives is one contiguous chunk, laid out alike on both
+   sides. The layout is chosen on the op producing the operand where it is
+   free (any op result without a user-given alloc_order); where it is not (a
+   function argument is row-major, or the value already has another layout
+   that a communication needs), a `fusion.permute` (the transpose) moves the
+   dimension out, the set works on the permuted tensor, and a second
+   permute with `alloc_order` (a relabelling of the same memory) restores
+   the logical dimension order. An alltoall between two dimensions of local
+   extent > 1 has no such layout: the moved dimension is split in two by a
+   `fusion.reshape` first, so that the alltoall works on a dimension of
+   local extent 1 (see `_Layouts.split_alltoall`).
+
+Decomposition of a resharding op (not a set): candidate local result
+placements L are the op's local result on its current operands, the
+declared result R, and sharding_rules.forward from all operands and from each
+one alone; each L needs operands resharded to
+sharding_rules.required_operands(L) and a reshard L -> R after. The
+candidate with the least communication wins (reshard_util.plan_reshard's
+estimate), then the smaller local result (less redundant compute). One
+exception keeps DESIGN.md 2.4's pipelined AllGather+GEMM: when R has a
+Stream(S) split on a dimension whose operand block must be gathered, that
+candidate wins and the gathering set's result carries the Stream split. A
+linear with a bias whose contraction is split becomes a linear without bias
+(partial), the reduction, then a broadcast bias add. Stream splits of a
+declared result stay on it; a local op whose result is later resharded gets
+the result's Stream splits where its own placement allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, TensorType, i64
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from fuserc.diagnostics import Diagnostic, error_at, location_of
+from fuserc.dialects.fusion import (
+    AddOp,
+    BroadcastInDimOp,
+    FusionOp,
+    LinearOp,
+    PermuteOp,
+    ReshapeOp,
+    SetOp,
+    ShardingAttr,
+    sharding_of,
+    with_sharding,
+)
+from fuserc.passes import sharding_rules as rules
+from fuserc.passes.reshard_util import (
+    ALLOC_ORDER,
+    SCATTER,
+    Meshes,
+    Shape,
+    Step,
+    alloc_order_attr,
+    alloc_order_errors,
+    alloc_order_of,
+    element_bytes,
+    inverse,
+    local_elements,
+    mesh_table,
+    outermost,
+    plan_cost,
+    plan_reshard,
+    reshard_step,
+    tensor_shape,
+)
+from fuserc.sharding import Sharding, Split
+
+_NEEDS_SHARDINGS = "make-resharding-contiguous needs every tensor sharded (run propagate-shardings first)"
+
+
+@dataclass(frozen=True)
+class MakeReshardingContiguous(ModulePass):
+    """Local compute plus single-step, contiguous reshards (module docstring)."""
+
+    name = "make-resharding-contiguous"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for o in op.walk():
+            errs = alloc_order_errors(o)
+            if errs:
+                raise error_at(o, f"'{o.name}' op {errs[0]}")
+        meshes = mesh_table(op)
+        for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
+            if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
+                continue
+            _require_shardings(func)
+            _Decomposer(meshes).run(func)
+            _split_multi_step_sets(func, meshes)
+            _Layouts(meshes).run(func)
+        problems = check_contract(op)
+        if problems:  # a bug of this pass, not of the program
+            raise Diagnostic("make-resharding-contiguous broke its contract: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+
+def _tensor_values(func: FuncOp) -> list[SSAValue]:
+    args = [a for b in func.body.blocks for a in b.args]
+    res = [r for o in func.body.walk() for r in o.results]
+    return [v for v in [*args, *res] if isinstance(v.type, TensorType)]
+
+
+def _is_sharded(func: FuncOp) -> bool:
+    types = [*func.function_type.inputs.data, *func.function_type.outputs.data]
+    types += [v.type for v in _tensor_values(func)]
+    return any(isinstance(t, TensorType) and isinstance(t.encoding, ShardingAttr) for t in types)
+
+
+def _require_shardings(func: FuncOp) -> None:
+    for i, a in enumerate(func.args):
+        if isinstance(a.type, TensorType) and sharding_of(a) is None:
+            raise error_at(func, f"argument #{i} of @{func.sym_name.data} has no sharding: {_NEEDS_SHARDINGS}")
+    for op in func.body.walk():
+        for i, v in enumerate([*op.operands, *op.results]):
+            if isinstance(v.type, TensorType) and sharding_of(v) is None:
+                what = f"operand #{i}" if i < len(op.operands) else "its result"
+                raise error_at(op, f"'{op.name}' op: {what} has no sharding: {_NEEDS_SHARDINGS}")
+
+
+def _ints(values: tuple[int, ...] | list[int]) -> ArrayAttr:
+    return ArrayAttr([IntegerAttr(v, i64) for v in values])
+
+
+def _typed(elem, shape: Shape, sharding: Sharding) -> TensorType:
+    return with_sharding(TensorType(elem, list(shape)), sharding)
+
+
+def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
+    """`t` permuted by `perm` (result dim k = dim perm[k]), sharding too."""
+    s = sharding_of(t)
+    assert s is not None
+    shape = tensor_shape(t)
+    ps = Sharding(s.mesh, tuple(s.dims[p] for p in perm), s.partial)
+    return _typed(t.element_type, tuple(shape[p] for p in perm), ps)
+
+
+def _insert_before(anchor: Operation, *ops: Operation) -> None:
+    Rewriter.insert_op(list(ops), InsertPoint.before(anchor))
+
+
+def _new_set(value: SSAValue, result_type: TensorType, at: Operation) -> SetOp:
+    return SetOp.create(operands=[value], result_types=[result_type], location=at.location)
+
+
+def _stream_splits(splits: tuple[Split, ...]) -> tuple[Split, ...]:
+    return tuple(s for s in splits if s.is_stream)
+
+
+def _where(op: Operation, message: str) -> str:
+    loc = location_of(op)
+    return f"{loc}: {message}" if loc else message
+
+
+# --------------------------------------------------------------------------
+# 1. Resharding ops -> local compute + reshard sets
+# --------------------------------------------------------------------------
+
+
+@dataclass(order=True, frozen=True)
+class _Cost:
+    """Candidates compare by: keeps a pipelined gather (0) or not (1),
+    communicated bytes, local result elements, reshard steps, order tried."""
+
+    stream: int
+    bytes: float
+    compute: int
+    steps: int
+    index: int
+
+
+class _Decomposer:
+    def __init__(self, meshes: Meshes):
+        self.meshes = meshes
+
+    def mesh_of(self, name: str):
+        return self.meshes.get(name)
+
+    def run(self, func: FuncOp) -> None:
+        for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
+            self.decompose(op)
+
+    def valid(self, s: Sharding, shape: Shape) -> bool:
+        return not s.errors(shape, self.meshes.get(s.mesh))
+
+    def local(self, op: FusionOp, operands: list[Sharding], hint: Sharding) -> Sharding | None:
+        """Local result placement, broadcast dimensions taken from `hint`."""
+        local = rules.local_result(op, operands, self.mesh_of)
+        m = rules.op_map(op)
+        if local is None or m is None or not m.free_dims() or hint.mesh != local.mesh:
+            return local
+        dims = list(local.dims)
+        for r in m.free_dims():
+            dims[r] = hint.dims[r]
+        cand = local.with_dims(dims)
+        return cand if self.valid(cand, tensor_shape(op.results[0])) else local
+
+    def decompose(self, op: FusionOp) -> None:
+        if not rules.is_resharding(op):
+            return
+        if isinstance(op, LinearOp) and len(op.operands) == 3 and self.peel_bias(op):
+            return
+        result = sharding_of(op.results[0])
+        assert result is not None
+        current = [sharding_of(v).without_streams() for v in op.operands]  # type: ignore[union-attr]
+        choice = self.choose(op, current, result)
+        if choice is None:
+            raise error_at(op, self.failure(op, result))
+        local, wanted = choice
+        self.reshard_operands(op, current, wanted, result)
+        self.reshard_result(op, local, result)
+
+    def failure(self, op: FusionOp, result: Sharding) -> str:
+        ins = ", ".join(str(sharding_of(v)) for v in op.operands)
+        msg = (
+            f"'{op.name}' op cannot be split into local compute and reshards: no placement of "
+            f"its operands ({ins}) computes a result that communication turns into {result}"
+        )
+        if result.partial:
+            msg += " (a partial sum comes only from a contraction, or from a linear op on partial operands)"
+        return msg
+
+    def choose(self, op: FusionOp, current: list[Sharding], result: Sharding) -> tuple[Sharding, list[Sharding]] | None:
+        """(local result placement, operand placements) of the best candidate."""
+        target = result.without_streams()
+        rshape = tensor_shape(op.results[0])
+        shapes = [tensor_shape(v) for v in op.operands]
+        nbytes = [element_bytes(v.type) for v in op.operands]  # type: ignore[arg-type]
+        cands: list[Sharding] = []
+        for c in [
+            self.local(op, current, target),
+            target,
+            rules.forward(op, current, self.mesh_of),
+            *(rules.forward(op, [s if k == i else None for k, s in enumerate(current)], self.mesh_of) for i in range(len(current))),
+        ]:
+            if c is not None and c not in cands:
+                cands.append(c)
+        best: tuple[_Cost, Sharding, list[Sharding]] | None = None
+        for index, cand in enumerate(cands):
+            if not self.valid(cand, rshape):
+                continue
+            wanted = [q.without_streams() for q in rules.required_operands(op, cand, self.mesh_of)]
+            if len(wanted) != len(current) or any(not self.valid(q, s) for q, s in zip(wanted, shapes)):
+                continue
+            if self.local(op, wanted, cand) != cand:
+                continue
+            before = [plan_reshard(o, q, s, self.meshes) for o, q, s in zip(current, wanted, shapes)]
+            after = plan_reshard(cand, target, rshape, self.meshes)
+            if after is None or any(p is None for p in before):
+                continue
+            total = plan_cost(after, cand, rshape, self.meshes, element_bytes(op.results[0].type))  # type: ignore[arg-type]
+            total += sum(plan_cost(p, o, s, self.meshes, b) for p, o, s, b in zip(before, current, shapes, nbytes))  # type: ignore[arg-type]
+            steps = len(after) + sum(len(p) for p in before)  # type: ignore[arg-type]
+            cost = _Cost(
+                0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
+                total,
+                local_elements(cand, rshape, self.meshes),
+                steps,
+                index,
+            )
+            if best is None or cost < best[0]:
+                best = (cost, cand, wanted)
+        return None if best is None else (best[1], best[2])
+
+    def stream_targets(self, op: FusionOp, k: int, current: Sharding, wanted: Sharding, result: Sharding) -> list[int]:
+        """Dimensions of operand k mapped to the result's Stream dimension
+        whose device split the reshard of operand k gathers."""
+        sd = result.stream_dim()
+        m = rules.op_map(op)
+        if sd is None or m is None:
+            return []
+        return [
+            d
+            for d, t in enumerate(m.operands[k])
+            if t.kind == rules.MAP and t.dim == sd[0] and len(wanted.dims[d]) < len(current.dims[d])
+        ]
+
+    def gathers_stream_dim(self, op: FusionOp, current: list[Sharding], wanted: list[Sharding], result: Sharding) -> bool:
+        return any(self.stream_targets(op, k, c, w, result) for k, (c, w) in enumerate(zip(current, wanted)))
+
+    def reshard_operands(self, op: FusionOp, current: list[Sharding], wanted: list[Sharding], result: Sharding) -> None:
+        made: dict[tuple[SSAValue, Sharding], SSAValue] = {}
+        sd = result.stream_dim()
+        for k, (value, cur, want) in enumerate(zip(list(op.operands), current, wanted)):
+            if cur == want:
+                continue
+            target = want
+            dims = self.stream_targets(op, k, cur, want, result)
+            if dims and sd is not None:
+                streamed = want.with_dims([result.dims[sd[0]] if d in dims else x for d, x in enumerate(want.dims)])
+                if self.valid(streamed, tensor_shape(value)):
+                    target = streamed
+            if (value, target) not in made:
+                s = _new_set(value, with_sharding(value.type, target), op)  # type: ignore[arg-type]
+                _insert_before(op, s)
+                made[(value, target)] = s.results[0]
+            op.operands[k] = made[(value, target)]
+
+    def reshard_result(self, op: FusionOp, local: Sharding, result: Sharding) -> None:
+        if local == result.without_streams():
+            return
+        old = op.results[0]
+        rtype = old.type
+        assert isinstance(rtype, TensorType)
+        hint = old.name_hint
+        computed = Rewriter.replace_value_with_new_type(old, with_sharding(rtype, self.with_streams(local, result, tensor_shape(old))))
+        s = _new_set(computed, rtype, op)
+        Rewriter.insert_op(s, InsertPoint.after(op))
+        computed.replace_uses_with_if(s.results[0], lambda use: use.operation is not s)
+        s.results[0].name_hint = hint
+        computed.name_hint = f"{hint}_local" if hint else None
+
+    def with_streams(self, local: Sharding, result: Sharding, shape: Shape) -> Sharding:
+        """`local` with `result`'s Stream splits where they fit: the local op
+        is then computed in the same chunks as its reshard."""
+        placed = result.without_streams()
+        dims = []
+        for d, (mine, theirs, want) in enumerate(zip(local.dims, result.dims, placed.dims)):
+            if not _stream_splits(theirs):
+                dims.append(mine)
+            elif mine == want:
+                dims.append(theirs)
+            elif not mine:
+                dims.append(_stream_splits(theirs))
+            else:
+                dims.append(mine)
+        out = local.with_dims(dims)
+        return out if self.valid(out, shape) else local
+
+    def peel_bias(self, op: LinearOp) -> bool:
+        """linear(x, w, b) with a split contraction -> linear(x, w) (a partial
+        sum), then add(broadcast(b)): the bias is added once, after the
+        reduction. False (nothing done) when that does not apply."""
+        x, w, bias = op.operands
+        result = sharding_of(op.results[0])
+        assert result is not None
+        if result.partial:
+            return False
+        rtype = op.results[0].type
+        assert isinstance(rtype, TensorType)
+        lin = LinearOp.create(operands=[x, w], result_types=[rtype], attributes=dict(op.attributes), location=op.location)
+        local = rules.local_result(lin, [sharding_of(x), sharding_of(w)], self.mesh_of)  # type: ignore[list-item]
+        if local is None or local.partial is None:
+            return False
+        shape = tensor_shape(rtype)
+        btype = bias.type
+        assert isinstance(btype, TensorType)
+        bdims = [len(shape) - 1] if btype.get_rank() == 1 else []
+        bb = BroadcastInDimOp.create(
+            operands=[bias],
+            result_types=[_typed(btype.element_type, shape, result)],
+            properties={"dims": _ints(bdims)},
+            location=op.location,
+        )
+        add = AddOp.create(operands=[lin.results[0], bb.results[0]], result_types=[rtype], location=op.location)
+        hint = op.results[0].name_hint
+        lin.results[0].name_hint = f"{hint}_nobias" if hint else None
+        bb.results[0].name_hint = f"{hint}_bias" if hint else None
+        _insert_before(op, lin, bb, add)
+        op.results[0].replace_all_uses_with(add.results[0])
+        Rewriter.erase_op(op)
+        for new in (lin, bb, add):
+            self.decompose(new)
+        return True
+
+
+# --------------------------------------------------------------------------
+# 2. Multi-step sets -> chains of single steps
+# --------------------------------------------------------------------------
+
+
+def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
+    for s in [o for o in func.body.walk() if isinstance(o, SetOp)]:
+        src, dst = sharding_of(s.operands[0]), sharding_of(s.results[0])
+        assert src is not None and dst is not None
+        shape = tensor_shape(s.results[0])
+        if src.same_placement(dst) or reshard_step(src, dst, shape, meshes) is not None:
+            continue
+        plan = plan_reshard(src, dst, shape, meshes)
+        if plan is None:
+            why = (
+                "a partial sum is made only by a contraction (matmul, linear, sum), never by communication"
+                if dst.partial and dst.partial != src.partial
+                else "no sequence of communications reaches it"
+            )
+            raise error_at(s, f"'fusion.set' op cannot reshard {src} to {dst}: {why}")
+        value = s.operands[0]
+        for _, placement in plan[:-1]:
+            step = _new_set(value, with_sharding(value.type, placement), s)  # type: ignore[arg-type]
+            _insert_before(s, step)
+            value = step.results[0]
+        s.operands[0] = value
+
+
+# --------------------------------------------------------------------------
+# 3. Layouts
+# --------------------------------------------------------------------------
+
+
+def _constraints(step: Step, src: SSAValue, dst: SSAValue, meshes: Meshes) -> list[tuple[SSAValue, int]]:
+    """(value, dim): dim must be outermost in value's buffer (up to local
+    extent-1 dimensions). None over a mesh axis of one device (no blocks)."""
+    s_operand, s_result = sharding_of(src), sharding_of(dst)
+    assert s_operand is not None and s_result is not None
+    mesh = meshes[s_result.mesh if step.kind == SCATTER else s_operand.mesh]
+    if step.ptype is not None and mesh.axis_size(step.ptype) == 1:
+        return []
+    out: list[tuple[SSAValue, int]] = []
+    if step.scatter_dim is not None:
+        out.append((src, step.scatter_dim))
+    if step.gather_dim is not None:
+        out.append((dst, step.gather_dim))
+    return out
+
+
+class _Layouts:
+    """Chooses alloc_orders. A communicating set ties its operand's and
+    result's layouts (one class, union-find); a class is fixed when it holds
+    a function argument or a user-given alloc_order, and collects the
+    outermost-dimension constraints of its sets."""
+
+    def __init__(self, meshes: Meshes):
+        self.meshes = meshes
+        self.parent: dict[SSAValue, SSAValue] = {}
+        self.order: dict[SSAValue, tuple[int, ...]] = {}
+        self.fixed: dict[SSAValue, bool] = {}
+        self.cons: dict[SSAValue, list[tuple[SSAValue, int]]] = {}
+
+    # ---- classes ----------------------------------------------------------
+    def find(self, v: SSAValue) -> SSAValue:
+        if v not in self.parent:
+            self.parent[v] = v
+            self.order[v] = alloc_order_of(v)
+            self.fixed[v] = isinstance(v, BlockArgument) or (isinstance(v, OpResult) and ALLOC_ORDER in v.op.attributes)
+            self.cons[v] = []
+        root = v
+        while self.parent[root] is not root:
+            root = self.parent[root]
+        while self.parent[v] is not root:
+            self.parent[v], v = root, self.parent[v]
+        return root
+
+    def assign(self, v: SSAValue, order: tuple[int, ...]) -> None:
+        """A new value whose layout this pass chose (not fixed)."""
+        self.parent[v], self.order[v], self.fixed[v], self.cons[v] = v, order, False, []
+
+    def local_shape(self, v: SSAValue) -> Shape:
+        s = sharding_of(v)
+        assert s is not None
+        return s.local_shape(tensor_shape(v), self.meshes[s.mesh])
+
+    def satisfies(self, order: tuple[int, ...], cons: list[tuple[SSAValue, int]]) -> bool:
+        return all(outermost(order, d, self.local_shape(v)) for v, d in cons)
+
+    def candidates(self, rank: int, cons: list[tuple[SSAValue, int]], current: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Orders to try, least change first: the current one, row-major,
+        then constrained dimensions first (after dims of local extent 1)."""
+        ident = tuple(range(rank))
+        dims = list(dict.fromkeys(d for _, d in cons))
+        units = [d for d in ident if cons and all(self.local_shape(v)[d] == 1 for v, _ in cons)]
+        out = [current, ident]
+        for perm in itertools.permutations(dims):
+            for head in (list(perm), [u for u in units if u not in perm] + list(perm)):
+                out.append(tuple(head + [d for d in ident if d not in head]))
+        return list(dict.fromkeys(out))
+
+    def pick(self, a: SSAValue, b: SSAValue, cons: list[tuple[SSAValue, int]]) -> tuple[int, ...] | None:
+        fixed = [x for x in (a, b) if self.fixed[x]]
+        if len(fixed) == 2 and self.order[a] != self.order[b]:
+            return None
+        if fixed:
+            order = self.order[fixed[0]]
+            return order if self.satisfies(order, cons) else None
+        rank = len(self.order[a])
+        return next((o for o in self.candidates(rank, cons, self.order[a]) if self.satisfies(o, cons)), None)
+
+    # ---- the walk ------------------------------------------------------------
+    def run(self, func: FuncOp) -> None:
+        for s in [o for o in func.body.walk() if isinstance(o, SetOp)]:
+            self.visit(s)
+        for v in list(self.parent):
+            if not isinstance(v, OpResult) or v.op.parent is None or ALLOC_ORDER in v.op.attributes:
+                continue
+            order = self.order[self.find(v)]
+            if order != tuple(range(len(order))):
+                v.op.attributes[ALLOC_ORDER] = alloc_order_attr(order)
+
+    def visit(self, s: SetOp) -> None:
+        src, dst = s.operands[0], s.results[0]
+        ssrc, sdst = sharding_of(src), sharding_of(dst)
+        assert ssrc is not None and sdst is not None
+        step = reshard_step(ssrc, sdst, tensor_shape(src), self.meshes)
+        if step is None or not step.communicates:
+            return
+        own = _constraints(step, src, dst, self.meshes)
+        a, b = self.find(src), self.find(dst)
+        cons = self.cons[a] + self.cons[b] + own
+        order = self.pick(a, b, cons)
+        if order is not None:
+            self.parent[b] = a
+            self.order[a], self.fixed[a], self.cons[a] = order, self.fixed[a] or self.fixed[b], cons
+            return
+        rank = len(tensor_shape(src))
+        ident = tuple(range(rank))
+        own_orders = [o for o in self.candidates(rank, own, ident) if self.satisfies(o, own)]
+        if own_orders:
+            self.transpose(s, own_orders[0])
+        else:
+            self.split_alltoall(s, step)
+
+    # ---- rewrites ------------------------------------------------------------
+    def transpose(self, s: SetOp, perm: tuple[int, ...]) -> None:
+        """permute(perm) (the transpose) -> the set on the permuted tensor ->
+        permute back, laid out as `perm`: a view of the set's buffer."""
+        src, dst = s.operands[0], s.results[0]
+        t = PermuteOp.create(operands=[src], result_types=[_permuted(src.type, perm)], properties={"dims": _ints(perm)}, location=s.location)  # type: ignore[arg-type]
+        moved = _new_set(t.results[0], _permuted(dst.type, perm), s)  # type: ignore[arg-type]
+        back = PermuteOp.create(operands=[moved.results[0]], result_types=[dst.type], properties={"dims": _ints(inverse(perm))}, location=s.location)
+        t.results[0].name_hint = f"{src.name_hint}_t" if src.name_hint else None
+        self.replace(s, [t, moved, back])
+        self.assign(back.results[0], perm)
+        self.visit(moved)
+
+    def split_alltoall(self, s: SetOp, step: Step) -> None:
+        """An alltoall of dim i to dim j where both have local extent > 1:
+        no layout has j outermost on the operand and i outermost on the
+        result. Reshape j into (G, E/G) with G its number of blocks on the
+        result, transpose (G, i) to the front and run the alltoall from i to
+        the G dimension, whose local extent on the result is 1; permute and
+        reshape back, both views."""
+        src, dst = s.operands[0], s.results[0]
+        ssrc, sdst = sharding_of(src), sharding_of(dst)
+        assert ssrc is not None and sdst is not None and step.gather_dim is not None and step.scatter_dim is not None
+        i, j = step.gather_dim, step.scatter_dim
+        shape = tensor_shape(src)
+        mesh = self.meshes[sdst.mesh]
+        blocks = math.prod(sp.size(mesh) for sp in sdst.without_streams().dims[j])
+        split = shape[:j] + (blocks, shape[j] // blocks) + shape[j + 1 :]
+
+        def lifted(sh: Sharding) -> Sharding:
+            p = sh.without_streams()
+            return Sharding(p.mesh, p.dims[:j] + (p.dims[j], ()) + p.dims[j + 1 :], p.partial)
+
+        elem = src.type.element_type  # type: ignore[attr-defined]
+        i2 = i if i < j else i + 1
+        perm = (j, i2) + tuple(k for k in range(len(split)) if k not in (j, i2))
+        x = ReshapeOp.create(operands=[src], result_types=[_typed(elem, split, lifted(ssrc))], location=s.location)
+        t = PermuteOp.create(operands=[x.results[0]], result_types=[_permuted(x.results[0].type, perm)], properties={"dims": _ints(perm)}, location=s.location)  # type: ignore[arg-type]
+        moved = _new_set(t.results[0], _permuted(_typed(elem, split, lifted(sdst)), perm), s)
+        back = PermuteOp.create(operands=[moved.results[0]], result_types=[_typed(elem, split, lifted(sdst))], properties={"dims": _ints(inverse(perm))}, location=s.location)
+        y = ReshapeOp.create(operands=[back.results[0]], result_types=[dst.type], location=s.location)
+        self.replace(s, [x, t, moved, back, y])
+        self.assign(back.results[0], perm)
+        self.assign(y.results[0], tuple(k if k < j else k - 1 for k in perm if k != j))
+        self.visit(moved)
+
+    def replace(self, s: SetOp, ops: list[Operation]) -> None:
+        _insert_before(s, *ops)
+        s.results[0].replace_all_uses_with(ops[-1].results[0])
+        Rewriter.erase_op(s)
+
+
+# --------------------------------------------------------------------------
+# The contract
+# --------------------------------------------------------------------------
+
+
+def check_contract(module: ModuleOp) -> list[str]:
+    """Every way `module` breaks the output contract of this pass (module
+    docstring), one message each, located; empty when it holds."""
+    meshes = mesh_table(module)
+    problems: list[str] = []
+    for op in module.walk():
+        problems += [_where(op, f"'{op.name}' op {e}") for e in alloc_order_errors(op)]
+    for func in [f for f in module.walk() if isinstance(f, FuncOp)]:
+        if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
+            continue
+        for i, a in enumerate(func.args):
+            if isinstance(a.type, TensorType) and sharding_of(a) is None:
+                problems.append(_where(func, f"argument #{i} of @{func.sym_name.data} has no sharding"))
+        for op in func.body.walk():
+            if any(isinstance(v.type, TensorType) and sharding_of(v) is None for v in op.results):
+                problems.append(_where(op, f"'{op.name}' op result has no sharding"))
+                continue
+            if not isinstance(op, FusionOp) or any(sharding_of(v) is None for v in op.operands):
+                continue
+            if isinstance(op, SetOp):
+                problems += _check_set(op, meshes)
+            elif rules.is_resharding(op):
+                ins = ", ".join(str(sharding_of(v)) for v in op.operands)
+                problems.append(_where(op, f"'{op.name}' op is resharding ({ins} -> {sharding_of(op.results[0])})"))
+    return problems
+
+
+def _check_set(s: SetOp, meshes: Meshes) -> list[str]:
+    src, dst = s.operands[0], s.results[0]
+    ssrc, sdst = sharding_of(src), sharding_of(dst)
+    assert ssrc is not None and sdst is not None
+    if ssrc.same_placement(sdst):
+        return []
+    shape = tensor_shape(src)
+    if shape != tensor_shape(dst) or src.type.element_type != dst.type.element_type:  # type: ignore[attr-defined]
+        return [_where(s, "'fusion.set' op reshard changes the shape or element type")]
+    step = reshard_step(ssrc, sdst, shape, meshes)
+    if step is None:
+        return [_where(s, f"'fusion.set' op from {ssrc} to {sdst} is not a single-step reshard")]
+    if not step.communicates:
+        return []
+    out = []
+    osrc, odst = alloc_order_of(src), alloc_order_of(dst)
+    if osrc != odst:
+        out.append(_where(s, f"'fusion.set' op {step.kind}: operand alloc_order {list(osrc)} differs from result's {list(odst)}"))
+    layouts = _Layouts(meshes)
+    for v, d in _constraints(step, src, dst, meshes):
+        if not outermost(alloc_order_of(v), d, layouts.local_shape(v)):
+            side = "operand" if v is src else "result"
+            out.append(_where(s, f"'fusion.set' op {step.kind} over dim {d} of its {side}: dim {d} is not outermost in memory"))
+    return out

@@ -1,0 +1,225 @@
+"""propagate-shardings: give every tensor without a sharding one.
+
+Per function, in this order (deterministic; values the user annotated are
+never changed):
+
+1. forward, in program order: an undecided op result gets
+   `sharding_rules.forward` of its operands' shardings (propagated or
+   annotated);
+2. backward, in reverse program order: undecided operands of an op whose
+   result is decided get `sharding_rules.required_operands` (the latest use
+   decides), with `partial` only where a contraction can make it;
+3. 1 and 2 again until nothing changes;
+4. what is left (values connected to no sharded tensor) is replicated on the
+   function's only mesh.
+
+Only placement propagates: Stream splits say how the op producing a tensor is
+computed, so they stay where the user wrote them. A propagated value keeps the
+mesh it comes from. A partial sum never propagates onto a function result:
+there the reduction completes before the return.
+
+Refused, as diagnostics naming the op and the shardings (no lowering can
+satisfy them):
+- a `partial` sharding on a function argument;
+- a `partial` result of an op that neither contracts a dimension into it
+  (fusion.matmul, fusion.linear without bias, fusion.sum, with a contracted
+  extent the mesh axis divides) nor carries it from operands partial over the
+  same type (a linear op: add, sub, neg, cast, set, permute, reshape,
+  broadcast_in_dim, slice, sum; matmul or linear with one partial operand);
+- an op other than fusion.set whose operands and result do not all lie on one
+  mesh (only fusion.set moves a tensor between meshes);
+- a value connected to no sharded tensor in a function that uses several
+  meshes (nothing decides its mesh).
+A function with no mesh at all (none declared, no sharding) is left as is, as
+are host programs (`hir.host`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, sharding_of, with_sharding
+from fuserc.passes import sharding_rules as rules
+from fuserc.sharding import Mesh, Sharding
+
+
+@dataclass(frozen=True)
+class PropagateShardings(ModulePass):
+    """Gives every unannotated tensor a sharding (DESIGN.md section 3, pass 1)."""
+
+    name = "propagate-shardings"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
+            if func.is_declaration or "hir.host" in func.attributes:
+                continue
+            scope = func.parent_block()
+            meshes = [m.sym_name.data for m in scope.ops if isinstance(m, MeshOp)] if scope else []
+            _FunctionPropagation(func, meshes).run()
+
+
+class _FunctionPropagation:
+    """The propagation state of one function: value -> decided sharding."""
+
+    def __init__(self, func: FuncOp, module_meshes: list[str]):
+        self.func = func
+        self.module_meshes = module_meshes
+        self.ops: list[Operation] = [o for o in func.walk() if o is not func]
+        args = [a for block in func.body.blocks for a in block.args]
+        results = [r for o in self.ops for r in o.results]
+        self.values: list[SSAValue] = [v for v in [*args, *results] if isinstance(v.type, TensorType)]
+        self.fixed: dict[SSAValue, Sharding] = {}
+        for v in self.values:
+            s = sharding_of(v)
+            if s is not None:
+                self.fixed[v] = s
+        self.known: dict[SSAValue, Sharding] = dict(self.fixed)
+        self.returned = {v for o in self.ops if isinstance(o, ReturnOp) for v in o.operands}
+
+    def mesh_of(self, name: str) -> Mesh | None:
+        return lookup_mesh(self.func, name)
+
+    # ---- driver -------------------------------------------------------------
+    def run(self) -> None:
+        if not self.fixed and not self.module_meshes:
+            return
+        self.check_arguments()
+        while self.forward() | self.backward():
+            pass
+        self.fill_unconnected()
+        for op in self.ops:
+            if isinstance(op, FusionOp):
+                self.check_meshes(op)
+                self.check_partial(op)
+        self.write_types()
+
+    def forward(self) -> bool:
+        changed = False
+        for op in self.ops:
+            if not isinstance(op, FusionOp) or op.results[0] in self.known:
+                continue
+            s = rules.forward(op, [self.known.get(v) for v in op.operands], self.mesh_of)
+            if s is None:
+                continue
+            if s.partial and op.results[0] in self.returned:
+                s = s.with_partial(None)
+            self.known[op.results[0]] = s
+            changed = True
+        return changed
+
+    def backward(self) -> bool:
+        changed = False
+        for op in reversed(self.ops):
+            if not isinstance(op, FusionOp):
+                continue
+            res = self.known.get(op.results[0])
+            if res is None or all(v in self.known for v in op.operands):
+                continue
+            for v, s in zip(op.operands, rules.required_operands(op, res, self.mesh_of)):
+                if v not in self.known:
+                    self.known[v] = s if self._may_be_partial(v, s) else s.with_partial(None)
+                    changed = True
+        return changed
+
+    def _may_be_partial(self, v: SSAValue, s: Sharding) -> bool:
+        """Backward gives a partial sum only to the result of a contraction
+        that can make it, never to an input or to a function result."""
+        owner = v.owner
+        return (
+            s.partial is not None
+            and isinstance(owner, FusionOp)
+            and v not in self.returned
+            and rules.can_make_partial(owner, s.partial, self.mesh_of(s.mesh))
+        )
+
+    def fill_unconnected(self) -> None:
+        rest = [v for v in self.values if v not in self.known]
+        if not rest:
+            return
+        meshes = sorted({s.mesh for s in self.known.values()}) or self.module_meshes
+        if len(meshes) != 1:
+            raise self._at(
+                rest[0],
+                f"cannot decide the mesh of {self._describe(rest[0])}: it is connected to no "
+                f"sharded tensor and the function uses meshes "
+                f"{', '.join('@' + m for m in meshes)}; annotate it",
+            )
+        for v in rest:
+            assert isinstance(v.type, TensorType)
+            self.known[v] = Sharding.replicated(meshes[0], len(v.type.get_shape()))
+
+    def write_types(self) -> None:
+        for v in self.values:
+            if v in self.fixed:
+                continue
+            assert isinstance(v.type, TensorType)
+            Rewriter.replace_value_with_new_type(v, with_sharding(v.type, self.known[v]))
+        self.func.update_function_type()
+
+    # ---- diagnostics --------------------------------------------------------
+    def check_arguments(self) -> None:
+        for v, s in self.fixed.items():
+            if isinstance(v, BlockArgument) and s.partial:
+                raise error_at(
+                    self.func,
+                    f"{self._describe(v)} has sharding {s}: a function input cannot be a "
+                    "partial sum (annotate it whole or split)",
+                )
+
+    def check_meshes(self, op: FusionOp) -> None:
+        if isinstance(op, SetOp):
+            return
+        operands = [self.known[v] for v in op.operands]
+        for i, s in enumerate(operands[1:], 1):
+            if s.mesh != operands[0].mesh:
+                raise error_at(
+                    op,
+                    f"'{op.name}' op operands lie on different meshes: operand #0 is {operands[0]} "
+                    f"and operand #{i} is {s}; only fusion.set moves a tensor between meshes",
+                )
+        res = self.known[op.results[0]]
+        if res.mesh != operands[0].mesh:
+            raise error_at(
+                op,
+                f"'{op.name}' op result {res} is on another mesh than its operands "
+                f"({operands[0]}); only fusion.set moves a tensor between meshes",
+            )
+
+    def check_partial(self, op: FusionOp) -> None:
+        res = self.fixed.get(op.results[0])
+        if res is None or res.partial is None:
+            return
+        p = res.partial
+        if rules.can_make_partial(op, p, self.mesh_of(res.mesh)):
+            return
+        partials = [self.known[v].partial for v in op.operands]
+        carries = rules.carries_partial(op)
+        if carries == rules.ALL and all(q == p for q in partials):
+            return
+        if carries == rules.ONE and partials.count(p) == 1 and partials.count(None) == len(partials) - 1:
+            return
+        shown = ", ".join(str(self.known[v]) for v in op.operands)
+        raise error_at(
+            op,
+            f"'{op.name}' op result has sharding {res}, but no lowering makes this partial sum: "
+            "only fusion.matmul, fusion.linear without bias and fusion.sum contract a "
+            "dimension the mesh divides into one, and only linear ops carry one from "
+            f"operands partial over {p} (operands: {shown})",
+        )
+
+    def _describe(self, v: SSAValue) -> str:
+        if isinstance(v, BlockArgument):
+            return f"function argument #{v.index} of @{self.func.sym_name.data}"
+        assert isinstance(v.owner, Operation)
+        return f"the result of '{v.owner.name}'"
+
+    def _at(self, v: SSAValue, message: str) -> Diagnostic:
+        return error_at(self.func if isinstance(v, BlockArgument) else v.owner, message)  # type: ignore[arg-type]

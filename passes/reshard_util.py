@@ -1,0 +1,321 @@
+"""Pure reshards and memory layouts: the vocabulary make-resharding-contiguous
+establishes and lower-to-host-ir reads.
+
+A *pure reshard* is a `fusion.set` whose operand and result differ only in
+sharding. `reshard_step` names the one communication it is (DESIGN.md 3's
+table), or None when it changes several things at once; `plan_reshard`
+decomposes any change of placement into a cheapest chain of such steps.
+Placement ignores Stream splits (`Sharding.without_streams`), as everywhere
+in fuserc.
+
+A buffer's memory layout is the `alloc_order` attribute of the op producing
+it (`alloc_order_of`): see `ALLOC_ORDER`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    Float16Type,
+    Float64Type,
+    IntegerType,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, OpResult, SSAValue
+
+from fuserc.dialects.fusion import sharding_of
+from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split
+
+Shape = tuple[int, ...]
+Meshes = Mapping[str, Mesh]
+
+# --------------------------------------------------------------------------
+# Memory layout: the alloc_order attribute
+# --------------------------------------------------------------------------
+
+ALLOC_ORDER = "alloc_order"
+"""Discardable attribute `alloc_order = array<i64: p0, p1, ...>` on an op
+with one tensor result: the result's buffer holds its local block with
+dimension p0 outermost and p(r-1) innermost, i.e. it is allocated as the
+local shape permuted by p, contiguous, and the op's logical result is the
+view `buffer.permute(inverse(p))`. Absent means the identity (row-major).
+Function arguments are always row-major."""
+
+
+def alloc_order_attr(order: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(order))
+
+
+def alloc_order_errors(op: Operation) -> list[str]:
+    """Why `op`'s alloc_order attribute is malformed (empty when it is
+    absent or valid: an array<i64> permutation of its result's rank)."""
+    attr = op.attributes.get(ALLOC_ORDER)
+    if attr is None:
+        return []
+    if len(op.results) != 1 or not isinstance(op.results[0].type, TensorType):
+        return [f"{ALLOC_ORDER} needs an op with one tensor result"]
+    if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
+        return [f"{ALLOC_ORDER} must be an array<i64: ...>, got {attr}"]
+    order = list(attr.get_values())
+    rank = op.results[0].type.get_rank()
+    if sorted(order) != list(range(rank)):
+        return [f"{ALLOC_ORDER} = {order} is not a permutation of the {rank} dimensions of the result"]
+    return []
+
+
+def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
+    """The memory order of `value`'s buffer, outermost first."""
+    assert isinstance(value.type, TensorType)
+    ident = tuple(range(value.type.get_rank()))
+    if isinstance(value, OpResult):
+        attr = value.op.attributes.get(ALLOC_ORDER)
+        if isinstance(attr, DenseArrayBase):
+            return tuple(int(v) for v in attr.get_values())
+    return ident
+
+
+def outermost(order: Sequence[int], dim: int, local_shape: Shape) -> bool:
+    """`dim` is outermost in memory up to dimensions of local extent 1, so
+    that its blocks are contiguous chunks of the buffer."""
+    return all(local_shape[d] == 1 for d in order[: list(order).index(dim)])
+
+
+def inverse(perm: Sequence[int]) -> tuple[int, ...]:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------
+# Reshard steps
+# --------------------------------------------------------------------------
+
+LOCAL_SLICE = "local_slice"
+ALLGATHER = "allgather"
+ALLTOALL = "alltoall"
+ALLREDUCE = "allreduce"
+REDUCE_SCATTER = "reduce_scatter"
+SEND_RECV = "send_recv"
+GATHER = "gather"
+SCATTER = "scatter"
+REDUCE = "reduce"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pure reshard.
+
+    kind: LOCAL_SLICE (add a split innermost on a dimension: no traffic),
+    ALLGATHER (remove the innermost split of a dimension), ALLTOALL (move the
+    innermost split of gather_dim to innermost on scatter_dim), ALLREDUCE
+    (partial to not partial), REDUCE_SCATTER (partial to a split innermost on
+    scatter_dim), SEND_RECV (the same sharding on another mesh: send/recv
+    pairs or a broadcast), GATHER / SCATTER (to another mesh, removing /
+    adding one split), REDUCE (partial to a mesh of one device).
+    ptype: the parallel type the step works over (the team's mesh axis).
+    scatter_dim: dimension of the operand cut into blocks for different
+    devices; gather_dim: dimension of the result along which blocks from
+    different devices are concatenated (None: no such dimension)."""
+
+    kind: str
+    ptype: str | None = None
+    scatter_dim: int | None = None
+    gather_dim: int | None = None
+
+    @property
+    def communicates(self) -> bool:
+        return self.kind != LOCAL_SLICE
+
+
+def _with_dim(s: Sharding, dim: int, splits: tuple[Split, ...]) -> Sharding:
+    return s.with_dims([splits if i == dim else d for i, d in enumerate(s.dims)])
+
+
+def _on(s: Sharding, mesh: str) -> Sharding:
+    return Sharding(mesh, s.dims, s.partial)
+
+
+def _same_axes(a: Mesh, b: Mesh, types: Sequence[str]) -> bool:
+    """Every type in `types` names axes of equal size on both meshes."""
+    try:
+        return all(a.axis_size(t) == b.axis_size(t) for t in types)
+    except ValueError:
+        return False
+
+
+def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Iterator[tuple[Step, Sharding]]:
+    """Every single step from placement `s` (no Stream splits); mesh changes
+    only toward `target_mesh`."""
+    mesh = meshes[s.mesh]
+    rank = len(shape)
+    used = set(s.device_types()) | ({s.partial} if s.partial else set())
+
+    def valid(t: Sharding) -> bool:
+        return not t.errors(shape, meshes.get(t.mesh))
+
+    free = [p for p in DEVICE_TYPES[: mesh.rank] if p not in used]
+    for p in free:
+        for d in range(rank):
+            t = _with_dim(s, d, s.dims[d] + (Split(p),))
+            if valid(t):
+                yield Step(LOCAL_SLICE, p), t
+    for d in range(rank):
+        if not s.dims[d]:
+            continue
+        p = s.dims[d][-1].ptype
+        t = _with_dim(s, d, s.dims[d][:-1])
+        yield Step(ALLGATHER, p, gather_dim=d), t
+        for j in range(rank):
+            if j != d:
+                t2 = _with_dim(t, j, t.dims[j] + (Split(p),))
+                if valid(t2):
+                    yield Step(ALLTOALL, p, scatter_dim=j, gather_dim=d), t2
+    if s.partial:
+        p = s.partial
+        t = s.with_partial(None)
+        yield Step(ALLREDUCE, p), t
+        for d in range(rank):
+            t2 = _with_dim(t, d, t.dims[d] + (Split(p),))
+            if valid(t2):
+                yield Step(REDUCE_SCATTER, p, scatter_dim=d), t2
+    if target_mesh == s.mesh or target_mesh not in meshes:
+        return
+    dst = meshes[target_mesh]
+    types = s.device_types()
+    moved = _on(s, target_mesh)
+    if _same_axes(mesh, dst, types + ([s.partial] if s.partial else [])) and valid(moved):
+        yield Step(SEND_RECV), moved
+    if s.partial:
+        if not types and dst.size == 1:
+            yield Step(REDUCE, s.partial), _on(s.with_partial(None), target_mesh)
+        return
+    for d in range(rank):
+        if s.dims[d]:
+            p = s.dims[d][-1].ptype
+            t = _on(_with_dim(s, d, s.dims[d][:-1]), target_mesh)
+            if _same_axes(mesh, dst, t.device_types()) and valid(t):
+                yield Step(GATHER, p, gather_dim=d), t
+    if _same_axes(mesh, dst, types):
+        for p in DEVICE_TYPES[: dst.rank]:
+            if p in types:
+                continue
+            for d in range(rank):
+                t = _on(_with_dim(s, d, s.dims[d] + (Split(p),)), target_mesh)
+                if valid(t):
+                    yield Step(SCATTER, p, scatter_dim=d), t
+
+
+def reshard_step(src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> Step | None:
+    """The single step a set from `src` to `dst` is, or None when it is not
+    one (same placement: a local copy; or several changes)."""
+    a, b = src.without_streams(), dst.without_streams()
+    if a == b or a.mesh not in meshes:
+        return None
+    for step, t in _moves(a, shape, meshes, b.mesh):
+        if t == b:
+            return step
+    return None
+
+
+def element_bytes(t: TensorType) -> int:
+    e = t.element_type
+    if isinstance(e, IntegerType):
+        return max(1, e.width.data // 8)
+    if isinstance(e, (Float16Type, BFloat16Type)):
+        return 2
+    if isinstance(e, Float64Type):
+        return 8
+    return 4  # f32
+
+
+def local_elements(s: Sharding, shape: Shape, meshes: Meshes) -> int:
+    return math.prod(s.local_shape(shape, meshes[s.mesh]))
+
+
+def step_cost(step: Step, src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> float:
+    """Elements one device receives (a bandwidth estimate for choosing plans)."""
+    ls, ld = local_elements(src, shape, meshes), local_elements(dst, shape, meshes)
+    n = meshes[src.mesh].axis_size(step.ptype) if step.ptype and step.kind != SCATTER else 1
+    if step.kind == LOCAL_SLICE:
+        return 0.0
+    if step.kind == ALLGATHER:
+        return float(ld - ls)
+    if step.kind in (ALLTOALL, REDUCE_SCATTER):
+        return ls * (n - 1) / n
+    if step.kind == ALLREDUCE:
+        return 2.0 * ls * (n - 1) / n
+    if step.kind == REDUCE:
+        return float(ls * n)
+    return float(ld)  # SEND_RECV, GATHER, SCATTER
+
+
+def plan_reshard(
+    src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes
+) -> list[tuple[Step, Sharding]] | None:
+    """A cheapest chain of steps from `src`'s placement to `dst`'s (each with
+    the placement it reaches), fewest steps among equals; [] when the
+    placements are equal; None when no chain exists (a partial sum cannot
+    be made by communication)."""
+    a, b = src.without_streams(), dst.without_streams()
+    if a == b:
+        return []
+    if a.mesh not in meshes or b.mesh not in meshes:
+        return None
+    tie = itertools.count()
+    heap: list[tuple[float, int, int, Sharding]] = [(0.0, 0, next(tie), a)]
+    best: dict[Sharding, tuple[float, int]] = {a: (0.0, 0)}
+    prev: dict[Sharding, tuple[Sharding, Step]] = {}
+    while heap:
+        cost, steps, _, s = heapq.heappop(heap)
+        if (cost, steps) != best[s]:
+            continue
+        if s == b:
+            path: list[tuple[Step, Sharding]] = []
+            while s in prev:
+                p, step = prev[s]
+                path.append((step, s))
+                s = p
+            return path[::-1]
+        for step, t in _moves(s, shape, meshes, b.mesh):
+            key = (cost + step_cost(step, s, t, shape, meshes), steps + 1)
+            if t not in best or key < best[t]:
+                best[t] = key
+                prev[t] = (s, step)
+                heapq.heappush(heap, (key[0], key[1], next(tie), t))
+    return None
+
+
+def plan_cost(plan: Sequence[tuple[Step, Sharding]], src: Sharding, shape: Shape, meshes: Meshes, elem_bytes: int) -> float:
+    total, s = 0.0, src.without_streams()
+    for step, t in plan:
+        total += step_cost(step, s, t, shape, meshes)
+        s = t
+    return total * elem_bytes
+
+
+def mesh_table(module: Operation) -> dict[str, Mesh]:
+    """Every `fusion.mesh` of `module`, by name."""
+    from fuserc.dialects.fusion import MeshOp
+
+    return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
+
+
+def placement_of(value: SSAValue) -> Sharding:
+    s = sharding_of(value)
+    assert s is not None
+    return s.without_streams()
+
+
+def tensor_shape(value_or_type: SSAValue | Attribute) -> Shape:
+    t = value_or_type.type if isinstance(value_or_type, SSAValue) else value_or_type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())

@@ -1,0 +1,540 @@
+"""How shardings flow through each fusion op.
+
+One description per op (`OpMap`) says how each operand dimension relates to
+the op's result:
+
+- `MAP r`: it becomes result dimension r; a split on it stays a split there;
+- `DROP r`: it lines up with result dimension r (or with none) but cannot stay
+  split through the op: a softmax dimension, a sliced dimension, a reduced
+  dimension of `max`, a broadcast dimension of extent 1;
+- `CONTRACT`: it is summed over (matmul's and linear's K, `sum`'s reduced
+  dimensions); a split there makes the local result a partial sum.
+
+Reshape relates groups of dimensions, not single ones: `reshape_sharding`.
+
+From these come the three rules the passes share, so that they agree:
+
+- `local_result`: the placement the op computes from its operands with no
+  communication, or None when the operands do not fit together (a contracted
+  dimension split on one operand only, two operands split differently, a
+  parallel type landing twice on the result, a split on a DROP dimension);
+- `forward`: the sharding propagation gives an undecided result. Operands are
+  taken in priority order (matmul: rhs, then lhs; linear: weight, bias, input,
+  as nvFuser; elementwise: the operand with the most device splits, ties to
+  the first), each adding its splits to result dimensions still whole with
+  parallel types not yet used;
+- `required_operands`: the operand placements under which the op computes a
+  given result locally (backward propagation, and what a resharding op's
+  operands must be resharded to).
+
+`computes_locally` compares a result with `local_result` (dimensions a
+broadcast creates may be split any way); `is_resharding(op)` is its negation
+on the op's own types: communication must be inserted.
+
+Partial sums: matmul, linear without bias and sum make one when a contracted
+dimension is split (`contracts`). Linear ops carry a partial operand to their
+result (`carries`): ALL (add, sub, neg, cast, set, permute, reshape,
+broadcast_in_dim, slice, sum: every operand partial over the same type) or
+ONE (matmul, linear without bias: at most one operand partial). Any other op
+needs its partial operands reduced first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, SSAValue
+
+from fuserc.dialects.fusion import (
+    AddOp,
+    BroadcastInDimOp,
+    CastOp,
+    ELEMENTWISE_OPS,
+    FusionOp,
+    LinearOp,
+    MatmulOp,
+    MaxOp,
+    NegOp,
+    PermuteOp,
+    ReshapeOp,
+    SetOp,
+    SliceOp,
+    SoftmaxOp,
+    SubOp,
+    SumOp,
+    lookup_mesh,
+    sharding_of,
+)
+from fuserc.sharding import Mesh, Sharding, Split
+
+Shape = tuple[int, ...]
+MeshLookup = Callable[[str], "Mesh | None"]
+
+MAP, DROP, CONTRACT = "map", "drop", "contract"
+ALL, ONE, NONE = "all", "one", "none"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one operand dimension goes (see the module docstring)."""
+
+    kind: str
+    dim: int | None = None
+
+
+@dataclass(frozen=True)
+class OpMap:
+    """An op's dimension map: one Target per dimension of each operand."""
+
+    operands: tuple[tuple[Target, ...], ...]
+    result_rank: int
+    priority: tuple[int, ...] | None  # operand order for `forward`; None: by splits
+    carries: str  # ALL | ONE | NONE
+    contracts: bool  # a split CONTRACT dimension may make the result partial
+
+    def free_dims(self) -> list[int]:
+        """Result dimensions no operand dimension lines up with (broadcast
+        dimensions): a device makes any block of them locally."""
+        taken = {t.dim for ts in self.operands for t in ts if t.dim is not None}
+        return [r for r in range(self.result_rank) if r not in taken]
+
+
+def _shape(v: SSAValue) -> Shape:
+    assert isinstance(v.type, TensorType)
+    return tuple(v.type.get_shape())
+
+
+def _identity(rank: int) -> tuple[Target, ...]:
+    return tuple(Target(MAP, d) for d in range(rank))
+
+
+def _norm(dims: Sequence[int], rank: int) -> list[int]:
+    return [d % max(1, rank) for d in dims]
+
+
+def _matmul_map(a: Shape, b: Shape, r: Shape) -> tuple[tuple[Target, ...], tuple[Target, ...]]:
+    """torch.matmul: a[..., M, K] @ b[..., K, N] (1-D operands have no M / N)."""
+    ra, rb, rr = len(a), len(b), len(r)
+    nbatch = rr - (ra >= 2) - (rb >= 2)
+
+    def side(shape: Shape, is_lhs: bool) -> tuple[Target, ...]:
+        n = len(shape)
+        if n == 1:
+            return (Target(CONTRACT),)
+        out: list[Target] = []
+        for j in range(n - 2):  # batch dims align right with the result's
+            rd = nbatch - (n - 2) + j
+            out.append(Target(MAP, rd) if shape[j] == r[rd] else Target(DROP))
+        if is_lhs:
+            out += [Target(MAP, rr - 2 if rb >= 2 else rr - 1), Target(CONTRACT)]
+        else:
+            out += [Target(CONTRACT), Target(MAP, rr - 1)]
+        return tuple(out)
+
+    return side(a, True), side(b, False)
+
+
+def op_map(op: FusionOp) -> OpMap | None:
+    """The dimension map of `op` (None for reshape, see `reshape_sharding`)."""
+    shapes = [_shape(v) for v in op.operands]
+    res = _shape(op.results[0])
+    rr = len(res)
+    if isinstance(op, ReshapeOp):
+        return None
+    if isinstance(op, MatmulOp):
+        ta, tb = _matmul_map(shapes[0], shapes[1], res)
+        return OpMap((ta, tb), rr, (1, 0), ONE, True)
+    if isinstance(op, LinearOp):
+        x, w = shapes[0], shapes[1]
+        tx = (*(Target(MAP, d) for d in range(len(x) - 1)), Target(CONTRACT))
+        tw = (Target(MAP, rr - 1), Target(CONTRACT)) if len(w) == 2 else (Target(CONTRACT),)
+        if len(shapes) == 3:
+            tbias = (Target(MAP, rr - 1),) if len(shapes[2]) == 1 else ()
+            # A partial sum with a bias would add the bias once per device.
+            return OpMap((tx, tw, tbias), rr, (1, 2, 0), NONE, False)
+        return OpMap((tx, tw), rr, (1, 0), ONE, True)
+    if isinstance(op, (SumOp, MaxOp)):
+        (shape,) = shapes
+        reduced = set(_norm(op.keyword("dims"), len(shape)))
+        keep = bool(op.keyword("keepdim"))
+        targets: list[Target] = []
+        r = 0
+        for d in range(len(shape)):
+            if d in reduced:
+                if isinstance(op, SumOp):
+                    targets.append(Target(CONTRACT))
+                else:
+                    targets.append(Target(DROP, r if keep else None))
+                r += keep
+            else:
+                targets.append(Target(MAP, r))
+                r += 1
+        if isinstance(op, SumOp):
+            return OpMap((tuple(targets),), rr, (0,), ALL, True)
+        return OpMap((tuple(targets),), rr, (0,), NONE, False)
+    if isinstance(op, PermuteOp):
+        perm = _norm(op.keyword("dims"), rr)
+        inverse = {d: r for r, d in enumerate(perm)}
+        return OpMap((tuple(Target(MAP, inverse[d]) for d in range(rr)),), rr, (0,), ALL, False)
+    if isinstance(op, BroadcastInDimOp):
+        (shape,) = shapes
+        dims = op.keyword("dims")
+        ts = tuple(
+            Target(MAP, dims[i]) if shape[i] == res[dims[i]] else Target(DROP)
+            for i in range(len(shape))
+        )
+        return OpMap((ts,), rr, (0,), ALL, False)
+    if isinstance(op, SliceOp):
+        (shape,) = shapes
+        starts, limits = op.keyword("starts"), op.keyword("limits")
+        ts = tuple(
+            Target(MAP, d) if (starts[d], limits[d]) == (0, shape[d]) else Target(DROP, d)
+            for d in range(len(shape))
+        )
+        return OpMap((ts,), rr, (0,), ALL, False)
+    if isinstance(op, SoftmaxOp):
+        sd = _norm([op.keyword("dim")], rr)[0]
+        ts = tuple(Target(DROP, d) if d == sd else Target(MAP, d) for d in range(rr))
+        return OpMap((ts,), rr, (0,), NONE, False)
+    if isinstance(op, SetOp):
+        return OpMap((_identity(rr),), rr, (0,), ALL, False)
+    if isinstance(op, ELEMENTWISE_OPS):
+        carries = ALL if isinstance(op, (AddOp, SubOp, NegOp, CastOp)) else NONE
+        return OpMap(tuple(_identity(rr) for _ in shapes), rr, None, carries, False)
+    raise ValueError(f"no sharding rule for {op.name}")
+
+
+# --------------------------------------------------------------------------
+# Reshape
+# --------------------------------------------------------------------------
+
+
+def reshape_groups(src: Shape, dst: Shape) -> list[tuple[list[int], list[int]]]:
+    """Minimal groups of source and result dimensions with equal element
+    counts; a dimension of extent 1 forms its own group when it can."""
+    if 0 in src or 0 in dst:
+        return [(list(range(len(src))), list(range(len(dst))))]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        a1 = i < len(src) and src[i] == 1
+        b1 = j < len(dst) and dst[j] == 1
+        if a1 and not b1:
+            groups.append(([i], []))
+            i += 1
+            continue
+        if b1 and not a1:
+            groups.append(([], [j]))
+            j += 1
+            continue
+        ins, outs = [i], [j]
+        pa, pb = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                ins.append(i)
+                pa *= src[i]
+                i += 1
+            else:
+                outs.append(j)
+                pb *= dst[j]
+                j += 1
+        groups.append((ins, outs))
+    return groups
+
+
+def reshape_sharding(
+    s: Sharding, src: Shape, dst: Shape, mesh: Mesh, exact: bool
+) -> Sharding | None:
+    """`s` (of a tensor of shape `src`) carried through a reshape to `dst`.
+
+    A dimension kept as is keeps its splits. In a group that splits or merges
+    dimensions, the splits of the outermost source dimension move to the
+    outermost result dimension when its extent divides by their factor (each
+    device's block stays one contiguous range of the group); other splits are
+    dropped, the dimension becoming whole. With `exact`, a dropped split means
+    the reshape is not local: None."""
+    s = s.without_streams()
+    dims: list[tuple[Split, ...]] = [() for _ in dst]
+    for ins, outs in reshape_groups(src, dst):
+        sharded = [d for d in ins if s.dims[d]]
+        if not sharded:
+            continue
+        if len(ins) == 1 and len(outs) == 1:
+            dims[outs[0]] = s.dims[ins[0]]
+            continue
+        outer_in = next((d for d in ins if src[d] != 1), ins[0])
+        outer_out = next((d for d in outs if dst[d] != 1), None)
+        for d in sharded:
+            factor = math.prod(sp.size(mesh) for sp in s.dims[d])
+            if d == outer_in and outer_out is not None and dst[outer_out] % factor == 0:
+                dims[outer_out] = s.dims[d]
+            elif exact:
+                return None
+    return Sharding(s.mesh, tuple(dims), s.partial)
+
+
+# --------------------------------------------------------------------------
+# The three rules
+# --------------------------------------------------------------------------
+
+
+def _device_splits(splits: tuple[Split, ...]) -> tuple[Split, ...]:
+    return tuple(s for s in splits if not s.is_stream)
+
+
+def _carried_partial(m: OpMap, operands: Sequence[Sharding | None]) -> tuple[bool, str | None]:
+    """(ok, partial) carried from the operands' partials: ok is False when
+    the op cannot compute locally on them."""
+    partials = [s.partial for s in operands if s is not None and s.partial]
+    if not partials:
+        return True, None
+    if m.carries == ALL and len(partials) == len(operands) and len(set(partials)) == 1:
+        return True, partials[0]
+    if m.carries == ONE and len(partials) == 1:
+        return True, partials[0]
+    return False, None
+
+
+def _valid_types(dims: Sequence[tuple[Split, ...]], partial: str | None) -> bool:
+    used = [s.ptype for d in dims for s in d] + ([partial] if partial else [])
+    return len(used) == len(set(used))
+
+
+def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup) -> Sharding | None:
+    """The placement `op` computes locally from operands placed as `operands`
+    (None: the operands do not fit together, communication is needed)."""
+    ops = [s.without_streams() for s in operands]
+    if len({s.mesh for s in ops}) != 1:
+        return None
+    mesh_name = ops[0].mesh
+    if isinstance(op, ReshapeOp):
+        mesh = mesh_of(mesh_name)
+        if mesh is None:
+            return None
+        return reshape_sharding(ops[0], _shape(op.operands[0]), _shape(op.results[0]), mesh, True)
+    m = op_map(op)
+    assert m is not None
+    dims: list[tuple[Split, ...] | None] = [None] * m.result_rank
+    contracted: tuple[Split, ...] | None = None
+    for s, targets in zip(ops, m.operands):
+        mine: tuple[Split, ...] = ()
+        for d, t in enumerate(targets):
+            splits = s.dims[d]
+            if t.kind == CONTRACT:
+                mine += splits
+                continue
+            if t.kind == DROP:
+                if splits:
+                    return None
+                splits = ()
+            if t.dim is None:
+                continue
+            if dims[t.dim] is None:
+                dims[t.dim] = splits
+            elif dims[t.dim] != splits:
+                return None
+        if any(t.kind == CONTRACT for t in targets):
+            if contracted is None:
+                contracted = mine
+            elif contracted != mine:
+                return None
+    ok, partial = _carried_partial(m, ops)
+    if not ok:
+        return None
+    if contracted:
+        if not m.contracts or len(contracted) != 1 or partial:
+            return None
+        partial = contracted[0].ptype
+    final = [d or () for d in dims]
+    if not _valid_types(final, partial):
+        return None
+    return Sharding(mesh_name, tuple(final), partial)
+
+
+def _fits(dims: list[tuple[Split, ...]], shape: Shape, mesh: Mesh | None) -> list[tuple[Split, ...]]:
+    """Drop the splits of dimensions whose extent they do not divide."""
+    if mesh is None:
+        return dims
+    out = []
+    for d, extent in zip(dims, shape):
+        factor = math.prod(s.size(mesh) for s in d)
+        out.append(d if factor and extent % factor == 0 else ())
+    return out
+
+
+def _priority(m: OpMap, operands: Sequence[Sharding | None]) -> list[int]:
+    known = [i for i in range(len(operands)) if operands[i] is not None]
+    if m.priority is not None:
+        return [i for i in m.priority if i in known]
+
+    def key(i: int) -> tuple[int, int]:
+        s = operands[i]
+        assert s is not None
+        return (-len(s.device_types()), i)
+
+    return sorted(known, key=key)
+
+
+def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLookup) -> Sharding | None:
+    """The sharding propagation gives `op`'s undecided result from the
+    operands it knows (None where none is known). Equal to `local_result`
+    whenever that exists."""
+    ops = [s.without_streams() if s is not None else None for s in operands]
+    res_shape = _shape(op.results[0])
+    if isinstance(op, ReshapeOp):
+        src = ops[0]
+        mesh = mesh_of(src.mesh) if src is not None else None
+        if src is None or mesh is None:
+            return None
+        return reshape_sharding(src, _shape(op.operands[0]), res_shape, mesh, False)
+    m = op_map(op)
+    assert m is not None
+    order = _priority(m, ops)
+    if not order:
+        return None
+    mesh_name = ops[order[0]].mesh  # type: ignore[union-attr]
+    same = [s if s is not None and s.mesh == mesh_name else None for s in ops]
+    # ALL needs every operand's partial; ONE only the known ones'.
+    complete = all(s is not None for s in same)
+    partial = _carried_partial(m, same)[1] if complete or m.carries == ONE else None
+    used: set[str] = {partial} if partial else set()
+    dims: list[tuple[Split, ...]] = [() for _ in range(m.result_rank)]
+    for i in order:
+        s = same[i]
+        if s is None:
+            continue
+        for d, t in enumerate(m.operands[i]):
+            splits = _device_splits(s.dims[d])
+            types = {sp.ptype for sp in splits}
+            if not splits or types & used:
+                continue
+            if t.kind == MAP and t.dim is not None and not dims[t.dim]:
+                dims[t.dim] = splits
+                used |= types
+            elif t.kind == CONTRACT and m.contracts and partial is None and len(splits) == 1:
+                partial = splits[0].ptype
+                used |= types
+    return Sharding(mesh_name, tuple(_fits(dims, res_shape, mesh_of(mesh_name))), partial)
+
+
+def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> list[Sharding]:
+    """Operand placements under which `op` computes `result` locally (as far
+    as one exists: a partial result of an op that cannot make one is given
+    operands without partial)."""
+    r = result.without_streams()
+    shapes = [_shape(v) for v in op.operands]
+    mesh = mesh_of(r.mesh)
+    if isinstance(op, ReshapeOp):
+        if mesh is None:
+            return [Sharding.replicated(r.mesh, len(shapes[0]))]
+        back = reshape_sharding(r, _shape(op.results[0]), shapes[0], mesh, False)
+        assert back is not None
+        return [back]
+    m = op_map(op)
+    assert m is not None
+    contract = r.partial if r.partial and _can_contract(m, shapes, r.partial, mesh) else None
+    carried = r.partial if r.partial and not contract and m.carries == ALL else None
+    out: list[Sharding] = []
+    for shape, targets in zip(shapes, m.operands):
+        dims: list[tuple[Split, ...]] = []
+        placed = False
+        for d, t in enumerate(targets):
+            if t.kind == MAP and t.dim is not None:
+                dims.append(r.dims[t.dim])
+            elif t.kind == CONTRACT and contract and not placed and _divides(shape[d], contract, mesh):
+                dims.append((Split(contract),))
+                placed = True
+            else:
+                dims.append(())
+        out.append(Sharding(r.mesh, tuple(_fits(dims, shape, mesh)), carried))
+    return out
+
+
+def _divides(extent: int, ptype: str, mesh: Mesh | None) -> bool:
+    if mesh is None:
+        return False
+    try:
+        return extent % mesh.axis_size(ptype) == 0
+    except ValueError:
+        return False
+
+
+def can_make_partial(op: FusionOp, ptype: str, mesh: Mesh | None) -> bool:
+    """`op` can contract a dimension into a partial sum over `ptype` (after
+    resharding its operands): matmul, linear without bias and sum, with a
+    contracted dimension the mesh axis divides."""
+    if isinstance(op, ReshapeOp):
+        return False
+    m = op_map(op)
+    return m is not None and _can_contract(m, [_shape(v) for v in op.operands], ptype, mesh)
+
+
+def _can_contract(m: OpMap, shapes: Sequence[Shape], ptype: str, mesh: Mesh | None) -> bool:
+    """Some contracted dimension can be split over `ptype`."""
+    return m.contracts and any(
+        t.kind == CONTRACT and _divides(shape[d], ptype, mesh)
+        for shape, targets in zip(shapes, m.operands)
+        for d, t in enumerate(targets)
+    )
+
+
+def carries_partial(op: FusionOp) -> str:
+    """ALL, ONE or NONE: how `op` passes partial operands to its result."""
+    if isinstance(op, ReshapeOp):
+        return ALL
+    m = op_map(op)
+    assert m is not None
+    return m.carries
+
+
+# --------------------------------------------------------------------------
+# Resharding
+# --------------------------------------------------------------------------
+
+
+def is_resharding(op: Operation) -> bool:
+    """True when `op`'s result placement (Stream splits ignored) differs from
+    what it computes locally from its operands' placements (nvFuser's
+    truth table: same mesh and parallel types: no; another mesh or type:
+    yes; a sum over a split dimension: local result partial, so yes unless
+    the result is that partial sum). Ops other than fusion tensor ops are
+    never resharding. Needs every tensor of `op` to have a sharding."""
+    if not isinstance(op, FusionOp) or not op.results:
+        return False
+    values = [*op.operands, op.results[0]]
+    shardings = [sharding_of(v) for v in values]
+    if all(s is None for s in shardings):
+        return False
+    if any(s is None for s in shardings):
+        raise ValueError(f"{op.name} has tensors without a sharding: run propagate-shardings first")
+    res = shardings[-1]
+    assert res is not None
+
+    def mesh_of(name: str) -> Mesh | None:
+        return lookup_mesh(op, name)
+
+    return not computes_locally(op, shardings[:-1], res, mesh_of)  # type: ignore[arg-type]
+
+
+def computes_locally(
+    op: FusionOp, operands: Sequence[Sharding], result: Sharding, mesh_of: MeshLookup
+) -> bool:
+    """`op` makes `result` (Stream splits ignored) from operands placed as
+    `operands` with no communication. Broadcast dimensions of the result may
+    be split any way: each device makes its block of them itself."""
+    res = result.without_streams()
+    local = local_result(op, operands, mesh_of)
+    if local is None:
+        return False
+    m = op_map(op)
+    if m is not None:
+        dims = list(local.dims)
+        for r in m.free_dims():
+            dims[r] = res.dims[r]
+        if _valid_types(dims, local.partial):
+            local = local.with_dims(dims)
+    return local.same_placement(res)

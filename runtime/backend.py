@@ -1,0 +1,274 @@
+"""The backend interface: what the host evaluator asks of a device.
+
+The evaluator (runtime/evaluator.py) is one implementation for every
+backend; everything device-specific sits behind this small interface:
+arrays and views, compute launches, communications over teams of ranks,
+streams and events, shared memory handles, and timing.
+
+Conventions shared by every backend:
+- An *array* is the backend's buffer type (a CPU torch tensor on cpu; a
+  device array on cuda). Element types are given as torch dtypes (the IR
+  mapping is `fuserc.runtime.reference.torch_dtype`).
+- A *team* is a tuple of MPI ranks in team order; positions (`root`,
+  `peer`) are indices into it. Every team a program uses is given to
+  `prepare_teams` once, at program load, on every rank in the same order,
+  so that communicators can be created collectively and cached.
+- Compute and communication are enqueued on the *current stream*; a
+  communication returns a `Work` token that `wait` completes. The cpu
+  backend runs streams in order; cuda overlaps them.
+- Destination passing: every op writes into buffers it is given.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar, Literal
+
+import torch
+from xdsl.ir import Block
+
+from fuserc.runtime.mpi_env import MpiEnv
+
+Array = Any
+"""A backend buffer (torch.Tensor on cpu)."""
+
+Team = tuple[int, ...]
+ReduceOp = Literal["sum", "max", "min", "prod"]
+REDUCE_OPS: tuple[str, ...] = ("sum", "max", "min", "prod")
+
+
+class Work:
+    """A communication in flight; `Backend.wait` completes it."""
+
+
+class Stream:
+    """A queue of work executed in order (a CUDA stream on cuda)."""
+
+
+class Event:
+    """A point in a stream's work that another stream can wait for."""
+
+
+class Handle:
+    """A buffer's memory shared across a team: one buffer per member, each
+    reachable by the others through `put` and `get`."""
+
+    team: Team
+
+
+class Backend(ABC):
+    """A device the host evaluator drives; one instance per rank."""
+
+    name: ClassVar[str]
+
+    def __init__(self, env: MpiEnv):
+        self.env = env
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def size(self) -> int:
+        return self.env.size
+
+    # ---- program load -------------------------------------------------------
+    @abstractmethod
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        """Create (once, cached) whatever each team needs to communicate.
+        Called on every rank with the same teams in the same order."""
+
+    # ---- arrays -------------------------------------------------------------
+    @abstractmethod
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> Array:
+        """A new contiguous buffer with undefined contents."""
+
+    @abstractmethod
+    def from_host(self, value: torch.Tensor) -> Array:
+        """A backend array holding a copy of a CPU tensor (an input)."""
+
+    @abstractmethod
+    def to_host(self, array: Array) -> torch.Tensor:
+        """A CPU tensor with the contents of `array` (synchronizes; a copy,
+        so that the caller may keep it while the buffer is reused)."""
+
+    # ---- views (no copy) ----------------------------------------------------
+    @abstractmethod
+    def select(self, array: Array, dim: int, index: int) -> Array:
+        """Index `index` of dim `dim`, which is dropped."""
+
+    @abstractmethod
+    def chunk(self, array: Array, dim: int, index: int, chunks: int) -> Array:
+        """The `index`-th of `chunks` equal blocks along `dim`."""
+
+    @abstractmethod
+    def reshape_view(self, array: Array, shape: Sequence[int]) -> Array:
+        """The same contiguous memory seen with another shape."""
+
+    @abstractmethod
+    def base(self, array: Array) -> Array:
+        """The buffer a view was made from (`array` itself if not a view)."""
+
+    @abstractmethod
+    def view_key(self, array: Array) -> Hashable:
+        """Where a view lies in its base (offset, shape, strides), so that
+        registrations of one buffer can be kept per view."""
+
+    # ---- compute (on the current stream) ------------------------------------
+    @abstractmethod
+    def copy(self, src: Array, dst: Array) -> None: ...
+
+    @abstractmethod
+    def matmul(self, a: Array, b: Array, out: Array) -> None:
+        """`torch.matmul(a, b)` into `out`."""
+
+    @abstractmethod
+    def linear(self, x: Array, w: Array, bias: Array | None, out: Array) -> None:
+        """`F.linear(x, w, bias)` into `out` (w is [out, in])."""
+
+    @abstractmethod
+    def launch(self, body: Block, ins: Sequence[Array], outs: Sequence[Array]) -> None:
+        """Run a region of fusion ops on local tensors: `body`'s arguments
+        are `ins`, the values its `hir.yield` yields go into `outs`."""
+
+    # ---- communication (returns a token; ranks outside `team` never call) --
+    @abstractmethod
+    def allgather(self, inp: Array, out: Array, team: Team) -> Work: ...
+
+    @abstractmethod
+    def broadcast(self, buf: Array, root: int, team: Team) -> Work: ...
+
+    @abstractmethod
+    def scatter(self, inp: Array | None, out: Array, root: int, team: Team) -> Work:
+        """`inp` is read on the root only (None elsewhere is fine)."""
+
+    @abstractmethod
+    def gather(self, inp: Array, out: Array | None, root: int, team: Team) -> Work:
+        """`out` is written on the root only."""
+
+    @abstractmethod
+    def reduce(self, inp: Array, out: Array | None, root: int, op: ReduceOp, team: Team) -> Work: ...
+
+    @abstractmethod
+    def allreduce(self, inp: Array, out: Array, op: ReduceOp, team: Team) -> Work:
+        """`inp` may be `out` (in place)."""
+
+    @abstractmethod
+    def reduce_scatter(self, inp: Array, out: Array, op: ReduceOp, team: Team) -> Work: ...
+
+    @abstractmethod
+    def alltoall(self, inp: Array, out: Array, team: Team) -> Work: ...
+
+    @abstractmethod
+    def send(self, buf: Array, peer: int, team: Team) -> Work: ...
+
+    @abstractmethod
+    def recv(self, buf: Array, peer: int, team: Team) -> Work: ...
+
+    @abstractmethod
+    def wait(self, work: Work) -> None:
+        """The current stream waits for `work` (on cpu, the host does)."""
+
+    # ---- streams and events -------------------------------------------------
+    @abstractmethod
+    def get_current_stream(self) -> Stream: ...
+
+    @abstractmethod
+    def set_current_stream(self, stream: Stream) -> None: ...
+
+    @abstractmethod
+    def stream_for(self, index: int, pool_size: int) -> Stream:
+        """The `(index mod pool_size)`-th worker stream of a pool of
+        `pool_size` (distinct from the main stream), created once."""
+
+    @abstractmethod
+    def record_event(self) -> Event:
+        """An event recorded on the current stream."""
+
+    @abstractmethod
+    def wait_event(self, event: Event) -> None:
+        """The current stream waits for `event` without blocking the host."""
+
+    # ---- peer-to-peer over shared memory handles ----------------------------
+    @abstractmethod
+    def share(self, buf: Array, team: Team) -> Handle:
+        """Exchange `buf`'s memory handle with the team (collective over
+        it). Callers cache the handle per allocation and reuse it."""
+
+    @abstractmethod
+    def release_handle(self, handle: Handle) -> None:
+        """Undo `share` (collective over the handle's team)."""
+
+    @abstractmethod
+    def put(self, src: Array, handle: Handle, peer: int) -> Work:
+        """Copy `src` into the shared buffer of team position `peer`."""
+
+    @abstractmethod
+    def get(self, handle: Handle, peer: int, dst: Array) -> Work:
+        """Copy the shared buffer of team position `peer` into `dst`."""
+
+    # ---- whole-device -------------------------------------------------------
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait for all work on every stream, including communications that
+        no one waited for; the main stream is current again afterwards."""
+
+    def barrier(self) -> None:
+        """All ranks of the job meet (host-side)."""
+        self.env.comm.Barrier()
+
+    # ---- timing -------------------------------------------------------------
+    @abstractmethod
+    def timer_start(self) -> Any:
+        """A mark on the main stream from which `timer_stop` measures."""
+
+    @abstractmethod
+    def timer_stop(self, mark: Any) -> float:
+        """Seconds of device time since `mark` (synchronizes)."""
+
+    def close(self) -> None:
+        """Free communicators and other per-job resources."""
+
+
+def reduce_op_name(op: str) -> ReduceOp:
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduction op '{op}' (one of {', '.join(REDUCE_OPS)})")
+    return op  # type: ignore[return-value]
+
+
+BACKEND_KINDS: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+
+def make_backend(kind: str, env: MpiEnv) -> Backend:
+    """The backend named by `--backend`: `auto` is cuda when its module,
+    CuPy and a GPU are all there, else cpu. The cuda module provides
+    `CudaBackend` and `unavailable_reason() -> str | None`."""
+    from fuserc.diagnostics import Diagnostic
+
+    if kind not in BACKEND_KINDS:
+        raise Diagnostic(f"unknown backend '{kind}' (one of {', '.join(BACKEND_KINDS)})")
+    if kind in ("auto", "cuda"):
+        reason = _cuda_unavailable()
+        if reason is None:
+            from fuserc.runtime.cuda import CudaBackend  # type: ignore[import-not-found]
+
+            return CudaBackend(env)
+        if kind == "cuda":
+            raise Diagnostic(f"the cuda backend cannot run here: {reason}")
+    from fuserc.runtime.cpu import CpuBackend
+
+    return CpuBackend(env)
+
+
+def _cuda_unavailable() -> str | None:
+    """Why the cuda backend cannot be used (None when it can)."""
+    import importlib
+
+    try:
+        cuda = importlib.import_module("fuserc.runtime.cuda")
+    except ModuleNotFoundError as e:
+        if e.name != "fuserc.runtime.cuda":
+            return f"a module it needs is missing ({e.name})"
+        return "this version of fuserc has no cuda backend"
+    return cuda.unavailable_reason()

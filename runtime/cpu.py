@@ -1,0 +1,462 @@
+"""The cpu backend: torch CPU tensors and MPI, so every program runs anywhere.
+
+Arrays are contiguous torch CPU tensors (views of them where the program
+asks). Communications go through mpi4py on one sub-communicator per team,
+created collectively at program load and cached; their ranks are in team
+order, so a team position is the rank in that communicator. Data moves as
+raw words of the element size (bf16 as 16-bit integers); reductions of
+16-bit floats run in float32 and are rounded back.
+
+Streams run in order: each op runs when the host reaches it. A
+communication is started non-blocking and completes at `wait`, or earlier
+when a later op touches memory it writes (or writes memory it reads), so
+that results never depend on how streams were interleaved. Put/get use MPI
+one-sided windows created by `share` (passive-target lock/unlock, so each
+copy is complete at the target when it returns).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from xdsl.ir import Block, SSAValue
+
+from fuserc.runtime.backend import Array, Backend, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.runtime.mpi_env import MpiEnv
+
+_WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+_REDUCE_DTYPE: dict[torch.dtype, torch.dtype] = {
+    torch.float32: torch.float32,
+    torch.float64: torch.float64,
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.int64: torch.int64,
+}
+"""The dtype a reduction is computed in over MPI."""
+
+
+def _words(t: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor's memory as integers of its element size."""
+    assert t.is_contiguous(), "communication buffers must be contiguous"
+    flat = t.reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    return flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    """The byte range a tensor (or view) may touch."""
+    if t.numel() == 0:
+        return None
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return start, start + extent * t.element_size()
+
+
+def _overlap(a: Sequence[tuple[int, int] | None], b: Sequence[tuple[int, int] | None]) -> bool:
+    return any(x and y and x[0] < y[1] and y[0] < x[1] for x in a for y in b)
+
+
+@dataclass(eq=False)
+class CpuStream(Stream):
+    name: str
+
+
+@dataclass(eq=False)
+class CpuEvent(Event):
+    stream: CpuStream
+
+
+@dataclass(eq=False)
+class CpuWork(Work):
+    """MPI requests in flight and what to do once they complete (copy a
+    staging buffer back); `reads`/`writes` are the byte ranges it touches."""
+
+    requests: list[Any] = field(default_factory=list)
+    finalize: list[Callable[[], None]] = field(default_factory=list)
+    reads: list[tuple[int, int] | None] = field(default_factory=list)
+    writes: list[tuple[int, int] | None] = field(default_factory=list)
+    keep: list[Any] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass(eq=False)
+class CpuHandle(Handle):
+    """An MPI window over one buffer per team member."""
+
+    window: Any
+    team: Team
+    nbytes: int
+    buffer: torch.Tensor
+
+
+def launch_with_torch(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+    """Run a `hir.launch` region op by op with torch in the declared dtypes
+    (the reference evaluator's ops), writing the yielded values into `outs`."""
+    from fuserc.runtime.reference import reference_op
+
+    env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
+    for op in body.ops:
+        if op.name == "hir.yield":
+            for out, v in zip(outs, op.operands, strict=True):
+                out.copy_(env[v])
+            return
+        env[op.results[0]] = reference_op(op, [env[v] for v in op.operands], None)
+    raise AssertionError("hir.launch region without hir.yield")
+
+
+class CpuBackend(Backend):
+    """Torch on the CPU, MPI between ranks."""
+
+    name = "cpu"
+
+    def __init__(self, env: MpiEnv):
+        super().__init__(env)
+        self._comms: dict[Team, Any] = {}
+        self._pending: list[CpuWork] = []
+        self._main = CpuStream("main")
+        self._current = self._main
+        self._pools: dict[int, list[CpuStream]] = {}
+
+    # ---- program load -------------------------------------------------------
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        """One communicator per team, made with MPI_Comm_create_group by the
+        team's members only. Every rank walks the same list in the same
+        order, so each creation completes before any member starts the next."""
+        world = self.env.comm
+        for team in teams:
+            if self.rank not in team or team in self._comms:
+                continue
+            group = world.Get_group().Incl(list(team))
+            self._comms[team] = world.Create_group(group, tag=7)
+            group.Free()
+
+    def _comm(self, team: Team) -> Any:
+        comm = self._comms.get(team)
+        if comm is None:
+            raise RuntimeError(f"team {list(team)} was not prepared on rank {self.rank}")
+        return comm
+
+    # ---- arrays -------------------------------------------------------------
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype)
+
+    def from_host(self, value: torch.Tensor) -> torch.Tensor:
+        return value.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+
+    def to_host(self, array: torch.Tensor) -> torch.Tensor:
+        self._order(reads=[array])
+        return array.detach().clone(memory_format=torch.contiguous_format)
+
+    # ---- views --------------------------------------------------------------
+    def select(self, array: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+        return array.select(dim, index)
+
+    def chunk(self, array: torch.Tensor, dim: int, index: int, chunks: int) -> torch.Tensor:
+        size = array.shape[dim] // chunks
+        return array.narrow(dim, index * size, size)
+
+    def reshape_view(self, array: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        return array.view(tuple(shape))
+
+    def base(self, array: torch.Tensor) -> torch.Tensor:
+        return array._base if array._base is not None else array
+
+    def view_key(self, array: torch.Tensor) -> Hashable:
+        return (array.storage_offset(), tuple(array.shape), tuple(array.stride()))
+
+    # ---- compute ------------------------------------------------------------
+    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        self._order(reads=[src], writes=[dst])
+        dst.copy_(src)
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        self._order(reads=[a, b], writes=[out])
+        if out.is_contiguous() and not _overlap([_span(out)], [_span(a), _span(b)]):
+            torch.matmul(a, b, out=out)
+        else:
+            out.copy_(torch.matmul(a, b))
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+        ins = [x, w] + ([bias] if bias is not None else [])
+        self._order(reads=ins, writes=[out])
+        out.copy_(torch.nn.functional.linear(x, w, bias))
+
+    def launch(self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+        self._order(reads=list(ins), writes=list(outs))
+        launch_with_torch(body, ins, outs)
+
+    # ---- communication ------------------------------------------------------
+    def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
+        work = self._start([inp], [out])
+        src, dst = self._readable(inp, work), self._writable(out, work)
+        work.requests.append(self._comm(team).Iallgather(_words(src), _words(dst)))
+        return work
+
+    def broadcast(self, buf: torch.Tensor, root: int, team: Team) -> Work:
+        work = self._start([buf], [buf])
+        if buf.is_contiguous():
+            staged = buf
+        else:
+            staged = buf.contiguous()
+            work.finalize.append(lambda: buf.copy_(staged))
+            work.keep.append(staged)
+        work.requests.append(self._comm(team).Ibcast(_words(staged), root=root))
+        return work
+
+    def scatter(self, inp: torch.Tensor | None, out: torch.Tensor, root: int, team: Team) -> Work:
+        comm = self._comm(team)
+        is_root = comm.Get_rank() == root
+        if is_root and inp is None:
+            raise RuntimeError(f"scatter: the input is absent on its root (rank {self.rank})")
+        work = self._start([inp] if is_root else [], [out])
+        send = _words(self._readable(inp, work)) if is_root else None
+        work.requests.append(comm.Iscatter(send, _words(self._writable(out, work)), root=root))
+        return work
+
+    def gather(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, team: Team) -> Work:
+        comm = self._comm(team)
+        is_root = comm.Get_rank() == root
+        if is_root and out is None:
+            raise RuntimeError(f"gather: the output is absent on its root (rank {self.rank})")
+        work = self._start([inp], [out] if is_root else [])
+        recv = _words(self._writable(out, work)) if is_root else None
+        work.requests.append(comm.Igather(_words(self._readable(inp, work)), recv, root=root))
+        return work
+
+    def reduce(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, op: ReduceOp, team: Team) -> Work:
+        comm = self._comm(team)
+        is_root = comm.Get_rank() == root
+        if is_root and out is None:
+            raise RuntimeError(f"reduce: the output is absent on its root (rank {self.rank})")
+        work = self._start([inp], [out] if is_root else [])
+        src = self._reduce_input(inp, out if is_root else None, work)
+        dst = self._reduce_output(out, work) if is_root else None
+        work.requests.append(comm.Ireduce(src, dst, op=_mpi_op(op), root=root))
+        return work
+
+    def allreduce(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
+        from mpi4py import MPI
+
+        comm = self._comm(team)
+        work = self._start([inp], [out])
+        if _same_view(inp, out) and out.is_contiguous() and _REDUCE_DTYPE.get(out.dtype) == out.dtype:
+            work.requests.append(comm.Iallreduce(MPI.IN_PLACE, out.numpy(), op=_mpi_op(op)))
+            return work
+        src = self._reduce_input(inp, out, work)
+        work.requests.append(comm.Iallreduce(src, self._reduce_output(out, work), op=_mpi_op(op)))
+        return work
+
+    def reduce_scatter(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
+        work = self._start([inp], [out])
+        src = self._reduce_input(inp, out, work)
+        dst = self._reduce_output(out, work)
+        work.requests.append(self._comm(team).Ireduce_scatter_block(src, dst, op=_mpi_op(op)))
+        return work
+
+    def alltoall(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
+        work = self._start([inp], [out])
+        src = self._readable(inp, work, copy=_overlap([_span(inp)], [_span(out)]))
+        work.requests.append(self._comm(team).Ialltoall(_words(src), _words(self._writable(out, work))))
+        return work
+
+    def send(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
+        work = self._start([buf], [])
+        work.requests.append(self._comm(team).Isend(_words(self._readable(buf, work)), dest=peer, tag=11))
+        return work
+
+    def recv(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
+        work = self._start([], [buf])
+        work.requests.append(self._comm(team).Irecv(_words(self._writable(buf, work)), source=peer, tag=11))
+        return work
+
+    def wait(self, work: Work) -> None:
+        assert isinstance(work, CpuWork)
+        self._complete(work)
+
+    # ---- streams and events: one in-order queue -----------------------------
+    def get_current_stream(self) -> Stream:
+        return self._current
+
+    def set_current_stream(self, stream: Stream) -> None:
+        assert isinstance(stream, CpuStream)
+        self._current = stream
+
+    def stream_for(self, index: int, pool_size: int) -> Stream:
+        pool = self._pools.get(pool_size)
+        if pool is None:
+            pool = self._pools[pool_size] = [CpuStream(f"worker{i}/{pool_size}") for i in range(pool_size)]
+        return pool[index % pool_size]
+
+    def record_event(self) -> Event:
+        return CpuEvent(self._current)
+
+    def wait_event(self, event: Event) -> None:
+        """Nothing to do: every op ran when the host reached it, and pending
+        communications complete before anything touches their memory."""
+
+    # ---- peer-to-peer -------------------------------------------------------
+    def share(self, buf: torch.Tensor, team: Team) -> Handle:
+        from mpi4py import MPI
+
+        if not buf.is_contiguous():
+            raise RuntimeError("hir.share needs a contiguous buffer")
+        self._order(reads=[buf], writes=[buf])
+        mem = _words(buf).view(np.uint8) if buf.numel() else np.empty(0, np.uint8)
+        window = MPI.Win.Create(mem, disp_unit=1, comm=self._comm(team))
+        return CpuHandle(window, team, buf.numel() * buf.element_size(), buf)
+
+    def release_handle(self, handle: Handle) -> None:
+        assert isinstance(handle, CpuHandle)
+        handle.window.Free()
+
+    def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
+        from mpi4py import MPI
+
+        assert isinstance(handle, CpuHandle)
+        _check_peer_copy(src, handle, "put")
+        self._order(reads=[src])
+        data = _words(src.contiguous()).view(np.uint8)
+        handle.window.Lock(peer, MPI.LOCK_SHARED)
+        handle.window.Put(data, peer)
+        handle.window.Unlock(peer)
+        return CpuWork(done=True)
+
+    def get(self, handle: Handle, peer: int, dst: torch.Tensor) -> Work:
+        from mpi4py import MPI
+
+        assert isinstance(handle, CpuHandle)
+        _check_peer_copy(dst, handle, "get")
+        self._order(writes=[dst])
+        staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
+        handle.window.Lock(peer, MPI.LOCK_SHARED)
+        handle.window.Get(_words(staged).view(np.uint8), peer)
+        handle.window.Unlock(peer)
+        if staged is not dst:
+            dst.copy_(staged)
+        return CpuWork(done=True)
+
+    # ---- whole device -------------------------------------------------------
+    def synchronize(self) -> None:
+        while self._pending:
+            self._complete(self._pending[0])
+        self._current = self._main
+
+    def timer_start(self) -> float:
+        self.synchronize()
+        return time.perf_counter()
+
+    def timer_stop(self, mark: Any) -> float:
+        self.synchronize()
+        return time.perf_counter() - float(mark)
+
+    def close(self) -> None:
+        self.synchronize()
+        for comm in self._comms.values():
+            comm.Free()
+        self._comms.clear()
+
+    # ---- internals ----------------------------------------------------------
+    def _order(self, reads: Sequence[torch.Tensor] = (), writes: Sequence[torch.Tensor] = ()) -> None:
+        """Complete the pending communications this op depends on: those
+        writing memory it touches, and those reading memory it writes."""
+        if not self._pending:
+            return
+        r = [_span(t) for t in reads]
+        w = [_span(t) for t in writes]
+        for work in list(self._pending):
+            if _overlap(work.writes, r + w) or _overlap(work.reads, w):
+                self._complete(work)
+
+    def _start(self, reads: Sequence[torch.Tensor], writes: Sequence[torch.Tensor]) -> CpuWork:
+        self._order(reads, writes)
+        work = CpuWork(reads=[_span(t) for t in reads], writes=[_span(t) for t in writes])
+        self._pending.append(work)
+        return work
+
+    def _complete(self, work: CpuWork) -> None:
+        from mpi4py import MPI
+
+        if work.done:
+            return
+        MPI.Request.Waitall(work.requests)
+        for fn in work.finalize:
+            fn()
+        work.done = True
+        work.keep.clear()
+        if work in self._pending:
+            self._pending.remove(work)
+
+    @staticmethod
+    def _readable(t: torch.Tensor, work: CpuWork, copy: bool = False) -> torch.Tensor:
+        """`t` as a contiguous buffer MPI may read (a copy when needed)."""
+        staged = t.clone(memory_format=torch.contiguous_format) if copy or not t.is_contiguous() else t
+        work.keep.append(staged)
+        return staged
+
+    @staticmethod
+    def _writable(t: torch.Tensor, work: CpuWork) -> torch.Tensor:
+        """A contiguous buffer MPI may write; copied into `t` on completion
+        when `t` itself is not contiguous."""
+        if t.is_contiguous():
+            work.keep.append(t)
+            return t
+        staged = torch.empty_like(t, memory_format=torch.contiguous_format)
+        work.keep.append(staged)
+        work.finalize.append(lambda: t.copy_(staged))
+        return staged
+
+    @staticmethod
+    def _reduce_input(inp: torch.Tensor, out: torch.Tensor | None, work: CpuWork) -> np.ndarray:
+        """The input of a reduction in its compute dtype, as numpy (a copy
+        when the dtype differs, it is not contiguous, or it overlaps `out`)."""
+        cdt = _reduce_dtype(inp.dtype)
+        aliased = out is not None and _overlap([_span(inp)], [_span(out)])
+        if cdt != inp.dtype or aliased or not inp.is_contiguous():
+            staged = inp.to(cdt, memory_format=torch.contiguous_format, copy=True)
+        else:
+            staged = inp
+        work.keep.append(staged)
+        return staged.numpy()
+
+    @staticmethod
+    def _reduce_output(out: torch.Tensor, work: CpuWork) -> np.ndarray:
+        cdt = _reduce_dtype(out.dtype)
+        if cdt == out.dtype and out.is_contiguous():
+            work.keep.append(out)
+            return out.numpy()
+        staged = torch.empty(out.shape, dtype=cdt)
+        work.keep.append(staged)
+        work.finalize.append(lambda: out.copy_(staged))
+        return staged.numpy()
+
+
+def _reduce_dtype(dtype: torch.dtype) -> torch.dtype:
+    cdt = _REDUCE_DTYPE.get(dtype)
+    if cdt is None:
+        raise RuntimeError(f"reductions over MPI do not support {dtype}")
+    return cdt
+
+
+def _mpi_op(op: ReduceOp) -> Any:
+    from mpi4py import MPI
+
+    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
+def _check_peer_copy(local: torch.Tensor, handle: CpuHandle, what: str) -> None:
+    nbytes = local.numel() * local.element_size()
+    if nbytes != handle.nbytes:
+        raise RuntimeError(
+            f"{what}: local buffer of {nbytes} bytes does not match the shared buffer of {handle.nbytes} bytes"
+        )

@@ -1,0 +1,218 @@
+"""Global tensors in and out of a sharded run.
+
+Inputs are global tensors (from .npy files, or random from a seed) that
+every rank holds whole and cuts into its own shard with
+`fuserc.sharding.shard_array`. Outputs are gathered from the ranks holding
+shards to one rank and assembled at their global shape; partial results are
+summed. NumPy has no bfloat16: bf16 tensors travel and are saved as float32.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fuserc.diagnostics import Diagnostic
+from fuserc.runtime.evaluator import ValueSpec
+from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.sharding import Mesh, global_slots, shard_array
+
+_FILE_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(np.float32),
+    torch.int64: np.dtype(np.int64),
+    torch.bool: np.dtype(np.bool_),
+}
+"""The NumPy dtype that holds a tensor of each dtype in files and in transit."""
+
+
+def host_dtype(dtype: torch.dtype) -> np.dtype:
+    return _FILE_DTYPES[dtype]
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as NumPy (bf16 as float32)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.to(torch.float32)
+    return t.contiguous().numpy()
+
+
+def _type_text(spec: ValueSpec) -> str:
+    return str(spec.global_type)
+
+
+# --------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------
+
+
+def check_global_input(value: np.ndarray | torch.Tensor, spec: ValueSpec, source: str = "") -> torch.Tensor:
+    """A global input as a tensor of the argument's dtype; a Diagnostic
+    naming the argument when its shape or dtype is not the expected one.
+    A bf16 argument takes float32 values (rounded to bf16)."""
+    where = f"{spec.label}{f' ({source})' if source else ''}"
+    want_np = host_dtype(spec.dtype)
+    if isinstance(value, np.ndarray):
+        got_shape, got_dtype = tuple(value.shape), str(value.dtype)
+        ok = value.dtype == want_np
+    elif isinstance(value, torch.Tensor):
+        got_shape, got_dtype = tuple(value.shape), str(value.dtype).removeprefix("torch.")
+        ok = value.dtype == spec.dtype or (spec.dtype == torch.bfloat16 and value.dtype == torch.float32)
+    else:
+        raise Diagnostic(f"{where}: expected an array, got {type(value).__name__}")
+    want_name = f"{want_np}" + (" (for bf16)" if spec.dtype == torch.bfloat16 else "")
+    if got_shape != spec.global_shape or not ok:
+        raise Diagnostic(
+            f"{where}: expected a {want_name} array of shape {list(spec.global_shape)} "
+            f"for {_type_text(spec)}, got a {got_dtype} array of shape {list(got_shape)}"
+        )
+    t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value.detach().cpu()
+    return t.to(spec.dtype)
+
+
+def load_inputs(paths: Sequence[str], params: Sequence[ValueSpec]) -> list[torch.Tensor]:
+    """The global inputs from .npy files, one per argument in order."""
+    if len(paths) != len(params):
+        raise Diagnostic(
+            f"the program takes {len(params)} inputs, got {len(paths)} (-i/--input once per argument, in order)"
+        )
+    out = []
+    for path, spec in zip(paths, params):
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise Diagnostic(f"{spec.label}: cannot read {path}: {e}") from None
+        out.append(check_global_input(array, spec, path))
+    return out
+
+
+def random_inputs(params: Sequence[ValueSpec], seed: int) -> list[torch.Tensor]:
+    """Global inputs drawn from `seed`, identical on every rank: standard
+    normal floats (rounded to the argument's dtype), integers in [-8, 8),
+    booleans; argument i uses the generator seeded with seed + i."""
+    out = []
+    for spec in params:
+        g = torch.Generator().manual_seed(seed + spec.index)
+        shape = spec.global_shape
+        if spec.dtype.is_floating_point:
+            t = torch.randn(shape, generator=g, dtype=torch.float32).to(spec.dtype)
+        elif spec.dtype == torch.bool:
+            t = torch.randint(0, 2, shape, generator=g).to(torch.bool)
+        else:
+            t = torch.randint(-8, 8, shape, generator=g, dtype=spec.dtype)
+        out.append(t)
+    return out
+
+
+def shard_input(value: torch.Tensor, spec: ValueSpec, rank: int) -> torch.Tensor | None:
+    """This rank's shard of a global input (None when it holds none). For a
+    partial sharding the device at coordinate 0 of the partial axis holds
+    the value and the others zeros, so that the sum is the value."""
+    if not spec.present_on(rank):
+        return None
+    if spec.mesh is None:
+        return value.contiguous()
+    local = shard_array(value, spec.sharding, spec.mesh, rank).contiguous()
+    partial = spec.sharding.partial
+    if partial and spec.mesh.coords(rank)[spec.mesh.axis_of(partial)] != 0:
+        local = torch.zeros_like(local)
+    return local
+
+
+def shard_inputs(values: Sequence[torch.Tensor], params: Sequence[ValueSpec], rank: int) -> list[torch.Tensor | None]:
+    return [shard_input(v, s, rank) for v, s in zip(values, params, strict=True)]
+
+
+# --------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------
+
+
+def contributors(spec: ValueSpec, size: int) -> list[int]:
+    """The devices whose shards together make the global value: one per
+    distinct block (and every summand of a partial value); replicas along
+    mesh axes the sharding does not use are skipped."""
+    mesh = spec.mesh
+    if mesh is None:
+        return [0]
+    used = {mesh.axis_of(p) for p in spec.sharding.device_types()}
+    if spec.sharding.partial:
+        used.add(mesh.axis_of(spec.sharding.partial))
+    return [d for d in mesh.devices if all(c == 0 for a, c in enumerate(mesh.coords(d)) if a not in used)]
+
+
+def gather_outputs(
+    results: Sequence[torch.Tensor | None], specs: Sequence[ValueSpec], env: MpiEnv, root: int = 0
+) -> list[np.ndarray] | None:
+    """Each result gathered at its global shape on `root` (None on the
+    other ranks), also when `root` holds no shard of it. Collective: every
+    rank calls it with its local results (CPU tensors, None where absent)."""
+    comm = env.comm
+    gathered: list[np.ndarray] = []
+    for i, (local, spec) in enumerate(zip(results, specs, strict=True)):
+        tag = 1000 + i % 30000
+        senders = contributors(spec, env.size)
+        if env.rank in senders and env.rank != root:
+            if local is None:
+                raise RuntimeError(f"{spec.label} is absent on rank {env.rank}, which holds a shard")
+            comm.Send(np.ascontiguousarray(to_numpy(local)), dest=root, tag=tag)
+        if env.rank != root:
+            continue
+        wire = host_dtype(spec.dtype)
+        partial = bool(spec.sharding.partial)
+        acc_dtype = np.float64 if partial and wire.kind == "f" else wire
+        out = np.zeros(spec.global_shape, dtype=acc_dtype)
+        for d in senders:
+            if d == root:
+                if local is None:
+                    raise RuntimeError(f"{spec.label} is absent on rank {root}, which holds a shard")
+                piece = to_numpy(local)
+            else:
+                piece = np.empty(spec.shape, dtype=wire)
+                comm.Recv(piece, source=d, tag=tag)
+            index = _block_index(spec, spec.mesh, d)
+            if partial:
+                out[index] += piece
+            else:
+                out[index] = piece
+        gathered.append(out.astype(wire, copy=False))
+    return gathered if env.rank == root else None
+
+
+def _block_index(spec: ValueSpec, mesh: Mesh | None, device: int) -> Any:
+    """The global positions of `device`'s shard, as a NumPy index."""
+    if mesh is None:
+        return ()
+    slots = global_slots(spec.sharding, spec.global_shape, mesh, device)
+    return np.ix_(*slots) if slots else ()
+
+
+def broadcast_outputs(arrays: list[np.ndarray] | None, specs: Sequence[ValueSpec], env: MpiEnv, root: int = 0) -> list[np.ndarray]:
+    """Outputs gathered on `root` given to every rank."""
+    out = []
+    for i, spec in enumerate(specs):
+        buf = arrays[i] if env.rank == root and arrays is not None else np.empty(spec.global_shape, host_dtype(spec.dtype))
+        env.comm.Bcast(buf, root=root)
+        out.append(buf)
+    return out
+
+
+def save_outputs(directory: str, arrays: Sequence[np.ndarray]) -> list[str]:
+    """DIR/out0.npy, DIR/out1.npy, ... (the directory is created)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        paths = []
+        for i, a in enumerate(arrays):
+            path = os.path.join(directory, f"out{i}.npy")
+            np.save(path, a)
+            paths.append(path)
+    except OSError as e:
+        raise Diagnostic(f"cannot write outputs to {directory}: {e.strerror or e}") from None
+    return paths

@@ -1,0 +1,73 @@
+"""Helpers of the end-to-end tests: `fuserc run` under `mpiexec -n N`.
+
+Programs in programs/*.mlir.in are templates for a team of N ranks: each
+`${expr}` is a Python expression of N, LAST (= N - 1) and TEAM (the list
+`[0, ..., N-1]`), replaced by its value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
+TIMEOUT_S = 90
+
+# Safe defaults for Open MPI and MPICH on a small CI machine: oversubscribe
+# cores, allow root in containers, launch locally without ssh, one thread
+# per rank so that N ranks share 2 cores without thrashing.
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "HYDRA_LAUNCHER": "fork",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def expand(template: str, n: int) -> str:
+    """The program of a template for a team of `n` ranks."""
+    team = "[" + ", ".join(str(i) for i in range(n)) + "]"
+    names = {"N": n, "LAST": n - 1, "TEAM": team}
+    return re.sub(r"\$\{([^}]+)\}", lambda m: str(eval(m.group(1), {}, names)), template)
+
+
+def program(name: str, n: int, directory: Path) -> Path:
+    """Write the program `name` (a template or a plain .mlir) for n ranks."""
+    src = PROGRAMS / name
+    text = src.read_text()
+    if src.suffix == ".in":
+        text = expand(text, n)
+    out = directory / f"{src.name.removesuffix('.in').removesuffix('.mlir')}_n{n}.mlir"
+    out.write_text(text)
+    return out
+
+
+def mpirun(
+    n: int, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """`mpiexec -n n fuserc run ARGS` under `timeout`, output captured."""
+    if MPIEXEC is None:
+        pytest.skip("mpiexec is not installed")
+    full_env = {**os.environ, **MPI_ENV, **(env or {})}
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "fuserc", "run", *map(str, args)]
+    if shutil.which("timeout"):
+        cmd = ["timeout", "-k", "5", str(timeout), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15)
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc

@@ -1,0 +1,215 @@
+"""`fuserc run` end to end: hand-written host programs under `mpiexec -n N`
+on the cpu backend, results checked against NumPy."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness import PROGRAMS, mpirun, ok, program
+
+RNG = np.random.default_rng(1234)
+
+
+def _save(directory: Path, name: str, array: np.ndarray) -> Path:
+    path = directory / f"{name}.npy"
+    np.save(path, array)
+    return path
+
+
+def _outputs(directory: Path, count: int) -> list[np.ndarray]:
+    return [np.load(directory / f"out{i}.npy") for i in range(count)]
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def collectives_expected(n: int, x: np.ndarray, w: np.ndarray, wl: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+    """What programs/collectives.mlir.in returns, op by op."""
+    r = 2 * n
+    blocks = [x[r * i : r * (i + 1)] for i in range(n)]
+    alltoall = np.concatenate([np.concatenate([blocks[i][2 * j : 2 * j + 2] for i in range(n)]) for j in range(n)])
+    y = x @ w
+    return [
+        x,  # allgather
+        sum(blocks),  # allreduce
+        n * x,  # reduce_scatter of the gathered X
+        blocks[n - 1],  # broadcast from the last
+        x,  # scatter
+        x,  # gather to 0
+        np.max(np.stack(blocks), axis=0),  # reduce max to the last
+        alltoall,
+        np.concatenate([blocks[(i - 1) % n] for i in range(n)]),  # send/recv ring
+        np.concatenate([blocks[(i - 1) % n] for i in range(n)]),  # put
+        np.concatenate([blocks[(i - 2) % n] for i in range(n)]),  # get
+        sum(blocks),  # partial output summed
+        y,  # chunks on streams
+        x,  # broadcast pipeline
+        _gelu(x[0]) * x[0],  # select + launch
+        y.reshape(-1),  # view
+        x @ wl.T + b,  # linear with bias
+        x @ wl.T,  # linear
+        _bf16(x),  # copy to bf16
+    ]
+
+
+def _collectives_inputs(n: int, tmp_path: Path) -> tuple[list[np.ndarray], list[Path]]:
+    arrays = [
+        RNG.standard_normal((2 * n * n, 3)).astype(np.float32),
+        RNG.standard_normal((3, 4)).astype(np.float32),
+        RNG.standard_normal((4, 3)).astype(np.float32),
+        RNG.standard_normal((4,)).astype(np.float32),
+    ]
+    return arrays, [_save(tmp_path, name, a) for name, a in zip(("x", "w", "wl", "b"), arrays)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_collectives(n: int, tmp_path: Path) -> None:
+    """Every communication op, views, streams, if_rank, launch, matmul and
+    linear; with 4 ranks the results come from a third run of the program
+    (timing first), so reused cached buffers and shared handles are tested."""
+    prog = program("collectives.mlir.in", n, tmp_path)
+    arrays, paths = _collectives_inputs(n, tmp_path)
+    out = tmp_path / "out"
+    args = [prog, "-p", "", "--backend", "cpu", "--save-outputs", out]
+    for p in paths:
+        args += ["-i", p]
+    if n == 4:
+        args += ["--warmup", "1", "--iters", "1"]
+    proc = ok(mpirun(n, args))
+    expected = collectives_expected(n, *arrays)
+    got = _outputs(out, len(expected))
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape, f"output {i}"
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    assert got[18].dtype == np.float32  # bf16 saved as float32
+    if n == 4:
+        assert "TFLOP/s per GPU" in proc.stdout and "median" in proc.stdout
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_bf16(n: int, tmp_path: Path) -> None:
+    prog = program("bf16.mlir.in", n, tmp_path)
+    x = RNG.standard_normal((2 * n * n, 8)).astype(np.float32)
+    w = RNG.standard_normal((8, 4)).astype(np.float32)
+    out = tmp_path / "out"
+    ok(mpirun(n, [prog, "-p", "", "-i", _save(tmp_path, "x", x), "-i", _save(tmp_path, "w", w), "--save-outputs", out]))
+    xb, wb = _bf16(x), _bf16(w)  # bf16 arguments take float32 files, rounded
+    r = 2 * n
+    blocks = [xb[r * i : r * (i + 1)] for i in range(n)]
+    alltoall = np.concatenate([np.concatenate([blocks[i][2 * j : 2 * j + 2] for i in range(n)]) for j in range(n)])
+    silu = torch.nn.functional.silu(torch.from_numpy(xb).to(torch.bfloat16)).float().numpy()
+    expected = [xb @ wb, sum(blocks), n * xb, alltoall, silu]
+    got = _outputs(out, len(expected))
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, e, rtol=2e-2, atol=2e-2, err_msg=f"output {i}")
+    np.testing.assert_array_equal(got[3], alltoall)  # moved bit for bit
+
+
+def test_mesh2d(tmp_path: Path) -> None:
+    """Teams of a 2-D mesh; outputs replicated along one axis and partial
+    along another are assembled from one replica each and summed."""
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    out = tmp_path / "out"
+    ok(mpirun(4, [PROGRAMS / "mesh2d.mlir", "-p", "", "-i", _save(tmp_path, "x", x), "--save-outputs", out]))
+    got = _outputs(out, 3)
+    np.testing.assert_allclose(got[0], x[:, :3] + x[:, 3:], rtol=1e-6)
+    np.testing.assert_array_equal(got[1], x)
+    np.testing.assert_allclose(got[2], x[:2] + x[2:], rtol=1e-6)
+
+
+def test_seed_is_deterministic(tmp_path: Path) -> None:
+    """--seed draws the same global arguments on every rank and every run,
+    and each rank holds its shard of them."""
+    from fuserc.ir import parse
+    from fuserc.runtime.evaluator import find_host_program, _spec, _meshes
+    from fuserc.runtime.io import random_inputs
+
+    prog = program("collectives.mlir.in", 2, tmp_path)
+    for run in ("a", "b"):
+        ok(mpirun(2, [prog, "-p", "", "--seed", "7", "--save-outputs", tmp_path / run]))
+    a, b = _outputs(tmp_path / "a", 19), _outputs(tmp_path / "b", 19)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    module = parse(prog.read_text(), str(prog))
+    func = find_host_program(module, "main")
+    meshes = _meshes(module)
+    params = [_spec(func, meshes, i, t, False) for i, t in enumerate(func.function_type.inputs.data)]
+    drawn = [t.numpy() for t in random_inputs(params, 7)]
+    expected = collectives_expected(2, *drawn)
+    for i, (g, e) in enumerate(zip(a, expected)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    other = [t.numpy() for t in random_inputs(params, 8)]
+    assert not np.array_equal(other[0], drawn[0])
+
+
+def test_print_host_ir(tmp_path: Path) -> None:
+    prog = program("bf16.mlir.in", 2, tmp_path)
+    proc = ok(mpirun(2, [prog, "-p", "", "--print-host-ir"]))
+    assert proc.stdout.count("attributes {hir.host}") == 1  # rank 0 only
+    assert "hir.allgather" in proc.stdout
+
+
+# ---- failures ------------------------------------------------------------------
+
+
+def test_too_few_ranks(tmp_path: Path) -> None:
+    proc = mpirun(2, [program("collectives.mlir.in", 4, tmp_path), "-p", ""])
+    assert proc.returncode == 1, proc.stderr
+    assert "needs 4 ranks" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_wrong_input_shape(tmp_path: Path) -> None:
+    prog = program("collectives.mlir.in", 2, tmp_path)
+    arrays, paths = _collectives_inputs(2, tmp_path)
+    paths[2] = _save(tmp_path, "bad", np.zeros((3, 4), np.float32))  # %wl is 4x3
+    args = [prog, "-p", ""]
+    for p in paths:
+        args += ["-i", p]
+    proc = mpirun(2, args)
+    assert proc.returncode == 1, proc.stderr
+    assert "argument #2 (%wl)" in proc.stderr and "[4, 3]" in proc.stderr and "[3, 4]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rank_failure_ends_the_job(tmp_path: Path) -> None:
+    """Rank 1 raises at its first op while rank 0 blocks in a collective:
+    the job ends non-zero with rank 1's message, promptly."""
+    prog = program("collectives.mlir.in", 2, tmp_path)
+    start = time.monotonic()
+    proc = mpirun(2, [prog, "-p", "", "--seed", "1"], env={"FUSERC_FAIL_RANK": "1"}, timeout=60)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "[rank 1]" in proc.stderr and "injected failure" in proc.stderr
+
+
+def test_cuda_backend_unavailable_is_clean(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = mpirun(1, [program("bf16.mlir.in", 1, tmp_path), "-p", "", "--backend", "cuda"])
+    assert proc.returncode == 1
+    assert "cuda backend cannot run here" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_usage_exits_2(tmp_path: Path) -> None:
+    proc = mpirun(1, [program("bf16.mlir.in", 1, tmp_path), "-p", "", "--warmup", "2"])
+    assert proc.returncode == 2
+    assert "--warmup needs --iters" in proc.stderr
+
+
+def test_check_needs_a_fusion_function(tmp_path: Path) -> None:
+    proc = mpirun(1, [program("bf16.mlir.in", 1, tmp_path), "-p", "", "--check"])
+    assert proc.returncode == 1
+    assert "--check" in proc.stderr and "host program" in proc.stderr

@@ -1,0 +1,309 @@
+// Every diagnostic of the fusion ops' syntax and types (shape rules are in
+// invalid_shapes.mlir): keywords, operand and result counts, element types,
+// static shapes, the result type, op attributes, and the generic form.
+// RUN: %fuserc opt --split-input-file --verify-diagnostics %s
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{unknown keyword 'dim' for fusion.sum (keywords: dims, keepdim)}}
+  %y = fusion.sum %x dim = [1] : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{unknown keyword 'dims' for fusion.relu (keywords: none)}}
+  %y = fusion.relu %x dims = [1] : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{keyword 'dims' is given twice}}
+  %y = fusion.sum %x dims = [1] dims = [0] : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Expected '=' after 'dims'}}
+  %y = fusion.sum %x dims [1] : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Expected boolean literal}}
+  %y = fusion.sum %x dims = [1] keepdim = 1 : (tensor<8x4xf32>) -> tensor<8x1xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Expected ':' before the type of fusion.relu}}
+  %y = fusion.relu %x (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+// Keywords can come in any order; a keyword the op requires cannot be left out.
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{property 'dims' expected}}
+  %y = fusion.sum %x keepdim = true : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{fusion.add has 1 operands but its type lists 2}}
+  %y = fusion.add %x : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{fusion.relu has one result but its type lists 2}}
+  %y, %z = fusion.relu %x : (tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>)
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{fusion.relu has one result but its type lists 0}}
+  fusion.relu %x : (tensor<8x4xf32>) -> ()
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{fusion.linear takes 2 or 3 operands (input, weight, bias?)}}
+  %y = fusion.linear %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{fusion.linear takes 2 or 3 operands (input, weight, bias?)}}
+  %y = fusion.linear %x, %x, %x, %x : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{Expected 2 or 3 operands, but got 4}}
+  %y = "fusion.linear"(%x, %x, %x, %x) : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) {
+  // expected-error @+1 {{Expected 1 result, but got 2}}
+  %y:2 = "fusion.relu"(%x) : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>)
+  func.return
+}
+
+// -----
+
+func.func @f(%x: f32) {
+  // expected-error @+1 {{'fusion.relu' op operand 'input' at position 0 does not verify}}
+  %y = fusion.relu %x : (f32) -> f32
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x4xf32>) {
+  // expected-error @+1 {{'fusion.relu' op operands and results must have static shapes, got tensor<?x4xf32>}}
+  %y = fusion.relu %x : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xi32>) {
+  // expected-error @+1 {{'fusion.add' op element type i32 is not supported}}
+  %y = fusion.add %x, %x : (tensor<8x4xi32>, tensor<8x4xi32>) -> tensor<8x4xi32>
+  func.return
+}
+
+// -----
+
+// Arithmetic takes i64 but not i1.
+func.func @f(%x: tensor<8x4xi1>) {
+  // expected-error @+1 {{'fusion.mul' op element type i1 is not supported}}
+  %y = fusion.mul %x, %x : (tensor<8x4xi1>, tensor<8x4xi1>) -> tensor<8x4xi1>
+  func.return
+}
+
+// -----
+
+// Transcendental ops, division, softmax and contractions are float-only.
+func.func @f(%x: tensor<8x4xi64>) {
+  // expected-error @+1 {{'fusion.exp' op element type i64 is not supported}}
+  %y = fusion.exp %x : (tensor<8x4xi64>) -> tensor<8x4xi64>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xi64>) {
+  // expected-error @+1 {{'fusion.div' op element type i64 is not supported}}
+  %y = fusion.div %x, %x : (tensor<8x4xi64>, tensor<8x4xi64>) -> tensor<8x4xi64>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xi64>) {
+  // expected-error @+1 {{'fusion.softmax' op element type i64 is not supported}}
+  %y = fusion.softmax %x dim = 1 : (tensor<8x4xi64>) -> tensor<8x4xi64>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x4xi64>) {
+  // expected-error @+1 {{'fusion.matmul' op element type i64 is not supported}}
+  %y = fusion.matmul %x, %x : (tensor<4x4xi64>, tensor<4x4xi64>) -> tensor<4x4xi64>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %h: tensor<8x4xf16>) {
+  // expected-error @+1 {{'fusion.add' op operands must have one element type, got f32, f16}}
+  %y = fusion.add %x, %h : (tensor<8x4xf32>, tensor<8x4xf16>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %w: tensor<2x4xbf16>) {
+  // expected-error @+1 {{'fusion.linear' op operands must have one element type, got f32, bf16}}
+  %y = fusion.linear %x, %w : (tensor<8x4xf32>, tensor<2x4xbf16>) -> tensor<8x2xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.relu' op result shape [8, 5] does not match the expected [8, 4]}}
+  %y = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x5xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %w: tensor<4x6xf32>) {
+  // expected-error @+1 {{'fusion.matmul' op result shape [8, 4] does not match the expected [8, 6]}}
+  %y = fusion.matmul %x, %w : (tensor<8x4xf32>, tensor<4x6xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.relu' op result element type f16 does not match f32}}
+  %y = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x4xf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xbf16>) {
+  // expected-error @+1 {{'fusion.sum' op result element type f32 does not match bf16}}
+  %y = fusion.sum %x dims = [1] : (tensor<8x4xbf16>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.set' op result element type bf16 does not match f32}}
+  %y = fusion.set %x : (tensor<8x4xf32>) -> tensor<8x4xbf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.gelu' op approximate must be "none" or "tanh", got "fast"}}
+  %y = fusion.gelu %x {approximate = "fast"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.cast' op fusion.cast does not support element type i32}}
+  %y = fusion.cast %x : (tensor<8x4xf32>) -> tensor<8x4xi32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xi32>) {
+  // expected-error @+1 {{'fusion.cast' op element type i32 is not supported}}
+  %y = fusion.cast %x : (tensor<8x4xi32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Expected attribute i64 but got i32}}
+  %y = "fusion.sum"(%x) <{dims = [1 : i32]}> : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.sum' op}}
+  %y = "fusion.sum"(%x) <{dims = [1], keepdim = 1 : i64}> : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Operation fusion.frobnicate is not registered}}
+  %y = fusion.frobnicate %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  %y = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  // expected-error @+1 {{operand is used with type tensor<8x4xf16>, but has been previously used or defined with type tensor<8x4xf32>}}
+  %z = fusion.relu %y : (tensor<8x4xf16>) -> tensor<8x4xf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) -> tensor<8x4xf16> {
+  // expected-error @+1 {{'func.return' op Expected arguments to have the same types as the function output types}}
+  func.return %x : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{use of undefined value %nope}}
+  %y = fusion.relu %nope : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}

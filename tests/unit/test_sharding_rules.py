@@ -1,0 +1,162 @@
+"""The per-op sharding rules: `is_resharding` (nvFuser's truth table) and
+the agreement of `local_result`, `forward` and `required_operands`."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.dialects.func import ReturnOp
+from xdsl.ir import Operation
+
+from fuserc.dialects.fusion import FusionOp, lookup_mesh, sharding_of
+from fuserc.ir import parse
+from fuserc.passes import sharding_rules as rules
+from fuserc.sharding import Sharding
+
+MESHES = "fusion.mesh @tp shape = [4]\nfusion.mesh @b shape = [4] devices = [4, 5, 6, 7]\n"
+
+
+def sh(axes: str, mesh: str = "tp", partial: str | None = None) -> str:
+    p = f", partial = {partial}" if partial else ""
+    return f"#fusion.sharding<@{mesh}, [{axes}]{p}>"
+
+
+def one_op(op_text: str, operands: list[str], result: str) -> FusionOp:
+    """Parse a function holding one op `%y = OP_TEXT %a0, %a1 ... : (types) -> result`."""
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(operands))
+    names = ", ".join(f"%a{i}" for i in range(len(operands)))
+    kw = op_text.split(" ", 1)
+    head, keywords = kw[0], (" " + kw[1] if len(kw) > 1 else "")
+    text = (
+        f"{MESHES}func.func @f({args}) -> {result} {{\n"
+        f"  %y = {head} {names}{keywords} : ({', '.join(operands)}) -> {result}\n"
+        f"  func.return %y : {result}\n}}\n"
+    )
+    module = parse(text)
+    return next(o for o in module.walk() if isinstance(o, FusionOp))
+
+
+def t(shape: str, sharding: str | None = None, elem: str = "f32") -> str:
+    return f"tensor<{shape}x{elem}, {sharding}>" if sharding else f"tensor<{shape}x{elem}>"
+
+
+CASES = [
+    # (op, operand types, result type, resharding?)
+    ("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8", sh("-, -")), True),
+    ("fusion.relu", [t("8x8", sh("-, -"))], t("8x8", sh("DIDx, -")), True),
+    ("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8", sh("-, DIDx")), True),
+    ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -", "b")), True),
+    ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("Stream(2)*DIDx, -")), False),
+    ("fusion.set", [t("8x8", sh("-, -", partial="DIDx"))], t("8x8", sh("-, -", partial="DIDx")), False),
+    ("fusion.set", [t("8x8", sh("-, -", partial="DIDx"))], t("8x8", sh("DIDx, -")), True),
+    ("fusion.add", [t("8x8", sh("DIDx, -")), t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.add", [t("8x8", sh("DIDx, -")), t("8x8", sh("-, -"))], t("8x8", sh("DIDx, -")), True),
+    ("fusion.add", [t("8x8", sh("-, -", partial="DIDx"))] * 2, t("8x8", sh("-, -", partial="DIDx")), False),
+    ("fusion.mul", [t("8x8", sh("-, -", partial="DIDx"))] * 2, t("8x8", sh("-, -", partial="DIDx")), True),
+    ("fusion.exp", [t("8x8", sh("-, -", partial="DIDx"))], t("8x8", sh("-, -", partial="DIDx")), True),
+    # sum over an unsharded dimension: local; over a sharded one: partial locally
+    ("fusion.sum dims = [1]", [t("8x8", sh("DIDx, -"))], t("8", sh("DIDx")), False),
+    ("fusion.sum dims = [1]", [t("8x8", sh("-, DIDx"))], t("8", sh("-")), True),
+    ("fusion.sum dims = [1]", [t("8x8", sh("-, DIDx"))], t("8", sh("-", partial="DIDx")), False),
+    ("fusion.max dims = [1]", [t("8x8", sh("-, DIDx"))], t("8", sh("-")), True),
+    # matmul: x [DIDx, -] with a replicated weight computes [DIDx, -] locally
+    ("fusion.matmul", [t("8x16", sh("DIDx, -")), t("16x8", sh("-, -"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.matmul", [t("8x16", sh("DIDx, -")), t("16x8", sh("-, -"))], t("8x8", sh("-, -")), True),
+    ("fusion.matmul", [t("8x16", sh("DIDx, -")), t("16x8", sh("-, -"))], t("8x8", sh("Stream(4), -")), True),
+    ("fusion.matmul", [t("8x16", sh("-, DIDx")), t("16x8", sh("DIDx, -"))], t("8x8", sh("-, -", partial="DIDx")), False),
+    ("fusion.matmul", [t("8x16", sh("-, DIDx")), t("16x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), True),
+    ("fusion.matmul", [t("8x16", sh("-, DIDx")), t("16x8", sh("-, -"))], t("8x8", sh("-, -", partial="DIDx")), True),
+    ("fusion.matmul", [t("8x16", sh("DIDx, -")), t("16x8", sh("-, DIDx"))], t("8x8", sh("-, DIDx")), True),
+    ("fusion.linear", [t("8x16", sh("-, -")), t("32x16", sh("DIDx, -")), t("32", sh("DIDx"))], t("8x32", sh("-, DIDx")), False),
+    ("fusion.linear", [t("8x16", sh("-, -")), t("32x16", sh("DIDx, -")), t("32", sh("-"))], t("8x32", sh("-, DIDx")), True),
+    ("fusion.linear", [t("8x16", sh("-, DIDx")), t("32x16", sh("-, DIDx"))], t("8x32", sh("-, -", partial="DIDx")), False),
+    ("fusion.linear", [t("8x16", sh("-, DIDx")), t("32x16", sh("-, DIDx")), t("32", sh("-"))], t("8x32", sh("-, -")), True),
+    ("fusion.permute dims = [1, 0]", [t("8x16", sh("DIDx, -"))], t("16x8", sh("-, DIDx")), False),
+    ("fusion.permute dims = [1, 0]", [t("8x16", sh("DIDx, -"))], t("16x8", sh("DIDx, -")), True),
+    ("fusion.reshape", [t("8x6", sh("DIDx, -"))], t("48", sh("DIDx")), False),
+    ("fusion.reshape", [t("6x8", sh("-, DIDx"))], t("48", sh("-")), True),
+    ("fusion.broadcast_in_dim dims = [1]", [t("8", sh("DIDx"))], t("4x8", sh("-, DIDx")), False),
+    ("fusion.broadcast_in_dim dims = [2]", [t("1", sh("-"))], t("8x4x4", sh("DIDx, -, -")), False),
+    ("fusion.slice starts = [0, 0] limits = [8, 4]", [t("8x8", sh("DIDx, -"))], t("8x4", sh("DIDx, -")), False),
+    ("fusion.slice starts = [0, 0] limits = [4, 8]", [t("8x8", sh("DIDx, -"))], t("4x8", sh("-, -")), True),
+    ("fusion.softmax dim = 1", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.softmax dim = 1", [t("8x8", sh("-, DIDx"))], t("8x8", sh("-, DIDx")), True),
+    ("fusion.relu", [t("8x8")], t("8x8"), False),
+]
+
+
+@pytest.mark.parametrize("op_text,operands,result,expected", CASES)
+def test_is_resharding(op_text: str, operands: list[str], result: str, expected: bool) -> None:
+    assert rules.is_resharding(one_op(op_text, operands, result)) is expected
+
+
+def test_is_resharding_needs_every_sharding() -> None:
+    op = one_op("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8"))
+    with pytest.raises(ValueError, match="run propagate-shardings first"):
+        rules.is_resharding(op)
+
+
+def test_non_tensor_ops_are_not_resharding() -> None:
+    op = one_op("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8", sh("-, -")))
+    ret = op.next_op
+    assert isinstance(ret, ReturnOp) and not rules.is_resharding(ret)
+
+
+def _operand_shardings(op: Operation) -> list[Sharding]:
+    out = [sharding_of(v) for v in op.operands]
+    assert all(s is not None for s in out)
+    return out  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("op_text,operands,result,expected", CASES[:-1])
+def test_forward_is_local_result_when_local(op_text: str, operands: list[str], result: str, expected: bool) -> None:
+    op = one_op(op_text, operands, result)
+    mesh_of = lambda name: lookup_mesh(op, name)  # noqa: E731
+    local = rules.local_result(op, _operand_shardings(op), mesh_of)
+    if local is not None:
+        assert rules.forward(op, _operand_shardings(op), mesh_of) == local
+
+
+@pytest.mark.parametrize("op_text,operands,result,expected", CASES[:-1])
+def test_required_operands_compute_the_result(op_text: str, operands: list[str], result: str, expected: bool) -> None:
+    """Resharded to `required_operands`, an op computes its result locally,
+    unless no operands can: a split on a dimension the op needs whole
+    (softmax's), a partial sum the op neither makes nor carries."""
+    op = one_op(op_text, operands, result)
+    res = sharding_of(op.results[0])
+    assert res is not None
+    mesh_of = lambda name: lookup_mesh(op, name)  # noqa: E731
+    m = rules.op_map(op)
+    needs_whole = {t.dim for ts in m.operands for t in ts if t.kind == rules.DROP} if m else set()
+    if any(res.dims[d] for d in needs_whole if d is not None):
+        return
+    if res.partial and not rules.can_make_partial(op, res.partial, mesh_of(res.mesh)) and rules.carries_partial(op) != rules.ALL:
+        return
+    req = rules.required_operands(op, res, mesh_of)
+    assert rules.computes_locally(op, req, res, mesh_of), (op_text, req)
+
+
+def test_forward_priorities() -> None:
+    """Weight before input (nvFuser), most splits first for elementwise."""
+    op = one_op("fusion.matmul", [t("8x16", sh("DIDx, -")), t("16x8", sh("-, DIDx"))], t("8x8"))
+    mesh_of = lambda name: lookup_mesh(op, name)  # noqa: E731
+    assert str(rules.forward(op, _operand_shardings(op), mesh_of)) == sh("-, DIDx")
+    op = one_op("fusion.add", [t("8x8", sh("-, -")), t("8x8", sh("DIDx, -"))], t("8x8"))
+    assert str(rules.forward(op, _operand_shardings(op), mesh_of)) == sh("DIDx, -")
+    op = one_op("fusion.add", [t("8x8", sh("-, DIDx")), t("8x8", sh("DIDx, -"))], t("8x8"))
+    assert str(rules.forward(op, _operand_shardings(op), mesh_of)) == sh("-, DIDx")
+
+
+@pytest.mark.parametrize(
+    "src,dst,groups",
+    [
+        ((8, 6), (48,), [([0, 1], [0])]),
+        ((48,), (8, 6), [([0], [0, 1])]),
+        ((6, 4), (4, 6), [([0, 1], [0, 1])]),
+        ((8, 6), (1, 8, 6), [([], [0]), ([0], [1]), ([1], [2])]),
+        ((4, 1, 6), (4, 6), [([0], [0]), ([1], []), ([2], [1])]),
+        ((2, 3, 4), (6, 4), [([0, 1], [0]), ([2], [1])]),
+    ],
+)
+def test_reshape_groups(src, dst, groups) -> None:
+    assert rules.reshape_groups(src, dst) == groups
