@@ -368,9 +368,14 @@ class FusionOp(IRDLOperation):
     # -- verification ---------------------------------------------------------
     def verify_(self) -> None:
         for v in [*self.operands, *self.results]:
-            if any(e < 0 for e in _tensor(v).get_shape()):
+            t = _tensor(v)
+            if any(e < 0 for e in t.get_shape()):
                 raise VerifyException(
-                    f"operands and results must have static shapes, got {_type_text(_tensor(v))}"
+                    f"operands and results must have static shapes, got {_type_text(t)}"
+                )
+            if not isinstance(t.encoding, (ShardingAttr, NoneAttr)):
+                raise VerifyException(
+                    f"a tensor's encoding must be a #fusion.sharding, got {t.encoding}"
                 )
         elems = [_tensor(v).element_type for v in self.operands]
         for e in elems:

@@ -34,7 +34,7 @@ def read_source(path: str) -> tuple[str, str]:
         line = before.count(b"\n") + 1
         col = e.start - (before.rfind(b"\n") + 1) + 1
         raise Diagnostic(
-            f"{name} is not UTF-8 text (byte 0x{data[e.start]:02x} cannot be decoded)",
+            f"input is not UTF-8 text (byte 0x{data[e.start]:02x} cannot be decoded)",
             Location(name, line, col),
         ) from None
 
@@ -55,7 +55,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("file", default="-")
-@click.option("-p", "--pipeline", "pipeline", default="", help="Passes to run, e.g. 'default' or 'propagate-shardings,lower-to-host-ir'.")
+@click.option("-p", "--pipeline", "pipeline", default="", help="Passes to run, comma-separated, options as name{opt=value}; 'default' is the whole pipeline.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), help="Write the IR here instead of standard output.")
 @click.option("--print-generic", is_flag=True, help="Print ops in the generic form.")
 @click.option("--split-input-file", is_flag=True, help="Process each '// -----' chunk on its own.")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation, OpResult
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import SymbolTable
@@ -41,6 +41,7 @@ class _LocatingParser(Parser):
     def __init__(self, ctx: Context, text: str, filename: str):
         super().__init__(ctx, text, filename)
         self._filename = filename
+        self._op_start: Span = self._current_token.span
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
         loc = span.get_location()
@@ -58,8 +59,9 @@ class _LocatingParser(Parser):
         else:
             try:
                 module = super().parse_module(allow_implicit_module)
-            except ParseError:
-                self._raise_undefined_values()
+            except ParseError as e:
+                if e.msg.startswith("values used but not defined"):
+                    self._raise_undefined_values()
                 raise
         if isinstance(module.location, UnknownLoc):
             module.location = self._file_loc(start)
@@ -82,8 +84,16 @@ class _LocatingParser(Parser):
                 Location(loc.filename.data, loc.line.data, loc.column.data),
             )
 
+    def _get_op_by_name(self, name: str) -> type[Operation]:
+        """An unknown op is reported at the op, not at the token after its name."""
+        found = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
+        if found is None:
+            self.raise_error(f"Operation {name} is not registered", self._op_start)
+        return found
+
     def parse_operation(self) -> Operation:
         start = self._current_token.span
+        self._op_start = start
         try:
             op = super().parse_operation()
         except VerifyException as e:
@@ -126,15 +136,37 @@ def split_input(text: str) -> Iterator[tuple[int, str]]:
 
 def verify(module: ModuleOp) -> None:
     """Verify every op; the first failure becomes a Diagnostic at its op."""
+    order: dict[Block, dict[Operation, int]] = {}
     for op in module.walk():
         try:
             if op.has_trait(SymbolTable):
                 _verify_unique_symbols(op)
+            _verify_defined_before_use(op, order)
             op.verify(verify_nested_ops=False)
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
+
+
+def _verify_defined_before_use(op: Operation, order: dict[Block, dict[Operation, int]]) -> None:
+    """Each operand is defined before its use, in the use's block or an
+    enclosing one (xDSL resolves forward references without checking).
+    `order` caches each block's op positions."""
+    for i, value in enumerate(op.operands):
+        if not isinstance(value, OpResult):
+            continue
+        block = value.op.parent_block()
+        user: Operation | None = op
+        while user is not None and user.parent_block() is not block:
+            user = user.parent_op()
+        if block is not None and user is not None:
+            if block not in order:
+                order[block] = {o: k for k, o in enumerate(block.ops)}
+            if order[block][value.op] < order[block][user]:
+                continue
+        name = f" (%{value.name_hint})" if value.name_hint else ""
+        raise VerifyException(f"operand #{i}{name} is used before its definition")
 
 
 def _verify_unique_symbols(table: Operation) -> None:

@@ -64,7 +64,17 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import PermuteOp, ReshapeOp, SetOp, lookup_mesh, sharding_of
-from fuserc.sharding import Mesh, Sharding, Split
+from fuserc.passes.reshard_util import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    LOCAL_SLICE,
+    REDUCE_SCATTER,
+    Step,
+    plan_reshard,
+    reshard_step,
+)
+from fuserc.sharding import Mesh, Sharding
 
 if TYPE_CHECKING:
     from fuserc.passes.lower_to_host_ir import Emitter
@@ -76,102 +86,6 @@ Block_ = tuple[tuple[int, int], ...]
 
 class ReshardError(Exception):
     """Why a reshard has no lowering (becomes a diagnostic at the set)."""
-
-
-# --------------------------------------------------------------------------
-# Placement and planning
-# --------------------------------------------------------------------------
-
-
-def placement(s: Sharding, mesh: Mesh) -> Sharding:
-    """What decides where data lies: `s` without Stream splits, and without
-    splits or partial over mesh axes of size 1 (they move nothing)."""
-    dims = tuple(
-        tuple(sp for sp in d if not sp.is_stream and mesh.axis_size(sp.ptype) > 1) for d in s.dims
-    )
-    partial = s.partial if s.partial and mesh.axis_size(s.partial) > 1 else None
-    return Sharding(s.mesh, dims, partial)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One collective over device type `ptype` (see the module docstring)."""
-
-    kind: str  # slice | allgather | alltoall | allreduce | reduce_scatter
-    ptype: str
-    src_dim: int | None
-    dst_dim: int | None
-    after: Sharding
-
-
-def _prefix(x: list[Split], y: list[Split]) -> bool:
-    return len(x) <= len(y) and y[: len(x)] == x
-
-
-def plan(a: Sharding, b: Sharding) -> list[Step]:
-    """Steps taking placement `a` to placement `b` on one mesh."""
-    if b.partial and b.partial != a.partial:
-        raise ReshardError(f"a value cannot become a partial sum over {b.partial}")
-    cur = [list(d) for d in a.dims]
-    tgt = [list(d) for d in b.dims]
-    part = a.partial
-    rank = len(cur)
-    steps: list[Step] = []
-
-    def used(p: str) -> bool:
-        return part == p or any(sp.ptype == p for d in cur for sp in d)
-
-    def wrong(i: int) -> bool:
-        return bool(cur[i]) and not _prefix(cur[i], tgt[i])
-
-    def record(kind: str, p: str, src: int | None, dst: int | None) -> None:
-        after = Sharding(a.mesh, tuple(tuple(d) for d in cur), part)
-        steps.append(Step(kind, p, src, dst, after))
-
-    for _ in range(8 * (rank + 4)):
-        if cur == tgt and part == b.partial:
-            return steps
-        done = False
-        for j in range(rank):  # local slices
-            if _prefix(cur[j], tgt[j]) and len(cur[j]) < len(tgt[j]):
-                sp = tgt[j][len(cur[j])]
-                if not used(sp.ptype):
-                    cur[j].append(sp)
-                    record("slice", sp.ptype, None, j)
-                    done = True
-                    break
-        if not done:  # a split moving to another dimension
-            for i in range(rank):
-                if not wrong(i):
-                    continue
-                sp = cur[i][-1]
-                j = next((j for j in range(rank) if j != i and _prefix(cur[j] + [sp], tgt[j])), None)
-                if j is not None:
-                    cur[i].pop()
-                    cur[j].append(sp)
-                    record("alltoall", sp.ptype, i, j)
-                    done = True
-                    break
-        if not done and part and part != b.partial:  # partial sums
-            p = part
-            part = None
-            j = next((j for j in range(rank) if _prefix(cur[j] + [Split(p)], tgt[j])), None)
-            if j is not None:
-                cur[j].append(Split(p))
-                record("reduce_scatter", p, None, j)
-            else:
-                record("allreduce", p, None, None)
-            done = True
-        if not done:  # gathers
-            for i in range(rank):
-                if wrong(i):
-                    sp = cur[i].pop()
-                    record("allgather", sp.ptype, i, None)
-                    done = True
-                    break
-        if not done:
-            break
-    raise ReshardError("no sequence of collectives reaches the result sharding")
 
 
 # --------------------------------------------------------------------------
@@ -191,11 +105,11 @@ def _elem(v: SSAValue) -> Attribute:
     return t.element_type
 
 
-def _reshape(x: SSAValue, shape: Sequence[int]) -> Operation:
+def reshape_op(x: SSAValue, shape: Sequence[int]) -> Operation:
     return ReshapeOp.create(operands=[x], result_types=[TensorType(_elem(x), list(shape))])
 
 
-def _permute(x: SSAValue, perm: Sequence[int]) -> Operation:
+def permute_op(x: SSAValue, perm: Sequence[int]) -> Operation:
     shape = _shape(x)
     return PermuteOp.create(
         operands=[x],
@@ -229,9 +143,9 @@ def blocks_in(em: Emitter, src: SSAValue, dim: int, n: int, site: str, tag: tupl
     perm = [dim, *range(dim), *range(dim + 1, len(split))]
 
     def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
-        r1 = _reshape(args[0], split)
-        p = _permute(r1.results[0], perm)
-        r2 = _reshape(p.results[0], flat)
+        r1 = reshape_op(args[0], split)
+        p = permute_op(r1.results[0], perm)
+        r2 = reshape_op(p.results[0], flat)
         return [r1, p, r2], [r2.results[0]]
 
     em.launch([src], [stage], body, tag)
@@ -254,9 +168,9 @@ def blocks_out(
     perm = [*range(1, dim + 1), 0, *range(dim + 1, len(shape) + 1)]
 
     def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
-        r1 = _reshape(args[0], (n, *c))
-        p = _permute(r1.results[0], perm)
-        r2 = _reshape(p.results[0], shape)
+        r1 = reshape_op(args[0], (n, *c))
+        p = permute_op(r1.results[0], perm)
+        r2 = reshape_op(p.results[0], shape)
         return [r1, p, r2], [r2.results[0]]
 
     return stage, lambda: em.launch([stage], [dst], body, tag)
@@ -320,10 +234,17 @@ class _Transfer:
 # --------------------------------------------------------------------------
 
 
+def permuted(s: Sharding, order: Sequence[int]) -> Sharding:
+    """`s` for the tensor with its dimensions in `order` (the buffer's)."""
+    return s.with_dims([s.dims[d] for d in order])
+
+
 @dataclass
 class _Reshard:
+    """One set, in buffer coordinates: shardings and shape permuted by the
+    buffer's `alloc_order`, so that the plan works on the memory layout."""
+
     em: Emitter
-    op: SetOp
     index: int
     shape: Shape
     elem: Attribute
@@ -339,143 +260,147 @@ class _Reshard:
     def mark(self, text: str) -> None:
         self.em.marks = {**self.base_marks, "hir.reshard": StringAttr(text)}
 
-    def local(self, s: Sharding, mesh: Mesh) -> Shape:
-        return s.local_shape(self.shape, mesh)
+    def mesh(self, name: str) -> Mesh:
+        return self.ma if name == self.ma.name else self.mb
 
-    def alloc(self, site: str, shape: Sequence[int], tag: tuple[int, ...], owner: tuple[int, ...] | None = None) -> SSAValue:
-        return self.em.alloc(site, shape, self.elem, tag, owner)
+    def local(self, s: Sharding) -> Shape:
+        return s.local_shape(self.shape, self.mesh(s.mesh))
+
+    def alloc(self, site: str, shape: Sequence[int], tag: tuple[int, ...]) -> SSAValue:
+        return self.em.alloc(site, shape, self.elem, tag)
 
     def run(self, src: SSAValue) -> SSAValue:
         self.base_marks = dict(self.em.marks)
         for s in (self.a, self.b):
             if not all(s.is_contiguous_block(d) for d in range(s.rank)) and self.a.dims != self.b.dims:
                 raise ReshardError("a Stream split outside a device split gives blocks that are not contiguous")
-        a, b = placement(self.a, self.ma), placement(self.b, self.mb)
-        if self.ma.devices == self.mb.devices and self.ma.shape == self.mb.shape:
-            a = Sharding(b.mesh, a.dims, a.partial)
-            return self.same_mesh(src, a, b, self.mb, self.site())
-        self.mark(f"@{self.ma.name}->@{self.mb.name}")
-        return self.cross_mesh(src, a, b)
-
-    # ---- one mesh ---------------------------------------------------------------
-    def same_mesh(self, src: SSAValue, a: Sharding, b: Sharding, mesh: Mesh, site: str) -> SSAValue:
-        steps = plan(a, b)
+        meshes = {self.ma.name: self.ma, self.mb.name: self.mb}
+        one = reshard_step(self.a, self.b, self.shape, meshes)
+        if one is not None:  # what make-resharding-contiguous leaves: one step
+            steps: list[tuple[Step, Sharding]] | None = [(one, self.b.without_streams())]
+        else:
+            steps = plan_reshard(self.a, self.b, self.shape, meshes)
+        if steps is None:
+            raise ReshardError("no sequence of communications reaches it (a partial sum is only made by compute)")
+        final = self.site()
         if not steps:
             self.mark("copy")
-            out = self.alloc(site, self.local(b, mesh), mesh.devices)
-            self.em.copy(src, out, mesh.devices)
+            out = self.alloc(final, self.local(self.b), self.mb.devices)
+            self.em.copy(src, out, self.mb.devices)
             return out
-        cur, cur_s = src, a
-        for k, step in enumerate(steps):
-            last = k == len(steps) - 1
-            cur = self.step(step, cur, cur_s, mesh, site if last else f"{site}/s{k}", f"{site}/s{k}")
-            cur_s = step.after
+        cur, s = src, self.a.without_streams()
+        for k, (step, t) in enumerate(steps):
+            site = final if k == len(steps) - 1 else f"{final}/s{k}"
+            if s.mesh == t.mesh:
+                cur = self.step(step, cur, s, t, site, f"{final}/s{k}")
+            else:
+                self.mark(f"@{s.mesh}->@{t.mesh}")
+                cur = self.cross_mesh(cur, s, t, site, f"{final}/s{k}")
+            s = t
         return cur
 
+    # ---- one mesh ---------------------------------------------------------------
     def marker(self, step: Step) -> str:
         p = step.ptype
-        if step.kind == "slice":
+        if step.kind == LOCAL_SLICE:
             return f"-->{p}"
-        if step.kind == "allgather":
-            assert step.src_dim is not None
-            streamed = any(sp.is_stream for sp in self.b.dims[step.src_dim])
+        if step.kind == ALLGATHER:
+            assert step.gather_dim is not None
+            streamed = any(sp.is_stream for sp in self.b.dims[step.gather_dim])
             return f"{p}->{'Stream' if streamed else '-'}"
-        if step.kind == "alltoall":
+        if step.kind == ALLTOALL:
             return f"{p}->{p}"
-        if step.kind == "allreduce":
+        if step.kind == ALLREDUCE:
             return "partial->-"
         return f"partial->{p}"
 
-    def step(self, step: Step, cur: SSAValue, cur_s: Sharding, mesh: Mesh, site: str, aux: str) -> SSAValue:
+    def step(self, step: Step, cur: SSAValue, s: Sharding, t: Sharding, site: str, aux: str) -> SSAValue:
+        """One collective on one mesh: one op per mesh slice (team), each in
+        the `hir.if_rank` of its team."""
         em = self.em
-        tag = mesh.devices
-        p = step.ptype
-        n = mesh.axis_size(p)
-        teams = mesh.teams(p)
+        mesh = self.mesh(t.mesh)
+        assert step.ptype is not None
+        n = mesh.axis_size(step.ptype)
+        teams = mesh.teams(step.ptype)
         backend = em.backend
         self.mark(self.marker(step))
-        out = self.alloc(site, self.local(step.after, mesh), tag)
-        if step.kind == "slice":
-            assert step.dst_dim is not None
+        out = self.alloc(site, self.local(t), mesh.devices)
+        if step.kind == LOCAL_SLICE:
+            dim = next(d for d in range(s.rank) if s.dims[d] != t.dims[d])
             for team in teams:
                 pos = em.team_index(team, team)
-                em.copy(em.chunk(cur, pos, step.dst_dim, n, team), out, team)
-        elif step.kind == "allgather":
-            assert step.src_dim is not None
-            buf, finish = blocks_out(em, out, step.src_dim, n, f"{aux}/out", tag)
+                em.copy(em.chunk(cur, pos, dim, n, team), out, team)
+        elif step.kind == ALLGATHER:
+            assert step.gather_dim is not None
+            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
             for team in teams:
                 em.communicate(hir.AllgatherOp(cur, buf, team, backend), team)
             finish()
-        elif step.kind == "alltoall":
-            assert step.src_dim is not None and step.dst_dim is not None
-            send = blocks_in(em, cur, step.dst_dim, n, f"{aux}/in", tag)
-            buf, finish = blocks_out(em, out, step.src_dim, n, f"{aux}/out", tag)
+        elif step.kind == ALLTOALL:
+            assert step.gather_dim is not None and step.scatter_dim is not None
+            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", mesh.devices)
+            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
             for team in teams:
                 em.communicate(hir.AlltoallOp(send, buf, team, backend), team)
             finish()
-        elif step.kind == "allreduce":
+        elif step.kind == ALLREDUCE:
             for team in teams:
                 em.communicate(hir.AllreduceOp(cur, out, team, "sum", backend), team)
-        else:
-            assert step.kind == "reduce_scatter" and step.dst_dim is not None
-            send = blocks_in(em, cur, step.dst_dim, n, f"{aux}/in", tag)
+        elif step.kind == REDUCE_SCATTER:
+            assert step.scatter_dim is not None
+            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", mesh.devices)
             for team in teams:
                 em.communicate(hir.ReduceScatterOp(send, out, team, "sum", backend), team)
+        else:
+            raise ReshardError(f"step {step.kind} does not stay on one mesh")
         return out
 
     # ---- two meshes ---------------------------------------------------------------
-    def cross_mesh(self, src: SSAValue, a: Sharding, b: Sharding) -> SSAValue:
-        ma, mb = self.ma, self.mb
+    def cross_mesh(self, src: SSAValue, a: Sharding, b: Sharding, site: str, aux: str) -> SSAValue:
+        """Mesh A to mesh B: the collective of the module docstring where one
+        fits, send/recv of blocks otherwise."""
+        ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
         if b.partial:
             raise ReshardError(f"a value cannot become a partial sum over {b.partial} on another mesh")
         if a.partial:
             if not a.device_types() and len(ma.teams(a.partial)) == 1 and mb.size == 1:
-                return self.reduce_to_one(src, a)
+                return self.reduce_to_one(src, a, b, site, aux)
             reduced = a.with_partial(None)
-            src = self.same_mesh(src, a, reduced, ma, self.site("reduced"))
+            self.mark("partial->-")
+            src = self.step(Step(ALLREDUCE, a.partial), src, a, reduced, f"{aux}/reduced", aux)
             self.mark(f"@{ma.name}->@{mb.name}")
             a = reduced
         if ma.size == 1 and mb.size > 1 and b.is_replicated():
-            return self.broadcast(src)
-        if ma.size == 1 and ma.devices[0] in mb.devices and (one := self.one_split(b, mb)):
-            return self.scatter(src, b, *one)
-        if mb.size == 1 and mb.devices[0] in ma.devices and (one := self.one_split(a, ma)):
-            return self.gather(src, *one)
+            return self.broadcast(src, ma, mb, site)
+        if ma.size == 1 and ma.devices[0] in mb.devices and (one := _one_split(b, mb)):
+            return self.scatter(src, b, ma, mb, *one, site, aux)
+        if mb.size == 1 and mb.devices[0] in ma.devices and (one := _one_split(a, ma)):
+            return self.gather(src, ma, mb, *one, site, aux)
         holders = {d: _block(a, self.shape, ma, d) for d in ma.devices}
-        return self.transfer(src, holders, b)
+        return self.transfer(src, holders, b, mb, site)
 
-    @staticmethod
-    def one_split(s: Sharding, mesh: Mesh) -> tuple[str, int] | None:
-        """(p, dim) when `s` is one split p, on dim, over a single team."""
-        types = s.device_types()
-        if s.partial or len(types) != 1 or len(mesh.teams(types[0])) != 1:
-            return None
-        dim = s.dim_of(types[0])
-        assert dim is not None
-        return types[0], dim
-
-    def reduce_to_one(self, src: SSAValue, a: Sharding) -> SSAValue:
-        """Partial on a one-team mesh to a mesh of one device: hir.reduce."""
-        em, ma, mb = self.em, self.ma, self.mb
+    def reduce_to_one(self, src: SSAValue, a: Sharding, b: Sharding, site: str, aux: str) -> SSAValue:
+        """Partial on a one-team mesh to a mesh of one device: hir.reduce to
+        it (or to the team's first device, then a send)."""
+        em, ma, mb = self.em, self.mesh(a.mesh), self.mesh(b.mesh)
         assert a.partial is not None
         team = ma.teams(a.partial)[0]
-        b_dev = mb.devices[0]
-        root = b_dev if b_dev in team else team[0]
-        site = self.site() if root == b_dev else self.site("reduced")
-        out = self.alloc(site, self.shape, (root,))
+        dest = mb.devices[0]
+        root = dest if dest in team else team[0]
+        out = self.alloc(site if root == dest else f"{aux}/reduced", self.shape, (root,))
         self.mark(f"partial@{ma.name}->@{mb.name}")
         pos = em.constant(team.index(root), team)
         em.communicate(hir.ReduceOp(src, out, pos, team, "sum", em.backend), team)
-        if root == b_dev:
+        if root == dest:
             return out
         self.mark(f"@{ma.name}->@{mb.name}")
-        return self.transfer(out, {root: tuple((0, e) for e in self.shape)}, Sharding.replicated(mb.name, len(self.shape)))
+        return self.transfer(out, {root: tuple((0, e) for e in self.shape)}, b, mb, site)
 
-    def broadcast(self, src: SSAValue) -> SSAValue:
+    def broadcast(self, src: SSAValue, ma: Mesh, mb: Mesh, site: str) -> SSAValue:
         """One device to a replicated mesh: hir.broadcast in place."""
-        em, sender, receivers = self.em, self.ma.devices[0], self.mb.devices
+        em, sender, receivers = self.em, ma.devices[0], mb.devices
         team = receivers if sender in receivers else (sender, *receivers)
-        buf = self.alloc(self.site(), self.shape, team, owner=receivers)
+        buf = em.alloc(site, self.shape, self.elem, team, owner=receivers)
         em.copy(src, buf, (sender,))
         pos = em.constant(team.index(sender), team)
         em.communicate(hir.BroadcastOp(buf, pos, team, em.backend), team)
@@ -484,32 +409,35 @@ class _Reshard:
         em.dealloc(buf, (sender,))
         return em.restrict(buf, receivers)
 
-    def scatter(self, src: SSAValue, b: Sharding, p: str, dim: int) -> SSAValue:
-        """One device to a mesh it belongs to, split on one dim: hir.scatter."""
-        em, sender, mb = self.em, self.ma.devices[0], self.mb
+    def scatter(self, src: SSAValue, b: Sharding, ma: Mesh, mb: Mesh, p: str, dim: int, site: str, aux: str) -> SSAValue:
+        """One device to a mesh it belongs to, split on one dim: hir.scatter
+        (the input exists on the root only)."""
+        em, sender = self.em, ma.devices[0]
         team = mb.teams(p)[0]
-        send = blocks_in(em, src, dim, len(team), self.site("in"), (sender,))
-        out = self.alloc(self.site(), self.local(b, mb), mb.devices)
+        send = blocks_in(em, src, dim, len(team), f"{aux}/in", (sender,))
+        out = self.alloc(site, self.local(b), mb.devices)
         pos = em.constant(team.index(sender), team)
         em.communicate(hir.ScatterOp(send, out, pos, team, em.backend), team)
         return out
 
-    def gather(self, src: SSAValue, p: str, dim: int) -> SSAValue:
-        """A mesh split on one dim to one of its devices: hir.gather."""
-        em, ma, receiver = self.em, self.ma, self.mb.devices[0]
+    def gather(self, src: SSAValue, ma: Mesh, mb: Mesh, p: str, dim: int, site: str, aux: str) -> SSAValue:
+        """A mesh split on one dim to one of its devices: hir.gather (the
+        output exists on the root only)."""
+        em, receiver = self.em, mb.devices[0]
         team = ma.teams(p)[0]
-        out = self.alloc(self.site(), self.shape, (receiver,))
-        buf, finish = blocks_out(em, out, dim, len(team), self.site("out"), (receiver,))
+        out = self.alloc(site, self.shape, (receiver,))
+        buf, finish = blocks_out(em, out, dim, len(team), f"{aux}/out", (receiver,))
         pos = em.constant(team.index(receiver), team)
         em.communicate(hir.GatherOp(src, buf, pos, team, em.backend), team)
         finish()
         return out
 
-    def transfer(self, src: SSAValue, holders: dict[int, Block_], b: Sharding) -> SSAValue:
+    def transfer(self, src: SSAValue, holders: dict[int, Block_], b: Sharding, mb: Mesh, site: str) -> SSAValue:
         """Point-to-point: each device of B gets its block from the devices
-        holding it (`holders`: device -> the block its `src` buffer holds)."""
-        em, mb = self.em, self.mb
-        out = self.alloc(self.site(), self.local(b, mb), mb.devices)
+        holding it (`holders`: device -> the block its `src` buffer holds);
+        of several holders, B's k-th device takes the (k mod count)-th, so
+        equal meshes pair up device by device."""
+        out = self.alloc(site, self.local(b), mb.devices)
         by_block: dict[Block_, list[int]] = {}
         for d, blk in holders.items():
             by_block.setdefault(blk, []).append(d)
@@ -530,7 +458,7 @@ class _Reshard:
                 transfers.append(_Transfer(sender, r, send, recv))
         ranks = list(dict.fromkeys(x for t in transfers for x in (t.sender, t.receiver)))
         for x in ranks:
-            self.transfers_of(x, [t for t in transfers if x in (t.sender, t.receiver)], src, out)
+            self.transfers_of(x, [t for t in transfers if x in (t.sender, t.receiver)], src, out, site)
         return out
 
     def sub_view(self, buf: SSAValue, spec: Spec, tag: tuple[int, ...], const: Callable[[int], SSAValue]) -> SSAValue:
@@ -538,7 +466,7 @@ class _Reshard:
             buf = self.em.chunk(buf, const(index), dim, chunks, tag)
         return buf
 
-    def transfers_of(self, x: int, transfers: list[_Transfer], src: SSAValue, out: SSAValue) -> None:
+    def transfers_of(self, x: int, transfers: list[_Transfer], src: SSAValue, out: SSAValue, site: str) -> None:
         """Rank x's part: sends and receives in the global order, then the
         waits, then the copies out of receive staging buffers."""
         em, tag = self.em, (x,)
@@ -558,18 +486,20 @@ class _Reshard:
             elif x == t.sender:
                 view = self.sub_view(src, t.send, tag, const)
                 if not _contiguous(_shape(view), _shape(src)):
-                    stage = self.alloc(self.site(f"send{x}to{t.receiver}"), _shape(view), tag)
+                    stage = self.alloc(f"{site}/send{x}to{t.receiver}", _shape(view), tag)
                     em.copy(view, stage, tag)
                     view = stage
                 op = em.emit(hir.SendOp(view, const(1), team, em.backend), tag, marked=True)
+                op.results[0].name_hint = "tok"
                 tokens.append(op.results[0])
             else:
                 view = self.sub_view(out, t.recv, tag, const)
                 target = view
                 if not _contiguous(_shape(view), _shape(out)):
-                    target = self.alloc(self.site(f"recv{x}from{t.sender}"), _shape(view), tag)
+                    target = self.alloc(f"{site}/recv{x}from{t.sender}", _shape(view), tag)
                     after.append((target, view))
                 op = em.emit(hir.RecvOp(target, const(0), team, em.backend), tag, marked=True)
+                op.results[0].name_hint = "tok"
                 tokens.append(op.results[0])
         for token in tokens:
             em.emit(hir.WaitOp(token), tag)
@@ -577,16 +507,27 @@ class _Reshard:
             em.copy(stage, view, tag)
 
 
-def lower_set(em: Emitter, op: SetOp, src: SSAValue, index: int) -> SSAValue:
-    """The local buffer of `op`'s result (present on its mesh's devices),
-    computed from `src`, the local buffer of its operand."""
+def _one_split(s: Sharding, mesh: Mesh) -> tuple[str, int] | None:
+    """(p, dim) when `s` is one split p, on dim, over a single team."""
+    types = s.device_types()
+    if s.partial or len(types) != 1 or len(mesh.teams(types[0])) != 1:
+        return None
+    dim = s.dim_of(types[0])
+    assert dim is not None
+    return types[0], dim
+
+
+def lower_set(em: Emitter, op: SetOp, src: SSAValue, index: int, order: Sequence[int]) -> SSAValue:
+    """The buffer of `op`'s result (present on its mesh's devices) from
+    `src`, the buffer of its operand; both are laid out in `order`."""
     a, b = sharding_of(op.operands[0]), sharding_of(op.results[0])
     assert a is not None and b is not None
     ma, mb = lookup_mesh(op, a.mesh), lookup_mesh(op, b.mesh)
     assert ma is not None and mb is not None, "the verifier checks that meshes exist"
     t = op.results[0].type
     assert isinstance(t, TensorType)
-    reshard = _Reshard(em, op, index, tuple(t.get_shape()), t.element_type, a, b, ma, mb)
+    shape = tuple(t.get_shape()[d] for d in order)
+    reshard = _Reshard(em, index, shape, t.element_type, permuted(a, order), permuted(b, order), ma, mb)
     try:
         return reshard.run(src)
     except ReshardError as e:

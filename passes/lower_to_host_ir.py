@@ -63,12 +63,15 @@ from fuserc.dialects.fusion import (
     FusionOp,
     LinearOp,
     MatmulOp,
+    PermuteOp,
     SetOp,
     SliceOp,
     lookup_mesh,
     sharding_of,
 )
 from fuserc.passes import lower_reshard
+from fuserc.passes.lower_reshard import permute_op
+from fuserc.passes.reshard_util import ALLOC_ORDER, alloc_order_of, inverse
 from fuserc.passes.sharding_rules import is_resharding
 from fuserc.sharding import Mesh, Sharding
 
@@ -129,10 +132,14 @@ class Emitter:
         return value
 
     def constant(self, n: int, tag: Tag) -> SSAValue:
-        return self.emit(hir.ConstantOp(n), tag).results[0]
+        value = self.emit(hir.ConstantOp(n), tag).results[0]
+        value.name_hint = f"c{n}"
+        return value
 
     def team_index(self, team: Sequence[int], tag: Tag) -> SSAValue:
-        return self.emit(hir.TeamIndexOp(team), tag).results[0]
+        value = self.emit(hir.TeamIndexOp(team), tag).results[0]
+        value.name_hint = "pos"
+        return value
 
     def dealloc(self, value: SSAValue, tag: Tag) -> None:
         self.emit(hir.DeallocOp(value), tag)
@@ -174,6 +181,7 @@ class Emitter:
         """A communication, then its wait (the unpipelined form); returns the token."""
         self.emit(op, tag, marked=True)
         token = op.results[0]
+        token.name_hint = "tok"
         self.emit(hir.WaitOp(token), tag)
         return token
 
@@ -212,13 +220,25 @@ def local_type(t: TensorType, mesh: Mesh) -> TensorType:
     return TensorType(t.element_type, list(s.local_shape(t.get_shape(), mesh)))
 
 
-def stream_marks(t: Attribute) -> dict[str, Attribute]:
-    """`hir.stream = [dim, S]` when the sharding of `t` has a Stream split."""
-    s = sharding_of(t)
+def order_of(value: SSAValue) -> tuple[int, ...]:
+    """The memory order of the value's buffer (its producer's alloc_order;
+    row-major for arguments)."""
+    return alloc_order_of(value) if isinstance(value.type, TensorType) else ()
+
+
+def is_identity(order: Sequence[int]) -> bool:
+    return tuple(order) == tuple(range(len(order)))
+
+
+def stream_marks(value: SSAValue) -> dict[str, Attribute]:
+    """`hir.stream = [d, S]` when the value's sharding has a Stream(S) split;
+    d is the dimension of its buffer (its alloc_order applied)."""
+    s = sharding_of(value)
     sd = s.stream_dim() if s is not None else None
     if sd is None:
         return {}
-    return {"hir.stream": ArrayAttr([IntegerAttr(sd[0], i64), IntegerAttr(sd[1], i64)])}
+    dim = order_of(value).index(sd[0])
+    return {"hir.stream": ArrayAttr([IntegerAttr(dim, i64), IntegerAttr(sd[1], i64)])}
 
 
 # --------------------------------------------------------------------------
@@ -259,13 +279,18 @@ def place_deallocs(em: Emitter, keep: set[SSAValue]) -> None:
                     last[r] = max(last[r], i)
     after: dict[int, list[SSAValue]] = {}
     for value, i in last.items():
-        if value not in keep:
-            after.setdefault(i, []).append(value)
+        if value in keep:
+            continue
+        # Later is as good: stay after the ops of the same ranks (one region).
+        while i + 1 < len(em.items) and em.items[i + 1][1] == em.items[i][1] is not None:
+            i += 1
+        after.setdefault(i, []).append(value)
     items = em.items
     em.items = []
     for i, item in enumerate(items):
         em.items.append(item)
-        for value in after.get(i, []):
+        # Those of the same ranks first: they stay in the region just closed.
+        for value in sorted(after.get(i, []), key=lambda v: em.owner[v] != item[1]):
             em.items.append((hir.DeallocOp(value), em.owner[value]))
             em.items[-1][0].location = item[0].location
 
@@ -369,14 +394,32 @@ class _FunctionLowering:
         assert isinstance(t, TensorType)
         return local_type(t, self.mesh(op, value))
 
+    def buffer_type(self, op: Operation, value: SSAValue) -> TensorType:
+        """The local block in the buffer's memory order."""
+        lt = self.local(op, value)
+        shape = lt.get_shape()
+        return TensorType(lt.element_type, [shape[d] for d in order_of(value)])
+
     def result_buffer(self, op: Operation, index: int, tag: tuple[int, ...]) -> SSAValue:
-        r = op.results[0]
-        lt = self.local(op, r)
-        return self.em.alloc(self.em.site(index), lt.get_shape(), lt.element_type, tag)
+        bt = self.buffer_type(op, op.results[0])
+        return self.em.alloc(self.em.site(index), bt.get_shape(), bt.element_type, tag)
 
     def begin(self, op: Operation) -> None:
         self.em.location = op.location
-        self.em.marks = stream_marks(op.results[0].type) if op.results else {}
+        self.em.marks = stream_marks(op.results[0]) if op.results else {}
+
+    def relayout(self, src: SSAValue, perm: Sequence[int], site: str, tag: tuple[int, ...]) -> SSAValue:
+        """A copy of buffer `src` with its dimensions permuted by `perm`."""
+        shape = shape_of(src)
+        assert isinstance(src.type, TensorType)
+        out = self.em.alloc(site, [shape[d] for d in perm], src.type.element_type, tag)
+
+        def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
+            p = permute_op(args[0], perm)
+            return [p], [p.results[0]]
+
+        self.em.launch([src], [out], body, tag)
+        return out
 
     # ---- the walk -------------------------------------------------------------
     def run(self) -> FuncOp:
@@ -452,10 +495,14 @@ class _FunctionLowering:
             new = self.values[v]
             if isinstance(v.type, TensorType):
                 root = self.em.root(new)
-                if isinstance(root, BlockArgument) or new in self.em.views or root in seen:
-                    tag = self.devices(op, v)
+                tag = self.devices(op, v)
+                site = self.em.site("return", k)
+                order = order_of(v)
+                if not is_identity(order):
+                    new = self.relayout(new, inverse(order), site, tag)
+                elif isinstance(root, BlockArgument) or new in self.em.views or root in seen:
                     lt = self.local(op, v)
-                    buf = self.em.alloc(self.em.site("return", k), lt.get_shape(), lt.element_type, tag)
+                    buf = self.em.alloc(site, lt.get_shape(), lt.element_type, tag)
                     self.em.copy(new, buf, tag)
                     new = buf
                 seen.add(self.em.root(new))
@@ -469,7 +516,12 @@ class _FunctionLowering:
         op = ops[i]
         assert isinstance(op, FusionOp)
         if isinstance(op, SetOp):
-            self.values[op.results[0]] = lower_reshard.lower_set(self.em, op, self.values[op.operands[0]], i)
+            src, order = self.values[op.operands[0]], order_of(op.results[0])
+            before = order_of(op.operands[0])
+            if before != order:
+                perm = [inverse(before)[d] for d in order]
+                src = self.relayout(src, perm, self.em.site(i, 0, "relayout"), self.devices(op, op.operands[0]))
+            self.values[op.results[0]] = lower_reshard.lower_set(self.em, op, src, i, order)
             return i + 1
         if is_resharding(op):
             raise error_at(
@@ -478,13 +530,16 @@ class _FunctionLowering:
                 "run make-resharding-contiguous first",
             )
         tag = self.devices(op, op.results[0])
-        if isinstance(op, MatmulOp):
+        row_major = all(is_identity(order_of(v)) for v in (*op.operands, op.results[0]))
+        if isinstance(op, PermuteOp):
+            return self.lower_permute(op, i, tag)
+        if isinstance(op, MatmulOp) and row_major:
             out = self.result_buffer(op, i, tag)
             a, b = (self.values[v] for v in op.operands)
             self.em.emit(hir.MatmulOp(a, b, out), tag, marked=True)
             self.values[op.results[0]] = out
             return i + 1
-        if isinstance(op, LinearOp):
+        if isinstance(op, LinearOp) and row_major:
             out = self.result_buffer(op, i, tag)
             x, w = self.values[op.input], self.values[op.weight]
             bias = self.values[op.bias] if op.bias is not None else None
@@ -503,6 +558,19 @@ class _FunctionLowering:
         self.lower_launch(chain, i)
         return i + len(chain)
 
+    def lower_permute(self, op: PermuteOp, index: int, tag: tuple[int, ...]) -> int:
+        """A permute is a relabelling of its operand's buffer when the
+        result's alloc_order undoes it (no copy), a permuting copy otherwise."""
+        x, r = op.operands[0], op.results[0]
+        inv = inverse(order_of(x))
+        dims, out_order = op.keyword("dims"), order_of(r)
+        perm = [inv[dims[out_order[k]]] for k in range(len(out_order))]
+        if is_identity(perm):
+            self.values[r] = self.values[x]
+        else:
+            self.values[r] = self.relayout(self.values[x], perm, self.em.site(index), tag)
+        return index + 1
+
     def lower_launch(self, chain: list[Operation], index: int) -> None:
         """One hir.launch computing `chain` on local blocks."""
         last = chain[-1]
@@ -518,16 +586,24 @@ class _FunctionLowering:
         out = self.result_buffer(last, index + len(chain) - 1, tag)
 
         def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
-            env: dict[SSAValue, SSAValue] = dict(zip(ins, args))
+            env: dict[SSAValue, SSAValue] = {}
+            built: list[Operation] = []
             for old, arg in zip(ins, args):
                 arg.name_hint = old.name_hint
-            built: list[Operation] = []
+                env[old] = arg
+                if not is_identity(order_of(old)):  # buffer order -> logical
+                    built.append(permute_op(arg, inverse(order_of(old))))
+                    env[old] = built[-1].results[0]
             for o in chain:
                 new = self.local_op(o, [env[v] for v in o.operands])
                 new.results[0].name_hint = o.results[0].name_hint
                 built.append(new)
                 env[o.results[0]] = new.results[0]
-            return built, [env[last.results[0]]]
+            result = env[last.results[0]]
+            if not is_identity(order_of(last.results[0])):  # logical -> buffer order
+                built.append(permute_op(result, order_of(last.results[0])))
+                result = built[-1].results[0]
+            return built, [result]
 
         self.em.launch([self.values[v] for v in ins], [out], body, tag)
         self.values[last.results[0]] = out
@@ -550,7 +626,7 @@ class _FunctionLowering:
             operands=operands,
             result_types=[self.local(op, op.results[0])],
             properties=props,
-            attributes=dict(op.attributes),
+            attributes={k: v for k, v in op.attributes.items() if k != ALLOC_ORDER},
         )
         new.location = op.location
         try:

@@ -38,20 +38,29 @@ Output contract (what lower-to-host-ir may rely on), checked by
    `fusion.reshape` first, so that the alltoall works on a dimension of
    local extent 1 (see `_Layouts.split_alltoall`).
 
+The layout: `alloc_order = array<i64: p...>` on an op with one tensor result
+says its local block is allocated as the contiguous buffer of the local
+shape permuted by p (outermost first) and the logical result is that buffer
+viewed through the inverse permutation; absent means row-major; function
+arguments are row-major. lower-to-host-ir allocates and lowers by it. The
+pass rejects a malformed one on its input (`reshard_util.alloc_order_errors`).
+
 Decomposition of a resharding op (not a set): candidate local result
 placements L are the op's local result on its current operands, the
 declared result R, and sharding_rules.forward from all operands and from each
 one alone; each L needs operands resharded to
 sharding_rules.required_operands(L) and a reshard L -> R after. The
 candidate with the least communication wins (reshard_util.plan_reshard's
-estimate), then the smaller local result (less redundant compute). One
-exception keeps DESIGN.md 2.4's pipelined AllGather+GEMM: when R has a
-Stream(S) split on a dimension whose operand block must be gathered, that
-candidate wins and the gathering set's result carries the Stream split. A
-linear with a bias whose contraction is split becomes a linear without bias
-(partial), the reduction, then a broadcast bias add. Stream splits of a
-declared result stay on it; a local op whose result is later resharded gets
-the result's Stream splits where its own placement allows.
+estimate), then fewer reshard steps, then the smaller local result (less
+redundant compute). One exception keeps DESIGN.md 2.4's pipelined
+AllGather+GEMM: when R has a Stream(S) split on a dimension whose operand
+block must be gathered, that candidate wins and the gathering set's result
+carries the Stream split. A linear with a bias whose contraction is split
+becomes a linear without bias (partial), the reduction, then a broadcast
+bias add. Stream splits of a declared result stay on it; a local op whose
+result is later resharded gets the result's Stream splits where its own
+placement allows. A set changing several things becomes a chain of
+single-step sets (reshard_util.plan_reshard), the original set last.
 """
 
 from __future__ import annotations
@@ -199,12 +208,13 @@ def _where(op: Operation, message: str) -> str:
 @dataclass(order=True, frozen=True)
 class _Cost:
     """Candidates compare by: keeps a pipelined gather (0) or not (1),
-    communicated bytes, local result elements, reshard steps, order tried."""
+    communicated bytes, number of reshard steps (each a collective's
+    latency), local result elements (redundant compute), order tried."""
 
     stream: int
-    bytes: float
-    compute: int
+    traffic: float
     steps: int
+    compute: int
     index: int
 
 
@@ -293,8 +303,8 @@ class _Decomposer:
             cost = _Cost(
                 0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
                 total,
-                local_elements(cand, rshape, self.meshes),
                 steps,
+                local_elements(cand, rshape, self.meshes),
                 index,
             )
             if best is None or cost < best[0]:
@@ -384,7 +394,7 @@ class _Decomposer:
         shape = tensor_shape(rtype)
         btype = bias.type
         assert isinstance(btype, TensorType)
-        bdims = [len(shape) - 1] if btype.get_rank() == 1 else []
+        bdims = [len(shape) - 1] if len(btype.get_shape()) == 1 else []
         bb = BroadcastInDimOp.create(
             operands=[bias],
             result_types=[_typed(btype.element_type, shape, result)],
@@ -533,6 +543,12 @@ class _Layouts:
             return
         own = _constraints(step, src, dst, self.meshes)
         a, b = self.find(src), self.find(dst)
+        if self.fixed[b] and not self.satisfies(self.order[b], own):
+            raise error_at(
+                s,
+                f"'fusion.set' op {ALLOC_ORDER} = {list(self.order[b])} keeps the dim its {step.kind} "
+                "communicates along from being outermost in memory; drop it or put that dim first",
+            )
         cons = self.cons[a] + self.cons[b] + own
         order = self.pick(a, b, cons)
         if order is not None:
@@ -541,7 +557,8 @@ class _Layouts:
             return
         rank = len(tensor_shape(src))
         ident = tuple(range(rank))
-        own_orders = [o for o in self.candidates(rank, own, ident) if self.satisfies(o, own)]
+        wished = self.order[b] if self.fixed[b] else ident
+        own_orders = [o for o in self.candidates(rank, own, wished) if self.satisfies(o, own)]
         if own_orders:
             self.transpose(s, own_orders[0])
         else:
@@ -553,9 +570,14 @@ class _Layouts:
         permute back, laid out as `perm`: a view of the set's buffer."""
         src, dst = s.operands[0], s.results[0]
         t = PermuteOp.create(operands=[src], result_types=[_permuted(src.type, perm)], properties={"dims": _ints(perm)}, location=s.location)  # type: ignore[arg-type]
+        t.results[0].name_hint = f"{src.name_hint}_t" if src.name_hint else None
+        if perm == tuple(range(len(perm))):  # a copy into row-major suffices
+            _insert_before(s, t)
+            s.operands[0] = t.results[0]
+            self.visit(s)
+            return
         moved = _new_set(t.results[0], _permuted(dst.type, perm), s)  # type: ignore[arg-type]
         back = PermuteOp.create(operands=[moved.results[0]], result_types=[dst.type], properties={"dims": _ints(inverse(perm))}, location=s.location)
-        t.results[0].name_hint = f"{src.name_hint}_t" if src.name_hint else None
         self.replace(s, [t, moved, back])
         self.assign(back.results[0], perm)
         self.visit(moved)

@@ -65,7 +65,7 @@ def alloc_order_errors(op: Operation) -> list[str]:
     if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
         return [f"{ALLOC_ORDER} must be an array<i64: ...>, got {attr}"]
     order = list(attr.get_values())
-    rank = op.results[0].type.get_rank()
+    rank = len(op.results[0].type.get_shape())
     if sorted(order) != list(range(rank)):
         return [f"{ALLOC_ORDER} = {order} is not a permutation of the {rank} dimensions of the result"]
     return []
@@ -74,7 +74,7 @@ def alloc_order_errors(op: Operation) -> list[str]:
 def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
     """The memory order of `value`'s buffer, outermost first."""
     assert isinstance(value.type, TensorType)
-    ident = tuple(range(value.type.get_rank()))
+    ident = tuple(range(len(value.type.get_shape())))
     if isinstance(value, OpResult):
         attr = value.op.attributes.get(ALLOC_ORDER)
         if isinstance(attr, DenseArrayBase):

@@ -63,6 +63,12 @@ def _overlap(a: Sequence[tuple[int, int] | None], b: Sequence[tuple[int, int] | 
     return any(x and y and x[0] < y[1] and y[0] < x[1] for x in a for y in b)
 
 
+def _aliased(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether two buffers may share memory (MPI forbids aliased send and
+    receive buffers, so the send side is then copied)."""
+    return a is not None and b is not None and _overlap([_span(a)], [_span(b)])
+
+
 @dataclass(eq=False)
 class CpuStream(Stream):
     name: str
@@ -195,8 +201,8 @@ class CpuBackend(Backend):
     # ---- communication ------------------------------------------------------
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
         work = self._start([inp], [out])
-        src, dst = self._readable(inp, work), self._writable(out, work)
-        work.requests.append(self._comm(team).Iallgather(_words(src), _words(dst)))
+        src = self._readable(inp, work, copy=_aliased(inp, out))  # in place: inp is a block of out
+        work.requests.append(self._comm(team).Iallgather(_words(src), _words(self._writable(out, work))))
         return work
 
     def broadcast(self, buf: torch.Tensor, root: int, team: Team) -> Work:
@@ -216,7 +222,7 @@ class CpuBackend(Backend):
         if is_root and inp is None:
             raise RuntimeError(f"scatter: the input is absent on its root (rank {self.rank})")
         work = self._start([inp] if is_root else [], [out])
-        send = _words(self._readable(inp, work)) if is_root else None
+        send = _words(self._readable(inp, work, copy=_aliased(inp, out))) if is_root else None
         work.requests.append(comm.Iscatter(send, _words(self._writable(out, work)), root=root))
         return work
 
@@ -227,7 +233,8 @@ class CpuBackend(Backend):
             raise RuntimeError(f"gather: the output is absent on its root (rank {self.rank})")
         work = self._start([inp], [out] if is_root else [])
         recv = _words(self._writable(out, work)) if is_root else None
-        work.requests.append(comm.Igather(_words(self._readable(inp, work)), recv, root=root))
+        send = self._readable(inp, work, copy=is_root and _aliased(inp, out))
+        work.requests.append(comm.Igather(_words(send), recv, root=root))
         return work
 
     def reduce(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, op: ReduceOp, team: Team) -> Work:
@@ -262,7 +269,7 @@ class CpuBackend(Backend):
 
     def alltoall(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
         work = self._start([inp], [out])
-        src = self._readable(inp, work, copy=_overlap([_span(inp)], [_span(out)]))
+        src = self._readable(inp, work, copy=_aliased(inp, out))
         work.requests.append(self._comm(team).Ialltoall(_words(src), _words(self._writable(out, work))))
         return work
 

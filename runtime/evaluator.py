@@ -108,6 +108,15 @@ def _spec(func: FuncOp, meshes: dict[str, Mesh], i: int, local: Any, result: boo
     )
 
 
+def signature(module: ModuleOp, func: FuncOp) -> tuple[list[ValueSpec], list[ValueSpec]]:
+    """The arguments and results of a host program (no backend needed)."""
+    meshes = _meshes(module)
+    ftype = func.function_type
+    params = [_spec(func, meshes, i, t, False) for i, t in enumerate(ftype.inputs.data)]
+    results = [_spec(func, meshes, i, t, True) for i, t in enumerate(ftype.outputs.data)]
+    return params, results
+
+
 def find_host_program(module: ModuleOp, entry: str) -> FuncOp:
     """The host program `@entry` of a module (a Diagnostic otherwise)."""
     found = SymbolTable.lookup_symbol(module, entry)
@@ -141,9 +150,7 @@ class Program:
         self.func = func
         self.backend = backend
         meshes = _meshes(module)
-        ftype = func.function_type
-        self.params = [_spec(func, meshes, i, t, False) for i, t in enumerate(ftype.inputs.data)]
-        self.results = [_spec(func, meshes, i, t, True) for i, t in enumerate(ftype.outputs.data)]
+        self.params, self.results = signature(module, func)
         self.required_ranks, why = _required_ranks(func, meshes, self.params + self.results)
         if self.required_ranks > backend.size:
             raise error_at(
@@ -154,7 +161,7 @@ class Program:
         self.devices = _used_devices(meshes, self.required_ranks)
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
-        backend.prepare_teams(self.teams)
+        self._prepared = False  # teams are made at the first run, after the input checks
         self.cache = AllocationCache(backend.empty)
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
@@ -199,6 +206,9 @@ class Program:
     def run_prepared(self, inputs: Sequence[Array | None], copy_outputs: bool = False) -> list[Any]:
         """Run once on inputs from `prepare_inputs`. Without `copy_outputs`
         the results are the program's buffers, overwritten by the next run."""
+        if not self._prepared:
+            self.backend.prepare_teams(self.teams)
+            self._prepared = True
         fail = os.environ.get(FAIL_RANK_ENV)
         interp = _Interpreter(self, fail_now=fail is not None and fail.strip() == str(self.backend.rank))
         temp_handles: list[Handle] = []

@@ -60,6 +60,8 @@ def collectives_expected(n: int, x: np.ndarray, w: np.ndarray, wl: np.ndarray, b
         x @ wl.T + b,  # linear with bias
         x @ wl.T,  # linear
         _bf16(x),  # copy to bf16
+        x,  # allgather in place
+        x,  # gather in place, scattered back
     ]
 
 
@@ -131,34 +133,27 @@ def test_mesh2d(tmp_path: Path) -> None:
 
 def test_seed_is_deterministic(tmp_path: Path) -> None:
     """--seed draws the same global arguments on every rank and every run,
-    and each rank holds its shard of them."""
+    and each rank holds its shard of them; --print-host-ir prints once."""
     from fuserc.ir import parse
-    from fuserc.runtime.evaluator import find_host_program, _spec, _meshes
+    from fuserc.runtime.evaluator import find_host_program, signature
     from fuserc.runtime.io import random_inputs
 
     prog = program("collectives.mlir.in", 2, tmp_path)
-    for run in ("a", "b"):
-        ok(mpirun(2, [prog, "-p", "", "--seed", "7", "--save-outputs", tmp_path / run]))
-    a, b = _outputs(tmp_path / "a", 19), _outputs(tmp_path / "b", 19)
+    first = ok(mpirun(2, [prog, "-p", "", "--seed", "7", "--save-outputs", tmp_path / "a", "--print-host-ir"]))
+    assert first.stdout.count("attributes {hir.host}") == 1  # printed by rank 0 only
+    assert "hir.allgather" in first.stdout
+    ok(mpirun(2, [prog, "-p", "", "--seed", "7", "--save-outputs", tmp_path / "b"]))
+    a, b = _outputs(tmp_path / "a", 21), _outputs(tmp_path / "b", 21)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     module = parse(prog.read_text(), str(prog))
-    func = find_host_program(module, "main")
-    meshes = _meshes(module)
-    params = [_spec(func, meshes, i, t, False) for i, t in enumerate(func.function_type.inputs.data)]
+    params, _ = signature(module, find_host_program(module, "main"))
     drawn = [t.numpy() for t in random_inputs(params, 7)]
     expected = collectives_expected(2, *drawn)
     for i, (g, e) in enumerate(zip(a, expected)):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
     other = [t.numpy() for t in random_inputs(params, 8)]
     assert not np.array_equal(other[0], drawn[0])
-
-
-def test_print_host_ir(tmp_path: Path) -> None:
-    prog = program("bf16.mlir.in", 2, tmp_path)
-    proc = ok(mpirun(2, [prog, "-p", "", "--print-host-ir"]))
-    assert proc.stdout.count("attributes {hir.host}") == 1  # rank 0 only
-    assert "hir.allgather" in proc.stdout
 
 
 # ---- failures ------------------------------------------------------------------
@@ -213,3 +208,20 @@ def test_check_needs_a_fusion_function(tmp_path: Path) -> None:
     proc = mpirun(1, [program("bf16.mlir.in", 1, tmp_path), "-p", "", "--check"])
     assert proc.returncode == 1
     assert "--check" in proc.stderr and "host program" in proc.stderr
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
+
+
+def test_check_against_the_reference(tmp_path: Path) -> None:
+    """A fusion program compiled by the passes, checked against the
+    unsharded float64 reference, and timed (FLOPs of the global program)."""
+    proc = mpirun(4, [EXAMPLES / "sp_mlp.mlir", "-p", LOWERING, "--check", "--iters", "2", "--save-outputs", tmp_path])
+    if "is not available" in proc.stderr:
+        pytest.skip("the lowering passes are not available")
+    ok(proc)
+    assert "output 0: max abs error" in proc.stdout and "(f32 tolerance 1e-04): ok" in proc.stdout
+    flops = 2 * 128 * 64 * 256 * 2  # two matmuls of the global program
+    assert f"{flops} flops on 4 devices" in proc.stdout
+    assert np.load(tmp_path / "out0.npy").shape == (128, 64)

@@ -1,6 +1,6 @@
 // Every program in examples/ verifies and round-trips: its printed custom
 // form parses to the same text, and so does its generic form.
-// RUN: %python %S/Inputs/roundtrip.py %fuserc -- %examples/*.mlir | filecheck %s
+// RUN: %python %S/Inputs/roundtrip.py %examples/*.mlir | filecheck %s
 // The headline AllGather + GEMM of DESIGN.md 2.4, printed as written there.
 // RUN: %fuserc opt %examples/allgather_matmul_large.mlir | filecheck %s --check-prefix=LARGE
 

@@ -88,3 +88,18 @@ fusion.mesh a shape = [4]
 
 // expected-error @+1 {{shape}}
 "fusion.mesh"() <{sym_name = "a"}> : () -> ()
+
+// -----
+
+// expected-error @+1 {{Expected '='}}
+fusion.mesh @a shape [4]
+
+// -----
+
+// expected-error @+1 {{Expected '='}}
+fusion.mesh @a shape = [2] devices [0, 1]
+
+// -----
+
+// expected-error @+1 {{Expected integer literal}}
+fusion.mesh @a shape = [two]

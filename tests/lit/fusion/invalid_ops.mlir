@@ -307,3 +307,44 @@ func.func @f(%x: tensor<8x4xf32>) {
   %y = fusion.relu %nope : (tensor<8x4xf32>) -> tensor<8x4xf32>
   func.return
 }
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{Expected integer literal}}
+  %y = fusion.softmax %x dim = last : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'[' expected}}
+  %y = fusion.sum %x dims = 1 : (tensor<8x4xf32>) -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32, "rows">) {
+  // expected-error @+1 {{'fusion.relu' op a tensor's encoding must be a #fusion.sharding, got "rows"}}
+  %y = fusion.relu %x : (tensor<8x4xf32, "rows">) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.relu' op operand #0 (%z) is used before its definition}}
+  %y = fusion.relu %z : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  %z = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{'fusion.add' op operand #1 (%y) is used before its definition}}
+  %y = fusion.add %x, %y : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}

@@ -244,3 +244,9 @@ func.func @f(%x: tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) {
 fusion.mesh @tp shape = [4]
 // expected-error @+1 {{invalid sharding #fusion.sharding<@tp, [DIDx, -]> on tensor<?x16xf32>: a sharded tensor must have a static shape}}
 func.func @f(%x: tensor<?x16xf32, #fusion.sharding<@tp, [DIDx, -]>>)
+
+// -----
+
+fusion.mesh @tp shape = [4]
+// expected-error @+1 {{Expected '='}}
+func.func @f(%x: tensor<64xf32, #fusion.sharding<@tp, [-], partial DIDx>>)

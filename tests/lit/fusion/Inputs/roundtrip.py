@@ -1,40 +1,42 @@
-"""Round-trip check of whole programs:
+"""Round-trip check of whole programs through `fuserc opt`:
 
-    roundtrip.py FUSERC... -- FILE...
+    roundtrip.py FILE...
 
 For each FILE: `fuserc opt FILE` (custom form) is parsed again to the same
 text, the generic form is parsed to the same custom text, and the generic
 form prints back to itself. Prints `roundtrip ok: NAME` per file; exits 1
-at the first difference or failure."""
+at the first difference or failure. The command runs in this process
+(click's runner), so many files cost one interpreter start."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
+from click.testing import CliRunner
 
-def opt(fuserc: list[str], text: str | None, path: str = "-", generic: bool = False) -> str:
-    cmd = [*fuserc, "opt", path, *(["--print-generic"] if generic else [])]
-    proc = subprocess.run(cmd, input=text, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"FAILED: {' '.join(cmd)}\n{proc.stderr}")
-    return proc.stdout
+from fuserc.cli import main as fuserc
 
 
-def main(argv: list[str]) -> None:
-    split = argv.index("--")
-    fuserc, files = argv[:split], argv[split + 1 :]
+def opt(text: str | None, path: str = "-", generic: bool = False) -> str:
+    args = ["opt", path, *(["--print-generic"] if generic else [])]
+    result = CliRunner().invoke(fuserc, args, input=text)
+    if result.exit_code != 0:
+        raise SystemExit(f"FAILED: fuserc {' '.join(args)}\n{result.output}")
+    return result.stdout
+
+
+def main(files: list[str]) -> None:
     if not files:
         raise SystemExit("no files given")
     for path in sorted(files):
         name = os.path.basename(path)
-        custom = opt(fuserc, None, path)
-        generic = opt(fuserc, None, path, generic=True)
+        custom = opt(None, path)
+        generic = opt(None, path, generic=True)
         checks = {
-            "custom -> custom": opt(fuserc, custom) == custom,
-            "generic -> custom": opt(fuserc, generic) == custom,
-            "generic -> generic": opt(fuserc, generic, generic=True) == generic,
+            "custom -> custom": opt(custom) == custom,
+            "generic -> custom": opt(generic) == custom,
+            "generic -> generic": opt(generic, generic=True) == generic,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

@@ -1,0 +1,2 @@
+fusion.mesh @tp shape = [4]
+// café au lait

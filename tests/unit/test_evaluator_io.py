@@ -1,0 +1,200 @@
+"""Around the evaluator: cutting global inputs into shards, assembling
+global outputs, --check's comparison, backend selection, failure reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fuserc.diagnostics import Diagnostic, Location
+from fuserc.dialects.fusion import ShardingAttr
+from fuserc.run_cli import CHECK_TOLERANCES, compare
+from fuserc.runtime import io
+from fuserc.runtime.backend import make_backend
+from fuserc.runtime.evaluator import ValueSpec
+from fuserc.runtime.mpi_env import MpiEnv, failure_message, mpi_env, prefixed
+from fuserc.runtime.reference import element_type
+from fuserc.sharding import Mesh, Sharding
+from xdsl.dialects.builtin import TensorType
+
+
+def spec(shape: tuple[int, ...], axes: list[str], mesh: Mesh, partial: str | None = None, dtype=torch.float32, index: int = 0) -> ValueSpec:
+    sharding = Sharding.from_axes(mesh.name, axes, partial)
+    gtype = TensorType(element_type(dtype), shape, ShardingAttr.get(sharding))
+    local = sharding.local_shape(shape, mesh)
+    return ValueSpec(index, f"argument #{index}", local, dtype, TensorType(element_type(dtype), local), gtype, sharding, mesh)
+
+
+def test_shard_input_blocks_streams_and_partial() -> None:
+    mesh = Mesh("tp", (4,))
+    x = torch.arange(64 * 2, dtype=torch.float32).reshape(64, 2)
+    s = spec((64, 2), ["DIDx", "-"], mesh)
+    torch.testing.assert_close(io.shard_input(x, s, 2), x[32:48])
+    st = spec((64, 2), ["Stream(2)*DIDx", "-"], mesh)
+    torch.testing.assert_close(io.shard_input(x, st, 1), torch.cat([x[8:16], x[40:48]]))
+    p = spec((64, 2), ["-", "-"], mesh, partial="DIDx")
+    torch.testing.assert_close(io.shard_input(x, p, 0), x)
+    assert torch.count_nonzero(io.shard_input(x, p, 3)) == 0
+    other = spec((64, 2), ["-", "-"], Mesh("s1", (2,), (2, 3)))
+    assert io.shard_input(x, other, 0) is None
+
+
+def test_contributors_skip_replicas() -> None:
+    grid = Mesh("g", (2, 2))
+    assert io.contributors(spec((4, 6), ["DIDy", "-"], grid), 4) == [0, 2]
+    assert io.contributors(spec((4, 6), ["DIDy", "DIDx"], grid), 4) == [0, 1, 2, 3]
+    assert io.contributors(spec((4, 6), ["-", "-"], grid, partial="DIDx"), 4) == [0, 1]
+    assert io.contributors(spec((4, 6), ["-", "-"], Mesh("late", (1,), (3,))), 4) == [3]
+
+
+def test_gather_on_one_rank_assembles_and_sums() -> None:
+    env = mpi_env()
+    if env.size != 1:
+        pytest.skip("runs as a job of one rank")
+    one = Mesh("one", (1,))
+    x = torch.randn(4, 3)
+    out = io.gather_outputs(
+        [x, x.bfloat16(), x],
+        [spec((4, 3), ["DIDx", "-"], one), spec((4, 3), ["-", "-"], one, dtype=torch.bfloat16),
+         spec((4, 3), ["-", "-"], one, partial="DIDx")],
+        env,
+    )  # fmt: skip
+    assert out is not None
+    np.testing.assert_array_equal(out[0], x.numpy())
+    assert out[1].dtype == np.float32
+    np.testing.assert_array_equal(out[1], x.bfloat16().float().numpy())
+    np.testing.assert_allclose(out[2], x.numpy())
+
+
+def test_global_input_checks() -> None:
+    mesh = Mesh("tp", (2,))
+    s = spec((4, 3), ["DIDx", "-"], mesh)
+    with pytest.raises(Diagnostic, match=r"argument #0 \(x.npy\): expected a float32 array of shape \[4, 3\].*got a float64 array of shape \[4, 3\]"):
+        io.check_global_input(np.zeros((4, 3)), s, "x.npy")
+    with pytest.raises(Diagnostic, match=r"got a float32 array of shape \[3, 4\]"):
+        io.check_global_input(np.zeros((3, 4), np.float32), s)
+    b = spec((4, 3), ["DIDx", "-"], mesh, dtype=torch.bfloat16)
+    t = io.check_global_input(np.full((4, 3), 1.00390625, np.float32), b)
+    assert t.dtype == torch.bfloat16 and float(t[0, 0]) == 1.0  # rounded to bf16
+
+
+def test_load_inputs(tmp_path: Path) -> None:
+    mesh = Mesh("tp", (2,))
+    params = [spec((4, 3), ["DIDx", "-"], mesh), spec((3,), ["-"], mesh, index=1)]
+    np.save(tmp_path / "a.npy", np.ones((4, 3), np.float32))
+    np.save(tmp_path / "b.npy", np.ones((3,), np.float32))
+    values = io.load_inputs([str(tmp_path / "a.npy"), str(tmp_path / "b.npy")], params)
+    assert [tuple(v.shape) for v in values] == [(4, 3), (3,)]
+    with pytest.raises(Diagnostic, match="takes 2 inputs, got 1"):
+        io.load_inputs([str(tmp_path / "a.npy")], params)
+    with pytest.raises(Diagnostic, match="argument #1: cannot read"):
+        io.load_inputs([str(tmp_path / "a.npy"), str(tmp_path / "missing.npy")], params)
+
+
+def test_random_inputs_depend_on_seed_and_argument_only() -> None:
+    mesh = Mesh("tp", (2,))
+    params = [spec((8, 4), ["DIDx", "-"], mesh), spec((8, 4), ["-", "-"], mesh, dtype=torch.bfloat16, index=1)]
+    a, b = io.random_inputs(params, 3), io.random_inputs(params, 3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert a[1].dtype == torch.bfloat16 and not torch.equal(a[0], a[1].float())
+    assert not torch.equal(io.random_inputs(params, 4)[0], a[0])
+
+
+def test_save_outputs(tmp_path: Path) -> None:
+    paths = io.save_outputs(str(tmp_path / "d"), [np.zeros(2), np.ones(3, np.float32)])
+    assert [Path(p).name for p in paths] == ["out0.npy", "out1.npy"]
+    np.testing.assert_array_equal(np.load(paths[1]), np.ones(3, np.float32))
+
+
+def test_check_tolerances() -> None:
+    ref = torch.linspace(-3, 3, 100, dtype=torch.float64)
+    exact = compare(0, ref.numpy().astype(np.float32), ref, torch.float32)
+    assert exact.ok and exact.rel_err < 1e-7
+    off = ref.clone()
+    off[5] += 3 * 1e-3
+    bad = compare(1, off.numpy().astype(np.float32), ref, torch.float32)
+    assert not bad.ok and "FAILED" in bad.line() and "f32 tolerance 1e-04" in bad.line()
+    bf = ref.to(torch.bfloat16).float().numpy()
+    assert compare(2, bf, ref, torch.bfloat16).ok  # bf16 rounding is within bf16 tolerance
+    assert not compare(2, bf, ref, torch.float32).ok  # but not within f32's
+    nan = ref.numpy().copy()
+    nan[0] = np.nan
+    assert not compare(3, nan, ref, torch.float32).ok
+    assert set(CHECK_TOLERANCES) == {"f64", "f32", "f16", "bf16", "i64", "i1"}
+
+
+def test_backend_selection() -> None:
+    env = mpi_env()
+    assert make_backend("cpu", env).name == "cpu"
+    if not torch.cuda.is_available():
+        assert make_backend("auto", env).name == "cpu"
+        with pytest.raises(Diagnostic, match="cuda backend cannot run here"):
+            make_backend("cuda", env)
+    with pytest.raises(Diagnostic, match="unknown backend 'tpu'"):
+        make_backend("tpu", env)
+
+
+def test_failure_messages() -> None:
+    d = Diagnostic("bad input", Location("f.mlir", 3, 4))
+    assert failure_message(d) == "f.mlir:3:4: error: bad input"
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        text = failure_message(e)
+    assert text.startswith("internal error: Traceback") and "ValueError: boom" in text
+    assert prefixed(2, "a\nb") == "[rank 2] a\n[rank 2] b"
+    assert MpiEnv(None, 0, 1).size == 1
+
+
+CHECK_SOURCE = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x3xbf16, #fusion.sharding<@m, [DIDx, -]>>, %w: tensor<3x2xbf16, #fusion.sharding<@m, [-, -]>>)
+    -> tensor<4x2xf32, #fusion.sharding<@m, [-, -]>> {
+  %y = fusion.matmul %x, %w : (tensor<4x3xbf16, #fusion.sharding<@m, [DIDx, -]>>, tensor<3x2xbf16, #fusion.sharding<@m, [-, -]>>) -> tensor<4x2xbf16, #fusion.sharding<@m, [-, -]>>
+  %z = fusion.cast %y : (tensor<4x2xbf16, #fusion.sharding<@m, [-, -]>>) -> tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>
+  func.return %z : tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>
+}
+"""
+
+CHECK_HOST = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x3xbf16> {hir.global = tensor<4x3xbf16, #fusion.sharding<@m, [DIDx, -]>>},
+                %w: tensor<3x2xbf16> {hir.global = tensor<3x2xbf16, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %y = hir.alloc "y" : tensor<4x2xbf16>
+  hir.matmul %x, %w, %y : tensor<4x3xbf16>, tensor<3x2xbf16>, tensor<4x2xbf16>
+  %z = hir.alloc "z" : tensor<4x2xf32>
+  hir.launch ins(%y : tensor<4x2xbf16>) outs(%z : tensor<4x2xf32>) {
+  ^bb0(%a: tensor<4x2xbf16>):
+    %c = fusion.cast %a : (tensor<4x2xbf16>) -> tensor<4x2xf32>
+    OP
+  }
+  func.return %z : tensor<4x2xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("op, exit_code", [
+    ("hir.yield %c : tensor<4x2xf32>", 0),
+    ("%e = fusion.exp %c : (tensor<4x2xf32>) -> tensor<4x2xf32>\n    hir.yield %e : tensor<4x2xf32>", 1),
+])  # fmt: skip
+def test_check_exit_code(op: str, exit_code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """--check against the fusion function as written: an f32 result of
+    bf16 work is held to bf16's tolerance; a wrong program fails with 1."""
+    from fuserc.ir import parse
+    from fuserc.run_cli import _check
+    from fuserc.runtime.cpu import CpuBackend
+    from fuserc.runtime.program import Compiled, CompiledProgram
+
+    compiled = Compiled(parse(CHECK_SOURCE, "s.mlir"), parse(CHECK_HOST.replace("OP", op), "h.mlir"), "main")
+    prog = CompiledProgram(compiled, CpuBackend(mpi_env()))
+    inputs = [torch.randn(4, 3).bfloat16(), torch.randn(3, 2).bfloat16()]
+    gathered = prog.execute(inputs)
+    assert _check(prog, inputs, [g.float().numpy() for g in gathered]) == exit_code
+    out = capsys.readouterr()
+    assert "(bf16 tolerance 4e-02)" in out.out
+    assert ("--check failed: output 0 over tolerance" in out.err) == bool(exit_code)
+    prog.close()
