@@ -601,7 +601,7 @@ class CastOp(UnaryOp):
     def infer_element_type(self) -> Attribute:
         res = _tensor(self.results[0]).element_type
         if not _elem_ok(res, "any"):
-            raise VerifyException(f"fusion.cast does not support element type {res}")
+            raise VerifyException(f"cannot cast to element type {res}")
         return res
 
 

@@ -1,7 +1,8 @@
 // Pipeline parallelism over two stages of two devices each: stage 0 runs
-// the first layer on devices 0 and 1 (tensor-parallel over @stage0), a
-// fusion.set moves the activations to devices 2 and 3, where stage 1 runs
-// the second layer.
+// the first layer on devices 0 and 1 (the rows of the activations split
+// between them), a fusion.set moves the activations to devices 2 and 3 (row
+// block c of @stage0 goes to device c of @stage1), where stage 1 runs the
+// second layer.
 //   mpiexec -n 4 fuserc run examples/pipeline.mlir --check
 fusion.mesh @stage0 shape = [2] devices = [0, 1]
 fusion.mesh @stage1 shape = [2] devices = [2, 3]

@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from fuserc.diagnostics import Diagnostic, Location
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.passes import ModulePass
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -133,8 +137,8 @@ def _check_output_dir(output: str) -> None:
 def _process(
     chunk: str,
     name: str,
-    passes: list,
-    after: Callable[[str, object], None] | None,
+    passes: list[ModulePass],
+    after: Callable[[str, ModuleOp], None] | None,
     timings: list[list[tuple[str, float]]],
     generic: bool,
 ) -> str:

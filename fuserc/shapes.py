@@ -72,10 +72,6 @@ def check_dim(shape: Shape, dim: int) -> int:
 
 
 def reduce(shape: Shape, dims: Sequence[int], keepdim: bool) -> Shape:
-    """torch.sum/amax over `dims`. An empty list is refused: PyTorch reads
-    `dim=[]` as every dimension, which the text would not show."""
-    if not dims:
-        raise ShapeError("dims must name at least one dimension (list every dimension to reduce all)")
     norm = [check_dim(shape, d) for d in dims]
     if len(set(norm)) != len(norm):
         raise ShapeError(f"repeated dimension in dims = {list(dims)}")

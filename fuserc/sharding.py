@@ -198,8 +198,15 @@ class Sharding:
         return None
 
     def without_streams(self) -> "Sharding":
-        """Placement only: the same sharding with Stream splits removed."""
-        return self.with_dims([tuple(s for s in d if not s.is_stream) for d in self.dims])
+        """Placement only: Stream splits removed where they do not change
+        which indices a device holds. A Stream split outside a device split
+        (`Stream(2)*DIDx`) interleaves the blocks, so it is kept."""
+
+        def placement(d: tuple[Split, ...]) -> tuple[Split, ...]:
+            last_device = max((i for i, s in enumerate(d) if not s.is_stream), default=-1)
+            return tuple(s for i, s in enumerate(d) if not s.is_stream or i < last_device)
+
+        return self.with_dims([placement(d) for d in self.dims])
 
     def same_placement(self, other: "Sharding") -> bool:
         """True when both put the same data on the same devices (Stream

@@ -361,7 +361,9 @@ class _Reshard:
         fits, send/recv of blocks otherwise."""
         ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
         if b.partial:
-            raise ReshardError(f"a value cannot become a partial sum over {b.partial} on another mesh")
+            if a.partial != b.partial or a.dims != b.dims:
+                raise ReshardError(f"a value cannot become a partial sum over {b.partial} on another mesh")
+            return self.summands(src, a, b, site)
         if a.partial:
             if not a.device_types() and len(ma.teams(a.partial)) == 1 and mb.size == 1:
                 return self.reduce_to_one(src, a, b, site, aux)
@@ -432,6 +434,25 @@ class _Reshard:
         finish()
         return out
 
+    def summands(self, src: SSAValue, a: Sharding, b: Sharding, site: str) -> SSAValue:
+        """A partial value moved as it is: each device of B gets the summand
+        of the device of A at its coordinates on the axes the sharding uses."""
+        ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
+        types = [*a.device_types(), *([a.partial] if a.partial else [])]
+
+        def key(mesh: Mesh, d: int) -> tuple[int, ...]:
+            coords = mesh.coords(d)
+            return tuple(coords[mesh.axis_of(t)] for t in types)
+
+        transfers = []
+        for pos, r in enumerate(mb.devices):
+            devices = [d for d in ma.devices if key(ma, d) == key(mb, r)]
+            sender = r if r in devices else devices[pos % len(devices)]
+            transfers.append(_Transfer(sender, r, (), ()))
+        out = self.alloc(site, self.local(b), mb.devices)
+        self.emit_transfers(transfers, src, out, site)
+        return out
+
     def transfer(self, src: SSAValue, holders: dict[int, Block_], b: Sharding, mb: Mesh, site: str) -> SSAValue:
         """Point-to-point: each device of B gets its block from the devices
         holding it (`holders`: device -> the block its `src` buffer holds);
@@ -456,10 +477,14 @@ class _Reshard:
                     raise ReshardError("the blocks of the two shardings overlap only in part")
                 sender = r if r in devices else devices[pos % len(devices)]
                 transfers.append(_Transfer(sender, r, send, recv))
+        self.emit_transfers(transfers, src, out, site)
+        return out
+
+    def emit_transfers(self, transfers: list[_Transfer], src: SSAValue, out: SSAValue, site: str) -> None:
+        """Each rank's part in its own `hir.if_rank [r]`."""
         ranks = list(dict.fromkeys(x for t in transfers for x in (t.sender, t.receiver)))
         for x in ranks:
             self.transfers_of(x, [t for t in transfers if x in (t.sender, t.receiver)], src, out, site)
-        return out
 
     def sub_view(self, buf: SSAValue, spec: Spec, tag: tuple[int, ...], const: Callable[[int], SSAValue]) -> SSAValue:
         for dim, index, chunks in spec:

@@ -56,7 +56,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
-from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     ELEMENTWISE_OPS,
@@ -64,6 +64,7 @@ from fuserc.dialects.fusion import (
     LinearOp,
     MatmulOp,
     PermuteOp,
+    ReshapeOp,
     SetOp,
     SliceOp,
     lookup_mesh,
@@ -230,6 +231,13 @@ def is_identity(order: Sequence[int]) -> bool:
     return tuple(order) == tuple(range(len(order)))
 
 
+def moves_nothing(perm: Sequence[int], shape: Sequence[int]) -> bool:
+    """Permuting a row-major buffer of `shape` by `perm` keeps every element
+    in place: the dimensions of extent > 1 keep their order."""
+    big = [d for d in perm if shape[d] != 1]
+    return big == sorted(big)
+
+
 def stream_marks(value: SSAValue) -> dict[str, Attribute]:
     """`hir.stream = [d, S]` when the value's sharding has a Stream(S) split;
     d is the dimension of its buffer (its alloc_order applied)."""
@@ -281,9 +289,12 @@ def place_deallocs(em: Emitter, keep: set[SSAValue]) -> None:
     for value, i in last.items():
         if value in keep:
             continue
-        # Later is as good: stay after the ops of the same ranks (one region).
-        while i + 1 < len(em.items) and em.items[i + 1][1] == em.items[i][1] is not None:
-            i += 1
+        # Given back on other ranks than the last user's: after the run of
+        # ops of those ranks (one region), not in its middle.
+        tag = em.items[i][1]
+        if em.owner[value] != tag:
+            while i + 1 < len(em.items) and em.items[i + 1][1] == tag is not None:
+                i += 1
         after.setdefault(i, []).append(value)
     items = em.items
     em.items = []
@@ -533,6 +544,8 @@ class _FunctionLowering:
         row_major = all(is_identity(order_of(v)) for v in (*op.operands, op.results[0]))
         if isinstance(op, PermuteOp):
             return self.lower_permute(op, i, tag)
+        if isinstance(op, ReshapeOp):
+            return self.lower_reshape(op, i, tag)
         if isinstance(op, MatmulOp) and row_major:
             out = self.result_buffer(op, i, tag)
             a, b = (self.values[v] for v in op.operands)
@@ -565,10 +578,25 @@ class _FunctionLowering:
         inv = inverse(order_of(x))
         dims, out_order = op.keyword("dims"), order_of(r)
         perm = [inv[dims[out_order[k]]] for k in range(len(out_order))]
+        src = self.values[x]
         if is_identity(perm):
-            self.values[r] = self.values[x]
+            self.values[r] = src
+        elif moves_nothing(perm, shape_of(src)):
+            self.values[r] = self.em.view(src, self.buffer_type(op, r).get_shape(), tag)
         else:
-            self.values[r] = self.relayout(self.values[x], perm, self.em.site(index), tag)
+            self.values[r] = self.relayout(src, perm, self.em.site(index), tag)
+        return index + 1
+
+    def lower_reshape(self, op: ReshapeOp, index: int, tag: tuple[int, ...]) -> int:
+        """A reshape of a buffer in row-major order (up to dimensions of
+        extent 1) into one is a view; otherwise a launch copies."""
+        x, r = op.operands[0], op.results[0]
+        if all(
+            moves_nothing(order_of(v), self.local(op, v).get_shape()) for v in (x, r)
+        ):
+            self.values[r] = self.em.view(self.values[x], self.buffer_type(op, r).get_shape(), tag)
+            return index + 1
+        self.lower_launch([op], index)
         return index + 1
 
     def lower_launch(self, chain: list[Operation], index: int) -> None:
@@ -653,9 +681,11 @@ class LowerToHostIR(ModulePass):
 
     backend: str = "nccl"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise Diagnostic(f"lower-to-host-ir: backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
         rewriter = Rewriter()
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp)]:
             if func.is_declaration or hir.is_host_program(func):

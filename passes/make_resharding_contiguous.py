@@ -109,7 +109,7 @@ from fuserc.passes.reshard_util import (
     reshard_step,
     tensor_shape,
 )
-from fuserc.sharding import Sharding, Split
+from fuserc.sharding import Mesh, Sharding, Split
 
 _NEEDS_SHARDINGS = "make-resharding-contiguous needs every tensor sharded (run propagate-shardings first)"
 
@@ -219,10 +219,13 @@ class _Cost:
 
 
 class _Decomposer:
+    """Rewrites each resharding op of a function into reshard sets around
+    the op, which then computes locally (module docstring: the choice)."""
+
     def __init__(self, meshes: Meshes):
         self.meshes = meshes
 
-    def mesh_of(self, name: str):
+    def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
 
     def run(self, func: FuncOp) -> None:

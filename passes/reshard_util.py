@@ -31,7 +31,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 
-from fuserc.dialects.fusion import sharding_of
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split
 
 Shape = tuple[int, ...]
@@ -307,12 +306,6 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     from fuserc.dialects.fusion import MeshOp
 
     return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
-
-
-def placement_of(value: SSAValue) -> Sharding:
-    s = sharding_of(value)
-    assert s is not None
-    return s.without_streams()
 
 
 def tensor_shape(value_or_type: SSAValue | Attribute) -> Shape:

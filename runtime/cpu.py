@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from xdsl.ir import Block, SSAValue
 
-from fuserc.runtime.backend import Array, Backend, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, Team, Work
 from fuserc.runtime.mpi_env import MpiEnv
 
 _WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}

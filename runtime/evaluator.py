@@ -151,7 +151,7 @@ class Program:
         self.backend = backend
         meshes = _meshes(module)
         self.params, self.results = signature(module, func)
-        self.required_ranks, why = _required_ranks(func, meshes, self.params + self.results)
+        self.required_ranks, why = _required_ranks(func, meshes)
         if self.required_ranks > backend.size:
             raise error_at(
                 func,
@@ -237,8 +237,8 @@ class Program:
         return entry
 
     def close(self) -> None:
-        """Release shared handles and communicators (collective: every rank
-        closes its programs in the same order)."""
+        """Release the shared handles of cached buffers and drop the cache
+        (collective: every rank closes its programs in the same order)."""
         self.backend.synchronize()
         self.cache.clear(self.backend.release_handle)
         self._entries.clear()
@@ -255,7 +255,7 @@ def collect_teams(func: FuncOp) -> list[Team]:
     return sorted(teams, key=lambda t: (len(t), t))
 
 
-def _required_ranks(func: FuncOp, meshes: dict[str, Mesh], specs: Sequence[ValueSpec]) -> tuple[int, str]:
+def _required_ranks(func: FuncOp, meshes: dict[str, Mesh]) -> tuple[int, str]:
     """The ranks the job needs (the largest device id used + 1), and why."""
     best, why = 1, "one rank"
     for mesh in meshes.values():
@@ -631,22 +631,15 @@ def _share(it: _Interpreter, op: hir.ShareOp) -> None:
     it.env[op.handle] = handle
 
 
-def _handle_team(it: _Interpreter, op: Operation, handle: Any) -> Team:
-    team = getattr(handle, "team", None)
-    if team is None:  # pragma: no cover - every backend's handle has a team
-        raise error_at(op, "handle without a team")
-    return team
-
-
 @_handles(hir.PutOp)
 def _put(it: _Interpreter, op: hir.PutOp) -> None:
     handle = it.value(op.handle)
-    peer = it.position(op, op.peer, _handle_team(it, op, handle), "peer")
+    peer = it.position(op, op.peer, handle.team, "peer")
     it.env[op.token] = it.backend.put(it.value(op.source), handle, peer)
 
 
 @_handles(hir.GetOp)
 def _get(it: _Interpreter, op: hir.GetOp) -> None:
     handle = it.value(op.handle)
-    peer = it.position(op, op.peer, _handle_team(it, op, handle), "peer")
+    peer = it.position(op, op.peer, handle.team, "peer")
     it.env[op.token] = it.backend.get(handle, peer, it.value(op.dest))

@@ -3,7 +3,6 @@ on the cpu backend, results checked against NumPy."""
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 

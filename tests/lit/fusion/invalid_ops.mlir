@@ -247,7 +247,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xf32>) {
-  // expected-error @+1 {{'fusion.cast' op fusion.cast does not support element type i32}}
+  // expected-error @+1 {{'fusion.cast' op cannot cast to element type i32}}
   %y = fusion.cast %x : (tensor<8x4xf32>) -> tensor<8x4xi32>
   func.return
 }

@@ -117,14 +117,6 @@ func.func @f(%x: tensor<8x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xf32>) {
-  // expected-error @+1 {{'fusion.sum' op dims must name at least one dimension}}
-  %y = fusion.sum %x dims = [] : (tensor<8x4xf32>) -> tensor<8x4xf32>
-  func.return
-}
-
-// -----
-
-func.func @f(%x: tensor<8x4xf32>) {
   // expected-error @+1 {{'fusion.max' op repeated dimension in dims = [1, -1]}}
   %y = fusion.max %x dims = [1, -1] : (tensor<8x4xf32>) -> tensor<8xf32>
   func.return

@@ -269,8 +269,8 @@ func.func @staged(%x: !a) -> !b {
 // CHECK-NEXT: hir.wait %[[R0]] : !hir.token
 // CHECK-NEXT: hir.wait %[[R1]] : !hir.token
 // CHECK-NEXT: hir.copy %[[S0]], %[[V0]] {hir.reshard = "@a->@b"} : tensor<8x8xf32>, tensor<8x8xf32>
-// CHECK-NEXT: hir.copy %[[S1]], %[[V1]]
 // CHECK-NEXT: hir.dealloc %[[S0]] : tensor<8x8xf32>
+// CHECK-NEXT: hir.copy %[[S1]], %[[V1]]
 // CHECK-NEXT: hir.dealloc %[[S1]] : tensor<8x8xf32>
 // CHECK-NEXT: }
 
@@ -357,3 +357,33 @@ func.func @resize(%x: !a) -> !b {
 // CHECK: hir.recv %y from %{{.*}} team = [0, 2]
 // CHECK: hir.if_rank [3] {
 // CHECK: hir.recv %y from %{{.*}} team = [1, 3]
+
+// -----
+
+// A partial sum moved to another mesh as it is: device i's summand goes to
+// device i of the other mesh (SendRecv pairs); the sum is taken there.
+!x = tensor<8x16xf32, #fusion.sharding<@a, [-, DIDx]>>
+!w = tensor<16x12xf32, #fusion.sharding<@a, [DIDx, -]>>
+!p = tensor<8x12xf32, #fusion.sharding<@a, [-, -], partial = DIDx>>
+!q = tensor<8x12xf32, #fusion.sharding<@b, [-, -], partial = DIDx>>
+!r = tensor<8x12xf32, #fusion.sharding<@b, [-, -]>>
+fusion.mesh @a shape = [2]
+fusion.mesh @b shape = [2] devices = [3, 2]
+func.func @summands(%x: !x, %w: !w) -> !r {
+  %p = fusion.matmul %x, %w : (!x, !w) -> !p
+  %q = fusion.set %p : (!p) -> !q
+  %r = fusion.set %q : (!q) -> !r
+  func.return %r : !r
+}
+// CHECK-LABEL: func.func @summands(
+// CHECK: %q = hir.if_rank [3, 2] -> (tensor<8x12xf32>) {
+// CHECK: hir.if_rank [0] {
+// CHECK: hir.send %p to %{{.*}} team = [0, 3] backend = nccl {hir.reshard = "@a->@b"} : (tensor<8x12xf32>, index) -> !hir.token
+// CHECK: hir.if_rank [3] {
+// CHECK: hir.recv %q from %{{.*}} team = [0, 3]
+// CHECK: hir.if_rank [1] {
+// CHECK: hir.send %p to %{{.*}} team = [1, 2]
+// CHECK: hir.if_rank [2] {
+// CHECK: hir.recv %q from %{{.*}} team = [1, 2]
+// CHECK: %r = hir.if_rank [3, 2] -> (tensor<8x12xf32>) {
+// CHECK: hir.allreduce %q, %{{.*}} op = sum team = [3, 2]

@@ -225,21 +225,21 @@ func.func @partial_to_split(%x: tensor<64x32xf32, #fusion.sharding<@tp, [-, DIDx
 
 // -----
 
-// Pipeline: the same sharding on another mesh is one set (send/recv); an op
-// whose result lies on another mesh computes on its operand's mesh first.
+// Pipeline: the same sharding on another mesh is one set (send/recv); the
+// second stage's result is gathered there.
 fusion.mesh @stage0 shape = [2] devices = [0, 1]
 fusion.mesh @stage1 shape = [2] devices = [2, 3]
 // CHECK-LABEL: func.func @pipeline
 // CHECK-NEXT: %h = fusion.relu %x : {{.*}} -> tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>
 // CHECK-NEXT: %a = fusion.set %h : (tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>
 // CHECK-NEXT: [[L:%[^ ]+]] = fusion.neg %a : {{.*}} -> tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>
-// CHECK-NEXT: %b = fusion.set [[L]] : (tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>
+// CHECK-NEXT: %b = fusion.set [[L]] : (tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage1, [-, -]>>
 // CHECK-NEXT: func.return %b
-func.func @pipeline(%x: tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>> {
+func.func @pipeline(%x: tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage1, [-, -]>> {
   %h = fusion.relu %x : (tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>
   %a = fusion.set %h : (tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>
-  %b = fusion.neg %a : (tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>
-  func.return %b : tensor<16x32xf32, #fusion.sharding<@stage0, [DIDx, -]>>
+  %b = fusion.neg %a : (tensor<16x32xf32, #fusion.sharding<@stage1, [DIDx, -]>>) -> tensor<16x32xf32, #fusion.sharding<@stage1, [-, -]>>
+  func.return %b : tensor<16x32xf32, #fusion.sharding<@stage1, [-, -]>>
 }
 
 // -----
@@ -309,10 +309,10 @@ func.func @stream_set(%x: tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>, %
 // is computed in the same chunks, the reduce-scatter keeps the split.
 fusion.mesh @tp shape = [4]
 // CHECK-LABEL: func.func @stream_reduce_scatter
-// CHECK-NEXT: [[P:%[^ ]+]] = fusion.matmul %x, %w : {{.*}} -> tensor<64x32xf32, #fusion.sharding<@tp, [Stream(2), -], partial = DIDx>>
-// CHECK-NEXT: %y = fusion.set [[P]] : {{.*}} -> tensor<64x32xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
+// CHECK-NEXT: [[P:%[^ ]+]] = fusion.matmul %x, %w : {{.*}} -> tensor<64x32xf32, #fusion.sharding<@tp, [-, Stream(2)], partial = DIDx>>
+// CHECK-NEXT: %y = fusion.set [[P]] : {{.*}} -> tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>>
 // CHECK-NEXT: func.return %y
-func.func @stream_reduce_scatter(%x: tensor<64x128xf32, #fusion.sharding<@tp, [-, DIDx]>>, %w: tensor<128x32xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>> {
-  %y = fusion.matmul %x, %w : (tensor<64x128xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<128x32xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
-  func.return %y : tensor<64x32xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
+func.func @stream_reduce_scatter(%x: tensor<64x128xf32, #fusion.sharding<@tp, [-, DIDx]>>, %w: tensor<128x32xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>> {
+  %y = fusion.matmul %x, %w : (tensor<64x128xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<128x32xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>>
+  func.return %y : tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>>
 }
