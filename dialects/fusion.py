@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BFloat16Type,
     BoolAttr,
+    DenseArrayBase,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -33,7 +34,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, OpResult, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -399,6 +400,8 @@ class FusionOp(IRDLOperation):
                 f"result element type {res.element_type} does not match {want}"
             )
         verify_shardings(self, [*self.operands, *self.results])
+        for err in alloc_order_errors(self):
+            raise VerifyException(err)
 
     def verify_elements(self, elems: list[Attribute]) -> None:
         if len(set(elems)) > 1:
@@ -705,6 +708,49 @@ class SoftmaxOp(FusionOp):
     def infer_shape(self, s):
         shapes.check_dim(s[0], self.keyword("dim"))
         return s[0]
+
+
+# ---- memory layout ---------------------------------------------------------
+
+ALLOC_ORDER = "alloc_order"
+"""Discardable attribute `alloc_order = array<i64: p0, p1, ...>` on an op
+with one tensor result: the result's buffer holds its local block with
+dimension p0 outermost and p(r-1) innermost, i.e. it is allocated as the
+local shape permuted by p, contiguous, and the op's logical result is the
+view `buffer.permute(inverse(p))`. Absent means the identity (row-major).
+Function arguments are always row-major."""
+
+
+def alloc_order_attr(order: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(order))
+
+
+def alloc_order_errors(op: Operation) -> list[str]:
+    """Why `op`'s alloc_order attribute is malformed (empty when it is
+    absent or valid: an array<i64> permutation of its result's rank)."""
+    attr = op.attributes.get(ALLOC_ORDER)
+    if attr is None:
+        return []
+    if len(op.results) != 1 or not isinstance(op.results[0].type, TensorType):
+        return [f"{ALLOC_ORDER} needs an op with one tensor result"]
+    if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
+        return [f"{ALLOC_ORDER} must be an array<i64: ...>, got {attr}"]
+    order = list(attr.get_values())
+    rank = len(op.results[0].type.get_shape())
+    if sorted(order) != list(range(rank)):
+        return [f"{ALLOC_ORDER} = {order} is not a permutation of the {rank} dimensions of the result"]
+    return []
+
+
+def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
+    """The memory order of `value`'s buffer, outermost first."""
+    assert isinstance(value.type, TensorType)
+    ident = tuple(range(len(value.type.get_shape())))
+    if isinstance(value, OpResult):
+        attr = value.op.attributes.get(ALLOC_ORDER)
+        if isinstance(attr, DenseArrayBase):
+            return tuple(int(v) for v in attr.get_values())
+    return ident
 
 
 TENSOR_OPS: tuple[type[FusionOp], ...] = (

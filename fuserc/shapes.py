@@ -72,6 +72,10 @@ def check_dim(shape: Shape, dim: int) -> int:
 
 
 def reduce(shape: Shape, dims: Sequence[int], keepdim: bool) -> Shape:
+    # PyTorch reads an empty dim list as "reduce everything" in some ops and
+    # as "nothing" in others; fuserc refuses it rather than guess.
+    if not dims:
+        raise ShapeError("dims = [] is ambiguous: list the dimensions to reduce")
     norm = [check_dim(shape, d) for d in dims]
     if len(set(norm)) != len(norm):
         raise ShapeError(f"repeated dimension in dims = {list(dims)}")

@@ -198,15 +198,19 @@ class Sharding:
         return None
 
     def without_streams(self) -> "Sharding":
-        """Placement only: Stream splits removed where they do not change
-        which indices a device holds. A Stream split outside a device split
-        (`Stream(2)*DIDx`) interleaves the blocks, so it is kept."""
+        """The sharding with every Stream split removed. Where a Stream split
+        stands outside a device split (`Stream(2)*DIDx`) this is not the same
+        placement: see `has_outer_stream`."""
+        return self.with_dims([tuple(s for s in d if not s.is_stream) for d in self.dims])
 
-        def placement(d: tuple[Split, ...]) -> tuple[Split, ...]:
-            last_device = max((i for i, s in enumerate(d) if not s.is_stream), default=-1)
-            return tuple(s for i, s in enumerate(d) if not s.is_stream or i < last_device)
-
-        return self.with_dims([placement(d) for d in self.dims])
+    def has_outer_stream(self) -> bool:
+        """A Stream split outside a device split interleaves the device blocks
+        (`Stream(2)*DIDx`: each device holds one block of every chunk)."""
+        for d in self.dims:
+            kinds = [s.is_stream for s in d]
+            if True in kinds and False in kinds[kinds.index(True):]:
+                return True
+        return False
 
     def same_placement(self, other: "Sharding") -> bool:
         """True when both put the same data on the same devices (Stream

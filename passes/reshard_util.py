@@ -40,45 +40,12 @@ Meshes = Mapping[str, Mesh]
 # Memory layout: the alloc_order attribute
 # --------------------------------------------------------------------------
 
-ALLOC_ORDER = "alloc_order"
-"""Discardable attribute `alloc_order = array<i64: p0, p1, ...>` on an op
-with one tensor result: the result's buffer holds its local block with
-dimension p0 outermost and p(r-1) innermost, i.e. it is allocated as the
-local shape permuted by p, contiguous, and the op's logical result is the
-view `buffer.permute(inverse(p))`. Absent means the identity (row-major).
-Function arguments are always row-major."""
-
-
-def alloc_order_attr(order: Sequence[int]) -> DenseArrayBase:
-    return DenseArrayBase.from_list(i64, list(order))
-
-
-def alloc_order_errors(op: Operation) -> list[str]:
-    """Why `op`'s alloc_order attribute is malformed (empty when it is
-    absent or valid: an array<i64> permutation of its result's rank)."""
-    attr = op.attributes.get(ALLOC_ORDER)
-    if attr is None:
-        return []
-    if len(op.results) != 1 or not isinstance(op.results[0].type, TensorType):
-        return [f"{ALLOC_ORDER} needs an op with one tensor result"]
-    if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
-        return [f"{ALLOC_ORDER} must be an array<i64: ...>, got {attr}"]
-    order = list(attr.get_values())
-    rank = len(op.results[0].type.get_shape())
-    if sorted(order) != list(range(rank)):
-        return [f"{ALLOC_ORDER} = {order} is not a permutation of the {rank} dimensions of the result"]
-    return []
-
-
-def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
-    """The memory order of `value`'s buffer, outermost first."""
-    assert isinstance(value.type, TensorType)
-    ident = tuple(range(len(value.type.get_shape())))
-    if isinstance(value, OpResult):
-        attr = value.op.attributes.get(ALLOC_ORDER)
-        if isinstance(attr, DenseArrayBase):
-            return tuple(int(v) for v in attr.get_values())
-    return ident
+from fuserc.dialects.fusion import (  # noqa: E402  (the layout attribute's home)
+    ALLOC_ORDER,
+    alloc_order_attr,
+    alloc_order_errors,
+    alloc_order_of,
+)
 
 
 def outermost(order: Sequence[int], dim: int, local_shape: Shape) -> bool:

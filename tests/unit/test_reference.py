@@ -118,7 +118,6 @@ CASES: list[Case] = [
     Case("set", fusion.SetOp, ((4, 6),), (4, 6), lambda a: a[0].clone()),
     Case("sum", fusion.SumOp, ((4, 6),), (4,), lambda a: torch.sum(a[0], dim=1), "dims = [1]"),
     Case("sum-neg-dim", fusion.SumOp, ((4, 6),), (4,), lambda a: torch.sum(a[0], dim=1), "dims = [-1]"),
-    Case("sum-no-dims", fusion.SumOp, ((4, 6),), (4, 6), lambda a: a[0].clone(), "dims = []"),
     Case("sum-keepdim", fusion.SumOp, ((3, 4, 5),), (1, 4, 1),
          lambda a: torch.sum(a[0], dim=(0, 2), keepdim=True), "dims = [0, 2] keepdim = true"),
     Case("max", fusion.MaxOp, ((4, 6),), (6,), lambda a: torch.max(a[0], dim=0).values, "dims = [0]"),

@@ -348,3 +348,19 @@ func.func @f(%x: tensor<8x4xf32>) {
   %y = fusion.add %x, %y : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   func.return
 }
+
+// -----
+
+func.func @bad_alloc_order(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{alloc_order = [0, 0] is not a permutation of the 2 dimensions of the result}}
+  %y = fusion.relu %x {alloc_order = array<i64: 0, 0>} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @bad_alloc_order_type(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{alloc_order must be an array<i64: ...>}}
+  %y = fusion.relu %x {alloc_order = [1, 0]} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return
+}

@@ -242,3 +242,11 @@ func.func @f(%x: tensor<8x4xf32>) {
   %y = fusion.slice %x starts = [2, 0] limits = [4, 4] : (tensor<8x4xf32>) -> tensor<4x4xf32>
   func.return
 }
+
+// -----
+
+func.func @sum_empty_dims(%x: tensor<4x6xf32>) {
+  // expected-error @+1 {{dims = [] is ambiguous}}
+  %y = fusion.sum %x dims = [] : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return
+}

@@ -171,3 +171,36 @@ func.func @g(%x: !t) -> !t {
 // CHECK: hir.alloc "g/0/0" : tensor<2xf32>
 // CHECK: fusion.tanh
 
+
+// -----
+
+// Views, no copy: a reshape of a row-major buffer, and a permute that only
+// moves dimensions of local extent 1. A real transpose is a launch. A
+// returned view is copied into a buffer of its own.
+!x = tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>
+!r = tensor<64x4x8xf32, #fusion.sharding<@tp, [DIDx, -, -]>>
+!t = tensor<4x64x8xf32, #fusion.sharding<@tp, [-, DIDx, -]>>
+!v = tensor<4x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
+!vt = tensor<8x4xf32, #fusion.sharding<@tp, [-, DIDx]>>
+fusion.mesh @tp shape = [4]
+func.func @views(%x: !x, %y: !v) -> (!r, !t, !vt) {
+  %r = fusion.reshape %x : (!x) -> !r
+  %t = fusion.permute %r dims = [1, 0, 2] : (!r) -> !t
+  %u = fusion.permute %y dims = [1, 0] : (!v) -> !vt
+  %w = fusion.exp %u : (!vt) -> !vt
+  func.return %r, %t, %w : !r, !t, !vt
+}
+// CHECK-LABEL: func.func @views(
+// CHECK-NEXT: %t, %w, %[[R:.*]] = hir.if_rank [0, 1, 2, 3] -> (tensor<4x16x8xf32>, tensor<8x1xf32>, tensor<16x4x8xf32>) {
+// CHECK-NEXT: %r = hir.view %x : tensor<16x32xf32> -> tensor<16x4x8xf32>
+// CHECK-NEXT: %[[T:.*]] = hir.alloc "views/1/0" : tensor<4x16x8xf32>
+// CHECK-NEXT: hir.launch ins(%r : tensor<16x4x8xf32>) outs(%[[T]] : tensor<4x16x8xf32>) {
+// CHECK: fusion.permute %{{.*}} dims = [1, 0, 2] : (tensor<16x4x8xf32>) -> tensor<4x16x8xf32>
+// CHECK: %u = hir.view %y : tensor<1x8xf32> -> tensor<8x1xf32>
+// CHECK-NEXT: %[[W:.*]] = hir.alloc "views/3/0" : tensor<8x1xf32>
+// CHECK-NEXT: hir.launch ins(%u : tensor<8x1xf32>) outs(%[[W]] : tensor<8x1xf32>) {
+// CHECK: %[[C:.*]] = hir.alloc "views/return/0" : tensor<16x4x8xf32>
+// CHECK-NEXT: hir.copy %r, %[[C]] : tensor<16x4x8xf32>, tensor<16x4x8xf32>
+// CHECK-NEXT: hir.yield %[[T]], %[[W]], %[[C]]
+// CHECK-NEXT: }
+// CHECK-NEXT: func.return %[[R]], %t, %w

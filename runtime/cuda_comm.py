@@ -1,0 +1,388 @@
+"""Communication for the cuda backend: NCCL communicators and CUDA IPC.
+
+NCCL: one communicator per team (team position = NCCL rank), created at
+program load and cached for the life of the backend. The first member of
+each new team makes its unique id; one allgather over the world hands every
+id to every rank, then the members initialize the teams in the order given
+(the same on every rank, so the blocking initializations cannot cross).
+
+Ordering: every NCCL launch of a rank is chained after the previous one
+(its stream waits on the previous launch's event, a device-side wait), so
+each GPU runs its NCCL kernels in program order. Ranks issue communications
+in the same order, hence no two GPUs can wait on each other's later
+communications, even when they are enqueued on different streams.
+Consecutive send/recv on one stream are launched as one NCCL group, so a
+ring (send to next, receive from previous) cannot deadlock.
+
+CUDA IPC (`share`, `put`, `get`): the buffer's allocation is found with
+cuMemGetAddressRange (torch's caching allocator carves buffers out of larger
+segments), its memory handle and the buffer's offset in it are exchanged
+over the team's MPI communicator, and each member maps the others'
+allocations once (cudaIpcOpenMemHandle is allowed once per allocation and
+process, so mappings are reference counted). Only ranks of one node share
+memory: a team spanning nodes is refused, with send/recv (NCCL) as the way
+across nodes. A put or get is one cudaMemcpyAsync (device to device, copy
+engines, no SMs) on the current stream.
+
+Cross-rank ordering of peer copies: a put or get is ordered after earlier
+work on its stream and completes asynchronously; what the peer has written,
+or will read, is ordered by the program's communications, which are
+stream-ordered NCCL operations: a collective after `hir.wait` on a put is a
+device-side fence that every team member passes only once all earlier puts
+of all members are done, with no host synchronization. Handles are made
+with the team synchronized (the handle exchange is an allgather) and
+released after a device synchronization and a team barrier, and a run that
+shares memory ends with a host barrier (runtime/evaluator.py), so no copy
+of one run overlaps the next or a freed buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fuserc.runtime.backend import Handle, ReduceOp, Team
+from fuserc.runtime.mpi_env import MpiEnv
+
+NO_MULTICAST_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""NVLink multicast stays off: set before any communicator exists."""
+
+
+def disable_multicast() -> None:
+    """Force NVLink multicast off in NCCL (and in torch and NVSHMEM)."""
+    os.environ.update(NO_MULTICAST_ENV)
+
+
+# ncclDataType_t and ncclRedOp_t (nccl.h)
+NCCL_UINT8 = 1
+NCCL_TYPES: dict[torch.dtype, int] = {
+    torch.int64: 4,
+    torch.float16: 6,
+    torch.float32: 7,
+    torch.float64: 8,
+    torch.bfloat16: 9,  # NCCL >= 2.10
+}
+NCCL_OPS: dict[str, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+
+MEMCPY_DEVICE_TO_DEVICE = 3
+
+
+def nccl_type(dtype: torch.dtype) -> int:
+    t = NCCL_TYPES.get(dtype)
+    if t is None:
+        raise RuntimeError(f"NCCL reductions do not support {dtype}")
+    return t
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+# --------------------------------------------------------------------------
+# Device addresses
+# --------------------------------------------------------------------------
+
+_LIBCUDA: Any = None
+
+
+def allocation_of(ptr: int) -> tuple[int, int]:
+    """(base, size) of the CUDA allocation holding device address `ptr`."""
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+        _LIBCUDA.cuMemGetAddressRange_v2.argtypes = [
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.c_uint64,
+        ]
+        _LIBCUDA.cuMemGetAddressRange_v2.restype = ctypes.c_int
+    base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+    status = _LIBCUDA.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+    if status != 0:
+        raise RuntimeError(f"cuMemGetAddressRange failed with CUDA error {status} for address {ptr:#x}")
+    return int(base.value), int(size.value)
+
+
+# --------------------------------------------------------------------------
+# Shared memory handles
+# --------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class CudaHandle(Handle):
+    """A buffer shared across a team: each member's device address of it
+    (the peers' through their IPC mappings)."""
+
+    team: Team
+    ptrs: list[int]
+    nbytes: int
+    buffer: torch.Tensor
+    opened: list[bytes] = field(default_factory=list)
+
+
+class IpcMappings:
+    """This process's mappings of peers' allocations, one per allocation,
+    reference counted across handles."""
+
+    def __init__(self) -> None:
+        self._open: dict[bytes, list[int]] = {}  # handle -> [base, count]
+
+    def open(self, handle: bytes) -> int:
+        from cupy.cuda import runtime
+
+        entry = self._open.get(handle)
+        if entry is None:
+            entry = self._open[handle] = [runtime.ipcOpenMemHandle(handle), 0]
+        entry[1] += 1
+        return entry[0]
+
+    def close(self, handle: bytes) -> None:
+        from cupy.cuda import runtime
+
+        entry = self._open[handle]
+        entry[1] -= 1
+        if entry[1] == 0:
+            runtime.ipcCloseMemHandle(entry[0])
+            del self._open[handle]
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+# --------------------------------------------------------------------------
+# Teams
+# --------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _P2P:
+    """A send or recv waiting for its group launch."""
+
+    send: bool
+    team: Team
+    ptr: int
+    nbytes: int
+    peer: int
+    done: Callable[[Any], None]  # receives the event recorded after the group
+
+
+class Communicators:
+    """NCCL and MPI communicators per team, IPC mappings, and the ordering
+    of this rank's NCCL launches."""
+
+    def __init__(self, env: MpiEnv, device: int, node_of: Sequence[int], gpu_of: Sequence[tuple[int, int]]):
+        disable_multicast()
+        self.env = env
+        self.device = device
+        self.node_of = list(node_of)  # world rank -> node id
+        self.gpu_of = list(gpu_of)  # world rank -> (node id, device)
+        self._seen: set[Team] = set()
+        self._nccl: dict[Team, Any] = {}
+        self._mpi: dict[Team, Any] = {}
+        self._last: Any = None  # (event, stream ptr) of the last NCCL launch
+        self._p2p: list[_P2P] = []
+        self._p2p_stream: Any = None
+        self.ipc = IpcMappings()
+
+    # ---- creation -----------------------------------------------------------
+    def prepare(self, teams: Sequence[Team]) -> None:
+        """Communicators for the teams not seen before (collective over the
+        world: every rank passes the same teams in the same order)."""
+        from cupy.cuda import nccl
+
+        new = [t for t in teams if t not in self._seen]
+        if not new:
+            return
+        self._seen.update(new)
+        rank, world = self.env.rank, self.env.comm
+        for team in new:
+            gpus = [self.gpu_of[r] for r in team]
+            if len(set(gpus)) != len(gpus):
+                a, b = next((team[i], team[j]) for i in range(len(team)) for j in range(i) if gpus[i] == gpus[j])
+                raise RuntimeError(
+                    f"ranks {b} and {a} of team {list(team)} would share GPU {gpus[team.index(a)][1]} of "
+                    "their node: the cuda backend needs one GPU per rank (run at most as many ranks per "
+                    "node as the node has GPUs)"
+                )
+        mine = {i: nccl.get_unique_id() for i, t in enumerate(new) if t[0] == rank}
+        ids: dict[int, Any] = {}
+        for part in world.allgather(mine):
+            ids.update(part)
+        for i, team in enumerate(new):
+            if rank not in team:
+                continue
+            group = world.Get_group().Incl(list(team))
+            self._mpi[team] = world.Create_group(group, tag=8)
+            group.Free()
+            self._nccl[team] = nccl.NcclCommunicator(len(team), ids[i], team.index(rank))
+
+    def nccl(self, team: Team) -> Any:
+        comm = self._nccl.get(team)
+        if comm is None:
+            raise RuntimeError(f"team {list(team)} was not prepared on rank {self.env.rank}")
+        return comm
+
+    def mpi(self, team: Team) -> Any:
+        self.nccl(team)
+        return self._mpi[team]
+
+    # ---- launching NCCL ---------------------------------------------------------
+    def launch(self, stream: Any, body: Callable[[], None]) -> Any:
+        """Run `body` (NCCL calls on `stream`) after this rank's previous
+        NCCL launch; returns the event recorded after it."""
+        import cupy
+
+        self.flush()
+        self._after_last(stream)
+        body()
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(stream)
+        self._last = (event, stream.ptr)
+        return event
+
+    def _after_last(self, stream: Any) -> None:
+        if self._last is not None and self._last[1] != stream.ptr:
+            stream.wait_event(self._last[0])
+
+    def p2p(self, op: _P2P, stream: Any) -> None:
+        """Queue a send or recv; consecutive ones on a stream form a group."""
+        if self._p2p and self._p2p_stream.ptr != stream.ptr:
+            self.flush()
+        self._p2p.append(op)
+        self._p2p_stream = stream
+
+    def flush(self) -> None:
+        """Launch the queued send/recv as one NCCL group."""
+        if not self._p2p:
+            return
+        import cupy
+        from cupy.cuda import nccl
+
+        ops, stream = self._p2p, self._p2p_stream
+        self._p2p, self._p2p_stream = [], None
+        self._after_last(stream)
+        nccl.groupStart()
+        try:
+            for op in ops:
+                comm = self.nccl(op.team)
+                if op.send:
+                    comm.send(op.ptr, op.nbytes, NCCL_UINT8, op.peer, stream.ptr)
+                else:
+                    comm.recv(op.ptr, op.nbytes, NCCL_UINT8, op.peer, stream.ptr)
+        finally:
+            nccl.groupEnd()
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(stream)
+        self._last = (event, stream.ptr)
+        for op in ops:
+            op.done(event)
+
+    # ---- collectives on contiguous buffers (the backend stages the rest) ----
+    def allgather(self, send: int, recv: int, count: int, team: Team, stream: Any) -> Any:
+        comm = self.nccl(team)
+        return self.launch(stream, lambda: comm.allGather(send, recv, count, NCCL_UINT8, stream.ptr))
+
+    def broadcast(self, buf: int, count: int, root: int, team: Team, stream: Any) -> Any:
+        comm = self.nccl(team)
+        return self.launch(stream, lambda: comm.broadcast(buf, buf, count, NCCL_UINT8, root, stream.ptr))
+
+    def reduce(self, send: int, recv: int, count: int, dtype: torch.dtype, op: ReduceOp, root: int, team: Team, stream: Any) -> Any:
+        comm = self.nccl(team)
+        t, o = nccl_type(dtype), NCCL_OPS[op]
+        return self.launch(stream, lambda: comm.reduce(send, recv, count, t, o, root, stream.ptr))
+
+    def allreduce(self, send: int, recv: int, count: int, dtype: torch.dtype, op: ReduceOp, team: Team, stream: Any) -> Any:
+        comm = self.nccl(team)
+        t, o = nccl_type(dtype), NCCL_OPS[op]
+        return self.launch(stream, lambda: comm.allReduce(send, recv, count, t, o, stream.ptr))
+
+    def reduce_scatter(self, send: int, recv: int, count: int, dtype: torch.dtype, op: ReduceOp, team: Team, stream: Any) -> Any:
+        comm = self.nccl(team)
+        t, o = nccl_type(dtype), NCCL_OPS[op]
+        return self.launch(stream, lambda: comm.reduceScatter(send, recv, count, t, o, stream.ptr))
+
+    def exchange(self, sends: Sequence[tuple[int, int, int]], recvs: Sequence[tuple[int, int, int]], team: Team, stream: Any) -> Any:
+        """One group of sends and receives, each (peer, address, bytes):
+        scatter, gather and alltoall."""
+        from cupy.cuda import nccl
+
+        comm = self.nccl(team)
+
+        def body() -> None:
+            nccl.groupStart()
+            try:
+                for peer, ptr, n in sends:
+                    comm.send(ptr, n, NCCL_UINT8, peer, stream.ptr)
+                for peer, ptr, n in recvs:
+                    comm.recv(ptr, n, NCCL_UINT8, peer, stream.ptr)
+            finally:
+                nccl.groupEnd()
+
+        return self.launch(stream, body)
+
+    # ---- sharing memory -------------------------------------------------------
+    def share(self, buf: torch.Tensor, team: Team) -> CudaHandle:
+        """Exchange `buf`'s IPC handle and offset with the team and map the
+        peers' buffers (collective over the team)."""
+        from cupy.cuda import runtime
+
+        self.flush()
+        comm = self.mpi(team)
+        size = nbytes(buf)
+        handle, offset = b"", 0
+        if size:
+            base, _ = allocation_of(buf.data_ptr())
+            handle, offset = runtime.ipcGetMemHandle(base), buf.data_ptr() - base
+        infos = comm.allgather((self.node_of[self.env.rank], handle, offset, size))
+        nodes = {info[0] for info in infos}
+        if len(nodes) > 1:
+            raise RuntimeError(
+                f"hir.share over team {list(team)}: CUDA IPC needs every member on one node, but the team "
+                "spans nodes (use send/recv across nodes)"
+            )
+        sizes = {info[3] for info in infos}
+        if len(sizes) > 1:
+            raise RuntimeError(
+                f"hir.share over team {list(team)}: members share buffers of different sizes "
+                f"({sorted(sizes)} bytes)"
+            )
+        me = team.index(self.env.rank)
+        shared = CudaHandle(team, [], size, buf)
+        for pos, (_, h, off, _) in enumerate(infos):
+            if pos == me or not size:
+                shared.ptrs.append(buf.data_ptr())
+                continue
+            shared.ptrs.append(self.ipc.open(h) + off)
+            shared.opened.append(h)
+        return shared
+
+    def release(self, handle: CudaHandle) -> None:
+        """Unmap the peers' buffers once no member copies any more
+        (collective over the handle's team)."""
+        import cupy
+
+        self.flush()
+        cupy.cuda.runtime.deviceSynchronize()
+        self.mpi(handle.team).Barrier()
+        for h in handle.opened:
+            self.ipc.close(h)
+        handle.opened.clear()
+
+    def close(self) -> None:
+        self.flush()
+        for comm in self._nccl.values():
+            comm.destroy()
+        for comm in self._mpi.values():
+            comm.Free()
+        self._nccl.clear()
+        self._mpi.clear()
+        self._last = None

@@ -1,0 +1,428 @@
+"""Fused elementwise kernels for `hir.launch` regions on the cuda backend.
+
+A region that is a chain of elementwise fusion ops (`ELEMENTWISE_OPS`) runs
+as ONE CuPy `ElementwiseKernel`, not one launch per op. Layout ops that only
+re-index a region argument (permute, broadcast_in_dim, reshape, set) become
+strided views of the input, and a permute or reshape of a yielded value
+becomes a view of the output buffer, so the lowering's buffer-order
+permutes and bias broadcasts stay inside the one kernel.
+
+The plan (which inputs, which views, the C code) is pure Python and made
+once per region; the kernel is compiled once per generated source (CuPy
+caches the binaries). Values are computed in float for f32, f16 and bf16
+(double for f64): intermediates are not rounded to 16 bits, explicit casts
+are. bf16 buffers are passed as their 16-bit words and converted in the
+kernel (round to nearest even, as torch does), so no bf16 support is needed
+from CuPy. Regions of any other shape return no plan: the backend runs them
+op by op with torch on the GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+
+from fuserc.dialects import fusion, hir
+from fuserc.runtime.reference import torch_dtype
+
+# --------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------
+
+PARAM_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "uint16",  # the bf16 word; converted in the kernel
+    torch.float64: "float64",
+    torch.int64: "int64",
+    torch.bool: "bool",
+}
+"""The ElementwiseKernel parameter type (a NumPy dtype name) of each dtype."""
+
+COMPUTE_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "float",
+    torch.float16: "float",
+    torch.bfloat16: "float",
+    torch.float64: "double",
+    torch.int64: "long long",
+    torch.bool: "bool",
+}
+"""The C type a value of each dtype is computed in."""
+
+PREAMBLE = r"""
+__device__ __forceinline__ float _fuserc_bf2f(unsigned short x) {
+  return __uint_as_float(((unsigned int)x) << 16);
+}
+__device__ __forceinline__ unsigned short _fuserc_f2bf(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+"""
+"""bf16 <-> float conversions (round to nearest even; NaN stays NaN)."""
+
+
+def _load(dtype: torch.dtype, name: str) -> str:
+    """A parameter's value in its compute type."""
+    if dtype == torch.bfloat16:
+        return f"_fuserc_bf2f({name})"
+    if dtype == torch.float16:
+        return f"((float){name})"
+    return name
+
+
+def _store(dtype: torch.dtype, value: str) -> str:
+    """A compute-type value as the element stored in a parameter."""
+    if dtype == torch.bfloat16:
+        return f"_fuserc_f2bf((float)({value}))"
+    if dtype == torch.float16:
+        return f"float16((float)({value}))"
+    if dtype == torch.bool:
+        return f"(({value}) != 0)"
+    return f"(({COMPUTE_TYPES[dtype]})({value}))"
+
+
+def _round(dtype: torch.dtype, value: str) -> str:
+    """A value converted to `dtype` and back to its compute type (a cast)."""
+    if dtype == torch.bfloat16:
+        return f"_fuserc_bf2f(_fuserc_f2bf((float)({value})))"
+    if dtype == torch.float16:
+        return f"((float)float16((float)({value})))"
+    if dtype == torch.bool:
+        return f"(({value}) != 0)"
+    return f"(({COMPUTE_TYPES[dtype]})({value}))"
+
+
+def _expression(op: Operation, args: Sequence[str], ct: str) -> str:
+    """The C expression of one elementwise op on operands in compute type `ct`."""
+    a = args[0]
+    b = args[1] if len(args) > 1 else ""
+    one, zero = f"(({ct})1)", f"(({ct})0)"
+    if isinstance(op, fusion.AddOp):
+        return f"({a} + {b})"
+    if isinstance(op, fusion.SubOp):
+        return f"({a} - {b})"
+    if isinstance(op, fusion.MulOp):
+        return f"({a} * {b})"
+    if isinstance(op, fusion.DivOp):
+        return f"({a} / {b})"
+    if isinstance(op, fusion.MaximumOp):  # NaN propagates, as torch.maximum
+        return f"(({a} > {b} || {a} != {a}) ? {a} : {b})"
+    if isinstance(op, fusion.ReluOp):  # NaN stays NaN, as torch.relu
+        return f"(({a} < {zero}) ? {zero} : {a})"
+    if isinstance(op, fusion.NegOp):
+        return f"(-{a})"
+    if isinstance(op, fusion.ExpOp):
+        return f"exp({a})"
+    if isinstance(op, fusion.TanhOp):
+        return f"tanh({a})"
+    if isinstance(op, fusion.SigmoidOp):
+        return f"({one} / ({one} + exp(-{a})))"
+    if isinstance(op, fusion.SiluOp):
+        return f"({a} / ({one} + exp(-{a})))"
+    if isinstance(op, fusion.GeluOp):
+        approx = op.approximate.data if op.approximate is not None else "none"
+        if approx == "tanh":
+            inner = f"(({ct})0.7978845608028654 * ({a} + ({ct})0.044715 * {a} * {a} * {a}))"
+            return f"(({ct})0.5 * {a} * ({one} + tanh({inner})))"
+        return f"(({ct})0.5 * {a} * ({one} + erf({a} * ({ct})0.7071067811865476)))"
+    if isinstance(op, fusion.CastOp):
+        return _round(_dtype_of(op.results[0]), a)
+    raise AssertionError(f"not an elementwise op: {op.name}")
+
+
+def _dtype_of(v: SSAValue) -> torch.dtype:
+    assert isinstance(v.type, TensorType)
+    return torch_dtype(v.type.element_type)
+
+
+def _shape_of(v: SSAValue) -> tuple[int, ...]:
+    assert isinstance(v.type, TensorType)
+    return tuple(v.type.get_shape())
+
+
+# --------------------------------------------------------------------------
+# Views: how a region argument or an output buffer is re-indexed
+# --------------------------------------------------------------------------
+
+Step = tuple[Any, ...]
+"""("permute", dims) | ("broadcast", dims, shape) | ("reshape", shape)."""
+
+
+def apply_steps(t: torch.Tensor, steps: Sequence[Step], writable: bool = False) -> torch.Tensor:
+    """The view of `t` the steps describe. A reshape that cannot be a view
+    copies an input, and raises RuntimeError for a `writable` output."""
+    for step in steps:
+        kind = step[0]
+        if kind == "permute":
+            t = t.permute(step[1])
+        elif kind == "broadcast":
+            dims, shape = step[1], step[2]
+            view = [1] * len(shape)
+            for i, d in enumerate(dims):
+                view[d] = t.shape[i]
+            t = t.reshape(view).expand(shape)
+        elif kind == "reshape":
+            t = t.view(step[1]) if writable else t.reshape(step[1])
+        else:
+            raise AssertionError(kind)
+    return t
+
+
+def _inverse(perm: Sequence[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+@dataclass(frozen=True)
+class InputView:
+    """A kernel input: region argument `arg` seen through `steps`."""
+
+    arg: int
+    steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputView:
+    """A kernel output: the buffer `outs[out]` seen through `steps` (the
+    inverse of the layout ops between the computed value and the yield)."""
+
+    out: int
+    steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """One ElementwiseKernel for a region: its inputs, outputs and code."""
+
+    inputs: tuple[InputView, ...]
+    outputs: tuple[OutputView, ...]
+    in_params: str
+    out_params: str
+    operation: str
+    name: str
+    ops: int  # elementwise ops fused
+
+    def kernel(self) -> Any:
+        """The compiled kernel (CuPy; compiled on first use, then cached)."""
+        key = (self.in_params, self.out_params, self.operation)
+        k = _KERNELS.get(key)
+        if k is None:
+            import cupy
+
+            k = _KERNELS[key] = cupy.ElementwiseKernel(
+                self.in_params, self.out_params, self.operation, self.name, preamble=PREAMBLE
+            )
+        return k
+
+
+_KERNELS: dict[tuple[str, str, str], Any] = {}
+
+_VIEW_OPS = (fusion.PermuteOp, fusion.BroadcastInDimOp, fusion.ReshapeOp, fusion.SetOp)
+
+
+def _view_step(op: Operation) -> Step | None:
+    """The input-side view step of a layout op (None for a plain copy)."""
+    if isinstance(op, fusion.PermuteOp):
+        return ("permute", tuple(op.keyword("dims")))
+    if isinstance(op, fusion.BroadcastInDimOp):
+        return ("broadcast", tuple(op.keyword("dims")), _shape_of(op.results[0]))
+    if isinstance(op, fusion.ReshapeOp):
+        return ("reshape", _shape_of(op.results[0]))
+    return None
+
+
+def plan_region(body: Block) -> FusedPlan | None:
+    """The fused kernel of a `hir.launch` region, or None when the region is
+    not an elementwise chain over (views of) its arguments."""
+    ops = list(body.ops)
+    if not ops or not isinstance(ops[-1], hir.YieldOp):
+        return None
+    yield_op, ops = ops[-1], ops[:-1]
+    sources: dict[SSAValue, tuple[int, tuple[Step, ...]]] = {}
+    for arg in body.args:
+        assert isinstance(arg, BlockArgument)
+        sources[arg] = (arg.index, ())
+    exprs: dict[SSAValue, str] = {}  # value -> the C variable holding it
+    outside: dict[SSAValue, tuple[SSAValue, tuple[Step, ...]]] = {}  # yield-side views
+    inputs: list[InputView] = []
+    lines: list[str] = []
+    shape: tuple[int, ...] | None = None
+
+    def input_var(v: SSAValue) -> str:
+        arg, steps = sources[v]
+        view = InputView(arg, steps)
+        if view not in inputs:
+            inputs.append(view)
+            k = len(inputs) - 1
+            dtype = _dtype_of(body.args[arg])
+            lines.append(f"const {COMPUTE_TYPES[dtype]} a{k} = {_load(dtype, f'in{k}')};")
+        return f"a{inputs.index(view)}"
+
+    for op in ops:
+        if isinstance(op, _VIEW_OPS):
+            src = op.operands[0]
+            res = op.results[0]
+            step = _view_step(op)
+            if src in sources:
+                arg, steps = sources[src]
+                sources[res] = (arg, steps + ((step,) if step else ()))
+            elif src in exprs and isinstance(op, fusion.SetOp):
+                exprs[res] = exprs[src]
+            elif src in exprs and isinstance(op, (fusion.PermuteOp, fusion.ReshapeOp)):
+                if any(use.operation is not yield_op for use in res.uses):
+                    return None
+                outside[res] = (src, (step,))  # type: ignore[assignment]
+            else:
+                return None
+            continue
+        if not isinstance(op, fusion.ELEMENTWISE_OPS):
+            return None
+        res = op.results[0]
+        if shape is None:
+            shape = _shape_of(res)
+        if _shape_of(res) != shape:
+            return None
+        args: list[str] = []
+        for v in op.operands:
+            if v in sources:
+                if _shape_of(v) != shape:
+                    return None
+                args.append(input_var(v))
+            elif v in exprs:
+                args.append(exprs[v])
+            else:
+                return None
+        ct = COMPUTE_TYPES[_dtype_of(res)]
+        var = f"v{len(exprs)}"
+        lines.append(f"const {ct} {var} = {_expression(op, args, ct)};")
+        exprs[res] = var
+    if shape is None:
+        return None  # layout only: torch copies it as well as a kernel would
+
+    outputs: list[OutputView] = []
+    out_dtypes: list[torch.dtype] = []
+    stores: list[str] = []  # after every load: an output may be an input
+    for i, v in enumerate(yield_op.values):
+        if v in outside:
+            base, steps = outside[v]
+            value = exprs[base]
+            inverse = _output_steps(base, steps)
+            if inverse is None:
+                return None
+            outputs.append(OutputView(i, inverse))
+        elif v in exprs:
+            value = exprs[v]
+            outputs.append(OutputView(i))
+        elif v in sources and _shape_of(v) == shape:
+            value = input_var(v)
+            outputs.append(OutputView(i))
+        else:
+            return None
+        dtype = _dtype_of(v)
+        out_dtypes.append(dtype)
+        stores.append(f"out{i} = {_store(dtype, value)};")
+
+    in_params = ", ".join(
+        f"{PARAM_TYPES[_dtype_of(body.args[view.arg])]} in{k}" for k, view in enumerate(inputs)
+    )
+    out_params = ", ".join(f"{PARAM_TYPES[d]} out{i}" for i, d in enumerate(out_dtypes))
+    operation = "\n".join(lines + stores)
+    digest = hashlib.sha1(f"{in_params}|{out_params}|{operation}".encode()).hexdigest()[:12]
+    n_elementwise = sum(isinstance(op, fusion.ELEMENTWISE_OPS) for op in ops)
+    return FusedPlan(
+        tuple(inputs), tuple(outputs), in_params, out_params, operation, f"fuserc_ew_{digest}", n_elementwise
+    )
+
+
+def _output_steps(base: SSAValue, steps: Sequence[Step]) -> tuple[Step, ...] | None:
+    """The view of an output buffer holding `steps(base)` that has base's
+    shape: each permute undone by its inverse, each reshape by a reshape."""
+    shapes = [_shape_of(base)]
+    for step in steps:
+        if step[0] == "permute":
+            shapes.append(tuple(shapes[-1][d] for d in step[1]))
+        elif step[0] == "reshape":
+            shapes.append(tuple(step[1]))
+        else:
+            return None
+    inverse: list[Step] = []
+    for k in range(len(steps) - 1, -1, -1):
+        step = steps[k]
+        if step[0] == "permute":
+            inverse.append(("permute", tuple(_inverse(step[1]))))
+        else:
+            inverse.append(("reshape", shapes[k]))
+    return tuple(inverse)
+
+
+_PLANS: dict[Block, tuple[FusedPlan | None]] = {}
+
+
+def plan_for(body: Block) -> FusedPlan | None:
+    """`plan_region`, once per region."""
+    cached = _PLANS.get(body)
+    if cached is None:
+        cached = _PLANS[body] = (plan_region(body),)
+    return cached[0]
+
+
+# --------------------------------------------------------------------------
+# Running a plan on torch CUDA tensors
+# --------------------------------------------------------------------------
+
+_CUPY_DTYPES = {torch.bfloat16: "uint16"}
+
+
+def as_cupy(t: torch.Tensor) -> Any:
+    """A CuPy array over a CUDA tensor's memory (zero copy; bf16 as its
+    16-bit words), keeping the tensor alive."""
+    import cupy
+
+    itemsize = t.element_size()
+    dtype = _CUPY_DTYPES.get(t.dtype) or str(t.dtype).removeprefix("torch.")
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), extent * itemsize, t, t.device.index)
+    ptr = cupy.cuda.MemoryPointer(mem, 0)
+    return cupy.ndarray(tuple(t.shape), dtype, ptr, strides=tuple(s * itemsize for s in t.stride()))
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    if t.numel() == 0:
+        return None
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
+def run_plan(plan: FusedPlan, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """Launch the plan's kernel on the current CuPy stream; False (nothing
+    launched) when a view cannot be made or an output overlaps an input
+    other than element for element, so the caller falls back."""
+    try:
+        in_views = [apply_steps(ins[v.arg], v.steps) for v in plan.inputs]
+        out_views = [apply_steps(outs[v.out], v.steps, writable=True) for v in plan.outputs]
+    except RuntimeError:
+        return False
+    for o in out_views:
+        so = _span(o)
+        for i in in_views:
+            si = _span(i)
+            if so and si and so[0] < si[1] and si[0] < so[1] and not _same_view(o, i):
+                return False
+    if any(o.numel() == 0 for o in out_views):
+        return True
+    plan.kernel()(*[as_cupy(t) for t in in_views], *[as_cupy(t) for t in out_views])
+    return True

@@ -1,0 +1,116 @@
+"""GEMMs on the cuda backend at cuBLAS speed: torch or CuPy, per shape.
+
+Both torch (`torch.matmul(..., out=)`, cuBLAS/cuBLASLt) and CuPy
+(`cupy.matmul(..., out=)`, cuBLAS) write straight into the destination
+buffer, sharing its memory without copies. Which is faster depends on the
+shape and layout, so the first GEMM of each (shapes, strides, dtype) is
+timed both ways with CUDA events on a private stream, into a scratch
+output, and the faster one is kept for every later call. That timing is
+the only host wait the backend makes inside a run, once per shape (in the
+warm-up run). `FUSERC_CUDA_GEMM=torch|cupy` fixes the choice instead.
+CuPy takes f32, f16 and f64 (it has no bf16 GEMM); bf16 runs on torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fuserc.runtime.cuda_fusion import as_cupy
+
+GEMM_ENV = "FUSERC_CUDA_GEMM"
+GEMM_CHOICES = ("auto", "torch", "cupy")
+_CUPY_GEMM_DTYPES = (torch.float32, torch.float16, torch.float64)
+_TUNE_REPS = 3
+
+Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def direct_out(out: torch.Tensor, *ins: torch.Tensor) -> bool:
+    """Whether a GEMM may write `out` directly (contiguous, no overlap)."""
+    return out.is_contiguous() and not any(_overlaps(out, t) for t in ins)
+
+
+def torch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    if direct_out(out, a, b):
+        torch.matmul(a, b, out=out)
+    else:
+        out.copy_(torch.matmul(a, b))
+
+
+def cupy_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    import cupy
+
+    cupy.matmul(as_cupy(a), as_cupy(b), out=as_cupy(out))
+
+
+class GemmChooser:
+    """The faster GEMM per shape, chosen once."""
+
+    def __init__(self, mode: str | None = None):
+        mode = (mode or os.environ.get(GEMM_ENV) or "auto").strip().lower()
+        if mode not in GEMM_CHOICES:
+            raise RuntimeError(f"{GEMM_ENV}={mode!r}: expected one of {', '.join(GEMM_CHOICES)}")
+        self.mode = mode
+        self.choices: dict[tuple[Any, ...], str] = {}
+        self._stream: Any = None
+
+    def candidates(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> list[str]:
+        names = ["torch"]
+        if a.dtype in _CUPY_GEMM_DTYPES and direct_out(out, a, b):
+            names.append("cupy")
+        if self.mode != "auto":
+            names = [n for n in names if n == self.mode] or ["torch"]
+        return names
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """`torch.matmul(a, b)` into `out` on the current stream."""
+        key = (tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), tuple(out.shape), out.stride(), a.dtype)
+        name = self.choices.get(key)
+        if name is None:
+            names = self.candidates(a, b, out)
+            name = names[0] if len(names) == 1 else self._fastest(names, a, b, out)
+            self.choices[key] = name
+        (cupy_gemm if name == "cupy" else torch_gemm)(a, b, out)
+
+    def _fastest(self, names: list[str], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> str:
+        """Time each candidate on a private stream into a scratch output
+        (the inputs are only read, whatever their state)."""
+        import cupy
+
+        if self._stream is None:
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+        stream = self._stream
+        ext = torch.cuda.ExternalStream(stream.ptr, device=out.device)
+        best, best_ms = names[0], float("inf")
+        with stream, torch.cuda.stream(ext):
+            scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+            for name in names:
+                fn = cupy_gemm if name == "cupy" else torch_gemm
+                fn(a, b, scratch)  # warm-up (and cuBLAS handle/workspace setup)
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                for _ in range(_TUNE_REPS):
+                    fn(a, b, scratch)
+                end.record(stream)
+                end.synchronize()
+                ms = cupy.cuda.get_elapsed_time(start, end)
+                if ms < best_ms:
+                    best, best_ms = name, ms
+            del scratch
+        return best
