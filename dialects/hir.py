@@ -43,6 +43,7 @@ from xdsl.irdl import (
     lazy_traits_def,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     region_def,
     result_def,
@@ -603,6 +604,29 @@ class AddModOp(HirOp):
         _check_positive(self.modulus, "modulus N")
 
 
+@irdl_op_definition
+class DivOp(HirOp):
+    """`%q = hir.div %a by N : index`: `floor(a / N)`, N > 0 (the device
+    block a chunk of a pipeline belongs to)."""
+
+    name = "hir.div"
+    lhs = operand_def(_INDEX)
+    divisor_attr = prop_def(IntegerAttr[I64], prop_name="divisor")
+    result = result_def(_INDEX)
+
+    assembly_format = "$lhs `by` $divisor attr-dict `:` type($result)"
+
+    def __init__(self, lhs: SSAValue | Operation, divisor: int):
+        super().__init__(operands=[lhs], properties={"divisor": IntegerAttr(divisor, i64)}, result_types=[_INDEX])
+
+    @property
+    def divisor(self) -> int:
+        return self.divisor_attr.value.data
+
+    def verify_op(self) -> None:
+        _check_positive(self.divisor, "divisor N")
+
+
 # --------------------------------------------------------------------------
 # Streams and events
 # --------------------------------------------------------------------------
@@ -985,6 +1009,22 @@ class RecvOp(CommunicationOp):
 
 
 @irdl_op_definition
+class BarrierOp(CommunicationOp):
+    """`%t = hir.barrier team = [..] backend = B : !hir.token`: a
+    stream-ordered fence across the team: work every member enqueued on its
+    current stream before the barrier is complete before work any member
+    enqueues after it (once the token is waited for) starts. Used where a
+    member reads a peer's shared buffer (`hir.get`) that the peer wrote."""
+
+    name = "hir.barrier"
+
+    assembly_format = "`team` `=` custom<RankList>($team) `backend` `=` custom<Word>($backend) attr-dict `:` type($token)"
+
+    def __init__(self, team: Sequence[int], backend: str):
+        super().__init__(properties=self._props(team, backend), result_types=[TokenType()])
+
+
+@irdl_op_definition
 class WaitOp(HirOp):
     """`hir.wait %t : !hir.token`: the current stream (and, on cpu, the host)
     waits for the communication or copy of %t."""
@@ -1313,77 +1353,139 @@ class ShareOp(TeamOp):
         super().__init__(operands=[buffer], properties={"team": int_array(team)}, result_types=[HandleType()])
 
 
+class _PeerCopyOp(HirOp):
+    """hir.put / hir.get: a one-sided copy through a shared handle, of the
+    whole shared buffer or, with `block %i of N`, of its i-th of N equal
+    blocks along dim 0."""
+
+    backend_attr = prop_def(StringAttr, prop_name="backend")
+    chunks_attr = opt_prop_def(IntegerAttr[I64], prop_name="chunks")
+    token = result_def(TokenType)
+
+    @property
+    def backend(self) -> str:
+        return self.backend_attr.data
+
+    @property
+    def chunks(self) -> int | None:
+        """N of `block %i of N` (None: the whole shared buffer)."""
+        return self.chunks_attr.value.data if self.chunks_attr is not None else None
+
+    @staticmethod
+    def _props(backend: str, chunks: int | None) -> dict[str, Attribute]:
+        props: dict[str, Attribute] = {"backend": StringAttr(backend)}
+        if chunks is not None:
+            props["chunks"] = IntegerAttr(chunks, i64)
+        return props
+
+    def local_buffer(self) -> SSAValue:
+        raise NotImplementedError
+
+    def verify_op(self) -> None:
+        _check_choice(self.backend, BACKENDS, "backend")
+        if (self.block is None) != (self.chunks is None):
+            raise VerifyException("`block %i` and `of N` go together")
+        if self.chunks is not None:
+            _check_positive(self.chunks, "block count N")
+            value = _constant_value(self.block) if self.block is not None else None
+            if value is not None and not 0 <= value < self.chunks:
+                raise VerifyException(f"block index {value} is out of range for {self.chunks} blocks")
+        _verify_peer_copy(self.local_buffer(), self.handle, self.peer, self.chunks)
+
+
+_PEER_COPY_TAIL = (
+    "(`block` $block^ `of` $chunks)? `backend` `=` custom<Word>($backend) attr-dict "
+    "`:` functional-type(operands, results)"
+)
+
+
 @irdl_op_definition
-class PutOp(HirOp):
-    """`%t = hir.put %src, %h, %peer backend = B : (T, !hir.handle, index) -> !hir.token`:
-    copy `%src` into the shared buffer of team position `%peer`."""
+class PutOp(_PeerCopyOp):
+    """`%t = hir.put %src, %h, %peer (block %i of N)? backend = B : (T, !hir.handle, index(, index)?) -> !hir.token`:
+    copy `%src` into the shared buffer of team position `%peer` (or into its
+    i-th of N blocks along dim 0)."""
 
     name = "hir.put"
     source = operand_def(_TENSOR)
     handle = operand_def(HandleType)
     peer = operand_def(_INDEX)
-    backend_attr = prop_def(StringAttr, prop_name="backend")
-    token = result_def(TokenType)
+    block = opt_operand_def(_INDEX)
 
-    assembly_format = (
-        "$source `,` $handle `,` $peer `backend` `=` custom<Word>($backend) attr-dict `:` functional-type(operands, results)"
-    )
+    assembly_format = "$source `,` $handle `,` $peer " + _PEER_COPY_TAIL
 
     def __init__(
-        self, source: SSAValue | Operation, handle: SSAValue | Operation, peer: SSAValue | Operation, backend: str
+        self,
+        source: SSAValue | Operation,
+        handle: SSAValue | Operation,
+        peer: SSAValue | Operation,
+        backend: str,
+        block: SSAValue | Operation | None = None,
+        chunks: int | None = None,
     ):
         super().__init__(
-            operands=[source, handle, peer], properties={"backend": StringAttr(backend)}, result_types=[TokenType()]
+            operands=[source, handle, peer, [block] if block is not None else []],
+            properties=self._props(backend, chunks),
+            result_types=[TokenType()],
         )
 
-    @property
-    def backend(self) -> str:
-        return self.backend_attr.data
-
-    def verify_op(self) -> None:
-        _check_choice(self.backend, BACKENDS, "backend")
-        _verify_peer_copy(self.source, self.handle, self.peer)
+    def local_buffer(self) -> SSAValue:
+        return self.source
 
 
 @irdl_op_definition
-class GetOp(HirOp):
-    """`%t = hir.get %h, %peer, %dst backend = B : (!hir.handle, index, T) -> !hir.token`:
-    copy the shared buffer of team position `%peer` into `%dst`."""
+class GetOp(_PeerCopyOp):
+    """`%t = hir.get %h, %peer, %dst (block %i of N)? backend = B : (!hir.handle, index, T(, index)?) -> !hir.token`:
+    copy the shared buffer of team position `%peer` (or its i-th of N blocks
+    along dim 0) into `%dst`."""
 
     name = "hir.get"
     handle = operand_def(HandleType)
     peer = operand_def(_INDEX)
     dest = operand_def(_TENSOR)
-    backend_attr = prop_def(StringAttr, prop_name="backend")
-    token = result_def(TokenType)
+    block = opt_operand_def(_INDEX)
 
-    assembly_format = (
-        "$handle `,` $peer `,` $dest `backend` `=` custom<Word>($backend) attr-dict `:` functional-type(operands, results)"
-    )
+    assembly_format = "$handle `,` $peer `,` $dest " + _PEER_COPY_TAIL
 
     def __init__(
-        self, handle: SSAValue | Operation, peer: SSAValue | Operation, dest: SSAValue | Operation, backend: str
+        self,
+        handle: SSAValue | Operation,
+        peer: SSAValue | Operation,
+        dest: SSAValue | Operation,
+        backend: str,
+        block: SSAValue | Operation | None = None,
+        chunks: int | None = None,
     ):
         super().__init__(
-            operands=[handle, peer, dest], properties={"backend": StringAttr(backend)}, result_types=[TokenType()]
+            operands=[handle, peer, dest, [block] if block is not None else []],
+            properties=self._props(backend, chunks),
+            result_types=[TokenType()],
         )
 
-    @property
-    def backend(self) -> str:
-        return self.backend_attr.data
-
-    def verify_op(self) -> None:
-        _check_choice(self.backend, BACKENDS, "backend")
-        _verify_peer_copy(self.dest, self.handle, self.peer)
+    def local_buffer(self) -> SSAValue:
+        return self.dest
 
 
-def _verify_peer_copy(local: SSAValue, handle: SSAValue, peer: SSAValue) -> None:
-    """When the handle's hir.share is in sight: same shape and element type,
-    and a static peer position inside its team."""
+def _verify_peer_copy(local: SSAValue, handle: SSAValue, peer: SSAValue, chunks: int | None = None) -> None:
+    """When the handle's hir.share is in sight: the local buffer has the
+    shared buffer's shape (or that of one of its `chunks` blocks along dim 0)
+    and element type, and a static peer position lies inside its team."""
     share = handle.owner
     if not isinstance(share, ShareOp):
         return
-    _check_same_shape(local, share.buffer, "local buffer", "shared buffer")
+    shared = _shape(share.buffer)
+    if chunks is not None:
+        if not shared or shared[0] % chunks:
+            raise VerifyException(
+                f"the shared buffer {list(shared)} cannot be cut into {chunks} blocks along dim 0"
+            )
+        want = chunk_shape(shared, 0, chunks)
+        if _shape(local) != want:
+            raise VerifyException(
+                f"local buffer shape {list(_shape(local))} must be {list(want)}: one of {chunks} blocks of "
+                f"the shared buffer {list(shared)} along dim 0"
+            )
+    else:
+        _check_same_shape(local, share.buffer, "local buffer", "shared buffer")
     _same_elements([local, share.buffer])
     _check_position(peer, len(share.team), "peer position")
 
@@ -1428,7 +1530,7 @@ def set_global_type(func_op: FuncOp, i: int, t: TensorType, result: bool = False
 
 COMMUNICATION_OPS: tuple[type[CommunicationOp], ...] = (
     AllgatherOp, BroadcastOp, ScatterOp, GatherOp, ReduceOp,
-    AllreduceOp, ReduceScatterOp, AlltoallOp, SendOp, RecvOp,
+    AllreduceOp, ReduceScatterOp, AlltoallOp, SendOp, RecvOp, BarrierOp,
 )  # fmt: skip
 """Team communications: each has `team`, `backend` and returns a token."""
 
@@ -1446,7 +1548,7 @@ Hir = Dialect(
     [
         AllocOp, DeallocOp, ForOp, IfRankOp, YieldOp, ConstantOp, TeamIndexOp, AddModOp, TeamRankOp,
         GetCurrentStreamOp, SetCurrentStreamOp, StreamForOp, SyncStreamOp, RecordEventOp, WaitEventOp,
-        *COMMUNICATION_OPS, WaitOp,
+        DivOp, *COMMUNICATION_OPS, WaitOp,
         SelectOp, ChunkOp, ViewOp,
         MatmulOp, LinearOp, CopyOp, LaunchOp,
         ShareOp, PutOp, GetOp,

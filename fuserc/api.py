@@ -339,21 +339,26 @@ class FusionDefinition:
         return fd
 
     # -- running --------------------------------------------------------------
-    def compile(self, pipeline: str = "default", backend: str = "auto", **options: Any):
+    def compile(self, pipeline: str = "default", backend: str = "auto", algorithm: str | None = None):
         """Compile once (parse, verify, run the pipeline) into a program that
-        can be executed many times under MPI."""
+        is executed many times under MPI: `CompiledProgram.execute(inputs,
+        local=False, gather=True)`. `algorithm` sets stream-pipeline's
+        option (auto|collective|ring|none), as `-p` does on the CLI."""
+        from fuserc.pipeline import with_option
         from fuserc.runtime.program import compile_text
 
+        if algorithm is not None:
+            pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
         return compile_text(
             self.to_mlir(), entry=self.name, pipeline=pipeline, backend=backend,
-            filename=f"<FusionDefinition {self.name}>", **options,
+            filename=f"<FusionDefinition {self.name}>",
         )
 
-    def execute(self, inputs: Sequence[Any], **kwargs: Any) -> list[Any]:
-        """Compile (once per call) and run; see runtime Program.execute."""
-        return self.compile(**{k: kwargs.pop(k) for k in ("pipeline", "backend") if k in kwargs}).execute(
-            inputs, **kwargs
-        )
+    def execute(
+        self, inputs: Sequence[Any], local: bool = False, gather: bool = True, **compile_options: Any
+    ) -> list[Any]:
+        """Compile and run once (use `compile` to run many times)."""
+        return self.compile(**compile_options).execute(inputs, local=local, gather=gather)
 
 
 def _kw_text(v: Any) -> str:
@@ -382,11 +387,18 @@ def _dtype_of(element_type: Any) -> str:
     return _dtype(str(element_type))
 
 
-def shard_tensor(array: Any, sharding: Sharding | str, mesh: Mesh, rank: int) -> Any:
-    """The shard of a global tensor (torch, NumPy or CuPy) that `rank` holds,
-    as nvFuser's shard_tensor. `sharding` may be given as axis text list."""
+def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh: Mesh, rank: int) -> Any:
+    """The shard of a global tensor (torch or NumPy) that `rank` holds, as
+    nvFuser's shard_tensor. `sharding` is a Sharding, a Tensor of a
+    definition (its sharding), or axis texts such as ["DIDx", "-"]."""
     from fuserc.sharding import shard_array
 
+    if isinstance(sharding, Tensor):
+        if sharding.sharding is None:
+            raise Diagnostic(f"{sharding!r} has no sharding")
+        sharding = sharding.sharding
+    elif not isinstance(sharding, Sharding):
+        sharding = Sharding(mesh.name, tuple(parse_axis(a) for a in sharding))
     return shard_array(array, sharding, mesh, rank)
 
 

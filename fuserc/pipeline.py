@@ -72,6 +72,23 @@ def _split_top(spec: str) -> list[str]:
     return out
 
 
+def with_option(spec: str, pass_name: str, option: str, value: str) -> str:
+    """`spec` (pipelines expanded) with `option=value` set on `pass_name`;
+    a clean error when the pipeline does not run that pass."""
+    parts = [p.strip() for p in _split_top(expand(spec)) if p.strip()]
+    out, found = [], False
+    for p in parts:
+        name, _, opts = p.partition("{")
+        if name.strip() == pass_name:
+            found = True
+            kept = [o for o in opts.rstrip("}").split(",") if o and not o.startswith(f"{option}=")]
+            p = f"{pass_name}{{{','.join([*kept, f'{option}={value}'])}}}"
+        out.append(p)
+    if not found:
+        raise PipelineSpecError(f"option {option} needs pass '{pass_name}' in the pipeline '{spec}'")
+    return ",".join(out)
+
+
 def build(spec: str) -> list[ModulePass]:
     """The passes named by `spec`, with their options."""
     spec = expand(spec)

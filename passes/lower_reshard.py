@@ -1,54 +1,55 @@
 """Reshards lowered to communications: the table of DESIGN.md section 3.
 
-`lower_set` lowers one pure reshard `fusion.set %x : (A) -> B`. Placement is
-what moves data: Stream splits, and splits or partials over mesh axes of size
-1, are dropped first (`placement`); equal placements are a local `hir.copy`.
+`lower_set` lowers one `fusion.set %x : (A) -> B` on buffers in memory order
+(shardings and shape permuted by the buffers' alloc_order). A set that is one
+`reshard_util.Step` (`reshard_step`, what make-resharding-contiguous leaves)
+is that step; otherwise the steps of `reshard_util.plan_reshard`, each into a
+new buffer. Equal placements (Stream splits aside) are a `hir.copy`.
 
-**One mesh.** `plan` finds a sequence of steps, each over one device type p
-(teams `Mesh.teams(p)`, one communication op per mesh slice, each with its own
-team, all inside the mesh's `hir.if_rank`):
+**One mesh.** Each step is over one device type p, with one communication op
+per mesh slice (`Mesh.teams(p)`), each followed by its wait in the
+`hir.if_rank` of its team:
 
-| step | when | host IR |
-| --- | --- | --- |
-| slice | `-` to p on dim j | per team: `hir.team_index`, `hir.chunk` dim j, `hir.copy` into a new buffer |
-| allgather | p on dim i to `-` | `hir.allgather` |
-| alltoall | p on dim i to p on dim j | `hir.alltoall` |
-| allreduce | `partial = p` to `-` | `hir.allreduce` (op = sum) |
-| reduce_scatter | `partial = p` to p on dim j | `hir.reduce_scatter` (op = sum) |
-
-Slices come first (less data to move), then alltoalls, reductions, gathers;
-a split always leaves or joins a dimension as its innermost split, so each
-step moves whole blocks.
+| step | host IR |
+| --- | --- |
+| local_slice (`-` to p on dim j) | per team: `hir.team_index`, `hir.chunk` dim j, `hir.copy` into a new buffer |
+| allgather (p on dim i to `-`) | `hir.allgather` |
+| alltoall (p from dim i to dim j) | `hir.alltoall` |
+| allreduce (`partial = p` to `-`) | `hir.allreduce` (op = sum) |
+| reduce_scatter (`partial = p` to p on dim j) | `hir.reduce_scatter` (op = sum) |
 
 **Layout.** Collectives stack blocks along dim 0. A communicated dimension d
 that is outermost in memory (d = 0, or every dimension before it of local
-extent 1) is used in place through a `hir.view`; otherwise the blocks are
-staged: `blocks_in` copies the local buffer into `[n * C0, C1, ...]` (block k
-of dim d first) with a `hir.launch` of `fusion.reshape` + `fusion.permute` +
+extent 1) is used in place (through a `hir.view`); otherwise the blocks are
+staged: `blocks_in` copies the buffer into `[n * C0, C1, ...]` (block k of
+dim d k-th) with a `hir.launch` of `fusion.reshape`, `fusion.permute`,
 `fusion.reshape`, and `blocks_out` receives into such a staging buffer and
 launches the inverse copy into the result. make-resharding-contiguous makes
-communicated dimensions outermost, so staging is the fallback, not the rule.
+communicated dimensions outermost, so staging is the fallback.
 
-**Two meshes** (A to B, unless both have the same devices and shape: then they
-are one mesh):
-- partial on A: `hir.reduce` to the one device of B (root: its team position,
-  or position 0 then a send when B's device is not on A); otherwise an
-  allreduce on A first;
-- A of one device, B replicated on several: `hir.broadcast` over B's devices
-  (A's device first when not among them), in place in a buffer made on the
-  team; the sender's copy is given back and the value kept on B only;
+**Two meshes** (steps send_recv, gather, scatter, reduce):
+- partial on a one-team mesh to a mesh of one device: `hir.reduce` to it (to
+  the team's first device, then a send, when it is not on the mesh); a
+  partial sum moved as it is: send/recv of each summand to the device at the
+  same coordinates; any other partial is first reduced on A (allreduce);
+- A of one device, B replicated on several: `hir.broadcast` in place in a
+  buffer made on B's devices (and the sender, first, when not among them);
+  the sender's copy is given back and the value kept on B only;
 - A of one device in B, B split on one dimension by one team: `hir.scatter`;
 - B of one device in A, A split on one dimension by one team: `hir.gather`;
-- anything else: `hir.send`/`hir.recv` pairs of whole blocks or sub-blocks
-  (chunk views), each team `[sender, receiver]`; each rank runs its part in
-  its own `hir.if_rank [r]`, issuing its sends and receives in one global
-  order and waiting at the end (no deadlock with blocking or non-blocking
+- anything else: `hir.send`/`hir.recv` of whole blocks or sub-blocks (chunk
+  views; staged when not contiguous), each with team `[sender, receiver]`;
+  of several holders of a block, B's k-th device takes the (k mod count)-th,
+  so equal meshes pair up device by device. Each rank runs its part in its
+  own `hir.if_rank [r]`, issuing its sends and receives in one global order
+  and waiting at the end (no deadlock with blocking or non-blocking
   point-to-point); a device holding what it needs copies locally.
 
-Every communication (and the copies of a slice) carries
+Every communication (and the copies of a reshard) carries
 `hir.reshard = "FROM->TO"`: `DIDx->-`, `DIDx->Stream` (the gathered dimension
 has a Stream split in B), `-->DIDx`, `DIDx->DIDx` (alltoall), `partial->-`,
-`partial->DIDx`, `@A->@B` (between meshes).
+`partial->DIDx`, `partial@A->@B` (reduce to another mesh), `@A->@B` (between
+meshes), `copy`.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
     from fuserc.passes.lower_to_host_ir import Emitter
 
 Shape = tuple[int, ...]
-Block_ = tuple[tuple[int, int], ...]
+Box = tuple[tuple[int, int], ...]
 """A block of a global tensor: (start, size) per dimension."""
 
 
@@ -181,14 +182,14 @@ def blocks_out(
 # --------------------------------------------------------------------------
 
 
-def _block(s: Sharding, shape: Shape, mesh: Mesh, device: int) -> Block_:
+def _block(s: Sharding, shape: Shape, mesh: Mesh, device: int) -> Box:
     local = s.local_shape(shape, mesh)
     return tuple(
         (s.dim_indices(d, e, mesh, device)[0] if s.dims[d] else 0, local[d]) for d, e in enumerate(shape)
     )
 
 
-def _intersect(r: Block_, q: Block_) -> Block_ | None:
+def _intersect(r: Box, q: Box) -> Box | None:
     out = []
     for (rs, rn), (qs, qn) in zip(r, q):
         lo, hi = max(rs, qs), min(rs + rn, qs + qn)
@@ -202,7 +203,7 @@ Spec = tuple[tuple[int, int, int], ...]
 """A sub-block as nested chunks: (dim, index, chunks) per cut dimension."""
 
 
-def _sub(outer: Block_, inner: Block_) -> Spec:
+def _sub(outer: Box, inner: Box) -> Spec:
     spec = []
     for d, ((os_, on), (is_, in_)) in enumerate(zip(outer, inner)):
         if in_ == on:
@@ -453,13 +454,13 @@ class _Reshard:
         self.emit_transfers(transfers, src, out, site)
         return out
 
-    def transfer(self, src: SSAValue, holders: dict[int, Block_], b: Sharding, mb: Mesh, site: str) -> SSAValue:
+    def transfer(self, src: SSAValue, holders: dict[int, Box], b: Sharding, mb: Mesh, site: str) -> SSAValue:
         """Point-to-point: each device of B gets its block from the devices
         holding it (`holders`: device -> the block its `src` buffer holds);
         of several holders, B's k-th device takes the (k mod count)-th, so
         equal meshes pair up device by device."""
         out = self.alloc(site, self.local(b), mb.devices)
-        by_block: dict[Block_, list[int]] = {}
+        by_block: dict[Box, list[int]] = {}
         for d, blk in holders.items():
             by_block.setdefault(blk, []).append(d)
         transfers: list[_Transfer] = []

@@ -20,12 +20,13 @@ types. In its body, for each fusion op in order:
 
 Ranks outside a mesh: all work on a mesh's tensors is wrapped in
 `hir.if_rank [mesh devices]` (consecutive ops on the same ranks share one
-region; values used later leave it through `hir.yield`). Work of one team of a
-2-D mesh that is not a collective (a local slice's `hir.team_index`) has its
-own `hir.if_rank [team]`; collectives carry their team and run inside the
-mesh's region, one op per mesh slice. Transfers between meshes are wrapped per
-rank (`hir.if_rank [r]`). So every op runs exactly on the ranks that own its
-tensors, without relying on the evaluator skipping ops with absent operands.
+region; values used later leave it through `hir.yield`). On a 2-D mesh a
+collective is one op per mesh slice, each with its wait in the
+`hir.if_rank [team]` of its team (so is a local slice's `hir.team_index`).
+Transfers between meshes are wrapped per rank (`hir.if_rank [r]`). So every
+op runs exactly on the ranks that own its tensors, without relying on the
+evaluator skipping ops with absent operands (but for the root-only operands
+of scatter, gather and reduce, absent elsewhere as docs/hir.md allows).
 
 Stream splits: before stream-pipeline, an op whose result has a `Stream(S)`
 split on dimension d lowers to its unpipelined form; its hir compute and
@@ -74,7 +75,7 @@ from fuserc.passes import lower_reshard
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import ALLOC_ORDER, alloc_order_of, inverse
 from fuserc.passes.sharding_rules import is_resharding
-from fuserc.sharding import Mesh, Sharding
+from fuserc.sharding import Mesh
 
 Tag = tuple[int, ...] | None
 """The ranks that run an op of the flat program; None: every rank (the op is
@@ -292,8 +293,8 @@ def place_deallocs(em: Emitter, keep: set[SSAValue]) -> None:
         # Given back on other ranks than the last user's: after the run of
         # ops of those ranks (one region), not in its middle.
         tag = em.items[i][1]
-        if em.owner[value] != tag:
-            while i + 1 < len(em.items) and em.items[i + 1][1] == tag is not None:
+        if tag is not None and em.owner[value] != tag:
+            while i + 1 < len(em.items) and em.items[i + 1][1] == tag:
                 i += 1
         after.setdefault(i, []).append(value)
     items = em.items

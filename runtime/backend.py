@@ -208,6 +208,26 @@ class Backend(ABC):
     def get(self, handle: Handle, peer: int, dst: Array) -> Work:
         """Copy the shared buffer of team position `peer` into `dst`."""
 
+    # ---- pipelines (stream-pipeline) -----------------------------------------
+    # Not abstract, so that a backend without them still loads; programs
+    # using hir.barrier or put/get with `block %i of N` need them.
+    def team_barrier(self, team: Team) -> Work:
+        """`hir.barrier`: a stream-ordered fence across `team` (a collective
+        over it): work each member enqueued on its current stream before
+        the call is complete before work enqueued after `wait` on the token
+        starts, on every member. The host does not block."""
+        raise NotImplementedError(f"the {self.name} backend has no team_barrier (hir.barrier)")
+
+    def put_block(self, src: Array, handle: Handle, peer: int, index: int, chunks: int) -> Work:
+        """Copy `src` into block `index` of `chunks` equal blocks along dim 0
+        of the shared buffer of team position `peer`."""
+        raise NotImplementedError(f"the {self.name} backend has no put_block (hir.put ... block)")
+
+    def get_block(self, handle: Handle, peer: int, dst: Array, index: int, chunks: int) -> Work:
+        """Copy block `index` of `chunks` equal blocks along dim 0 of the
+        shared buffer of team position `peer` into `dst`."""
+        raise NotImplementedError(f"the {self.name} backend has no get_block (hir.get ... block)")
+
     # ---- whole-device -------------------------------------------------------
     @abstractmethod
     def synchronize(self) -> None:

@@ -349,6 +349,40 @@ class CpuBackend(Backend):
             dst.copy_(staged)
         return CpuWork(done=True)
 
+    def put_block(self, src: torch.Tensor, handle: Handle, peer: int, index: int, chunks: int) -> Work:
+        from mpi4py import MPI
+
+        assert isinstance(handle, CpuHandle)
+        offset, nbytes = _block_span(src, handle, index, chunks, "put")
+        self._order(reads=[src])
+        data = _words(src.contiguous()).view(np.uint8)
+        handle.window.Lock(peer, MPI.LOCK_SHARED)
+        handle.window.Put(data, peer, target=(offset, nbytes, MPI.BYTE))
+        handle.window.Unlock(peer)
+        return CpuWork(done=True)
+
+    def get_block(self, handle: Handle, peer: int, dst: torch.Tensor, index: int, chunks: int) -> Work:
+        from mpi4py import MPI
+
+        assert isinstance(handle, CpuHandle)
+        offset, nbytes = _block_span(dst, handle, index, chunks, "get")
+        self._order(writes=[dst])
+        staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
+        handle.window.Lock(peer, MPI.LOCK_SHARED)
+        handle.window.Get(_words(staged).view(np.uint8), peer, target=(offset, nbytes, MPI.BYTE))
+        handle.window.Unlock(peer)
+        if staged is not dst:
+            dst.copy_(staged)
+        return CpuWork(done=True)
+
+    def team_barrier(self, team: Team) -> Work:
+        """Ops run when the host reaches them, so the fence completes this
+        rank's pending communications, then meets the team."""
+        while self._pending:
+            self._complete(self._pending[0])
+        self._comm(team).Barrier()
+        return CpuWork(done=True)
+
     # ---- whole device -------------------------------------------------------
     def synchronize(self) -> None:
         while self._pending:
@@ -467,3 +501,15 @@ def _check_peer_copy(local: torch.Tensor, handle: CpuHandle, what: str) -> None:
         raise RuntimeError(
             f"{what}: local buffer of {nbytes} bytes does not match the shared buffer of {handle.nbytes} bytes"
         )
+
+
+def _block_span(local: torch.Tensor, handle: CpuHandle, index: int, chunks: int, what: str) -> tuple[int, int]:
+    """(byte offset, byte count) of block `index` of `chunks` of the shared
+    buffer, checked against the local buffer's size."""
+    if chunks <= 0 or handle.nbytes % chunks or not 0 <= index < chunks:
+        raise RuntimeError(f"{what}: block {index} of {chunks} does not cut the shared buffer of {handle.nbytes} bytes")
+    size = handle.nbytes // chunks
+    nbytes = local.numel() * local.element_size()
+    if nbytes != size:
+        raise RuntimeError(f"{what}: local buffer of {nbytes} bytes does not match a block of {size} bytes")
+    return index * size, size

@@ -29,7 +29,8 @@ _TUNE_REPS = 3
 Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' byte ranges intersect."""
     if a.numel() == 0 or b.numel() == 0:
         return False
 
@@ -43,7 +44,7 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def direct_out(out: torch.Tensor, *ins: torch.Tensor) -> bool:
     """Whether a GEMM may write `out` directly (contiguous, no overlap)."""
-    return out.is_contiguous() and not any(_overlaps(out, t) for t in ins)
+    return out.is_contiguous() and not any(overlaps(out, t) for t in ins)
 
 
 def torch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:

@@ -446,6 +446,11 @@ def _team_rank(it: _Interpreter, op: hir.TeamRankOp) -> None:
     it.env[op.result] = op.team[it.position(op, op.position, op.team, "team")]
 
 
+@_handles(hir.DivOp)
+def _div(it: _Interpreter, op: hir.DivOp) -> None:
+    it.env[op.result] = int(it.value(op.lhs)) // op.divisor
+
+
 @_handles(hir.AddModOp)
 def _add_mod(it: _Interpreter, op: hir.AddModOp) -> None:
     it.env[op.result] = (int(it.value(op.lhs)) + int(it.value(op.rhs))) % op.modulus
@@ -552,6 +557,11 @@ def _recv(it: _Interpreter, op: hir.RecvOp) -> None:
     it.env[op.token] = it.backend.recv(it.value(op.buffer), peer, op.team)
 
 
+@_handles(hir.BarrierOp)
+def _barrier(it: _Interpreter, op: hir.BarrierOp) -> None:
+    it.env[op.token] = it.backend.team_barrier(op.team)
+
+
 @_handles(hir.WaitOp)
 def _wait(it: _Interpreter, op: hir.WaitOp) -> None:
     work = it.env.get(op.token)
@@ -631,15 +641,35 @@ def _share(it: _Interpreter, op: hir.ShareOp) -> None:
     it.env[op.handle] = handle
 
 
+def _block(it: _Interpreter, op: hir.PutOp | hir.GetOp) -> int | None:
+    """The block index of `block %i of N` (None without one)."""
+    if op.block is None or op.chunks is None:
+        return None
+    index = int(it.value(op.block))
+    if not 0 <= index < op.chunks:
+        raise error_at(op, f"'{op.name}': block index {index} is out of range for {op.chunks} blocks")
+    return index
+
+
 @_handles(hir.PutOp)
 def _put(it: _Interpreter, op: hir.PutOp) -> None:
     handle = it.value(op.handle)
     peer = it.position(op, op.peer, handle.team, "peer")
-    it.env[op.token] = it.backend.put(it.value(op.source), handle, peer)
+    block = _block(it, op)
+    if block is None:
+        it.env[op.token] = it.backend.put(it.value(op.source), handle, peer)
+    else:
+        assert op.chunks is not None
+        it.env[op.token] = it.backend.put_block(it.value(op.source), handle, peer, block, op.chunks)
 
 
 @_handles(hir.GetOp)
 def _get(it: _Interpreter, op: hir.GetOp) -> None:
     handle = it.value(op.handle)
     peer = it.position(op, op.peer, handle.team, "peer")
-    it.env[op.token] = it.backend.get(handle, peer, it.value(op.dest))
+    block = _block(it, op)
+    if block is None:
+        it.env[op.token] = it.backend.get(handle, peer, it.value(op.dest))
+    else:
+        assert op.chunks is not None
+        it.env[op.token] = it.backend.get_block(handle, peer, it.value(op.dest), block, op.chunks)

@@ -100,21 +100,32 @@ class CompiledProgram:
         """This rank's shards in, its result shards out (None where absent)."""
         return self.program.run(local_inputs)
 
-    def execute(self, inputs: Sequence[Any]) -> list[Any]:
-        """Global inputs in (the same on every rank: NumPy arrays or torch
-        tensors; float32 for bf16), global results out on every rank, as
-        torch tensors when any input is one, else NumPy (bf16 as float32)."""
+    def execute(self, inputs: Sequence[Any], local: bool = False, gather: bool = True) -> list[Any]:
+        """Run once. `inputs` are torch tensors, CuPy or NumPy arrays (one
+        kind), global (the same on every rank; each rank takes its shard) or,
+        with `local=True`, this rank's shards already. With `gather=True`
+        every rank gets each result at its global shape (partials summed);
+        otherwise its own shard (None where it holds none). Results come back
+        in the kind of the inputs (NumPy holds bf16 as float32)."""
         from fuserc.runtime import io
 
         if len(inputs) != len(self.params):
             raise Diagnostic(f"@{self.compiled.entry} takes {len(self.params)} inputs, got {len(inputs)}")
-        values = [io.check_global_input(_host(v), s) for v, s in zip(inputs, self.params)]
-        local = self.run(io.shard_inputs(values, self.params, self.env.rank))
-        gathered = io.gather_outputs(local, self.results, self.env)
-        arrays = io.broadcast_outputs(gathered, self.results, self.env)
-        if any(isinstance(v, torch.Tensor) for v in inputs):
-            return [_as_torch(a, s.dtype) for a, s in zip(arrays, self.results)]
-        return arrays
+        kind = _array_kind(inputs)
+        tensors = [_as_tensor(v) for v in inputs]
+        if local:
+            shards: list[Any] = tensors
+        else:
+            values = [io.check_global_input(_cpu(t), s) for t, s in zip(tensors, self.params)]
+            shards = io.shard_inputs(values, self.params, self.env.rank)
+        results = self.run(shards)
+        if gather:
+            gathered = io.gather_outputs(results, self.results, self.env)
+            arrays = io.broadcast_outputs(gathered, self.results, self.env)
+            outs: list[Any] = [torch.from_numpy(a).to(s.dtype) for a, s in zip(arrays, self.results)]
+        else:
+            outs = list(results)
+        return [_to_kind(o, kind, tensors) for o in outs]
 
     def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The fusion function run unsharded in float64 (runtime/reference.py)."""
@@ -132,15 +143,53 @@ class CompiledProgram:
         self.program.close()
 
 
-def _host(value: Any) -> Any:
-    """DLPack-capable arrays (CuPy) as torch tensors; others unchanged."""
-    if isinstance(value, (np.ndarray, torch.Tensor)) or not hasattr(value, "__dlpack__"):
+def _array_kind(values: Sequence[Any]) -> str:
+    """'torch', 'cupy' or 'numpy': the kind results are returned in."""
+    kinds = set()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            kinds.add("torch")
+        elif isinstance(v, np.ndarray):
+            kinds.add("numpy")
+        elif type(v).__module__.startswith("cupy"):
+            kinds.add("cupy")
+        else:
+            raise Diagnostic(f"inputs must be torch tensors, CuPy or NumPy arrays, got {type(v).__name__}")
+    if len(kinds) > 1:
+        raise Diagnostic(f"inputs mix array kinds ({', '.join(sorted(kinds))}): pass one kind")
+    return kinds.pop() if kinds else "numpy"
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    """A torch view of an input: zero copy for torch and, through DLPack,
+    for CuPy; NumPy arrays are wrapped without copying too."""
+    if isinstance(value, torch.Tensor):
         return value
-    return torch.from_dlpack(value).cpu()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    return torch.from_dlpack(value)
 
 
-def _as_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    return torch.from_numpy(a).to(dtype)
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    return t if t.device.type == "cpu" else t.cpu()
+
+
+def _to_kind(value: Any, kind: str, inputs: Sequence[torch.Tensor]) -> Any:
+    """A result as the inputs' kind, on the inputs' device for torch/CuPy."""
+    if value is None:
+        return None
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if kind == "numpy":
+        from fuserc.runtime.io import to_numpy
+
+        return to_numpy(t)
+    device = inputs[0].device if inputs else torch.device("cpu")
+    t = t.to(device)
+    if kind == "cupy":
+        import cupy
+
+        return cupy.from_dlpack(t)
+    return t
 
 
 def compile_text(

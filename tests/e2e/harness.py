@@ -71,3 +71,16 @@ def mpirun(
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
+
+
+def mpirun_python(
+    n: int, script: Path, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """`mpiexec -n n python SCRIPT ARGS` under `timeout` (Python API tests)."""
+    if MPIEXEC is None:
+        pytest.skip("mpiexec is not installed")
+    full_env = {**os.environ, **MPI_ENV, **(env or {})}
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(script), *map(str, args)]
+    if shutil.which("timeout"):
+        cmd = ["timeout", "-k", "5", str(timeout), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15)

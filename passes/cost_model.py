@@ -1,0 +1,255 @@
+"""The cost model of stream-pipeline: GEMM and link times, and the time of
+each way of running a GEMM next to its collective.
+
+Everything is estimated from a `Machine`: GEMM throughput per element type,
+and the latency and bandwidth of two links, copy-engine peer copies (CUDA IPC
+`hir.get`) and NCCL collectives. The numbers are documented defaults for one
+node of H200s (NVLink); a JSON file overrides any of them, so a measured node
+(`python -m fuserc.runtime.links`, run on the GPUs) is described exactly:
+
+    $FUSERC_LINKS, else ~/.cache/fuserc/links.json
+    {"copy_engine_gbps": 350, "nccl_latency_us": 20, "gemm_tflops": {"bf16": 750}, ...}
+
+A pipeline's time is simulated chunk by chunk: GEMMs run one after the other
+(one GPU), each once its input chunk is there; NCCL kernels share the SMs
+with the GEMMs (`nccl_sm_slowdown`), copy engines do not. The simulation is
+deliberately small: it ranks the candidates, it does not predict to the
+microsecond.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+LINKS_ENV = "FUSERC_LINKS"
+"""Environment variable naming a links JSON file (overrides the default path)."""
+
+DEFAULT_LINKS_PATH = Path("~/.cache/fuserc/links.json")
+
+NONE, COLLECTIVE, RING = "none", "collective", "ring"
+ALLGATHER, ALLGATHER_OUTER, REDUCE_SCATTER = "allgather", "allgather_outer", "reduce_scatter"
+ALGORITHMS: tuple[str, ...] = (NONE, COLLECTIVE, RING)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the cost model knows of one node. Bandwidths in GB/s (1e9 B/s),
+    latencies in microseconds, GEMM peaks in TFLOP/s."""
+
+    gemm_tflops: dict[str, float] = field(
+        default_factory=lambda: {"bf16": 750.0, "f16": 750.0, "f32": 50.0, "f64": 50.0}
+    )
+    """Dense GEMM throughput of large shapes per element type."""
+    gemm_half_gflop: float = 1.0
+    """GEMM work (GFLOP) at which a GEMM reaches half of its peak: small
+    GEMMs do not fill the GPU."""
+    launch_us: float = 5.0
+    """Fixed cost of one kernel launch."""
+    copy_engine_gbps: float = 350.0
+    """Copy-engine peer copy (CUDA IPC get), per direction per peer."""
+    copy_engine_latency_us: float = 10.0
+    nccl_busbw_gbps: float = 300.0
+    """NCCL bus bandwidth (allgather, broadcast, reduce, reduce-scatter)."""
+    nccl_latency_us: float = 20.0
+    """Latency of one NCCL collective (also of a `hir.barrier`)."""
+    nccl_sm_slowdown: float = 0.1
+    """A GEMM overlapping an NCCL kernel runs this much slower (shared SMs)."""
+    hbm_gbps: float = 3000.0
+    """Device memory bandwidth (local copies and adds)."""
+    gpus_per_node: int = 8
+    """Ranks r and q are on one node when r // gpus_per_node == q // gpus_per_node."""
+    source: str = "defaults"
+    """Where the numbers come from (a path, or `defaults`)."""
+
+    # ---- primitive times (seconds) ------------------------------------------
+    def gemm(self, flops: float, elem: str) -> float:
+        """One GEMM of `flops` in element type `elem`."""
+        peak = self.gemm_tflops.get(elem, self.gemm_tflops.get("f32", 50.0)) * 1e12
+        half = self.gemm_half_gflop * 1e9
+        rate = peak * flops / (flops + half) if flops > 0 else peak
+        return self.launch_us * 1e-6 + (flops / rate if flops > 0 else 0.0)
+
+    def copy_engine(self, nbytes: float) -> float:
+        """One peer copy of `nbytes` over a copy engine."""
+        return self.copy_engine_latency_us * 1e-6 + nbytes / (self.copy_engine_gbps * 1e9)
+
+    def nccl(self, bus_bytes: float) -> float:
+        """One NCCL collective moving `bus_bytes` per rank over the bus
+        (allgather/reduce-scatter: (n-1)/n of the large buffer; broadcast
+        and reduce: the buffer)."""
+        return self.nccl_latency_us * 1e-6 + bus_bytes / (self.nccl_busbw_gbps * 1e9)
+
+    def local(self, nbytes: float) -> float:
+        """A kernel moving `nbytes` through device memory (copy, add)."""
+        return self.launch_us * 1e-6 + nbytes / (self.hbm_gbps * 1e9)
+
+    def one_node(self, team: Sequence[int]) -> bool:
+        return len({r // max(1, self.gpus_per_node) for r in team}) == 1
+
+
+def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
+    """The machine described by `path`, else by $FUSERC_LINKS, else by the
+    default cache file when it exists; documented defaults for what the file
+    does not give. A named file that cannot be read, or holds unknown keys,
+    is an error (a stale description must not be trusted silently)."""
+    named = path or os.environ.get(LINKS_ENV)
+    if named:
+        return _read(Path(named).expanduser())
+    default = DEFAULT_LINKS_PATH.expanduser()
+    return _read(default) if default.is_file() else Machine()
+
+
+def _read(file: Path) -> Machine:
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the links file {file}: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"the links file {file} must hold a JSON object")
+    known = {f.name for f in fields(Machine)} - {"source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"the links file {file} has unknown keys: {', '.join(unknown)}")
+    base = Machine()
+    values: dict[str, Any] = dict(data)
+    if "gemm_tflops" in values:
+        values["gemm_tflops"] = {**base.gemm_tflops, **{k: float(v) for k, v in values["gemm_tflops"].items()}}
+    return replace(base, **values, source=str(file))
+
+
+def machine_json(m: Machine) -> dict[str, Any]:
+    """What a links file holds for `m` (every field but `source`)."""
+    return {f.name: getattr(m, f.name) for f in fields(Machine) if f.name != "source"}
+
+
+# --------------------------------------------------------------------------
+# Candidates
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One way to run a site and its simulated time (seconds)."""
+
+    algorithm: str
+    chunks: int
+    seconds: float
+
+    def label(self) -> str:
+        if self.algorithm == NONE:
+            return f"none {self.seconds * 1e3:.3g} ms"
+        return f"{self.algorithm}(S={self.chunks}) {self.seconds * 1e3:.3g} ms"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the model needs of a GEMM next to its collective: the GEMM's
+    total FLOPs on this rank, the bytes of the gathered input (AllGather) or
+    of the partial product (ReduceScatter) on this rank, the element type
+    and the team size."""
+
+    kind: str  # ALLGATHER | ALLGATHER_OUTER (an allgather per chunk) | REDUCE_SCATTER
+    flops: float
+    nbytes: float
+    elem: str
+    team: int
+
+
+def _serial(ready: Sequence[float], each: float, start: float = 0.0) -> float:
+    """End of GEMMs run one after the other, chunk c not before ready[c]."""
+    t = start
+    for r in ready:
+        t = max(t, r) + each
+    return t
+
+
+def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
+    """The time of `site` run by `algorithm` in `chunks` chunks (S = k * d)."""
+    d, s = site.team, chunks
+    if algorithm == NONE:
+        whole = site.nbytes * (d - 1) / d
+        return Estimate(NONE, 1, m.gemm(site.flops, site.elem) + m.nccl(whole))
+    g = m.gemm(site.flops / s, site.elem)
+    piece = site.nbytes / s
+    k = max(1, s // d)
+    if site.kind == ALLGATHER_OUTER:
+        if algorithm == COLLECTIVE:
+            ready = [(c + 1) * m.nccl(piece * (d - 1) / d) for c in range(s)]
+            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
+        fence = m.local(2 * site.nbytes / d) + m.nccl(0)
+        per_chunk = (d - 1) * m.copy_engine(piece / d) + m.local(2 * piece / d)
+        ready = [fence + (c + 1) * per_chunk for c in range(s)]
+        return Estimate(algorithm, s, _serial(ready, g) + m.nccl(0))
+    if site.kind == ALLGATHER:
+        own = m.local(2 * site.nbytes / d)  # the local block copied into place
+        if algorithm == COLLECTIVE:
+            b = m.nccl(piece)
+            ready = [own + (c + 1) * b for c in range(s)]
+            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
+        fence = own + m.nccl(0)
+        ready = [0.0] * k + [fence + (c + 1) * m.copy_engine(piece) for c in range(s - k)]
+        return Estimate(algorithm, s, _serial(ready, g) + m.nccl(0))
+    # reduce_scatter
+    if algorithm == COLLECTIVE:
+        t_comm, t_gemm = 0.0, 0.0
+        r = m.nccl(piece)
+        for _ in range(s):
+            t_gemm += g * (1 + m.nccl_sm_slowdown)
+            t_comm = max(t_comm, t_gemm) + r
+        return Estimate(algorithm, s, t_comm)
+    add = m.local(3 * piece)
+    t_gemm, chain = 0.0, 0.0
+    for step in range(s):
+        t_gemm += g
+        chain = max(chain, t_gemm) + add
+        if step < s - 1:
+            chain += m.nccl(0) + m.copy_engine(piece)
+    return Estimate(algorithm, s, chain + m.nccl(0))
+
+
+def candidates(site: Site, algorithms: Sequence[str], chunk_options: Sequence[int]) -> list[tuple[str, int]]:
+    """(algorithm, S) pairs to compare: `none` once; a ReduceScatter ring
+    only with one chunk per device (S = d)."""
+    out: list[tuple[str, int]] = []
+    for a in algorithms:
+        if a == NONE:
+            out.append((NONE, 1))
+            continue
+        for s in chunk_options:
+            if a == RING and site.kind == REDUCE_SCATTER and s != site.team:
+                continue
+            out.append((a, s))
+    return out
+
+
+PAYS = 0.97
+"""A pipeline the user did not ask for must beat the unpipelined program by
+3% (the model's error margin) to be chosen."""
+
+
+def choose(
+    m: Machine, site: Site, algorithms: Sequence[str], chunk_options: Sequence[int], requested: bool
+) -> tuple[Estimate, str]:
+    """The fastest candidate and why. `requested`: the user wrote the Stream
+    split (a pipelined algorithm is chosen, never none); otherwise a
+    pipeline is chosen only when it beats `none` by the PAYS margin."""
+    pairs = candidates(site, algorithms, chunk_options)
+    if not pairs:
+        raise ValueError("no candidate algorithm")
+    ests = sorted((estimate(m, site, a, s) for a, s in pairs), key=lambda e: e.seconds)
+    best = ests[0]
+    if not requested and best.algorithm != NONE:
+        base = estimate(m, site, NONE, 1)
+        if best.seconds > PAYS * base.seconds:
+            best = base
+            if base not in ests:
+                ests.append(base)
+            ests.sort(key=lambda e: (e is not base, e.seconds))
+    others = [e for e in ests if e != best]
+    cmp = " < ".join(e.label() for e in [best, *others[:3]])
+    return best, f"cost model ({m.source}): {cmp}"

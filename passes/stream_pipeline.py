@@ -1,0 +1,834 @@
+"""stream-pipeline: ops with a Stream(S) split become host loops over S
+chunks on rotating streams (DESIGN.md section 3 pass 4; docs/passes.md).
+
+Input: host programs from lower-to-host-ir, whose ops carry the markers of
+docs/passes.md: `hir.stream = [dim, S]` on the compute and communication ops
+of a fusion op whose result has a Stream(S) split, `hir.reshard = "FROM->TO"`
+on communications. The pass finds *sites*, each in one block:
+
+- AllGather + GEMM: `hir.allgather %x, %xg` (waited at once), then a
+  `hir.matmul`/`hir.linear` whose input (lhs) is `%xg`, rows along dim 0.
+  Written by the user as `x [DIDx, -]` to `y [Stream(S), -]`
+  (`hir.reshard = "DIDx->Stream"`, the GEMM marked `hir.stream = [0, S]`).
+- GEMM + ReduceScatter: a `hir.matmul`/`hir.linear` (no bias) into `%p`,
+  then `hir.reduce_scatter %p, %y` (waited at once). Written by the user as
+  a partial product with a Stream split, `[Stream(S), -], partial = DIDx`,
+  resharded to `[DIDx, -]` (the GEMM marked `hir.stream = [0, S]`), or as
+  the result `[DIDx*Stream(k), -]` (S = k * d).
+- Local: any other `hir.matmul`, `hir.linear` or `hir.copy` with
+  `hir.stream = [dim, S]`: chunks of its output on rotating streams.
+
+In both communication sites S = k * d, d the team size: chunk c belongs to
+device c // k (chunk i lives on rank i when S = d). Each site runs by one
+algorithm (option `algorithm`): `collective` (per chunk a Broadcast with
+root = the chunk's device, or a Reduce to it, and the GEMM), `ring` (one-sided
+copy-engine gets of each peer's chunk through a shared buffer, or a running
+sum passed along the ring), or `none`; `auto` asks the cost model
+(`cost_model.py`), which may also pipeline a site the user did not split.
+Each pipeline's first loop carries `hir.pipeline = {algorithm, chunks,
+streams, reason}`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    LocationAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from fuserc.diagnostics import error_at
+from fuserc.dialects import hir
+from fuserc.passes import cost_model
+from fuserc.passes.cost_model import ALGORITHMS, COLLECTIVE, NONE, RING, Machine
+
+AUTO = "auto"
+STREAM_ATTR = "hir.stream"
+RESHARD_ATTR = "hir.reshard"
+PIPELINE_ATTR = "hir.pipeline"
+MAX_STREAMS = 8
+"""Default stream pool: one stream per chunk, at most this many."""
+AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
+"""k of the S = k * d the cost model tries where S is its to choose."""
+
+ALLGATHER, REDUCE_SCATTER, LOCAL = "allgather", "reduce_scatter", "local"
+GEMM_OPS = (hir.MatmulOp, hir.LinearOp)
+
+
+# --------------------------------------------------------------------------
+# Reading the input
+# --------------------------------------------------------------------------
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def elem_name(v: SSAValue) -> str:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return str(t.element_type)
+
+
+def elem_bytes(v: SSAValue) -> int:
+    name = elem_name(v)
+    return {"bf16": 2, "f16": 2, "f64": 8, "i64": 8, "i1": 1}.get(name, 4)
+
+
+def stream_mark(op: Operation) -> tuple[int, int] | None:
+    """(dim, S) of an op's `hir.stream = [dim, S]` marker."""
+    attr = op.attributes.get(STREAM_ATTR)
+    if not isinstance(attr, ArrayAttr) or len(attr.data) != 2:
+        return None
+    dim, s = attr.data
+    if not isinstance(dim, IntegerAttr) or not isinstance(s, IntegerAttr):
+        return None
+    return dim.value.data, s.value.data
+
+
+def gemm_operands(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue | None]:
+    """(input, weight/rhs, out, bias) of hir.matmul / hir.linear."""
+    if isinstance(op, hir.MatmulOp):
+        return op.lhs, op.rhs, op.out, None
+    assert isinstance(op, hir.LinearOp)
+    return op.input, op.weight, op.out, op.bias
+
+
+def chunk_dims(op: Operation, out_dim: int) -> dict[int, int] | None:
+    """Which operands of compute op `op` are cut, and along which dim, when
+    its output is cut along `out_dim` (operand index -> dim; the output's
+    own entry included). None when the op cannot be computed by chunks of
+    that dimension."""
+    if isinstance(op, hir.CopyOp):
+        return {0: out_dim, 1: out_dim}
+    if not isinstance(op, GEMM_OPS):
+        return None
+    a, b, out, bias = gemm_operands(op)
+    ra, rb, ro = len(shape_of(a)), len(shape_of(b)), len(shape_of(out))
+    out_index = len(op.operands) - 1
+    if isinstance(op, hir.LinearOp):
+        if out_dim < ro - 1:
+            return {0: out_dim, out_index: out_dim}
+        cut = {1: 0, out_index: out_dim}
+        if bias is not None:
+            cut[2] = 0
+        return cut
+    if rb >= 2 and out_dim == ro - 1:  # the columns of rhs
+        return {1: rb - 1, out_index: out_dim}
+    if ra >= 2 and rb <= 2 and ra == ro and out_dim <= ro - 2:  # rows or lhs batch
+        return {0: out_dim, out_index: out_dim}
+    return None
+
+
+def gemm_flops(op: Operation) -> float:
+    a, _, out, _ = gemm_operands(op)
+    return 2.0 * math.prod(shape_of(out)) * shape_of(a)[-1]
+
+
+def wait_of(token: SSAValue, block: Block) -> hir.WaitOp | None:
+    """The only use of a communication's token: a hir.wait in `block`."""
+    uses = list(token.uses)
+    if len(uses) != 1:
+        return None
+    op = uses[0].operation
+    return op if isinstance(op, hir.WaitOp) and op.parent_block() is block else None
+
+
+def alloc_in(value: SSAValue, block: Block) -> hir.AllocOp | None:
+    owner = value.owner
+    return owner if isinstance(owner, hir.AllocOp) and owner.parent_block() is block else None
+
+
+@dataclass
+class Site:
+    """A pipelining opportunity: a communication and its GEMM, or a local op."""
+
+    kind: str
+    anchor: Operation  # new ops go before it
+    erase: list[Operation]  # replaced ops (users first)
+    gemm: Operation
+    written: int | None  # S of a Stream split the user wrote (None: not split)
+    comm: Operation | None = None
+    team: tuple[int, ...] = ()
+    dim: int = 0  # local sites: the output dim
+    outer: bool = False
+    """An allgather per chunk (`[Stream(S)*DIDx, -]` to `[Stream(S), -]`):
+    `comm` is the allgather inside the loop of S chunks."""
+
+    @property
+    def d(self) -> int:
+        return len(self.team)
+
+    @property
+    def buffer(self) -> SSAValue:
+        """The gathered input (allgather) or the partial product (reduce-scatter)."""
+        assert self.comm is not None
+        return self.comm.operands[1] if self.kind == ALLGATHER else self.comm.operands[0]
+
+    def cost_site(self) -> cost_model.Site:
+        buf = self.buffer
+        nbytes = math.prod(shape_of(buf)) * elem_bytes(buf)
+        kind = cost_model.ALLGATHER_OUTER if self.outer else self.kind
+        return cost_model.Site(kind, gemm_flops(self.gemm), nbytes, elem_name(buf), self.d)
+
+
+def find_sites(func: FuncOp) -> list[Site]:
+    """The sites of a host program, in program order (an op joins one site)."""
+    sites: list[Site] = []
+    taken: set[Operation] = set()
+    for block in _blocks(func):
+        order = {op: i for i, op in enumerate(block.ops)}
+        for op in list(block.ops):
+            site = None
+            if isinstance(op, hir.AllgatherOp):
+                site = _allgather_site(op, block, order)
+            elif isinstance(op, hir.ForOp):
+                site = _outer_allgather_site(op, block, order)
+            elif isinstance(op, hir.ReduceScatterOp):
+                site = _reduce_scatter_site(op, block, order)
+            if site is not None and not (set(site.erase) & taken):
+                sites.append(site)
+                taken.update(site.erase)
+        for op in block.ops:
+            mark = stream_mark(op)
+            if op in taken or mark is None or not isinstance(op, (*GEMM_OPS, hir.CopyOp)):
+                continue
+            dim, s = mark
+            if 0 <= dim < len(shape_of(op.operands[-1])) and chunk_dims(op, dim) is not None and s > 1:
+                sites.append(Site(LOCAL, op, [op], op, s, dim=dim))
+                taken.add(op)
+    return sites
+
+
+def _blocks(func: FuncOp) -> list[Block]:
+    """The function's block and those of its hir.if_rank regions (not loop
+    bodies: their ops already run per iteration)."""
+    out: list[Block] = []
+    stack = [func.body.block]
+    while stack:
+        block = stack.pop()
+        out.append(block)
+        for op in block.ops:
+            if isinstance(op, hir.IfRankOp):
+                stack.append(op.body.block)
+    return out
+
+
+def _sole_users(value: SSAValue, allowed: set[Operation]) -> list[Operation]:
+    """Users of `value` other than `allowed` and hir.dealloc."""
+    return [u.operation for u in value.uses if u.operation not in allowed and not isinstance(u.operation, hir.DeallocOp)]
+
+
+def _allgather_site(ag: hir.AllgatherOp, block: Block, order: dict[Operation, int]) -> Site | None:
+    wait = wait_of(ag.token, block)
+    if wait is None or alloc_in(ag.output, block) is None or len(ag.team) < 2:
+        return None
+    xg = ag.output
+    users = [u.operation for u in xg.uses if isinstance(u.operation, GEMM_OPS) and u.index == 0]
+    gemm = next((g for g in users if g.parent_block() is block and order[g] > order[wait]), None)
+    if gemm is None:
+        return None
+    if any(order.get(u, -1) < order[gemm] for u in _sole_users(xg, {ag, gemm})):
+        return None  # read between the gather and the GEMM
+    if chunk_dims(gemm, 0) is None or 0 not in chunk_dims(gemm, 0) or 1 in chunk_dims(gemm, 0):  # type: ignore[operator]
+        return None
+    mark = stream_mark(gemm)
+    written = None
+    if mark is not None:
+        if mark[0] != 0:
+            return None  # the Stream split is on another dim: a local site
+        written = mark[1]
+    return Site(ALLGATHER, gemm, [gemm, wait, ag], gemm, written, ag, ag.team)
+
+
+def _outer_allgather_site(loop: hir.ForOp, block: Block, order: dict[Operation, int]) -> Site | None:
+    """`hir.for %c = 0 to S { %a = chunk %x [%c]; %b = chunk %xg [%c];
+    allgather %a, %b; wait }` (each along dim 0, S chunks), then a GEMM of
+    `%xg` marked `hir.stream = [0, S]`."""
+    ops = list(loop.body.block.ops)
+    if loop.lb != 0 or loop.step != 1 or len(ops) != 5:
+        return None
+    ca, cb, ag, wait, _ = ops
+    s = loop.ub
+    c = loop.induction_var
+    if not (
+        isinstance(ca, hir.ChunkOp) and isinstance(cb, hir.ChunkOp) and isinstance(ag, hir.AllgatherOp)
+        and isinstance(wait, hir.WaitOp) and wait.token is ag.token
+        and ag.input is ca.result and ag.output is cb.result and len(ag.team) >= 2
+        and all(v.index is c and v.dim == 0 and v.chunks == s for v in (ca, cb))
+    ):  # fmt: skip
+        return None
+    x, xg = ca.source, cb.source
+    if alloc_in(xg, block) is None or x.owner is ca or isinstance(x.owner, Operation) and loop.is_ancestor(x.owner):
+        return None
+    users = [u.operation for u in xg.uses if isinstance(u.operation, GEMM_OPS) and u.index == 0]
+    gemm = next((g for g in users if g.parent_block() is block and order[g] > order[loop]), None)
+    if gemm is None or stream_mark(gemm) != (0, s):
+        return None
+    if any(order.get(u, -1) < order[gemm] for u in _sole_users(xg, {cb, gemm})):
+        return None
+    cut = chunk_dims(gemm, 0)
+    if cut is None or 0 not in cut or 1 in cut:
+        return None
+    return Site(ALLGATHER, gemm, [gemm, loop], gemm, s, ag, ag.team, outer=True)
+
+
+def _reduce_scatter_site(rs: hir.ReduceScatterOp, block: Block, order: dict[Operation, int]) -> Site | None:
+    wait = wait_of(rs.token, block)
+    if wait is None or rs.reduction_op != "sum" or len(rs.team) < 2:
+        return None
+    p = rs.input
+    if alloc_in(p, block) is None:
+        return None
+    gemms = [u.operation for u in p.uses if isinstance(u.operation, GEMM_OPS) and u.operation.operands[-1] is p]
+    if len(gemms) != 1 or gemms[0].parent_block() is not block or order[gemms[0]] > order[rs]:
+        return None
+    gemm = gemms[0]
+    if isinstance(gemm, hir.LinearOp) and gemm.bias is not None:
+        return None  # the bias would be summed d times
+    if _sole_users(p, {gemm, rs}):
+        return None
+    cut = chunk_dims(gemm, 0)
+    if cut is None or 0 not in cut or 1 in cut or 2 in cut and isinstance(gemm, hir.LinearOp):
+        return None
+    d = len(rs.team)
+    written = None
+    mark, rs_mark = stream_mark(gemm), stream_mark(rs)
+    if rs_mark is not None and rs_mark[0] == 0:
+        written = rs_mark[1] * d
+    elif mark is not None:
+        if mark[0] != 0:
+            return None
+        written = mark[1]
+    return Site(REDUCE_SCATTER, rs, [wait, rs, gemm], gemm, written, rs, rs.team)
+
+
+# --------------------------------------------------------------------------
+# Emitting
+# --------------------------------------------------------------------------
+
+
+class Emitter:
+    """Builds a list of ops at one location; `loop` nests a body."""
+
+    def __init__(self, location: LocationAttr, root: "Emitter | None" = None):
+        self.location = location
+        self.ops: list[Operation] = []
+        self.root = root or self
+        self.consts: dict[int, SSAValue] = {}
+
+    def add(self, op: Operation, hint: str | None = None) -> Operation:
+        for o in op.walk():
+            o.location = self.location
+        self.ops.append(op)
+        if hint is not None and op.results:
+            op.results[0].name_hint = hint
+        return op
+
+    def value(self, op: Operation, hint: str | None = None) -> SSAValue:
+        return self.add(op, hint).results[0]
+
+    def const(self, n: int) -> SSAValue:
+        """`hir.constant n`, made once, before the outermost loop."""
+        root = self.root
+        if n not in root.consts:
+            root.consts[n] = root.value(hir.ConstantOp(n), f"c{n}")
+        return root.consts[n]
+
+    def chunk(self, src: SSAValue, index: SSAValue, chunks: int, dim: int = 0, hint: str | None = None) -> SSAValue:
+        if chunks == 1:
+            return src
+        return self.value(hir.ChunkOp(src, index, dim, chunks), hint)
+
+    def loop(self, lb: int, ub: int, body: Callable[["Emitter", SSAValue], None], hint: str = "c") -> hir.ForOp | None:
+        """`hir.for %c = lb to ub` with `body`; nothing when the range is empty."""
+        if ub <= lb:
+            return None
+        op = hir.ForOp(lb, ub)
+        op.induction_var.name_hint = hint
+        inner = Emitter(self.location, self.root)
+        body(inner, op.induction_var)
+        block = op.body.block
+        terminator = block.last_op
+        assert terminator is not None
+        for o in inner.ops:
+            block.insert_op_before(o, terminator)
+        self.add(op)
+        return op
+
+    def on_stream(self, index: SSAValue, pool: int, main: SSAValue | None) -> SSAValue:
+        """Make worker stream `index mod pool` current; it first waits for
+        the main stream's work so far when `main` is given."""
+        s = self.value(hir.StreamForOp(index, pool), "s")
+        self.add(hir.SetCurrentStreamOp(s))
+        if main is not None:
+            self.add(hir.SyncStreamOp(main))
+        return s
+
+    def join(self, main: SSAValue, pool: int, used: int) -> None:
+        """Back on the main stream, which waits for the worker streams."""
+        self.add(hir.SetCurrentStreamOp(main))
+
+        def body(e: Emitter, c: SSAValue) -> None:
+            e.add(hir.SyncStreamOp(e.value(hir.StreamForOp(c, pool), "s")))
+
+        self.loop(0, min(pool, used), body)
+
+    def fence(self, team: Sequence[int], backend: str) -> None:
+        token = self.value(hir.BarrierOp(team, backend), "fence")
+        self.add(hir.WaitOp(token))
+
+
+def rebuild(op: Operation, replaced: dict[int, SSAValue]) -> Operation:
+    """`op` (matmul, linear or copy) on new operands, without its markers."""
+    ops = [replaced.get(i, v) for i, v in enumerate(op.operands)]
+    if isinstance(op, hir.MatmulOp):
+        return hir.MatmulOp(*ops)
+    if isinstance(op, hir.LinearOp):
+        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None)
+    assert isinstance(op, hir.CopyOp)
+    return hir.CopyOp(*ops)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a site runs: algorithm, S = chunks, the stream pool, and why."""
+
+    algorithm: str
+    chunks: int
+    streams: int
+    reason: str
+
+    def attr(self) -> DictionaryAttr:
+        return DictionaryAttr(
+            {
+                "algorithm": StringAttr(self.algorithm),
+                "chunks": IntegerAttr(self.chunks, i64),
+                "streams": IntegerAttr(self.streams, i64),
+                "reason": StringAttr(self.reason),
+            }
+        )
+
+
+class SiteLowering:
+    """Emits the pipeline of one site (docs/passes.md has the host IR of each)."""
+
+    def __init__(self, site: Site, plan: Plan, sites_seen: int):
+        self.site = site
+        self.plan = plan
+        self.e = Emitter(site.anchor.location)
+        self.first_loop: hir.ForOp | None = None
+        self.tag = f"pipeline{sites_seen}"
+
+    def loop(self, lb: int, ub: int, body: Callable[[Emitter, SSAValue], None], e: Emitter | None = None) -> None:
+        op = (e or self.e).loop(lb, ub, body)
+        if op is not None and self.first_loop is None:
+            self.first_loop = op
+            op.attributes[PIPELINE_ATTR] = self.plan.attr()
+
+    def site_name(self, suffix: str) -> str:
+        base = alloc_in(self.site.buffer, self.site.anchor.parent_block())  # type: ignore[arg-type]
+        assert base is not None
+        return f"{base.site}/{suffix}"
+
+    def run(self) -> None:
+        site = self.site
+        if site.kind == LOCAL:
+            self.local()
+        elif site.kind == ALLGATHER and site.outer:
+            self.outer_collective() if self.plan.algorithm == COLLECTIVE else self.outer_ring()
+        elif site.kind == ALLGATHER:
+            self.allgather_collective() if self.plan.algorithm == COLLECTIVE else self.allgather_ring()
+        else:
+            self.reduce_scatter_collective() if self.plan.algorithm == COLLECTIVE else self.reduce_scatter_ring()
+        block = site.anchor.parent_block()
+        assert block is not None
+        block.insert_ops_before(self.e.ops, site.anchor)
+        for op in site.erase:
+            op.detach()
+            op.erase()
+
+    # ---- helpers -------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        return self.plan.chunks // self.site.d
+
+    def reshard(self, op: Operation) -> Operation:
+        """Carry the site's `hir.reshard` marker onto a new communication."""
+        assert self.site.comm is not None
+        mark = self.site.comm.attributes.get(RESHARD_ATTR)
+        if mark is not None:
+            op.attributes[RESHARD_ATTR] = mark
+        return op
+
+    def owner_and_sub(self, e: Emitter, c: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(device c // k, sub-chunk c mod k) of chunk c."""
+        if self.k == 1:
+            return c, c
+        return e.value(hir.DivOp(c, self.k), "dev"), e.value(hir.AddModOp(c, e.const(0), self.k), "sub")
+
+    def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue) -> None:
+        """The site's GEMM on a block of rows of its input into `out`."""
+        e.add(rebuild(self.site.gemm, {0: rows, len(self.site.gemm.operands) - 1: out}))
+
+    # ---- local ----------------------------------------------------------------
+    def local(self) -> None:
+        site, plan, e = self.site, self.plan, self.e
+        cut = chunk_dims(site.gemm, site.dim)
+        assert cut is not None
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            views = {i: b.chunk(site.gemm.operands[i], c, plan.chunks, dim) for i, dim in cut.items()}
+            b.add(rebuild(site.gemm, views))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    # ---- AllGather + GEMM ------------------------------------------------------
+    def allgather_collective(self) -> None:
+        """Own block copied into the gathered buffer; per chunk c on stream
+        c mod N: Broadcast from device c // k, then the GEMM of the chunk."""
+        site, plan, e = self.site, self.plan, self.e
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg, y = ag.input, ag.output, site.gemm.operands[-1]
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(site.team), "pos")
+        e.add(hir.CopyOp(x, e.chunk(xg, pos, site.d, hint="mine")))
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            root, _ = self.owner_and_sub(b, c)
+            xc = b.chunk(xg, c, plan.chunks, hint="xc")
+            token = b.value(self.reshard(hir.BroadcastOp(xc, root, site.team, ag.backend)), "tok")
+            b.add(hir.WaitOp(token))
+            self.gemm_on(b, xc, b.chunk(y, c, plan.chunks, hint="yc"))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def allgather_ring(self) -> None:
+        """Local chunks first (no wait); the shard is copied into a shared
+        buffer, one fence, then every peer chunk is pulled by a copy-engine
+        get on its stream ahead of the GEMMs, each GEMM after its own get; a
+        final fence before a later run may overwrite the shared buffer."""
+        site, plan, e, k, d = self.site, self.plan, self.e, self.k, self.site.d
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg, y = ag.input, ag.output, site.gemm.operands[-1]
+        read_later = bool(_sole_users(xg, set(site.erase)))
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(site.team), "pos")
+        y_mine = e.chunk(y, pos, d, hint="ymine")
+
+        def local(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))
+
+        self.loop(0, k, local)
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(x), list(shape_of(x)))), "xs")
+        e.add(hir.CopyOp(x, shared))
+        handle = e.value(hir.ShareOp(shared, site.team), "h")
+        e.fence(site.team, ag.backend)
+
+        def slot(b: Emitter, c: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
+            step, sub = self.owner_and_sub(b, c)
+            peer = b.value(hir.AddModOp(pos, step, d), "peer")
+            return peer, sub, b.chunk(b.chunk(xg, peer, d, hint="blk"), sub, k, hint="xc")
+
+        def pull(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            peer, sub, dst = slot(b, c)
+            block = (sub, k) if k > 1 else (None, None)
+            get = hir.GetOp(handle, peer, dst, "cuda_ipc", *block)
+            b.add(hir.WaitOp(b.value(self.reshard(get), "tok")))
+
+        def compute(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, None)  # after its get, on the same stream
+            peer, sub, xc = slot(b, c)
+            self.gemm_on(b, xc, b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
+
+        self.loop(k, plan.chunks, pull)
+        self.loop(k, plan.chunks, compute)
+        if read_later:  # the gathered buffer must hold this device's block too
+            e.add(hir.SetCurrentStreamOp(main))
+            e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
+        e.join(main, plan.streams, plan.chunks)
+        e.fence(site.team, ag.backend)
+        e.add(hir.DeallocOp(shared))
+
+    # ---- an AllGather per chunk (Stream(S)*DIDx) -------------------------------
+    def outer_collective(self) -> None:
+        """Per chunk c on stream c mod N: the Allgather of this device's
+        block of chunk c into chunk c of the gathered buffer, then the GEMM."""
+        site, plan, e = self.site, self.plan, self.e
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg, y = _outer_source(ag), site.buffer, site.gemm.operands[-1]
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            xc = b.chunk(xg, c, plan.chunks, hint="xc")
+            gather = hir.AllgatherOp(b.chunk(x, c, plan.chunks, hint="mine"), xc, site.team, ag.backend)
+            b.add(hir.WaitOp(b.value(self.reshard(gather), "tok")))
+            self.gemm_on(b, xc, b.chunk(y, c, plan.chunks, hint="yc"))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def outer_ring(self) -> None:
+        """The shard in a shared buffer, one fence; per chunk c on stream c
+        mod N: this device's block of chunk c copied into place and the
+        blocks of the d - 1 peers pulled (block c of their shards), all
+        issued ahead of the GEMMs; then each GEMM after its chunk's copies."""
+        site, plan, e, d = self.site, self.plan, self.e, self.site.d
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg, y = _outer_source(ag), site.buffer, site.gemm.operands[-1]
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(site.team), "pos")
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(x), list(shape_of(x)))), "xs")
+        e.add(hir.CopyOp(x, shared))
+        handle = e.value(hir.ShareOp(shared, site.team), "h")
+        e.fence(site.team, ag.backend)
+
+        def pull(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            xc = b.chunk(xg, c, plan.chunks, hint="xc")
+            b.add(hir.CopyOp(b.chunk(x, c, plan.chunks, hint="mine"), b.chunk(xc, pos, d, hint="own")))
+
+            def peer_block(bb: Emitter, t: SSAValue) -> None:
+                peer = bb.value(hir.AddModOp(pos, t, d), "peer")
+                get = hir.GetOp(handle, peer, bb.chunk(xc, peer, d, hint="piece"), "cuda_ipc", c, plan.chunks)
+                bb.add(hir.WaitOp(bb.value(self.reshard(get), "tok")))
+
+            b.loop(1, d, peer_block, hint="t")
+
+        def compute(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, None)  # after its copies, on the same stream
+            xc = b.chunk(xg, c, plan.chunks, hint="xc")
+            self.gemm_on(b, xc, b.chunk(y, c, plan.chunks, hint="yc"))
+
+        self.loop(0, plan.chunks, pull)
+        self.loop(0, plan.chunks, compute)
+        e.join(main, plan.streams, plan.chunks)
+        e.fence(site.team, ag.backend)
+        e.add(hir.DeallocOp(shared))
+
+    # ---- GEMM + ReduceScatter --------------------------------------------------
+    def reduce_scatter_collective(self) -> None:
+        """Per chunk c on stream c mod N: the GEMM of rows chunk c into the
+        partial buffer, then a Reduce of it to device c // k."""
+        site, plan, e, k = self.site, self.plan, self.e, self.k
+        rs = site.comm
+        assert isinstance(rs, hir.ReduceScatterOp)
+        x, p, y = site.gemm.operands[0], rs.input, rs.output
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            pc = b.chunk(p, c, plan.chunks, hint="pc")
+            self.gemm_on(b, b.chunk(x, c, plan.chunks, hint="xc"), pc)
+            root, sub = self.owner_and_sub(b, c)
+            red = hir.ReduceOp(pc, b.chunk(y, sub, k, hint="yc"), root, site.team, "sum", rs.backend)
+            b.add(hir.WaitOp(b.value(self.reshard(red), "tok")))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def reduce_scatter_ring(self) -> None:
+        """Step t on stream t mod N: the partial for device pos + t + 1 into
+        slot t of the (shared) partial buffer, plus the running sum pulled
+        from the next device at step t - 1; a fence, then the next device's
+        slot t is pulled. The last step (t = d - 1) is this device's own
+        block, written into the result."""
+        site, plan, e, d = self.site, self.plan, self.e, self.site.d
+        rs = site.comm
+        assert isinstance(rs, hir.ReduceScatterOp)
+        x, p, y = site.gemm.operands[0], rs.input, rs.output
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(site.team), "pos")
+        c1 = e.const(1)
+        nxt = e.value(hir.AddModOp(pos, c1, d), "next")
+        first = nxt  # the destination of step 0
+        handle = e.value(hir.ShareOp(p, site.team), "h")
+        recv = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(p), list(shape_of(p)))), "recv")
+
+        def previous(b: Emitter, t: SSAValue, modulus: int) -> SSAValue:
+            return b.value(hir.AddModOp(t, b.const(modulus - 1), modulus), "prev")
+
+        def add_received(b: Emitter, t: SSAValue, into: SSAValue) -> None:
+            """Wait for the get of step t - 1 (its stream), then add it."""
+            b.add(hir.SyncStreamOp(b.value(hir.StreamForOp(previous(b, t, plan.streams), plan.streams), "sprev")))
+            got = b.chunk(recv, previous(b, t, d), d, hint="got")
+            b.add(_add_launch(into, got))
+
+        def step(b: Emitter, t: SSAValue, last: bool, has_previous: bool) -> None:
+            b.on_stream(t, plan.streams, main)
+            dest = b.value(hir.AddModOp(first, t, d), "dest")
+            out = y if last else b.chunk(p, t, d, hint="pc")
+            self.gemm_on(b, b.chunk(x, dest, d, hint="xc"), out)
+            if has_previous:
+                add_received(b, t, out)
+            if not last:
+                b.fence(site.team, rs.backend)
+                get = hir.GetOp(handle, nxt, b.chunk(recv, t, d, hint="rc"), "cuda_ipc", t, d)
+                b.add(hir.WaitOp(b.value(self.reshard(get), "tok")))
+
+        self.loop(0, 1, lambda b, t: step(b, t, False, False))
+        self.loop(1, d - 1, lambda b, t: step(b, t, False, True))
+        self.loop(d - 1, d, lambda b, t: step(b, t, True, True))
+        e.join(main, plan.streams, plan.chunks)
+        e.fence(site.team, rs.backend)
+        e.add(hir.DeallocOp(recv))
+
+
+def _outer_source(ag: hir.AllgatherOp) -> SSAValue:
+    """The local shard whose chunks the per-chunk allgather gathers."""
+    chunk = ag.input.owner
+    assert isinstance(chunk, hir.ChunkOp)
+    return chunk.source
+
+
+def _elem(v: SSAValue) -> Attribute:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t.element_type
+
+
+def _add_launch(acc: SSAValue, other: SSAValue) -> hir.LaunchOp:
+    """`acc += other` as a one-op launch."""
+    from fuserc.dialects.fusion import AddOp
+
+    op = hir.LaunchOp([acc, other], [acc])
+    a, b = op.body.block.args
+    a.name_hint, b.name_hint = "sum", "part"
+    add = AddOp.create(operands=[a, b], result_types=[acc.type])
+    op.body.block.add_op(add)
+    op.body.block.add_op(hir.YieldOp(add.results[0]))
+    return op
+
+
+# --------------------------------------------------------------------------
+# Deciding
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamPipeline(ModulePass):
+    """Pipelines every Stream split (and, with `auto`, sites that pay) into
+    host loops over chunks on rotating streams (DESIGN.md section 3 pass 4).
+
+    Options: `algorithm` (auto|collective|ring|none), `num_streams` (the
+    worker stream pool; 0: one per chunk, at most 8), `chunks` (S for sites
+    without a written Stream split; None: the cost model's choice), `links`
+    (a links JSON file for the cost model; empty: $FUSERC_LINKS or
+    ~/.cache/fuserc/links.json, else documented defaults)."""
+
+    name = "stream-pipeline"
+
+    algorithm: str = AUTO
+    num_streams: int = 0
+    chunks: int | None = None
+    links: str = ""
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in (AUTO, *ALGORITHMS):
+            raise ValueError(f"algorithm must be one of auto, {', '.join(ALGORITHMS)}, got '{self.algorithm}'")
+        if self.num_streams < 0:
+            raise ValueError(f"num-streams must be >= 0 (0: one per chunk), got {self.num_streams}")
+        if self.chunks is not None and self.chunks < 1:
+            raise ValueError(f"chunks must be positive, got {self.chunks}")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.algorithm == NONE:
+            return
+        machine: Machine | None = None
+        count = 0
+        for func in [f for f in op.body.block.ops if isinstance(f, FuncOp) and hir.is_host_program(f)]:
+            for site in find_sites(func):
+                if site.kind != LOCAL and machine is None:
+                    try:
+                        machine = cost_model.load_machine(self.links or None)
+                    except ValueError as e:
+                        raise error_at(site.anchor, f"stream-pipeline: {e}") from None
+                plan = self.plan(site, machine)
+                if plan is None:
+                    continue
+                SiteLowering(site, plan, count).run()
+                count += 1
+
+    def streams(self, chunks: int) -> int:
+        return self.num_streams or min(chunks, MAX_STREAMS)
+
+    def plan(self, site: Site, machine: Machine | None) -> Plan | None:
+        """The plan of a site, or None to leave it as it is."""
+        if site.kind == LOCAL:
+            assert site.written is not None
+            return Plan("local", site.written, self.streams(site.written), "Stream split of a local op")
+        assert machine is not None
+        if site.written is None and self.algorithm != AUTO:
+            return None  # only auto pipelines what the user did not split
+        options = self.chunk_options(site)
+        if not options:
+            return None
+        algorithms = [COLLECTIVE, RING] if self.algorithm == AUTO else [self.algorithm]
+        if site.written is None:
+            algorithms = [NONE, *algorithms]
+        if self.algorithm == RING and site.kind == REDUCE_SCATTER and options != [site.d]:
+            raise error_at(
+                site.anchor,
+                f"stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs "
+                f"Stream({site.d}) on the partial product (one chunk per device of team {list(site.team)}), "
+                f"got Stream({options[0]})",
+            )
+        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, site.written is not None)
+        if self.algorithm != AUTO:
+            reason = f"algorithm = {self.algorithm} requested; {reason}"
+        if best.algorithm == NONE:
+            return None
+        return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason)
+
+    def chunk_options(self, site: Site) -> list[int]:
+        """The S values a site may use: the written split, the `chunks`
+        option, or those the cost model tries; each a multiple of the team
+        size that cuts the rows evenly (a diagnostic otherwise)."""
+        d = site.d
+        rows = shape_of(site.buffer)[0]
+        if site.written is not None:
+            s, what = site.written, f"Stream({site.written})"
+        elif self.chunks is not None:
+            s, what = self.chunks, f"chunks = {self.chunks}"
+        else:
+            return [k * d for k in AUTO_CHUNKS_PER_DEVICE if rows % (k * d) == 0]
+        role = "rows gathered from" if site.kind == ALLGATHER else "partial sum scattered over"
+        if s % d and not site.outer:
+            raise error_at(
+                site.anchor,
+                f"stream-pipeline: {what} does not fit the {role} the {d} devices of team {list(site.team)}: "
+                f"S must be a multiple of {d} (chunk c belongs to device c * {d} / S)",
+            )
+        if rows % s:
+            raise error_at(
+                site.anchor,
+                f"stream-pipeline: {what} does not split the {rows} rows of {site.buffer.type} evenly",
+            )
+        return [s]

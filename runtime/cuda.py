@@ -1,0 +1,512 @@
+"""The cuda backend: one GPU per rank, CuPy streams, NCCL and CUDA IPC.
+
+Rank r uses GPU (its rank among the ranks of its node) mod (the node's GPU
+count), which is r mod the GPU count when ranks fill nodes in order. Arrays
+are torch CUDA tensors (views of them where the program asks); buffers come
+from torch's caching allocator, so the allocation cache's buffers, and their
+IPC registrations, persist across runs and memory stays flat.
+
+Streams: each backend stream is a non-blocking CuPy stream, wrapped as a
+torch external stream, so ONE CUDA stream is current for CuPy kernels, torch
+ops, cuBLAS, NCCL and copies alike. An event is a CuPy event; `wait_event`
+and `wait` are `cudaStreamWaitEvent` (the host never blocks inside a run).
+A communication is enqueued on the current stream and its token is the
+event recorded after it. Temporary buffers (staging for non-contiguous or
+aliased operands) are allocated on the stream that uses them, so the
+caching allocator reuses their memory only in that stream's order.
+
+Compute: GEMMs through `GemmChooser` (cuda_gemm.py), fused elementwise
+kernels for elementwise `hir.launch` regions (cuda_fusion.py), and any other
+region op by op with torch on the GPU. Communication: cuda_comm.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from xdsl.ir import Block
+
+from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.runtime.cuda_comm import (
+    MEMCPY_DEVICE_TO_DEVICE,
+    Communicators,
+    CudaHandle,
+    _P2P,
+    disable_multicast,
+    nbytes,
+)
+from fuserc.runtime.mpi_env import MpiEnv
+
+disable_multicast()
+
+
+def unavailable_reason() -> str | None:
+    """Why this process cannot use the cuda backend (None when it can)."""
+    try:
+        import cupy
+    except ImportError as e:
+        return f"CuPy is not installed ({e})"
+    try:
+        from cupy.cuda import nccl
+    except ImportError as e:
+        return f"CuPy has no NCCL support ({e})"
+    if not getattr(nccl, "available", True):
+        return "CuPy has no NCCL support"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - any driver failure means no GPU
+        return f"no usable CUDA device ({e})"
+    return None if count > 0 else "no CUDA device"
+
+
+@dataclass(eq=False)
+class CudaStream(Stream):
+    """A CuPy stream and the torch view of the same CUDA stream."""
+
+    name: str
+    cupy: Any
+    torch: Any
+
+    @property
+    def ptr(self) -> int:
+        return int(self.cupy.ptr)
+
+
+@dataclass(eq=False)
+class CudaEvent(Event):
+    event: Any
+
+
+@dataclass(eq=False)
+class CudaWork(Work):
+    """A communication's completion: the event recorded after it on
+    `stream` (None while a grouped send/recv waits for its launch)."""
+
+    stream: CudaStream
+    event: Any = None
+    keep: list[Any] = field(default_factory=list)
+
+
+class CudaBackend(Backend):
+    """CUDA GPUs: CuPy streams/events, NCCL, CUDA IPC, cuBLAS, fused kernels."""
+
+    name = "cuda"
+
+    def __init__(self, env: MpiEnv):
+        super().__init__(env)
+        import cupy
+
+        from fuserc.runtime.cuda_gemm import GemmChooser
+
+        node = env.node_comm  # collective: every rank builds its backend at the same point
+        local_rank = env.node_rank
+        count = cupy.cuda.runtime.getDeviceCount()
+        self.device = local_rank % count
+        cupy.cuda.Device(self.device).use()
+        torch.cuda.set_device(self.device)
+        leader = node.allreduce(env.rank, op=_mpi_min())
+        gpus = env.comm.allgather((leader, self.device))
+        self.comms = Communicators(env, self.device, [g[0] for g in gpus], gpus)
+        self.gemm = GemmChooser()
+        self._main = self._new_stream("main")
+        self._current = self._main
+        self._pools: dict[int, list[CudaStream]] = {}
+        self._activate(self._main)
+        self.fused_launches = 0
+        self.fallback_launches = 0
+
+    def _new_stream(self, name: str) -> CudaStream:
+        import cupy
+
+        s = cupy.cuda.Stream(non_blocking=True)
+        return CudaStream(name, s, torch.cuda.ExternalStream(s.ptr, device=torch.device("cuda", self.device)))
+
+    def _activate(self, stream: CudaStream) -> None:
+        stream.cupy.use()
+        torch.cuda.set_stream(stream.torch)
+
+    def _streams(self) -> list[CudaStream]:
+        return [self._main] + [s for pool in self._pools.values() for s in pool]
+
+    # ---- program load -------------------------------------------------------
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        self.comms.prepare(teams)
+
+    # ---- arrays -------------------------------------------------------------
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A buffer from torch's caching allocator (no flush of queued
+        send/recv: an allocation between a send and a recv keeps them in
+        one group)."""
+        return torch.empty(tuple(shape), dtype=dtype, device=torch.device("cuda", self.device))
+
+    def from_host(self, value: torch.Tensor) -> torch.Tensor:
+        """A copy on this GPU, complete when this returns (inputs outlive runs)."""
+        self.comms.flush()
+        current = self._current
+        self._activate(self._main)
+        out = torch.empty(tuple(value.shape), dtype=value.dtype, device=torch.device("cuda", self.device))
+        out.copy_(value.detach())
+        self._main.cupy.synchronize()
+        self._activate(current)
+        return out
+
+    def to_host(self, array: torch.Tensor) -> torch.Tensor:
+        self.comms.flush()
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+        return array.detach().to("cpu", copy=True).contiguous()
+
+    # ---- views --------------------------------------------------------------
+    def select(self, array: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+        return array.select(dim, index)
+
+    def chunk(self, array: torch.Tensor, dim: int, index: int, chunks: int) -> torch.Tensor:
+        size = array.shape[dim] // chunks
+        return array.narrow(dim, index * size, size)
+
+    def reshape_view(self, array: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        return array.view(tuple(shape))
+
+    def base(self, array: torch.Tensor) -> torch.Tensor:
+        return array._base if array._base is not None else array
+
+    def view_key(self, array: torch.Tensor) -> Hashable:
+        return (array.storage_offset(), tuple(array.shape), tuple(array.stride()))
+
+    # ---- compute ------------------------------------------------------------
+    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        self.comms.flush()
+        dst.copy_(src)
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        self.comms.flush()
+        self.gemm.matmul(a, b, out)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+        """x @ w^T (+ bias) as one GEMM into `out` (bias in cuBLAS's epilogue
+        through addmm), on 2-D views of x and out."""
+        from fuserc.runtime.cuda_gemm import direct_out
+
+        self.comms.flush()
+        x2 = x.reshape(-1, x.shape[-1])
+        out2 = out.view(-1, out.shape[-1]) if out.is_contiguous() else None
+        if out2 is None or not direct_out(out2, x, w, *([bias] if bias is not None else [])):
+            out.copy_(torch.nn.functional.linear(x, w, bias))
+        elif bias is None:
+            self.gemm.matmul(x2, w.t(), out2)
+        else:
+            torch.addmm(bias, x2, w.t(), out=out2)
+
+    def launch(self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+        from fuserc.runtime.cpu import launch_with_torch
+        from fuserc.runtime.cuda_fusion import plan_for, run_plan
+
+        self.comms.flush()
+        plan = plan_for(body)
+        if plan is not None and run_plan(plan, ins, outs):
+            self.fused_launches += 1
+            return
+        self.fallback_launches += 1
+        launch_with_torch(body, ins, outs)
+
+    # ---- communication ------------------------------------------------------
+    def _work(self, event: Any, *keep: Any) -> CudaWork:
+        return CudaWork(self._current, event, list(keep))
+
+    def _staged_in(self, t: torch.Tensor, *outs: torch.Tensor | None) -> torch.Tensor:
+        """`t` as a contiguous buffer that no output overlaps (a copy on the
+        current stream when needed)."""
+        from fuserc.runtime.cuda_gemm import overlaps
+
+        if t.is_contiguous() and not any(o is not None and overlaps(t, o) for o in outs):
+            return t
+        return t.clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def _staged_out(t: torch.Tensor) -> torch.Tensor:
+        return t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+    @staticmethod
+    def _unstage(staged: torch.Tensor, t: torch.Tensor) -> None:
+        if staged is not t:
+            t.copy_(staged)
+
+    def _position(self, team: Team) -> int:
+        return team.index(self.rank)
+
+    def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
+        self.comms.flush()
+        n, pos = nbytes(inp), self._position(team)
+        dst = self._staged_out(out)
+        in_place = dst is out and inp.is_contiguous() and inp.data_ptr() == out.data_ptr() + pos * n
+        src = inp if in_place else self._staged_in(inp, out)
+        event = self.comms.allgather(src.data_ptr(), dst.data_ptr(), n, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def broadcast(self, buf: torch.Tensor, root: int, team: Team) -> Work:
+        self.comms.flush()
+        staged = buf if buf.is_contiguous() else buf.contiguous()
+        event = self.comms.broadcast(staged.data_ptr(), nbytes(staged), root, team, self._current.cupy)
+        self._unstage(staged, buf)
+        return self._work(event, staged)
+
+    def scatter(self, inp: torch.Tensor | None, out: torch.Tensor, root: int, team: Team) -> Work:
+        self.comms.flush()
+        pos, n = self._position(team), nbytes(out)
+        dst = self._staged_out(out)
+        sends: list[tuple[int, int, int]] = []
+        recvs: list[tuple[int, int, int]] = []
+        src = None
+        if pos == root:
+            if inp is None:
+                raise RuntimeError(f"scatter: the input is absent on its root (rank {self.rank})")
+            src = self._staged_in(inp, out)
+            sends = [(p, src.data_ptr() + p * n, n) for p in range(len(team)) if p != pos]
+            self._memcpy(dst.data_ptr(), src.data_ptr() + pos * n, n)
+        else:
+            recvs = [(root, dst.data_ptr(), n)]
+        event = self.comms.exchange(sends, recvs, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def gather(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, team: Team) -> Work:
+        self.comms.flush()
+        pos, n = self._position(team), nbytes(inp)
+        sends: list[tuple[int, int, int]] = []
+        recvs: list[tuple[int, int, int]] = []
+        dst = None
+        if pos == root:
+            if out is None:
+                raise RuntimeError(f"gather: the output is absent on its root (rank {self.rank})")
+            dst = self._staged_out(out)
+            src = inp if inp.is_contiguous() and inp.data_ptr() == dst.data_ptr() + pos * n else self._staged_in(inp, out)
+            recvs = [(p, dst.data_ptr() + p * n, n) for p in range(len(team)) if p != pos]
+            if src.data_ptr() != dst.data_ptr() + pos * n:
+                self._memcpy(dst.data_ptr() + pos * n, src.data_ptr(), n)
+        else:
+            src = self._staged_in(inp)
+            sends = [(root, src.data_ptr(), n)]
+        event = self.comms.exchange(sends, recvs, team, self._current.cupy)
+        if dst is not None and out is not None:
+            self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def reduce(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, op: ReduceOp, team: Team) -> Work:
+        self.comms.flush()
+        is_root = self._position(team) == root
+        if is_root and out is None:
+            raise RuntimeError(f"reduce: the output is absent on its root (rank {self.rank})")
+        dst = self._staged_out(out) if is_root and out is not None else None
+        src = self._reduce_src(inp, dst)
+        recv = dst.data_ptr() if dst is not None else src.data_ptr()
+        event = self.comms.reduce(src.data_ptr(), recv, inp.numel(), inp.dtype, op, root, team, self._current.cupy)
+        if dst is not None and out is not None:
+            self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def allreduce(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
+        self.comms.flush()
+        dst = self._staged_out(out)
+        src = self._reduce_src(inp, dst)
+        event = self.comms.allreduce(src.data_ptr(), dst.data_ptr(), inp.numel(), inp.dtype, op, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def reduce_scatter(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
+        self.comms.flush()
+        dst = self._staged_out(out)
+        pos, n = self._position(team), out.numel()
+        in_place = inp.is_contiguous() and dst.data_ptr() == inp.data_ptr() + pos * nbytes(out)
+        src = inp if in_place else self._staged_in(inp, dst)
+        event = self.comms.reduce_scatter(src.data_ptr(), dst.data_ptr(), n, inp.dtype, op, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def _reduce_src(self, inp: torch.Tensor, dst: torch.Tensor | None) -> torch.Tensor:
+        """The input of a reduction: `inp` itself when contiguous and either
+        disjoint from the output or exactly it (NCCL's in place)."""
+        if dst is not None and inp.is_contiguous() and inp.data_ptr() == dst.data_ptr() and inp.numel() == dst.numel():
+            return inp
+        return self._staged_in(inp, dst)
+
+    def alltoall(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
+        self.comms.flush()
+        size, pos = len(team), self._position(team)
+        dst = self._staged_out(out)
+        src = self._staged_in(inp, dst)
+        blk = nbytes(src) // size
+        self._memcpy(dst.data_ptr() + pos * blk, src.data_ptr() + pos * blk, blk)
+        peers = [p for p in range(size) if p != pos]
+        sends = [(p, src.data_ptr() + p * blk, blk) for p in peers]
+        recvs = [(p, dst.data_ptr() + p * blk, blk) for p in peers]
+        event = self.comms.exchange(sends, recvs, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst)
+
+    def send(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
+        src = self._staged_in(buf)
+        work = self._work(None, src)
+        self.comms.p2p(_P2P(True, team, src.data_ptr(), nbytes(src), peer, _setter(work)), self._current.cupy)
+        return work
+
+    def recv(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
+        """Queued with the neighbouring send/recv; a strided destination
+        receives into a staging buffer copied back right after the group."""
+        staged, stream = self._staged_out(buf), self._current
+        work = self._work(None, staged)
+
+        def done(event: Any) -> None:
+            if staged is not buf:
+                with torch.cuda.stream(stream.torch):
+                    buf.copy_(staged)
+                event = _recorded(stream)
+            work.event = event
+
+        self.comms.p2p(_P2P(False, team, staged.data_ptr(), nbytes(staged), peer, done), stream.cupy)
+        return work
+
+    def wait(self, work: Work) -> None:
+        assert isinstance(work, CudaWork)
+        self.comms.flush()
+        if work.event is not None and work.stream is not self._current:
+            self._current.cupy.wait_event(work.event)
+
+    # ---- streams and events -------------------------------------------------
+    def get_current_stream(self) -> Stream:
+        return self._current
+
+    def set_current_stream(self, stream: Stream) -> None:
+        assert isinstance(stream, CudaStream)
+        self.comms.flush()
+        self._current = stream
+        self._activate(stream)
+
+    def stream_for(self, index: int, pool_size: int) -> Stream:
+        pool = self._pools.get(pool_size)
+        if pool is None:
+            pool = self._pools[pool_size] = [self._new_stream(f"worker{i}/{pool_size}") for i in range(pool_size)]
+        return pool[index % pool_size]
+
+    def record_event(self) -> Event:
+        import cupy
+
+        self.comms.flush()
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(self._current.cupy)
+        return CudaEvent(event)
+
+    def wait_event(self, event: Event) -> None:
+        assert isinstance(event, CudaEvent)
+        self.comms.flush()
+        self._current.cupy.wait_event(event.event)
+
+    # ---- peer-to-peer -------------------------------------------------------
+    def share(self, buf: torch.Tensor, team: Team) -> Handle:
+        if not buf.is_contiguous():
+            raise RuntimeError("hir.share needs a contiguous buffer")
+        return self.comms.share(buf, team)
+
+    def release_handle(self, handle: Handle) -> None:
+        assert isinstance(handle, CudaHandle)
+        self.comms.release(handle)
+
+    def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
+        assert isinstance(handle, CudaHandle)
+        self.comms.flush()
+        _check_peer_copy(src, handle, "put")
+        staged = self._staged_in(src)
+        self._memcpy(handle.ptrs[peer], staged.data_ptr(), handle.nbytes)
+        return self._work(self._record(), staged)
+
+    def get(self, handle: Handle, peer: int, dst: torch.Tensor) -> Work:
+        assert isinstance(handle, CudaHandle)
+        self.comms.flush()
+        _check_peer_copy(dst, handle, "get")
+        staged = self._staged_out(dst)
+        self._memcpy(staged.data_ptr(), handle.ptrs[peer], handle.nbytes)
+        self._unstage(staged, dst)
+        return self._work(self._record(), staged)
+
+    def _memcpy(self, dst: int, src: int, n: int) -> None:
+        """cudaMemcpyAsync device to device on the current stream (copy engines)."""
+        import cupy
+
+        if n and dst != src:
+            cupy.cuda.runtime.memcpyAsync(dst, src, n, MEMCPY_DEVICE_TO_DEVICE, self._current.ptr)
+
+    def _record(self) -> Any:
+        import cupy
+
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(self._current.cupy)
+        return event
+
+    # ---- whole device -------------------------------------------------------
+    def synchronize(self) -> None:
+        import cupy
+
+        self.comms.flush()
+        cupy.cuda.runtime.deviceSynchronize()
+        self.set_current_stream(self._main)
+
+    def timer_start(self) -> Any:
+        import cupy
+
+        self.synchronize()
+        start = cupy.cuda.Event()
+        start.record(self._main.cupy)
+        return start
+
+    def timer_stop(self, mark: Any) -> float:
+        """Device time from the mark to the end of all streams' work: the
+        main stream joins every worker stream before the end event."""
+        import cupy
+
+        self.comms.flush()
+        for s in self._streams()[1:]:
+            self._main.cupy.wait_event(_recorded(s))
+        end = cupy.cuda.Event()
+        end.record(self._main.cupy)
+        end.synchronize()
+        self.synchronize()
+        return cupy.cuda.get_elapsed_time(mark, end) / 1e3
+
+    def close(self) -> None:
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+        self.comms.close()
+
+
+def _recorded(stream: CudaStream) -> Any:
+    import cupy
+
+    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event.record(stream.cupy)
+    return event
+
+
+def _setter(work: CudaWork) -> Any:
+    def done(event: Any) -> None:
+        work.event = event
+
+    return done
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
+def _check_peer_copy(local: torch.Tensor, handle: CudaHandle, what: str) -> None:
+    n = nbytes(local)
+    if n != handle.nbytes:
+        raise RuntimeError(f"{what}: local buffer of {n} bytes does not match the shared buffer of {handle.nbytes} bytes")

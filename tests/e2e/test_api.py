@@ -1,0 +1,29 @@
+"""The Python API under mpiexec on 4 ranks (cpu backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import mpirun_python, ok
+
+from api_cases import CASES
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_api_case(case: str) -> None:
+    proc = ok(mpirun_python(4, Path(__file__).parent / "api_cases.py", [case]))
+    assert proc.stdout.count(f"OK {case}") == 4
+
+
+def test_api_error_is_exception_with_cli_message() -> None:
+    from fuserc.api import FusionDefinition
+    from fuserc.diagnostics import Diagnostic
+
+    fd = FusionDefinition()
+    x = fd.define_tensor([6, 8])
+    fd.add_output(fd.ops.relu(x))
+    fd.sched.mesh("tp", [4])
+    with pytest.raises(Diagnostic, match=r"dimension 0 of extent 6 is not divisible by 4"):
+        fd.sched.shard(x, "tp", ["DIDx", "-"])

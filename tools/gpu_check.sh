@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Checks the cuda backend on a machine with NVIDIA GPUs, in one go: installs
+# the wheels carried in .whl/ (xdsl and its needs), makes this checkout
+# importable as the package `fuserc`, then runs the cuda backend's unit
+# tests, the end-to-end tests (whose default backend, auto, is cuda there),
+# every example through the lowering with --check on the cuda backend, and
+# timings. NVLink multicast stays off throughout.
+#
+#   tools/gpu_check.sh [STAGE ...]     stages: info unit mpi e2e examples perf
+#                                      (default: all, in that order)
+#
+# Logs: $OUT/log.txt (everything) and $OUT/summary.txt (one line a step);
+# $OUT defaults to /tmp/gpu_check. Each step has its own time limit, and
+# steps are skipped once GPU_CHECK_BUDGET_S seconds (default 280) are spent.
+set -u
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+LOG=$OUT/log.txt
+SUMMARY=$OUT/summary.txt
+: >"$LOG"
+: >"$SUMMARY"
+BUDGET=${GPU_CHECK_BUDGET_S:-280}
+N=${GPU_CHECK_RANKS:-4}
+LOWERING=propagate-shardings,make-resharding-contiguous,lower-to-host-ir
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1 OMP_NUM_THREADS=4 PYTHONDONTWRITEBYTECODE=1
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME LIMIT_S FUNCTION: run an exported function with a time limit
+# (in its own bash, so that timeout can end it), log, one summary line.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((BUDGET - SECONDS))
+  if ((left < 10)); then
+    note "SKIP $name (time budget spent)"
+    return 1
+  fi
+  ((limit > left)) && limit=$left
+  echo "===== $name (limit ${limit}s)" >>"$LOG"
+  local t0=$SECONDS rc
+  timeout -k 5 "$limit" bash -c "$*" >>"$LOG" 2>&1
+  rc=$?
+  if ((rc == 0)); then note "PASS $name ($((SECONDS - t0))s)"; else note "FAIL $name rc=$rc ($((SECONDS - t0))s)"; fi
+  return $rc
+}
+
+export MPIRUN=${GPU_CHECK_MPIRUN:-"mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH -x PYTHONSAFEPATH -x GPU_CHECK_BACKEND"}
+export REPO N LOWERING GPU_CHECK_BACKEND=${GPU_CHECK_BACKEND:-cuda}
+
+# ---- setup: wheels, and the repository folders as fuserc.* -----------------
+setup() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+  rm -rf /tmp/pkg && mkdir -p /tmp/pkg/fuserc
+  cp -r fuserc/*.py /tmp/pkg/fuserc/
+  for sub in dialects passes runtime; do ln -s "$REPO/$sub" "/tmp/pkg/fuserc/$sub"; done
+  python3 -c "import fuserc.runtime.cuda as c, fuserc.passes, xdsl; print('cuda backend:', c.unavailable_reason() or 'available')"
+}
+export PYTHONPATH=/tmp/pkg:/tmp/site
+export -f setup
+step setup 60 setup || { note "setup failed: see log.txt"; exit 1; }
+
+info() {
+  nvidia-smi -L
+  nvidia-smi topo -m
+  python3 - <<'EOF'
+import cupy, mpi4py, torch
+from cupy.cuda import nccl
+print("torch", torch.__version__, "cupy", cupy.__version__, "nccl", nccl.get_version(), "mpi4py", mpi4py.__version__)
+print("gpus", torch.cuda.device_count(), torch.cuda.get_device_name(0))
+EOF
+  mpirun --version | head -1
+}
+
+unit() {  # in one process: planner, fused kernels, GEMMs, every op vs cpu, memory over 1000 runs
+  python3 -m pytest -q -p no:cacheprovider -x tests/unit/test_cuda_backend.py -k "not under_mpiexec"
+}
+
+mpi() {  # the collectives program on NCCL and CUDA IPC, 2 to N GPUs
+  python3 -m pytest -q -p no:cacheprovider tests/unit/test_cuda_backend.py -k "under_mpiexec"
+}
+
+e2e() {  # hand-written host programs; backend auto = cuda here
+  python3 -m pytest -q -p no:cacheprovider tests/e2e/test_run.py -k "not test_collectives"
+}
+
+examples() {  # every example, one mpirun: lowering + --check on cuda
+  cat >/tmp/run_examples.py <<'EOF'
+"""Each example compiled by the lowering and checked on the cuda backend,
+in one MPI job (one startup); an exception ends the job."""
+import os
+import sys
+from pathlib import Path
+
+from fuserc.run_cli import _Options, _run
+from fuserc.runtime.mpi_env import abort_job, mpi_env
+
+BACKEND = os.environ.get("GPU_CHECK_BACKEND", "cuda")
+env = mpi_env()
+results = []
+for path in sys.argv[2:]:
+    if env.rank == 0:
+        print(f"--- {path}", flush=True)
+    try:
+        code = _run(_Options(path, "main", sys.argv[1], [], 0, None, True, BACKEND, None, None, False))
+    except BaseException as e:  # noqa: BLE001
+        abort_job(env, e)
+    env.comm.Barrier()
+    results.append((Path(path).name, code))
+if env.rank == 0:
+    for name, code in results:
+        print(f"{'ok' if code == 0 else 'FAILED'}: {name}")
+    sys.exit(1 if any(code for _, code in results) else 0)
+EOF
+  local files=()
+  for f in examples/*.mlir; do [[ $f == *large* ]] || files+=("$f"); done
+  $MPIRUN -n "$N" python3 /tmp/run_examples.py "$LOWERING" "${files[@]}"
+}
+
+perf() {  # timings: the collectives program, and AllGather+GEMM at the headline shape
+  python3 -c "import sys; sys.path.insert(0, 'tests/e2e'); import harness, pathlib; print(harness.program('collectives.mlir.in', $N, pathlib.Path('/tmp')))"
+  $MPIRUN -n "$N" python3 -m fuserc run "/tmp/collectives_n$N.mlir" -p '' --backend cuda --warmup 3 --iters 20 --seed 1 || return 1
+  $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir -p "$LOWERING" --backend cuda --warmup 3 --iters 10
+}
+
+export -f info unit mpi e2e examples perf
+STAGES=("$@")
+((${#STAGES[@]})) || STAGES=(info unit mpi e2e examples perf)
+for s in "${STAGES[@]}"; do
+  case $s in
+    info) step info 60 info ;;
+    unit) step unit 150 unit ;;
+    mpi) step mpi 150 mpi ;;
+    e2e) step e2e 200 e2e ;;
+    examples) step examples 150 examples ;;
+    perf) step perf 150 perf ;;
+    *) note "unknown stage $s" ;;
+  esac
+done
+echo "----- summary"
+cat "$SUMMARY"
