@@ -2,7 +2,7 @@
 
     mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
         [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
-        [--warmup W --iters N] [--print-host-ir]
+        [--warmup W --iters N] [--trace FILE.json] [--print-host-ir]
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
@@ -125,6 +125,7 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--backend", "backend_kind", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 1; needs --iters).")
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams (the last timed run with --iters).")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
 def run(
     file: str,
@@ -137,6 +138,7 @@ def run(
     backend_kind: str,
     warmup: int | None,
     iters: int | None,
+    trace_path: str | None,
     print_host_ir: bool,
 ) -> None:
     """Compile FILE and run it under MPI (one process per rank)."""
@@ -156,7 +158,9 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - reported by run_guarded below
         pass
-    options = _Options(file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir)
+    options = _Options(
+        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path
+    )
     run_guarded(lambda: _run(options))
 
 
@@ -173,6 +177,7 @@ class _Options:
     warmup: int | None
     iters: int | None
     print_host_ir: bool
+    trace: str | None = None
 
 
 def _run(o: _Options) -> int:
@@ -205,8 +210,12 @@ def _run(o: _Options) -> int:
             globals_ = io.random_inputs(program.params, o.seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
     if o.iters is not None:
-        _time(program, local, 1 if o.warmup is None else o.warmup, o.iters)
-    results = program.program.run_prepared(local, copy_outputs=True)  # after timing: reused buffers
+        _time(program, local, 1 if o.warmup is None else o.warmup, o.iters, o.trace)
+        results = program.program.run_prepared(local, copy_outputs=True)  # after timing: reused buffers
+    elif o.trace:
+        results = _traced(program, o.trace, lambda: program.program.run_prepared(local, copy_outputs=True))
+    else:
+        results = program.program.run_prepared(local, copy_outputs=True)
     gathered = None
     if o.save_dir or o.check:
         gathered = io.gather_outputs(results, program.results, env)
@@ -242,10 +251,25 @@ def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence[
     return 0
 
 
-def _time(program: Any, local: Sequence[Any], warmup: int, iters: int) -> None:
+def _traced(program: Any, path: str, body: Any) -> Any:
+    """Run `body` (one run of the program) traced; write the trace of every
+    rank to `path` (collective). Returns what `body` returns."""
+    from fuserc.runtime.trace import tracing, write_trace
+
+    with tracing(program.program) as tracer:
+        out = body()
+    meta = {"program": program.compiled.entry, "backend": program.backend.name}
+    write_trace(path, tracer.events(), program.env, meta)
+    if program.env.rank == 0:
+        click.echo(f"trace: {path}")
+    return out
+
+
+def _time(program: Any, local: Sequence[Any], warmup: int, iters: int, trace: str | None = None) -> None:
     """Median over `iters` runs of the slowest rank's time; rank 0 prints
     it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
-    program, over the devices it uses)."""
+    program, over the devices it uses). With `trace`, the last timed run
+    is traced (its time includes the trace marks)."""
     from mpi4py import MPI
 
     p = program.program
@@ -254,12 +278,13 @@ def _time(program: Any, local: Sequence[Any], warmup: int, iters: int) -> None:
     for _ in range(warmup):
         p.run_prepared(local)
     times = []
-    for _ in range(iters):
+    for i in range(iters):
         backend.synchronize()
         backend.barrier()
-        mark = backend.timer_start()
-        p.run_prepared(local)
-        dt = backend.timer_stop(mark)
+        if trace and i == iters - 1:
+            dt = _traced(program, trace, lambda: _timed_run(p, local))
+        else:
+            dt = _timed_run(p, local)
         times.append(comm.allreduce(dt, op=MPI.MAX))
     flops = program.compiled.global_flops()
     if flops is None:  # a host program: what the ranks executed
@@ -272,3 +297,10 @@ def _time(program: Any, local: Sequence[Any], warmup: int, iters: int) -> None:
             f"time: median {median * 1e3:.3f} ms over {iters} iterations (warmup {warmup}); "
             f"{tflops:.3f} TFLOP/s per GPU ({flops} flops on {devices} devices, backend {backend.name})"
         )
+
+
+def _timed_run(p: Any, local: Sequence[Any]) -> float:
+    """Seconds of one run, by the backend's timer."""
+    mark = p.backend.timer_start()
+    p.run_prepared(local)
+    return p.backend.timer_stop(mark)

@@ -8,8 +8,10 @@ holds, which devices form a team), so that they cannot disagree.
 Terminology (as nvFuser): a dimension of extent E with splits
 `f1*f2*...*fn` (outermost first) is viewed as `[f1][f2]...[fn][E/prod(f)]`.
 A device-parallel split (DIDx/DIDy/DIDz) selects the block at the device's
-coordinate along that mesh axis; a `Stream(S)` split does not change
-placement, it only says the producing op is computed in S chunks.
+coordinate along that mesh axis; a `Stream(S)` split says the producing op
+is computed in S chunks. Inside every device split of its dimension it does
+not change placement; outside one (`Stream(2)*DIDx`) it interleaves the
+device blocks, so it is part of the placement (`Sharding.placement`).
 """
 
 from __future__ import annotations
@@ -200,8 +202,26 @@ class Sharding:
     def without_streams(self) -> "Sharding":
         """The sharding with every Stream split removed. Where a Stream split
         stands outside a device split (`Stream(2)*DIDx`) this is not the same
-        placement: see `has_outer_stream`."""
+        placement: see `placement`."""
         return self.with_dims([tuple(s for s in d if not s.is_stream) for d in self.dims])
+
+    def placement(self) -> "Sharding":
+        """What decides which elements each device holds: the device splits,
+        and the Stream splits standing outside one of them on their
+        dimension (`Stream(2)*DIDx` interleaves the device blocks: each
+        device holds one block of every chunk). Stream splits with no device
+        split inside them only say how the producing op is computed, and are
+        dropped (`DIDx*Stream(2)` and `Stream(2)` place as `DIDx` and `-`)."""
+        dims = []
+        for d in self.dims:
+            last = max((i for i, s in enumerate(d) if not s.is_stream), default=-1)
+            dims.append(d[: last + 1])
+        return self.with_dims(dims)
+
+    def interleaved_dims(self) -> list[int]:
+        """Dimensions whose device blocks a Stream split interleaves (a
+        device's indices along them are not one contiguous range)."""
+        return [i for i in range(self.rank) if not self.is_contiguous_block(i)]
 
     def has_outer_stream(self) -> bool:
         """A Stream split outside a device split interleaves the device blocks
@@ -214,8 +234,8 @@ class Sharding:
 
     def same_placement(self, other: "Sharding") -> bool:
         """True when both put the same data on the same devices (Stream
-        splits do not change placement)."""
-        a, b = self.without_streams(), other.without_streams()
+        splits change placement only outside a device split)."""
+        a, b = self.placement(), other.placement()
         return a.mesh == b.mesh and a.dims == b.dims and a.partial == b.partial
 
     def is_replicated(self) -> bool:

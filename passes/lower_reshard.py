@@ -272,16 +272,18 @@ class _Reshard:
 
     def run(self, src: SSAValue) -> SSAValue:
         self.base_marks = dict(self.em.marks)
-        for s in (self.a, self.b):
-            if not all(s.is_contiguous_block(d) for d in range(s.rank)) and self.a.dims != self.b.dims:
-                raise ReshardError("a Stream split outside a device split gives blocks that are not contiguous")
         meshes = {self.ma.name: self.ma, self.mb.name: self.mb}
         one = reshard_step(self.a, self.b, self.shape, meshes)
         if one is not None:  # what make-resharding-contiguous leaves: one step
-            steps: list[tuple[Step, Sharding]] | None = [(one, self.b.without_streams())]
+            steps: list[tuple[Step, Sharding]] | None = [(one, self.b.placement())]
         else:
             steps = plan_reshard(self.a, self.b, self.shape, meshes)
         if steps is None:
+            if self.a.interleaved_dims() or self.b.placement().interleaved_dims():
+                raise ReshardError(
+                    "a Stream split outside a device split interleaves the device blocks; such a "
+                    "dimension can only be gathered (to a dimension without device splits)"
+                )
             raise ReshardError("no sequence of communications reaches it (a partial sum is only made by compute)")
         final = self.site()
         if not steps:
@@ -289,7 +291,7 @@ class _Reshard:
             out = self.alloc(final, self.local(self.b), self.mb.devices)
             self.em.copy(src, out, self.mb.devices)
             return out
-        cur, s = src, self.a.without_streams()
+        cur, s = src, self.a.placement()
         for k, (step, t) in enumerate(steps):
             site = final if k == len(steps) - 1 else f"{final}/s{k}"
             if s.mesh == t.mesh:
@@ -331,6 +333,8 @@ class _Reshard:
             for team in teams:
                 pos = em.team_index(team, team)
                 em.copy(em.chunk(cur, pos, dim, n, team), out, team)
+        elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
+            self.allgather_chunks(cur, out, s, step.gather_dim, teams)
         elif step.kind == ALLGATHER:
             assert step.gather_dim is not None
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
@@ -356,6 +360,38 @@ class _Reshard:
             raise ReshardError(f"step {step.kind} does not stay on one mesh")
         return out
 
+    def allgather_chunks(self, cur: SSAValue, out: SSAValue, s: Sharding, dim: int, teams: list[tuple[int, ...]]) -> None:
+        """The allgather of an interleaved dimension (`Stream(S)*DIDx`): the
+        local buffer holds one block of each of the S stream chunks, in chunk
+        order, so per chunk c one allgather of chunk c of the buffer into
+        chunk c of the result (`hir.for`; the loop stream-pipeline runs on
+        rotating streams). `dim` must be outermost in memory up to extent-1
+        dimensions (make-resharding-contiguous sees to it)."""
+        em = self.em
+        chunks = math.prod(sp.factor for sp in s.dims[dim] if sp.is_stream)
+        src_shape, out_shape = _shape(cur), _shape(out)
+        if not _outermost(src_shape, dim):
+            raise ReshardError(f"the gathered dimension {dim} of an interleaved block is not outermost in memory")
+        for team in teams:
+            x, xg = cur, out
+            if dim != 0:  # only extent-1 dimensions before it: drop them
+                x = em.view(cur, src_shape[dim:], team)
+                xg = em.view(out, out_shape[dim:], team)
+            loop = hir.ForOp(0, chunks)
+            c = loop.induction_var
+            c.name_hint = "c"
+            ca, cb = hir.ChunkOp(x, c, 0, chunks), hir.ChunkOp(xg, c, 0, chunks)
+            ag = hir.AllgatherOp(ca.result, cb.result, team, em.backend)
+            for k, v in em.marks.items():
+                ag.attributes[k] = v
+            ag.results[0].name_hint = "tok"
+            body = loop.body.block
+            terminator = body.last_op
+            assert terminator is not None
+            for o in (ca, cb, ag, hir.WaitOp(ag.results[0])):
+                body.insert_op_before(o, terminator)
+            em.emit(loop, team)
+
     # ---- two meshes ---------------------------------------------------------------
     def cross_mesh(self, src: SSAValue, a: Sharding, b: Sharding, site: str, aux: str) -> SSAValue:
         """Mesh A to mesh B: the collective of the module docstring where one
@@ -365,6 +401,8 @@ class _Reshard:
             if a.partial != b.partial or a.dims != b.dims:
                 raise ReshardError(f"a value cannot become a partial sum over {b.partial} on another mesh")
             return self.summands(src, a, b, site)
+        if a.interleaved_dims() and a.dims == b.dims and not a.partial:
+            return self.summands(src, a, b, site)  # whole buffers, device by device
         if a.partial:
             if not a.device_types() and len(ma.teams(a.partial)) == 1 and mb.size == 1:
                 return self.reduce_to_one(src, a, b, site, aux)
@@ -436,7 +474,8 @@ class _Reshard:
         return out
 
     def summands(self, src: SSAValue, a: Sharding, b: Sharding, site: str) -> SSAValue:
-        """A partial value moved as it is: each device of B gets the summand
+        """A value moved as it is, block for block (a partial value's
+        summands, or interleaved blocks): each device of B gets the buffer
         of the device of A at its coordinates on the axes the sharding uses."""
         ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
         types = [*a.device_types(), *([a.partial] if a.partial else [])]

@@ -112,6 +112,11 @@ from fuserc.passes.reshard_util import (
 from fuserc.sharding import Mesh, Sharding, Split
 
 _NEEDS_SHARDINGS = "make-resharding-contiguous needs every tensor sharded (run propagate-shardings first)"
+_INTERLEAVED = (
+    "a Stream split outside a device split interleaves the device blocks: such a placement is taken "
+    "as given and kept by local ops, and communication only gathers it (to a dimension without "
+    "device splits), never makes it"
+)
 
 
 @dataclass(frozen=True)
@@ -254,7 +259,7 @@ class _Decomposer:
             return
         result = sharding_of(op.results[0])
         assert result is not None
-        current = [sharding_of(v).without_streams() for v in op.operands]  # type: ignore[union-attr]
+        current = [sharding_of(v).placement() for v in op.operands]  # type: ignore[union-attr]
         choice = self.choose(op, current, result)
         if choice is None:
             raise error_at(op, self.failure(op, result))
@@ -270,11 +275,13 @@ class _Decomposer:
         )
         if result.partial:
             msg += " (a partial sum comes only from a contraction, or from a linear op on partial operands)"
+        elif result.placement().interleaved_dims():
+            msg += f" ({_INTERLEAVED})"
         return msg
 
     def choose(self, op: FusionOp, current: list[Sharding], result: Sharding) -> tuple[Sharding, list[Sharding]] | None:
         """(local result placement, operand placements) of the best candidate."""
-        target = result.without_streams()
+        target = result.placement()
         rshape = tensor_shape(op.results[0])
         shapes = [tensor_shape(v) for v in op.operands]
         nbytes = [element_bytes(v.type) for v in op.operands]  # type: ignore[arg-type]
@@ -291,7 +298,7 @@ class _Decomposer:
         for index, cand in enumerate(cands):
             if not self.valid(cand, rshape):
                 continue
-            wanted = [q.without_streams() for q in rules.required_operands(op, cand, self.mesh_of)]
+            wanted = [q.placement() for q in rules.required_operands(op, cand, self.mesh_of)]
             if len(wanted) != len(current) or any(not self.valid(q, s) for q, s in zip(wanted, shapes)):
                 continue
             if self.local(op, wanted, cand) != cand:
@@ -349,7 +356,7 @@ class _Decomposer:
             op.operands[k] = made[(value, target)]
 
     def reshard_result(self, op: FusionOp, local: Sharding, result: Sharding) -> None:
-        if local == result.without_streams():
+        if local == result.placement():
             return
         old = op.results[0]
         rtype = old.type
@@ -365,7 +372,7 @@ class _Decomposer:
     def with_streams(self, local: Sharding, result: Sharding, shape: Shape) -> Sharding:
         """`local` with `result`'s Stream splits where they fit: the local op
         is then computed in the same chunks as its reshard."""
-        placed = result.without_streams()
+        placed = result.placement()
         dims = []
         for d, (mine, theirs, want) in enumerate(zip(local.dims, result.dims, placed.dims)):
             if not _stream_splits(theirs):
@@ -430,11 +437,12 @@ def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
             continue
         plan = plan_reshard(src, dst, shape, meshes)
         if plan is None:
-            why = (
-                "a partial sum is made only by a contraction (matmul, linear, sum), never by communication"
-                if dst.partial and dst.partial != src.partial
-                else "no sequence of communications reaches it"
-            )
+            if dst.partial and dst.partial != src.partial:
+                why = "a partial sum is made only by a contraction (matmul, linear, sum), never by communication"
+            elif dst.placement().interleaved_dims() or src.placement().interleaved_dims():
+                why = _INTERLEAVED
+            else:
+                why = "no sequence of communications reaches it"
             raise error_at(s, f"'fusion.set' op cannot reshard {src} to {dst}: {why}")
         value = s.operands[0]
         for _, placement in plan[:-1]:
@@ -598,11 +606,11 @@ class _Layouts:
         i, j = step.gather_dim, step.scatter_dim
         shape = tensor_shape(src)
         mesh = self.meshes[sdst.mesh]
-        blocks = math.prod(sp.size(mesh) for sp in sdst.without_streams().dims[j])
+        blocks = math.prod(sp.size(mesh) for sp in sdst.placement().dims[j])
         split = shape[:j] + (blocks, shape[j] // blocks) + shape[j + 1 :]
 
         def lifted(sh: Sharding) -> Sharding:
-            p = sh.without_streams()
+            p = sh.placement()
             return Sharding(p.mesh, p.dims[:j] + (p.dims[j], ()) + p.dims[j + 1 :], p.partial)
 
         elem = src.type.element_type  # type: ignore[attr-defined]

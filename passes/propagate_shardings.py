@@ -13,8 +13,10 @@ never changed):
 4. what is left (values connected to no sharded tensor) is replicated on the
    function's only mesh.
 
-Only placement propagates: Stream splits say how the op producing a tensor is
-computed, so they stay where the user wrote them. A propagated value keeps the
+Only placement (`Sharding.placement`) propagates: Stream splits say how the
+op producing a tensor is computed, so they stay where the user wrote them;
+but one outside a device split (`Stream(2)*DIDx`) interleaves the device
+blocks, is placement, and propagates like any split. A propagated value keeps the
 mesh it comes from. A partial sum never propagates onto a function result:
 there the reduction completes before the return.
 

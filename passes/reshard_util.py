@@ -5,8 +5,12 @@ A *pure reshard* is a `fusion.set` whose operand and result differ only in
 sharding. `reshard_step` names the one communication it is (DESIGN.md 3's
 table), or None when it changes several things at once; `plan_reshard`
 decomposes any change of placement into a cheapest chain of such steps.
-Placement ignores Stream splits (`Sharding.without_streams`), as everywhere
-in fuserc.
+Steps work on placements (`Sharding.placement`): Stream splits inside the
+device splits of their dimension are dropped; one outside a device split
+(`Stream(S)*DIDx`) interleaves the device blocks and stays. On such an
+*interleaved* dimension the only step is the allgather of its innermost
+device split (one allgather per stream chunk); no split is added to it,
+moved off it or scattered onto it.
 
 A buffer's memory layout is the `alloc_order` attribute of the op producing
 it (`alloc_order_of`): see `ALLOC_ORDER`.
@@ -119,18 +123,21 @@ def _same_axes(a: Mesh, b: Mesh, types: Sequence[str]) -> bool:
 
 
 def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Iterator[tuple[Step, Sharding]]:
-    """Every single step from placement `s` (no Stream splits); mesh changes
-    only toward `target_mesh`."""
+    """Every single step from placement `s` (`Sharding.placement`); mesh
+    changes only toward `target_mesh`. Interleaved dimensions (a Stream
+    split outside a device split) are only gathered."""
     mesh = meshes[s.mesh]
     rank = len(shape)
     used = set(s.device_types()) | ({s.partial} if s.partial else set())
+    interleaved = set(s.interleaved_dims())
+    plain = [d for d in range(rank) if d not in interleaved]
 
     def valid(t: Sharding) -> bool:
         return not t.errors(shape, meshes.get(t.mesh))
 
     free = [p for p in DEVICE_TYPES[: mesh.rank] if p not in used]
     for p in free:
-        for d in range(rank):
+        for d in plain:
             t = _with_dim(s, d, s.dims[d] + (Split(p),))
             if valid(t):
                 yield Step(LOCAL_SLICE, p), t
@@ -138,9 +145,11 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Itera
         if not s.dims[d]:
             continue
         p = s.dims[d][-1].ptype
-        t = _with_dim(s, d, s.dims[d][:-1])
+        t = _with_dim(s, d, s.dims[d][:-1]).placement()
         yield Step(ALLGATHER, p, gather_dim=d), t
-        for j in range(rank):
+        if d in interleaved:
+            continue
+        for j in plain:
             if j != d:
                 t2 = _with_dim(t, j, t.dims[j] + (Split(p),))
                 if valid(t2):
@@ -149,7 +158,7 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Itera
         p = s.partial
         t = s.with_partial(None)
         yield Step(ALLREDUCE, p), t
-        for d in range(rank):
+        for d in plain:
             t2 = _with_dim(t, d, t.dims[d] + (Split(p),))
             if valid(t2):
                 yield Step(REDUCE_SCATTER, p, scatter_dim=d), t2
@@ -164,13 +173,13 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Itera
         if not types and dst.size == 1:
             yield Step(REDUCE, s.partial), _on(s.with_partial(None), target_mesh)
         return
-    for d in range(rank):
+    for d in plain:
         if s.dims[d]:
             p = s.dims[d][-1].ptype
             t = _on(_with_dim(s, d, s.dims[d][:-1]), target_mesh)
             if _same_axes(mesh, dst, t.device_types()) and valid(t):
                 yield Step(GATHER, p, gather_dim=d), t
-    if _same_axes(mesh, dst, types):
+    if _same_axes(mesh, dst, types) and not interleaved:
         for p in DEVICE_TYPES[: dst.rank]:
             if p in types:
                 continue
@@ -183,7 +192,7 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Itera
 def reshard_step(src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> Step | None:
     """The single step a set from `src` to `dst` is, or None when it is not
     one (same placement: a local copy; or several changes)."""
-    a, b = src.without_streams(), dst.without_streams()
+    a, b = src.placement(), dst.placement()
     if a == b or a.mesh not in meshes:
         return None
     for step, t in _moves(a, shape, meshes, b.mesh):
@@ -231,7 +240,7 @@ def plan_reshard(
     the placement it reaches), fewest steps among equals; [] when the
     placements are equal; None when no chain exists (a partial sum cannot
     be made by communication)."""
-    a, b = src.without_streams(), dst.without_streams()
+    a, b = src.placement(), dst.placement()
     if a == b:
         return []
     if a.mesh not in meshes or b.mesh not in meshes:
@@ -261,7 +270,7 @@ def plan_reshard(
 
 
 def plan_cost(plan: Sequence[tuple[Step, Sharding]], src: Sharding, shape: Shape, meshes: Meshes, elem_bytes: int) -> float:
-    total, s = 0.0, src.without_streams()
+    total, s = 0.0, src.placement()
     for step, t in plan:
         total += step_cost(step, s, t, shape, meshes)
         s = t

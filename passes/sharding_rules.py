@@ -257,7 +257,7 @@ def reshape_sharding(
     device's block stays one contiguous range of the group); other splits are
     dropped, the dimension becoming whole. With `exact`, a dropped split means
     the reshape is not local: None."""
-    s = s.without_streams()
+    s = s.placement()
     dims: list[tuple[Split, ...]] = [() for _ in dst]
     for ins, outs in reshape_groups(src, dst):
         sharded = [d for d in ins if s.dims[d]]
@@ -282,10 +282,6 @@ def reshape_sharding(
 # --------------------------------------------------------------------------
 
 
-def _device_splits(splits: tuple[Split, ...]) -> tuple[Split, ...]:
-    return tuple(s for s in splits if not s.is_stream)
-
-
 def _carried_partial(m: OpMap, operands: Sequence[Sharding | None]) -> tuple[bool, str | None]:
     """(ok, partial) carried from the operands' partials: ok is False when
     the op cannot compute locally on them."""
@@ -307,7 +303,7 @@ def _valid_types(dims: Sequence[tuple[Split, ...]], partial: str | None) -> bool
 def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup) -> Sharding | None:
     """The placement `op` computes locally from operands placed as `operands`
     (None: the operands do not fit together, communication is needed)."""
-    ops = [s.without_streams() for s in operands]
+    ops = [s.placement() for s in operands]
     if len({s.mesh for s in ops}) != 1:
         return None
     mesh_name = ops[0].mesh
@@ -383,7 +379,7 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     """The sharding propagation gives `op`'s undecided result from the
     operands it knows (None where none is known). Equal to `local_result`
     whenever that exists."""
-    ops = [s.without_streams() if s is not None else None for s in operands]
+    ops = [s.placement() if s is not None else None for s in operands]
     res_shape = _shape(op.results[0])
     if isinstance(op, ReshapeOp):
         src = ops[0]
@@ -408,7 +404,7 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
         if s is None:
             continue
         for d, t in enumerate(m.operands[i]):
-            splits = _device_splits(s.dims[d])
+            splits = s.dims[d]
             types = {sp.ptype for sp in splits}
             if not splits or types & used:
                 continue
@@ -425,7 +421,7 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
     """Operand placements under which `op` computes `result` locally (as far
     as one exists: a partial result of an op that cannot make one is given
     operands without partial)."""
-    r = result.without_streams()
+    r = result.placement()
     shapes = [_shape(v) for v in op.operands]
     mesh = mesh_of(r.mesh)
     if isinstance(op, ReshapeOp):
@@ -497,7 +493,7 @@ def carries_partial(op: FusionOp) -> str:
 
 
 def is_resharding(op: Operation) -> bool:
-    """True when `op`'s result placement (Stream splits ignored) differs from
+    """True when `op`'s result placement (`Sharding.placement`) differs from
     what it computes locally from its operands' placements (nvFuser's
     truth table: same mesh and parallel types: no; another mesh or type:
     yes; a sum over a split dimension: local result partial, so yes unless
@@ -523,10 +519,10 @@ def is_resharding(op: Operation) -> bool:
 def computes_locally(
     op: FusionOp, operands: Sequence[Sharding], result: Sharding, mesh_of: MeshLookup
 ) -> bool:
-    """`op` makes `result` (Stream splits ignored) from operands placed as
+    """`op` makes `result` (its `Sharding.placement`) from operands placed as
     `operands` with no communication. Broadcast dimensions of the result may
     be split any way: each device makes its block of them itself."""
-    res = result.without_streams()
+    res = result.placement()
     local = local_result(op, operands, mesh_of)
     if local is None:
         return False

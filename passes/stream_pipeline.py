@@ -53,7 +53,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.passes import cost_model
-from fuserc.passes.cost_model import ALGORITHMS, COLLECTIVE, NONE, RING, Machine
+from fuserc.passes.cost_model import ALGORITHMS, ALLGATHER, COLLECTIVE, NONE, REDUCE_SCATTER, RING, Machine
 
 AUTO = "auto"
 STREAM_ATTR = "hir.stream"
@@ -64,7 +64,7 @@ MAX_STREAMS = 8
 AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
 """k of the S = k * d the cost model tries where S is its to choose."""
 
-ALLGATHER, REDUCE_SCATTER, LOCAL = "allgather", "reduce_scatter", "local"
+LOCAL = "local"
 GEMM_OPS = (hir.MatmulOp, hir.LinearOp)
 
 
@@ -178,7 +178,10 @@ class Site:
     def buffer(self) -> SSAValue:
         """The gathered input (allgather) or the partial product (reduce-scatter)."""
         assert self.comm is not None
-        return self.comm.operands[1] if self.kind == ALLGATHER else self.comm.operands[0]
+        if self.kind == REDUCE_SCATTER:
+            return self.comm.operands[0]
+        out = self.comm.operands[1]
+        return out.owner.source if self.outer and isinstance(out.owner, hir.ChunkOp) else out
 
     def cost_site(self) -> cost_model.Site:
         buf = self.buffer
@@ -304,7 +307,7 @@ def _reduce_scatter_site(rs: hir.ReduceScatterOp, block: Block, order: dict[Oper
     if _sole_users(p, {gemm, rs}):
         return None
     cut = chunk_dims(gemm, 0)
-    if cut is None or 0 not in cut or 1 in cut or 2 in cut and isinstance(gemm, hir.LinearOp):
+    if cut is None or 0 not in cut or 1 in cut:
         return None
     d = len(rs.team)
     written = None
@@ -458,7 +461,11 @@ class SiteLowering:
             self.reduce_scatter_collective() if self.plan.algorithm == COLLECTIVE else self.reduce_scatter_ring()
         block = site.anchor.parent_block()
         assert block is not None
+        late = _deallocs_in_the_way(site, block)
         block.insert_ops_before(self.e.ops, site.anchor)
+        for op in late:  # the pipeline still reads these buffers
+            op.detach()
+            block.insert_op_before(op, site.anchor)
         for op in site.erase:
             op.detach()
             op.erase()
@@ -495,7 +502,7 @@ class SiteLowering:
 
         def body(b: Emitter, c: SSAValue) -> None:
             b.on_stream(c, plan.streams, main)
-            views = {i: b.chunk(site.gemm.operands[i], c, plan.chunks, dim) for i, dim in cut.items()}
+            views = {i: b.chunk(site.gemm.operands[i], c, plan.chunks, dim) for i, dim in sorted(cut.items())}
             b.add(rebuild(site.gemm, views))
 
         self.loop(0, plan.chunks, body)
@@ -677,9 +684,10 @@ class SiteLowering:
 
         def add_received(b: Emitter, t: SSAValue, into: SSAValue) -> None:
             """Wait for the get of step t - 1 (its stream), then add it."""
-            b.add(hir.SyncStreamOp(b.value(hir.StreamForOp(previous(b, t, plan.streams), plan.streams), "sprev")))
-            got = b.chunk(recv, previous(b, t, d), d, hint="got")
-            b.add(_add_launch(into, got))
+            prev = previous(b, t, d)
+            stream_index = prev if plan.streams == d else previous(b, t, plan.streams)
+            b.add(hir.SyncStreamOp(b.value(hir.StreamForOp(stream_index, plan.streams), "sprev")))
+            b.add(_add_launch(into, b.chunk(recv, prev, d, hint="got")))
 
         def step(b: Emitter, t: SSAValue, last: bool, has_previous: bool) -> None:
             b.on_stream(t, plan.streams, main)
@@ -699,6 +707,24 @@ class SiteLowering:
         e.join(main, plan.streams, plan.chunks)
         e.fence(site.team, rs.backend)
         e.add(hir.DeallocOp(recv))
+
+
+def _root(v: SSAValue) -> SSAValue:
+    """The buffer a view aliases."""
+    while isinstance(v.owner, (hir.ChunkOp, hir.ViewOp, hir.SelectOp)):
+        v = v.owner.source
+    return v
+
+
+def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:
+    """hir.dealloc ops between the site's first op and its anchor that give
+    back a buffer the site reads: the pipeline runs at the anchor, so they
+    move after it."""
+    used = {_root(v) for op in site.erase for o in op.walk() for v in o.operands}
+    ops = list(block.ops)
+    start = min(ops.index(op) for op in site.erase if op.parent_block() is block)
+    end = ops.index(site.anchor)
+    return [op for op in ops[start:end] if isinstance(op, hir.DeallocOp) and op.buffer in used]
 
 
 def _outer_source(ag: hir.AllgatherOp) -> SSAValue:
@@ -785,22 +811,33 @@ class StreamPipeline(ModulePass):
             assert site.written is not None
             return Plan("local", site.written, self.streams(site.written), "Stream split of a local op")
         assert machine is not None
-        if site.written is None and self.algorithm != AUTO:
-            return None  # only auto pipelines what the user did not split
         options = self.chunk_options(site)
         if not options:
             return None
         algorithms = [COLLECTIVE, RING] if self.algorithm == AUTO else [self.algorithm]
-        if site.written is None:
+        optional = site.written is None and self.algorithm == AUTO
+        if optional:
             algorithms = [NONE, *algorithms]
-        if self.algorithm == RING and site.kind == REDUCE_SCATTER and options != [site.d]:
-            raise error_at(
-                site.anchor,
-                f"stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs "
-                f"Stream({site.d}) on the partial product (one chunk per device of team {list(site.team)}), "
-                f"got Stream({options[0]})",
-            )
-        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, site.written is not None)
+        if not machine.one_node(site.team):  # CUDA IPC reaches the GPUs of one node only
+            if self.algorithm == RING:
+                raise error_at(
+                    site.anchor,
+                    f"stream-pipeline: the ring pulls chunks over CUDA IPC within one node, but team "
+                    f"{list(site.team)} spans nodes of {machine.gpus_per_node} GPUs (gpus_per_node, "
+                    f"{machine.source}): use algorithm=collective",
+                )
+            algorithms = [a for a in algorithms if a != RING]
+        if self.algorithm == RING and site.kind == REDUCE_SCATTER:
+            if site.written is None and self.chunks is None:
+                options = [site.d]
+            elif options != [site.d]:
+                what = f"Stream({options[0]}) on the partial product" if site.written else f"chunks = {options[0]}"
+                raise error_at(
+                    site.anchor,
+                    f"stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs "
+                    f"{site.d} chunks (one per device of team {list(site.team)}), got {what}",
+                )
+        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, not optional)
         if self.algorithm != AUTO:
             reason = f"algorithm = {self.algorithm} requested; {reason}"
         if best.algorithm == NONE:

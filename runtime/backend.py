@@ -21,6 +21,7 @@ Conventions shared by every backend:
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar, Literal
@@ -246,6 +247,28 @@ class Backend(ABC):
     @abstractmethod
     def timer_stop(self, mark: Any) -> float:
         """Seconds of device time since `mark` (synchronizes)."""
+
+    # ---- tracing (runtime/trace.py) ------------------------------------------
+    # The defaults read the host clock, which times an op on a backend that
+    # runs each op when the host reaches it (cpu). A backend that enqueues
+    # work asynchronously overrides all three with device-side marks.
+    def trace_begin(self, stream: Stream) -> Any:
+        """A mark at the current end of `stream`'s work (the current
+        stream), taken just before an op is enqueued there. Must not block
+        the host nor change what is enqueued (e.g. flush queued work)."""
+        return time.perf_counter()
+
+    def trace_end(self, begin: Any, work: Work | None = None) -> Any:
+        """A mark at the end of the op begun at `begin` (same stream), taken
+        just after it was enqueued. `work` is the op's token when it returns
+        one: a backend that launches the communication later may end the
+        span when the work completes. Must not block the host."""
+        return time.perf_counter()
+
+    def trace_seconds(self, origin: Any, mark: Any) -> float:
+        """Seconds from mark `origin` (taken on the main stream at the start
+        of a traced run) to `mark`. Called only after `synchronize`."""
+        return float(mark) - float(origin)
 
     def close(self) -> None:
         """Free communicators and other per-job resources."""

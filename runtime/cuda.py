@@ -18,6 +18,8 @@ caching allocator reuses their memory only in that stream's order.
 Compute: GEMMs through `GemmChooser` (cuda_gemm.py), fused elementwise
 kernels for elementwise `hir.launch` regions (cuda_fusion.py), and any other
 region op by op with torch on the GPU. Communication: cuda_comm.py.
+Timing (`--iters`) and trace marks (`--trace`) are CUDA events on the
+streams, read after a synchronization.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
     CudaHandle,
-    _P2P,
+    P2POp,
     disable_multicast,
     nbytes,
 )
@@ -130,6 +132,13 @@ class CudaBackend(Backend):
         stream.cupy.use()
         torch.cuda.set_stream(stream.torch)
 
+    def _begin(self) -> None:
+        """Before enqueueing work: launch the queued send/recv, and make the
+        current stream current again for CuPy and torch (code outside the
+        backend may have switched either)."""
+        self.comms.flush()
+        self._activate(self._current)
+
     def _streams(self) -> list[CudaStream]:
         return [self._main] + [s for pool in self._pools.values() for s in pool]
 
@@ -181,11 +190,11 @@ class CudaBackend(Backend):
 
     # ---- compute ------------------------------------------------------------
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        self.comms.flush()
+        self._begin()
         dst.copy_(src)
 
     def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        self.comms.flush()
+        self._begin()
         self.gemm.matmul(a, b, out)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
@@ -193,7 +202,7 @@ class CudaBackend(Backend):
         through addmm), on 2-D views of x and out."""
         from fuserc.runtime.cuda_gemm import direct_out
 
-        self.comms.flush()
+        self._begin()
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.view(-1, out.shape[-1]) if out.is_contiguous() else None
         if out2 is None or not direct_out(out2, x, w, *([bias] if bias is not None else [])):
@@ -207,7 +216,7 @@ class CudaBackend(Backend):
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
 
-        self.comms.flush()
+        self._begin()
         plan = plan_for(body)
         if plan is not None and run_plan(plan, ins, outs):
             self.fused_launches += 1
@@ -241,7 +250,7 @@ class CudaBackend(Backend):
         return team.index(self.rank)
 
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         n, pos = nbytes(inp), self._position(team)
         dst = self._staged_out(out)
         in_place = dst is out and inp.is_contiguous() and inp.data_ptr() == out.data_ptr() + pos * n
@@ -251,14 +260,14 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def broadcast(self, buf: torch.Tensor, root: int, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         staged = buf if buf.is_contiguous() else buf.contiguous()
         event = self.comms.broadcast(staged.data_ptr(), nbytes(staged), root, team, self._current.cupy)
         self._unstage(staged, buf)
         return self._work(event, staged)
 
     def scatter(self, inp: torch.Tensor | None, out: torch.Tensor, root: int, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         pos, n = self._position(team), nbytes(out)
         dst = self._staged_out(out)
         sends: list[tuple[int, int, int]] = []
@@ -277,7 +286,7 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def gather(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         pos, n = self._position(team), nbytes(inp)
         sends: list[tuple[int, int, int]] = []
         recvs: list[tuple[int, int, int]] = []
@@ -299,7 +308,7 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def reduce(self, inp: torch.Tensor, out: torch.Tensor | None, root: int, op: ReduceOp, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         is_root = self._position(team) == root
         if is_root and out is None:
             raise RuntimeError(f"reduce: the output is absent on its root (rank {self.rank})")
@@ -312,7 +321,7 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def allreduce(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         dst = self._staged_out(out)
         src = self._reduce_src(inp, dst)
         event = self.comms.allreduce(src.data_ptr(), dst.data_ptr(), inp.numel(), inp.dtype, op, team, self._current.cupy)
@@ -320,7 +329,7 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def reduce_scatter(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         dst = self._staged_out(out)
         pos, n = self._position(team), out.numel()
         in_place = inp.is_contiguous() and dst.data_ptr() == inp.data_ptr() + pos * nbytes(out)
@@ -337,7 +346,7 @@ class CudaBackend(Backend):
         return self._staged_in(inp, dst)
 
     def alltoall(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
-        self.comms.flush()
+        self._begin()
         size, pos = len(team), self._position(team)
         dst = self._staged_out(out)
         src = self._staged_in(inp, dst)
@@ -351,14 +360,16 @@ class CudaBackend(Backend):
         return self._work(event, src, dst)
 
     def send(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
+        self._activate(self._current)
         src = self._staged_in(buf)
         work = self._work(None, src)
-        self.comms.p2p(_P2P(True, team, src.data_ptr(), nbytes(src), peer, _setter(work)), self._current.cupy)
+        self.comms.p2p(P2POp(True, team, src.data_ptr(), nbytes(src), peer, _setter(work)), self._current.cupy)
         return work
 
     def recv(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
         """Queued with the neighbouring send/recv; a strided destination
         receives into a staging buffer copied back right after the group."""
+        self._activate(self._current)
         staged, stream = self._staged_out(buf), self._current
         work = self._work(None, staged)
 
@@ -366,10 +377,10 @@ class CudaBackend(Backend):
             if staged is not buf:
                 with torch.cuda.stream(stream.torch):
                     buf.copy_(staged)
-                event = _recorded(stream)
+                event = _recorded(stream, timing=True)  # a trace may end the recv here
             work.event = event
 
-        self.comms.p2p(_P2P(False, team, staged.data_ptr(), nbytes(staged), peer, done), stream.cupy)
+        self.comms.p2p(P2POp(False, team, staged.data_ptr(), nbytes(staged), peer, done), stream.cupy)
         return work
 
     def wait(self, work: Work) -> None:
@@ -419,7 +430,7 @@ class CudaBackend(Backend):
 
     def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
         assert isinstance(handle, CudaHandle)
-        self.comms.flush()
+        self._begin()
         _check_peer_copy(src, handle, "put")
         staged = self._staged_in(src)
         self._memcpy(handle.ptrs[peer], staged.data_ptr(), handle.nbytes)
@@ -427,7 +438,7 @@ class CudaBackend(Backend):
 
     def get(self, handle: Handle, peer: int, dst: torch.Tensor) -> Work:
         assert isinstance(handle, CudaHandle)
-        self.comms.flush()
+        self._begin()
         _check_peer_copy(dst, handle, "get")
         staged = self._staged_out(dst)
         self._memcpy(staged.data_ptr(), handle.ptrs[peer], handle.nbytes)
@@ -478,6 +489,29 @@ class CudaBackend(Backend):
         self.synchronize()
         return cupy.cuda.get_elapsed_time(mark, end) / 1e3
 
+    # ---- tracing: CUDA events ----------------------------------------------
+    def trace_begin(self, stream: Stream) -> Any:
+        """A timing event recorded at the current end of `stream` (queued
+        send/recv stay queued)."""
+        assert isinstance(stream, CudaStream)
+        return _recorded(stream, timing=True)
+
+    def trace_end(self, begin: Any, work: Work | None = None) -> Any:
+        """An event after the op; a send/recv still queued for its group
+        ends with the group, so its token stands for the mark."""
+        if isinstance(work, CudaWork) and work.event is None:
+            return work
+        return _recorded(self._current, timing=True)
+
+    def trace_seconds(self, origin: Any, mark: Any) -> float:
+        import cupy
+
+        if isinstance(mark, CudaWork):
+            mark = mark.event  # the group's timing event, set at its launch
+        if mark is None:
+            return 0.0
+        return cupy.cuda.get_elapsed_time(origin, mark) / 1e3
+
     def close(self) -> None:
         import cupy
 
@@ -485,10 +519,11 @@ class CudaBackend(Backend):
         self.comms.close()
 
 
-def _recorded(stream: CudaStream) -> Any:
+def _recorded(stream: CudaStream, timing: bool = False) -> Any:
+    """An event recorded on `stream` now."""
     import cupy
 
-    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event = cupy.cuda.Event(block=False, disable_timing=not timing)
     event.record(stream.cupy)
     return event
 

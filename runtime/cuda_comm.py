@@ -164,7 +164,7 @@ class IpcMappings:
 
 
 @dataclass(eq=False)
-class _P2P:
+class P2POp:
     """A send or recv waiting for its group launch."""
 
     send: bool
@@ -189,7 +189,7 @@ class Communicators:
         self._nccl: dict[Team, Any] = {}
         self._mpi: dict[Team, Any] = {}
         self._last: Any = None  # (event, stream ptr) of the last NCCL launch
-        self._p2p: list[_P2P] = []
+        self._p2p: list[P2POp] = []
         self._p2p_stream: Any = None
         self.ipc = IpcMappings()
 
@@ -253,7 +253,7 @@ class Communicators:
         if self._last is not None and self._last[1] != stream.ptr:
             stream.wait_event(self._last[0])
 
-    def p2p(self, op: _P2P, stream: Any) -> None:
+    def p2p(self, op: P2POp, stream: Any) -> None:
         """Queue a send or recv; consecutive ones on a stream form a group."""
         if self._p2p and self._p2p_stream.ptr != stream.ptr:
             self.flush()
@@ -280,7 +280,7 @@ class Communicators:
                     comm.recv(op.ptr, op.nbytes, NCCL_UINT8, op.peer, stream.ptr)
         finally:
             nccl.groupEnd()
-        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event = cupy.cuda.Event(block=False)  # with timing: a trace ends the send/recv spans here
         event.record(stream)
         self._last = (event, stream.ptr)
         for op in ops:

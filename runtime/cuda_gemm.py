@@ -99,7 +99,10 @@ class GemmChooser:
         stream = self._stream
         ext = torch.cuda.ExternalStream(stream.ptr, device=out.device)
         best, best_ms = names[0], float("inf")
-        with stream, torch.cuda.stream(ext):
+        prev_cupy, prev_torch = cupy.cuda.get_current_stream(), torch.cuda.current_stream()
+        stream.use()  # not `with stream:`, which restores CuPy's stack, not the stream in use
+        torch.cuda.set_stream(ext)
+        try:
             scratch = torch.empty(out.shape, dtype=out.dtype, device=out.device)
             for name in names:
                 fn = cupy_gemm if name == "cupy" else torch_gemm
@@ -114,4 +117,7 @@ class GemmChooser:
                 if ms < best_ms:
                     best, best_ms = name, ms
             del scratch
+        finally:
+            prev_cupy.use()
+            torch.cuda.set_stream(prev_torch)
         return best

@@ -166,6 +166,7 @@ class Program:
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
         self.runs = 0
+        self.tracer: Any = None  # a runtime.trace.Tracer while a run is traced
 
     @staticmethod
     def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":
@@ -355,6 +356,8 @@ class _Interpreter:
         if not self._operands_present(op):
             self._absent(op)
             return
+        tracer = self.program.tracer
+        span = tracer.begin(op) if tracer is not None else None
         try:
             handler(self, op)
         except (Diagnostic, InjectedFailure):
@@ -363,6 +366,8 @@ class _Interpreter:
             loc = location_of(op)
             e.add_note(f"while running '{op.name}'" + (f" at {loc}" if loc else "") + f" on rank {self.rank}")
             raise
+        if span is not None:
+            tracer.end(span, [self.env.get(r) for r in op.results])
 
     def _operands_present(self, op: Operation) -> bool:
         """Tensor operands must be present, except root-only ones; a member

@@ -46,7 +46,12 @@ CASES = [
     ("fusion.relu", [t("8x8", sh("-, -"))], t("8x8", sh("DIDx, -")), True),
     ("fusion.relu", [t("8x8", sh("DIDx, -"))], t("8x8", sh("-, DIDx")), True),
     ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -", "b")), True),
-    ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("Stream(2)*DIDx, -")), False),
+    # a Stream split inside a device split keeps placement; outside one it
+    # interleaves the device blocks: another placement
+    ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx*Stream(2), -")), False),
+    ("fusion.set", [t("8x8", sh("DIDx, -"))], t("8x8", sh("Stream(2)*DIDx, -")), True),
+    ("fusion.relu", [t("8x8", sh("Stream(2)*DIDx, -"))], t("8x8", sh("Stream(2)*DIDx, -")), False),
+    ("fusion.relu", [t("8x8", sh("Stream(2)*DIDx, -"))], t("8x8", sh("DIDx, -")), True),
     ("fusion.set", [t("8x8", sh("-, -", partial="DIDx"))], t("8x8", sh("-, -", partial="DIDx")), False),
     ("fusion.set", [t("8x8", sh("-, -", partial="DIDx"))], t("8x8", sh("DIDx, -")), True),
     ("fusion.add", [t("8x8", sh("DIDx, -")), t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),

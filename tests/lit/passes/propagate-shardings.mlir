@@ -395,18 +395,22 @@ func.func @cast_set(%x: tensor<64x16xbf16, #fusion.sharding<@tp, [DIDx, -]>>) ->
 
 // -----
 
-// Stream splits do not propagate: not backward onto a function input, not
-// forward from one.
+// Stream splits that only say how an op is computed do not propagate: not
+// backward onto a function input, not forward from one (DIDx*Stream(2)). A
+// Stream split outside a device split (Stream(2)*DIDx) interleaves the
+// device blocks: it is placement, and propagates as such.
 fusion.mesh @tp shape = [4]
-func.func @streams(%x: tensor<64x16xf32>, %w: tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>, %s: tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>) -> (tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>, tensor<64x16xf32>) {
+func.func @streams(%x: tensor<64x16xf32>, %w: tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>, %s: tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>, %t: tensor<64x16xf32, #fusion.sharding<@tp, [DIDx*Stream(2), -]>>) -> (tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>, tensor<64x16xf32>, tensor<64x16xf32>) {
   %y = fusion.matmul %x, %w : (tensor<64x16xf32>, tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
   %z = fusion.relu %s : (tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>) -> tensor<64x16xf32>
-  func.return %y, %z : tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>, tensor<64x16xf32>
+  %u = fusion.relu %t : (tensor<64x16xf32, #fusion.sharding<@tp, [DIDx*Stream(2), -]>>) -> tensor<64x16xf32>
+  func.return %y, %z, %u : tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>, tensor<64x16xf32>, tensor<64x16xf32>
 }
 // CHECK-LABEL: func.func @streams(
 // CHECK-SAME: %x: tensor<64x16xf32, #fusion.sharding<@tp, [-, -]>>
 // CHECK: %y = fusion.matmul {{.*}} -> tensor<64x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
-// CHECK: %z = fusion.relu {{.*}} -> tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
+// CHECK: %z = fusion.relu {{.*}} -> tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
+// CHECK: %u = fusion.relu {{.*}} -> tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
 
 // -----
 

@@ -1,0 +1,156 @@
+"""Many fusion programs compiled and checked under ONE mpiexec launch.
+
+    mpiexec -n N python tests/e2e/batch.py CASES.json [--backend cpu]
+
+CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`.
+For each case and pipeline every rank does what `fuserc run FILE -p SPEC
+--check` does (runtime/program.py, runtime/io.py, run_cli.compare): compile,
+random global inputs from the seed, each rank's shards, one run, the results
+gathered to rank 0 and compared there with the unsharded float64 reference
+under the same tolerances. Rank 0 prints one line per case and pipeline:
+
+    E2E-START <id>/<pipeline>
+    E2E-RESULT {"id": ..., "status": "ok" | "fail" | "error" | "skip", ...}
+
+so that a starting process pays MPI and import start-up once for the whole
+batch. A case that fails to compile (a Diagnostic, the same on every rank)
+is reported and the batch goes on. A failure while running may leave other
+ranks inside a collective, so the failing rank reports it and aborts the job;
+a case that hangs is ended by a per-case watchdog (faulthandler). The
+driver (test_pipeline.py) then relaunches the batch with the cases left.
+
+A pipeline whose host program is the same as the one of the pipeline named
+before it in the case (stream-pipeline found nothing to pipeline) is not run
+again: its result is that one's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+CASE_TIMEOUT_S = 60
+"""A case running longer than this on a rank ends the job (a hang)."""
+
+DEFAULT_SEED = 0
+
+
+def _report(record: dict[str, Any]) -> None:
+    sys.stdout.write("E2E-RESULT " + json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _describe(error: BaseException) -> str:
+    from fuserc.diagnostics import Diagnostic
+
+    if isinstance(error, Diagnostic):
+        return error.render()
+    return "internal error: " + "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+
+class _RunFailure(Exception):
+    """A failure after communication may have started (not the same on
+    every rank): the job must end."""
+
+
+def compile_case(text: str, name: str, spec: str, backend: Any) -> Any:
+    """The program compiled by pipeline `spec` and loaded on this rank (a
+    failure here is the same on every rank: nothing communicated yet)."""
+    from fuserc.runtime.program import CompiledProgram, compile_module
+
+    return CompiledProgram(compile_module(text, name, "main", spec), backend)
+
+
+def run_case(program: Any, env: Any, seed: int) -> tuple[str, str]:
+    """(status, detail) of one run checked against the reference, on rank
+    0 ("", "" on the others). Raises _RunFailure when the run fails."""
+    from fuserc.run_cli import compare, precision_of
+    from fuserc.runtime import io
+
+    try:
+        globals_ = io.random_inputs(program.params, seed)
+        local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
+        results = program.program.run_prepared(local, copy_outputs=True)
+        gathered = io.gather_outputs(results, program.results, env)
+    except Exception as e:  # noqa: BLE001
+        raise _RunFailure(_describe(e)) from e
+    if env.rank != 0:
+        return "", ""
+    assert gathered is not None
+    try:  # rank 0 alone from here: no communication
+        refs = program.reference(list(globals_))
+        precisions = precision_of(program.compiled.source_function())
+        checks = [
+            compare(i, g, r, s.dtype, p)
+            for i, (g, r, s, p) in enumerate(zip(gathered, refs, program.results, precisions))
+        ]
+    except Exception as e:  # noqa: BLE001
+        return "error", "the reference failed: " + _describe(e)
+    detail = "\n".join(c.line() for c in checks)
+    return ("ok" if all(c.ok for c in checks) else "fail"), detail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", help="a JSON list of cases")
+    parser.add_argument("--backend", default="cpu", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    args = parser.parse_args(argv)
+
+    from fuserc.runtime.backend import make_backend
+    from fuserc.runtime.mpi_env import mpi_env
+
+    env = mpi_env()
+    backend = make_backend(args.backend, env)
+    with open(args.cases) as f:
+        cases = json.load(f)
+    for case in cases:
+        with open(case["file"]) as f:
+            text = f.read()
+        hosts: dict[str, tuple[str, str, str]] = {}  # host IR -> (pipeline, status, detail)
+        for pipe, spec in case["pipelines"].items():
+            ident = f"{case['id']}/{pipe}"
+            if env.rank == 0:
+                sys.stdout.write(f"E2E-START {ident}\n")
+                sys.stdout.flush()
+            start = time.monotonic()
+            faulthandler.dump_traceback_later(CASE_TIMEOUT_S, exit=True)
+            try:
+                try:
+                    program = compile_case(text, case["file"], spec, backend)
+                    host = program.host_ir()
+                except Exception as e:  # noqa: BLE001 - reported per case
+                    status, detail, host = "error", _describe(e), ""
+                else:
+                    if host in hosts:  # the same on every rank
+                        program.close()
+                        first, status, detail = hosts[host]
+                        detail = f"same host program as {first}\n{detail}"
+                    else:
+                        status, detail = run_case(program, env, args.seed)
+                        program.close()
+                        hosts[host] = (pipe, status, detail)
+            except _RunFailure as e:
+                sys.stdout.write("E2E-RESULT " + json.dumps({"id": ident, "status": "crash", "rank": env.rank, "detail": str(e)}) + "\n")
+                sys.stdout.flush()
+                env.comm.Abort(1)
+                os._exit(1)  # pragma: no cover - Abort does not return
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            if env.rank == 0:
+                _report({"id": ident, "status": status, "detail": detail, "seconds": round(time.monotonic() - start, 3)})
+    backend.close()
+    if env.rank == 0:
+        sys.stdout.write("E2E-DONE\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

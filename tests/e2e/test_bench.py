@@ -1,0 +1,85 @@
+"""tools/bench.py in its cpu mode under `mpiexec -n 2` (tiny shapes): every
+figure measured in one run, fuserc checked against eager, the Markdown
+tables and the JSON; async TP reported n/a; bad shapes and bad usage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import mpirun_python, ok
+
+BENCH = Path(__file__).parents[2] / "tools" / "bench.py"
+FIGURES = ("gemm", "fuserc", "eager", "async_tp")
+
+
+def _bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "bench.json"
+    proc = ok(mpirun_python(2, BENCH, ["--backend", "cpu", "--small", "--json", str(out), *args], timeout=60))
+    return proc, json.loads(out.read_text())
+
+
+def test_both_patterns(tmp_path: Path) -> None:
+    proc, data = _bench(tmp_path, "--pattern", "both", "--shapes", "64x32x16,128x64x32", "--warmup", "1", "--iters", "2")
+    assert "### AllGather + GEMM (2 ranks, bf16)" in proc.stdout
+    assert "### GEMM + ReduceScatter (2 ranks, bf16)" in proc.stdout
+    assert "| M x K x N | GEMM ms | GEMM TFLOP/s | fuserc ms" in proc.stdout
+    assert "| 128 x 64 x 32 |" in proc.stdout
+    assert data["ranks"] == 2 and data["backend"] == "cpu" and data["iters"] == 2
+    rows = data["rows"]
+    assert [(r["pattern"], r["shape"]) for r in rows] == [
+        ("ag", "64x32x16"), ("ag", "128x64x32"), ("rs", "64x32x16"), ("rs", "128x64x32"),
+    ]  # fmt: skip
+    for r in rows:
+        m, k, n = map(int, r["shape"].split("x"))
+        assert r["flops_per_gpu"] == 2 * m * n * (k if r["pattern"] == "ag" else k // 2)
+        for key in ("gemm", "fuserc", "eager"):
+            f = r[key]
+            assert f["ms"] > 0 and len(f["times_ms"]) == 2, (key, f)
+            assert f["tflops"] == pytest.approx(r["flops_per_gpu"] / (f["ms"] / 1e3) / 1e12)
+            assert f["ratio"] == pytest.approx(r["gemm"]["ms"] / f["ms"])
+        assert r["async_tp"]["ms"] is None and r["async_tp"]["reason"] == "needs CUDA"
+        assert r["fuserc_rel_err"] is not None and r["fuserc_rel_err"] < 4e-2
+        assert r["plan"]
+    assert "n/a: async TP: needs CUDA" in proc.stdout
+    assert [r["plan"].split()[0] for r in rows if r["pattern"] == "ag"] != ["not", "not"]  # Stream(2) is pipelined
+
+
+def test_algorithm_stream_and_bad_shape(tmp_path: Path) -> None:
+    proc, data = _bench(
+        tmp_path, "--pattern", "rs", "--algorithm", "collective", "--stream", "4",
+        "--shapes", "64x32x16,64x33x16", "--iters", "1", "--warmup", "0",
+    )  # fmt: skip
+    good, bad = data["rows"]
+    assert good["plan"].startswith("collective S=4")
+    assert good["fuserc"]["ms"] > 0 and good["fuserc_rel_err"] < 4e-2
+    for key in FIGURES:
+        assert bad[key]["ms"] is None and bad[key]["reason"] == "K=33 is not divisible by 2 ranks"
+    assert "n/a: fuserc: K=33 is not divisible by 2 ranks" in proc.stdout
+
+
+def test_fuserc_failure_is_reported_not_fatal(tmp_path: Path) -> None:
+    """A program fuserc refuses (ring GEMM+ReduceScatter needs one chunk
+    per device) is n/a with the pass's message; the baselines still run."""
+    proc, data = _bench(tmp_path, "--pattern", "rs", "--algorithm", "ring", "--stream", "4", "--shapes", "64x32x16", "--iters", "1")
+    (row,) = data["rows"]
+    assert row["fuserc"]["ms"] is None and "stream-pipeline" in row["fuserc"]["reason"]
+    assert row["eager"]["ms"] > 0 and row["gemm"]["ms"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shapes", "10x10"], "a shape is MxKxN"),
+        (["--stream", "x"], "--stream takes"),
+        (["--algorithm", "ring", "--pipeline", "propagate-shardings"], "needs pass 'stream-pipeline'"),
+        (["--iters", "0"], "--iters >= 1"),
+    ],
+)
+def test_usage_errors(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr

@@ -1,0 +1,326 @@
+"""stream-pipeline end to end on the cpu backend: every algorithm of every
+pipeline (AllGather + GEMM, GEMM + ReduceScatter, an AllGather per chunk,
+local Stream splits) under `mpiexec -n 2/4 fuserc run ... --check`, auto's
+choices, repeated runs over cached shared buffers, refusals, and the
+example programs through the default pipeline."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import mpirun, ok
+
+LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
+EXAMPLES = Path(__file__).parents[2] / "examples"
+RNG = np.random.default_rng(7)
+
+
+def pipeline(**options: object) -> str:
+    opts = " ".join(f"{k.replace('_', '-')}={v}" for k, v in options.items())
+    return f"{LOWERING},stream-pipeline{{{opts}}}" if opts else f"{LOWERING},stream-pipeline"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.mlir"
+    path.write_text(text)
+    return path
+
+
+def check(n: int, program: Path, pipe: str, *extra: object, env: dict[str, str] | None = None) -> str:
+    """Run with --check (and the host IR printed); the output."""
+    proc = ok(mpirun(n, [program, "-p", pipe, "--backend", "cpu", "--check", "--print-host-ir", *extra], env=env))
+    assert "FAILED" not in proc.stdout
+    assert proc.stdout.count(": ok") >= 1, proc.stdout
+    return proc.stdout
+
+
+def pipelines(host_ir: str) -> list[dict[str, str]]:
+    """The hir.pipeline attributes of a printed host program."""
+    return [
+        dict(re.findall(r'(\w+) = "?([^", }]*)', m))
+        for m in re.findall(r"hir\.pipeline = \{([^}]*)\}", host_ir)
+    ]
+
+
+def links_file(tmp_path: Path, **values: object) -> dict[str, str]:
+    """An environment naming a links file with `values` (the rest defaults)."""
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps(values))
+    return {"FUSERC_LINKS": str(path)}
+
+
+DEFAULT_LINKS = {"copy_engine_gbps": 350}
+COMM_BOUND = {"nccl_busbw_gbps": 0.01, "nccl_latency_us": 0, "copy_engine_gbps": 100, "copy_engine_latency_us": 0, "launch_us": 0}
+SLOW_COPY = {"copy_engine_gbps": 0.001, "copy_engine_latency_us": 1000}
+
+
+# --------------------------------------------------------------------------
+# Programs, for a team of n devices
+# --------------------------------------------------------------------------
+
+
+def allgather_matmul(n: int, k: int = 1) -> str:
+    """x [DIDx, -] @ w [-, -] -> y [Stream(k n), -] in f32."""
+    m = 8 * n * k
+    x = f"tensor<{m}x12xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = "tensor<12x5xf32, #fusion.sharding<@tp, [-, -]>>"
+    y = f"tensor<{m}x5xf32, #fusion.sharding<@tp, [Stream({k * n}), -]>>"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+def allgather_linear_bias(n: int, k: int = 2) -> str:
+    """x [DIDx, -], torch.nn.Linear weight and bias -> y [Stream(k n), -], bf16."""
+    m = 4 * n * k
+    x = f"tensor<{m}x16xbf16, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = "tensor<8x16xbf16, #fusion.sharding<@tp, [-, -]>>"
+    b = "tensor<8xbf16, #fusion.sharding<@tp, [-]>>"
+    y = f"tensor<{m}x8xbf16, #fusion.sharding<@tp, [Stream({k * n}), -]>>"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
+  %y = fusion.linear %x, %w, %b : ({x}, {w}, {b}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+def matmul_reduce_scatter(n: int, k: int = 1, linear: bool = False) -> str:
+    """x [-, DIDx] @ w [DIDx, -]: the partial product [Stream(k n), -] is
+    reduce-scattered to [DIDx, -]."""
+    m = 4 * n * k
+    x = f"tensor<{m}x{4 * n}xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+    p = f"tensor<{m}x6xf32, #fusion.sharding<@tp, [Stream({k * n}), -], partial = DIDx>>"
+    y = f"tensor<{m}x6xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    if linear:
+        w = f"tensor<6x{4 * n}xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+        op = "fusion.linear"
+    else:
+        w = f"tensor<{4 * n}x6xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+        op = "fusion.matmul"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %p = {op} %x, %w : ({x}, {w}) -> {p}
+  %y = fusion.set %p : ({p}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+def outer_fusion(n: int, s: int) -> str:
+    """x [Stream(s)*DIDx, -] @ w -> y [Stream(s), -]: an Allgather per chunk."""
+    m = 4 * n * s
+    x = f"tensor<{m}x8xf32, #fusion.sharding<@tp, [Stream({s})*DIDx, -]>>"
+    w = "tensor<8x3xf32, #fusion.sharding<@tp, [-, -]>>"
+    y = f"tensor<{m}x3xf32, #fusion.sharding<@tp, [Stream({s}), -]>>"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+def outer_host(n: int, s: int) -> str:
+    """The host program of `outer_fusion` before stream-pipeline: the
+    per-chunk gathers, then the GEMM marked with the Stream split."""
+    m, r = 4 * n * s, 4 * s
+    team = "[" + ", ".join(map(str, range(n))) + "]"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: tensor<{r}x8xf32> {{hir.global = tensor<{m}x8xf32, #fusion.sharding<@tp, [Stream({s})*DIDx, -]>>}},
+                %w: tensor<8x3xf32> {{hir.global = tensor<8x3xf32, #fusion.sharding<@tp, [-, -]>>}})
+    -> (tensor<{m}x3xf32> {{hir.global = tensor<{m}x3xf32, #fusion.sharding<@tp, [Stream({s}), -]>>}}) attributes {{hir.host}} {{
+  %xg = hir.alloc "main/0/0" : tensor<{m}x8xf32>
+  hir.for %c = 0 to {s} {{
+    %a = hir.chunk %x [%c] dim = 0 chunks = {s} : (tensor<{r}x8xf32>, index) -> tensor<4x8xf32>
+    %b = hir.chunk %xg [%c] dim = 0 chunks = {s} : (tensor<{m}x8xf32>, index) -> tensor<{4 * n}x8xf32>
+    %t = hir.allgather %a, %b team = {team} backend = nccl {{hir.reshard = "DIDx->Stream", hir.stream = [0, {s}]}} : (tensor<4x8xf32>, tensor<{4 * n}x8xf32>) -> !hir.token
+    hir.wait %t : !hir.token
+  }}
+  %y = hir.alloc "main/1/0" : tensor<{m}x3xf32>
+  hir.matmul %xg, %w, %y {{hir.stream = [0, {s}]}} : tensor<{m}x8xf32>, tensor<8x3xf32>, tensor<{m}x3xf32>
+  hir.dealloc %xg : tensor<{m}x8xf32>
+  func.return %y : tensor<{m}x3xf32>
+}}
+"""
+
+
+# --------------------------------------------------------------------------
+# AllGather + GEMM
+# --------------------------------------------------------------------------
+
+ALGORITHMS = ["collective", "ring", "auto"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_allgather_matmul(n: int, algorithm: str, tmp_path: Path) -> None:
+    """DIDx to Stream(n): chunk i from device i; the default links make
+    auto choose the ring."""
+    prog = write(tmp_path, "ag", allgather_matmul(n))
+    out = check(n, prog, pipeline(algorithm=algorithm), env=links_file(tmp_path, **DEFAULT_LINKS))
+    (p,) = pipelines(out)
+    assert p["algorithm"] == ("ring" if algorithm == "auto" else algorithm)
+    assert p["chunks"] == str(n)
+    assert "hir.allgather" not in out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", ["collective", "ring"])
+def test_allgather_linear_bias_two_chunks_per_device(n: int, algorithm: str, tmp_path: Path) -> None:
+    """Linear with bias in bf16, Stream(2n): two chunks from each device."""
+    prog = write(tmp_path, "agl", allgather_linear_bias(n))
+    out = check(n, prog, pipeline(algorithm=algorithm, num_streams=3))
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"], p["streams"]) == (algorithm, str(2 * n), "3")
+    assert "hir.div" in out
+
+
+def test_allgather_repeated_runs(tmp_path: Path) -> None:
+    """The ring's shared buffer is cached and shared once; the fences keep
+    later runs from overwriting it while a peer reads: the checked result
+    comes from the fourth run."""
+    prog = write(tmp_path, "ag", allgather_matmul(4))
+    out = check(4, prog, pipeline(algorithm="ring", num_streams=2), "--warmup", "1", "--iters", "2")
+    assert "median" in out
+
+
+# --------------------------------------------------------------------------
+# GEMM + ReduceScatter
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
+    prog = write(tmp_path, "rs", matmul_reduce_scatter(n))
+    out = check(n, prog, pipeline(algorithm=algorithm), "--warmup", "1", "--iters", "1")
+    (p,) = pipelines(out)
+    assert p["chunks"] == str(n)
+    if algorithm != "auto":
+        assert p["algorithm"] == algorithm
+    assert "hir.reduce_scatter" not in out
+
+
+def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
+    """S = 2d: chunk c reduced to device c / 2 (the collective)."""
+    prog = write(tmp_path, "rsl", matmul_reduce_scatter(4, k=2, linear=True))
+    out = check(4, prog, pipeline())
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"]) == ("collective", "8")
+
+
+# --------------------------------------------------------------------------
+# An AllGather per chunk: [Stream(S)*DIDx, -] to [Stream(S), -]
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", ["none", "collective", "ring"])
+def test_allgather_per_chunk(n: int, algorithm: str, tmp_path: Path) -> None:
+    """The host program as lower-to-host-ir makes it, pipelined, against
+    NumPy (each device holds one block of every chunk)."""
+    s = 3
+    prog = write(tmp_path, "outer", outer_host(n, s))
+    x = RNG.standard_normal((4 * n * s, 8)).astype(np.float32)
+    w = RNG.standard_normal((8, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    args = [prog, "-p", f"stream-pipeline{{algorithm={algorithm}}}", "--backend", "cpu", "--print-host-ir"]
+    args += ["-i", tmp_path / "x.npy", "-i", tmp_path / "w.npy", "--save-outputs", tmp_path / "out"]
+    proc = ok(mpirun(n, [*args, "--warmup", "1", "--iters", "1"]))
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "out0.npy"), x @ w, rtol=1e-5, atol=1e-5)
+    found = pipelines(proc.stdout)
+    assert [p["algorithm"] for p in found] == ([] if algorithm == "none" else [algorithm])
+
+
+@pytest.mark.parametrize("algorithm", ["collective", "ring"])
+def test_allgather_per_chunk_from_fusion(algorithm: str, tmp_path: Path) -> None:
+    """The same written as a fusion program, once the lowering supports a
+    Stream split outside a device split."""
+    prog = write(tmp_path, "outer", outer_fusion(2, 2))
+    proc = mpirun(2, [prog, "-p", pipeline(algorithm=algorithm), "--backend", "cpu", "--check", "--print-host-ir"])
+    if "Stream split outside a device split" in proc.stderr:
+        pytest.skip("lower-to-host-ir does not lower [Stream(S)*DIDx] to [Stream(S)] yet")
+    ok(proc)
+    assert [p["algorithm"] for p in pipelines(proc.stdout)] == [algorithm]
+
+
+# --------------------------------------------------------------------------
+# Local Stream splits, auto, refusals
+# --------------------------------------------------------------------------
+
+
+def test_local_stream_split(tmp_path: Path) -> None:
+    """A Stream split on the columns of a GEMM that needs no communication:
+    the GEMM in chunks of columns on rotating streams."""
+    rows = "#fusion.sharding<@tp, [DIDx, -]>"
+    x = f"tensor<16x8xf32, {rows}>"
+    w = "tensor<8x6xf32, #fusion.sharding<@tp, [-, -]>>"
+    y = "tensor<16x6xf32, #fusion.sharding<@tp, [DIDx, Stream(3)]>>"
+    text = f"""fusion.mesh @tp shape = [2]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}
+"""
+    out = check(2, write(tmp_path, "local", text), pipeline())
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"]) == ("local", "3")
+
+
+def test_auto_adds_pipelines_where_they_pay(tmp_path: Path) -> None:
+    """sp_mlp.mlir writes no Stream split. Where communication is slow next
+    to compute, auto pipelines its AllGather + GEMM and its GEMM +
+    ReduceScatter; with the default links nothing pays at this size and
+    the host program is the unpipelined one, exactly."""
+    prog = EXAMPLES / "sp_mlp.mlir"
+    out = check(4, prog, "default", env=links_file(tmp_path, **COMM_BOUND))
+    found = pipelines(out)
+    assert [p["algorithm"] for p in found] == ["ring", "ring"], found
+    assert "hir.allgather" not in out and "hir.reduce_scatter" not in out
+    plain = check(4, prog, "default", env=links_file(tmp_path, **DEFAULT_LINKS))
+    lowered = check(4, prog, LOWERING)
+    assert plain == lowered
+
+
+def test_auto_collective_without_copy_engines(tmp_path: Path) -> None:
+    prog = write(tmp_path, "ag", allgather_matmul(4))
+    out = check(4, prog, "default", env=links_file(tmp_path, **SLOW_COPY))
+    assert [p["algorithm"] for p in pipelines(out)] == ["collective"]
+
+
+def test_uneven_split_is_refused(tmp_path: Path) -> None:
+    """Stream(6) over 4 devices: chunk 1 would span two devices."""
+    x = "tensor<48x8xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = "tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>"
+    y = "tensor<48x4xf32, #fusion.sharding<@tp, [Stream(6), -]>>"
+    text = f"""fusion.mesh @tp shape = [4]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}
+"""
+    prog = write(tmp_path, "uneven", text)
+    proc = mpirun(4, [prog, "--backend", "cpu"])
+    assert proc.returncode == 1, proc.stderr
+    assert f"{prog}:3:3: error: stream-pipeline: Stream(6) does not fit the rows gathered from the 4 devices" in proc.stderr
+    assert "S must be a multiple of 4" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+FOUR_RANK_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if "large" not in p.name)
+
+
+@pytest.mark.parametrize("example", FOUR_RANK_EXAMPLES)
+def test_examples_run_with_the_default_pipeline(example: str) -> None:
+    """Every example (but the GPU-sized one) under `-p default`."""
+    ok(mpirun(4, [EXAMPLES / example, "--backend", "cpu", "--check"]))

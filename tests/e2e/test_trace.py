@@ -1,0 +1,104 @@
+"""`fuserc run --trace` end to end under `mpiexec -n N` on the cpu backend:
+one valid Chrome trace with events from every rank, on several streams for
+a pipelined program, one run only with --iters, and its PNG timeline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness import mpirun, ok, program
+
+ROOT = Path(__file__).parents[2]
+
+PIPELINED = """
+fusion.mesh @tp shape = [2]
+func.func @main(%x: tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>,
+                %w: tensor<32x16xf32, #fusion.sharding<@tp, [-, -]>>)
+    -> tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2), -]>> {
+  %y = fusion.matmul %x, %w : (tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>, tensor<32x16xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2), -]>>
+  func.return %y : tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2), -]>>
+}
+"""
+
+
+def _load(path: Path) -> dict:
+    assert path.exists(), f"no trace at {path}"
+    data = json.loads(path.read_text())  # valid JSON
+    assert isinstance(data, dict) and isinstance(data["traceEvents"], list)
+    return data
+
+
+def _ops(data: dict) -> list[dict]:
+    return [e for e in data["traceEvents"] if e["ph"] == "X"]
+
+
+def _check_events(data: dict, n: int) -> None:
+    ops = _ops(data)
+    assert {e["pid"] for e in ops} == set(range(n)), "events from every rank"
+    for e in ops:
+        assert e["name"].startswith("hir.") and e["cat"] in ("compute", "communication", "copy", "sync")
+        assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0 and isinstance(e["tid"], int)
+    names = {(e["pid"], e["tid"]) for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in ops} <= names, "every stream is named"
+    assert data["otherData"]["ranks"] == n
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_trace_of_every_op(n: int, tmp_path: Path) -> None:
+    """The collectives program (every communication, copies, streams):
+    all four categories, on more than one stream of every rank."""
+    trace = tmp_path / "trace.json"
+    proc = ok(mpirun(n, [program("collectives.mlir.in", n, tmp_path), "-p", "", "--backend", "cpu", "--trace", trace]))
+    assert f"trace: {trace}" in proc.stdout
+    data = _load(trace)
+    _check_events(data, n)
+    ops = _ops(data)
+    assert {e["cat"] for e in ops} == {"compute", "communication", "copy", "sync"}
+    for rank in range(n):
+        assert len({e["tid"] for e in ops if e["pid"] == rank}) > 1, f"rank {rank} used one stream"
+    counts = Counter(e["name"] for e in ops if e["pid"] == 0)
+    assert counts["hir.allgather"] >= 1 and counts["hir.alltoall"] == 1 and counts["hir.put"] >= 1
+
+
+def test_trace_of_pipelined_program_and_png(tmp_path: Path) -> None:
+    """A Stream split lowered by the default pipeline runs its chunks on
+    worker streams; with --iters only the last timed run is traced; the
+    trace renders to a PNG."""
+    src = tmp_path / "ag.mlir"
+    src.write_text(PIPELINED)
+    single = tmp_path / "single.json"
+    ok(mpirun(2, [src, "--backend", "cpu", "--trace", single, "--check"]))
+    timed = tmp_path / "timed.json"
+    proc = ok(mpirun(2, [src, "--backend", "cpu", "--warmup", "1", "--iters", "3", "--trace", timed]))
+    assert "time: median" in proc.stdout
+    one, last = _load(single), _load(timed)
+    for data in (one, last):
+        _check_events(data, 2)
+        ops = _ops(data)
+        for rank in range(2):
+            mine = [e for e in ops if e["pid"] == rank]
+            assert len({e["tid"] for e in mine if e["name"] == "hir.matmul"}) > 1, "GEMM chunks on several streams"
+            assert any(e["cat"] == "communication" for e in mine)
+    # the same program traced once, with or without timing runs around it
+    assert Counter((e["pid"], e["name"]) for e in _ops(one)) == Counter((e["pid"], e["name"]) for e in _ops(last))
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "timed.png"
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "trace_png.py"), str(timed), "-o", str(png)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_trace_to_unwritable_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = mpirun(2, [program("collectives.mlir.in", 2, tmp_path), "-p", "", "--backend", "cpu",
+                      "--trace", blocker / "t.json"])  # fmt: skip
+    assert proc.returncode == 1
+    assert "cannot write the trace" in proc.stderr and "Traceback" not in proc.stderr

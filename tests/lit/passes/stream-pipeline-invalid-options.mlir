@@ -1,0 +1,24 @@
+// Options that do not fit a program, and malformed options.
+// RUN: %fuserc opt -p 'stream-pipeline{algorithm=ring}' --split-input-file --verify-diagnostics %s
+// RUN: not %fuserc opt -p 'stream-pipeline{algorithm=fast}' %s 2>&1 | filecheck %s --check-prefix=ALGO
+// RUN: not %fuserc opt -p 'stream-pipeline{num-streams=-1}' %s 2>&1 | filecheck %s --check-prefix=STREAMS
+// RUN: not %fuserc opt -p 'stream-pipeline{chunks=0}' %s 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: not %fuserc opt -p 'stream-pipeline{links="%S/Inputs/missing.json"}' %s 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: not %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-bad-key.json"}' %s 2>&1 | filecheck %s --check-prefix=BADKEY
+
+// ALGO: error: invalid options for pass 'stream-pipeline': algorithm must be one of auto, none, collective, ring, got 'fast'
+// STREAMS: error: invalid options for pass 'stream-pipeline': num-streams must be >= 0 (0: one per chunk), got -1
+// CHUNKS: error: invalid options for pass 'stream-pipeline': chunks must be positive, got 0
+// MISSING: error: stream-pipeline: cannot read the links file {{.*}}missing.json
+// BADKEY: error: stream-pipeline: the links file {{.*}}links-bad-key.json has unknown keys: nvlink_gbps
+
+// The ring passes one running sum per device: one chunk per device.
+func.func @ring_needs_d_chunks(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
+  %p = hir.alloc "main/0/0" : tensor<64x4xf32>
+  hir.matmul %x, %w, %p {hir.stream = [0, 8]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
+  %y = hir.alloc "main/1/0" : tensor<16x4xf32>
+  // expected-error @+1 {{stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs 4 chunks (one per device of team [0, 1, 2, 3]), got Stream(8) on the partial product}}
+  %tok = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<64x4xf32>, tensor<16x4xf32>) -> !hir.token
+  hir.wait %tok : !hir.token
+  func.return %y : tensor<16x4xf32>
+}

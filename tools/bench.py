@@ -1,0 +1,706 @@
+#!/usr/bin/env python
+"""AllGather+GEMM and GEMM+ReduceScatter: fuserc beside its baselines.
+
+    mpirun -n 4 python tools/bench.py [--pattern ag|rs|both] [--shapes MxKxN,...]
+        [--warmup W] [--iters N] [--backend cuda|cpu] [--pipeline P]
+        [--algorithm auto|collective|ring|none] [--stream auto|S]
+        [--seed N] [--small] [--json FILE]
+
+For each shape, in one run and the same processes, each figure measured
+with the same method (synchronize, barrier, then the median over N
+iterations of the slowest rank's time; no barrier inside a timed
+iteration):
+
+- GEMM alone at the per-GPU shape: the limit (AG: [M,K]x[K,N]; RS:
+  [M,K/d]x[K/d,N], d = ranks), torch.matmul;
+- fuserc: the program below compiled with runtime/program.py and run by
+  the host evaluator, timed by the backend's timer (CUDA events on cuda);
+- PyTorch eager over NCCL: all_gather_into_tensor then matmul (AG);
+  matmul then reduce_scatter_tensor (RS);
+- PyTorch async TP: torch.ops.symm_mem.fused_all_gather_matmul and
+  fused_matmul_reduce_scatter ("n/a" with the reason where unavailable).
+
+The programs, bf16 (d ranks on a 1-D mesh @tp):
+  AG: x [M,K] [DIDx,-] @ w [K,N] [-,-] -> y [M,N] [Stream(S),-] (S = d by
+      default; `--stream 0`: y [-,-])
+  RS: x [M,K] [-,DIDx] @ w [K,N] [DIDx,-] -> y [M,N] [DIDx,-] (`--stream S`,
+      a multiple of d: y [DIDx*Stream(S/d),-])
+
+TFLOP/s per GPU is the GEMM each GPU runs, 2*M*K*N (AG) or 2*M*(K/d)*N
+(RS), over the time; each ratio is GEMM alone's time over the figure's
+(1.0 = as fast as the GEMM with no communication at all). fuserc's result
+is checked once per shape against eager's (max |a-b| / max |b|).
+
+`--backend cpu --small` runs the same harness on tiny shapes on the CPU
+(gloo for eager, host timing, no async TP) so that it can be tested
+without a GPU. NVLink multicast is never used: NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are set here
+before NCCL or symmetric memory start. docs/performance.md has the command
+and the meaning of every column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+DEFAULT_SHAPES = "4096x4096x4096,8192x8192x8192,16384x8192x8192,32768x16384x8192"
+SMALL_SHAPES = "64x32x16,128x64x32"
+PATTERNS = ("ag", "rs")
+TITLES = {"ag": "AllGather + GEMM", "rs": "GEMM + ReduceScatter"}
+
+
+# --------------------------------------------------------------------------
+# Options and shapes
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    k: int
+    n: int
+
+    @staticmethod
+    def parse(text: str) -> "Shape":
+        parts = text.lower().strip().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"a shape is MxKxN with positive integers, got '{text}'")
+        return Shape(*(int(p) for p in parts))
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.k}x{self.n}"
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    shapes = [Shape.parse(s) for s in text.split(",") if s.strip()]
+    if not shapes:
+        raise argparse.ArgumentTypeError("no shapes given")
+    return shapes
+
+
+def parse_stream(text: str) -> int | None:
+    """`auto` (None) or a number of chunks >= 0."""
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"--stream takes 'auto' or a number of chunks >= 0, got '{text}'")
+    return int(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="AllGather+GEMM and GEMM+ReduceScatter: fuserc beside GEMM alone, PyTorch eager and async TP.",
+    )
+    p.add_argument("--pattern", choices=("ag", "rs", "both"), default="both")
+    p.add_argument("--shapes", type=parse_shapes, default=None, help=f"comma-separated MxKxN (default {DEFAULT_SHAPES}; with --small {SMALL_SHAPES})")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 3; --small: 1)")
+    p.add_argument("--iters", type=int, default=None, help="timed iterations per figure (default 10; --small: 3)")
+    p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="fuserc's backend and the device of the baselines")
+    p.add_argument("--pipeline", default="default", help="fuserc's pass pipeline (default: default)")
+    p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default=None, help="stream-pipeline{algorithm=...}")
+    p.add_argument("--stream", type=parse_stream, default=None, metavar="auto|S", help="chunks S of the Stream split written on y (default auto: AG S = ranks, RS none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--small", action="store_true", help="tiny shapes and few iterations (tests the harness)")
+    p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON (rank 0)")
+    return p
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults that depend on --small; the pipeline with --algorithm."""
+    if args.shapes is None:
+        args.shapes = parse_shapes(SMALL_SHAPES if args.small else DEFAULT_SHAPES)
+    if args.warmup is None:
+        args.warmup = 1 if args.small else 3
+    if args.iters is None:
+        args.iters = 3 if args.small else 10
+    if args.warmup < 0 or args.iters < 1:
+        raise argparse.ArgumentTypeError("--warmup must be >= 0 and --iters >= 1")
+    if args.algorithm is not None:
+        from fuserc.pipeline import with_option
+
+        args.pipeline = with_option(args.pipeline, "stream-pipeline", "algorithm", args.algorithm)
+    return args
+
+
+# --------------------------------------------------------------------------
+# The programs
+# --------------------------------------------------------------------------
+
+
+def stream_chunks(pattern: str, stream: int | None, d: int) -> int:
+    """S of the Stream split written on y (0: none)."""
+    if stream is None:
+        return d if pattern == "ag" else 0
+    return stream
+
+
+def shape_problem(pattern: str, shape: Shape, d: int, chunks: int) -> str | None:
+    """Why a shape cannot be run on d ranks (None when it can)."""
+    if d < 2:
+        return "needs 2 or more ranks"
+    if shape.m % d:
+        return f"M={shape.m} is not divisible by {d} ranks"
+    if pattern == "rs" and shape.k % d:
+        return f"K={shape.k} is not divisible by {d} ranks"
+    if chunks and shape.m % chunks:
+        return f"M={shape.m} is not divisible by Stream({chunks})"
+    if pattern == "rs" and chunks % d:
+        return f"--stream {chunks} is not a multiple of {d} ranks (y is [DIDx*Stream(S/d), -])"
+    return None
+
+
+def program_text(pattern: str, shape: Shape, d: int, chunks: int) -> str:
+    """The fusion program of a pattern at a global shape on d ranks."""
+    m, k, n = shape.m, shape.k, shape.n
+
+    def t(rows: int, cols: int, axes: str) -> str:
+        return f"tensor<{rows}x{cols}xbf16, #fusion.sharding<@tp, [{axes}]>>"
+
+    if pattern == "ag":
+        x, w = t(m, k, "DIDx, -"), t(k, n, "-, -")
+        y = t(m, n, f"Stream({chunks}), -" if chunks else "-, -")
+    else:
+        x, w = t(m, k, "-, DIDx"), t(k, n, "DIDx, -")
+        y = t(m, n, f"DIDx*Stream({chunks // d}), -" if chunks else "DIDx, -")
+    return (
+        f"fusion.mesh @tp shape = [{d}]\n"
+        f"func.func @main(%x: {x}, %w: {w}) -> {y} {{\n"
+        f"  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}\n"
+        f"  func.return %y : {y}\n"
+        "}\n"
+    )
+
+
+def gemm_flops(pattern: str, shape: Shape, d: int) -> int:
+    """2*M*K*N of the GEMM each GPU runs."""
+    k = shape.k if pattern == "ag" else shape.k // d
+    return 2 * shape.m * k * shape.n
+
+
+def pipeline_plan(module: Any) -> str:
+    """How stream-pipeline lowered the program (its hir.pipeline notes)."""
+    plans = []
+    for op in module.walk():
+        attr = op.attributes.get("hir.pipeline")
+        if attr is None:
+            continue
+        d = attr.data
+        algorithm = getattr(d.get("algorithm"), "data", "?")
+        chunks = getattr(getattr(d.get("chunks"), "value", None), "data", "?")
+        streams = getattr(getattr(d.get("streams"), "value", None), "data", "?")
+        plans.append(f"{algorithm} S={chunks} streams={streams}")
+    return "; ".join(plans) if plans else "not pipelined"
+
+
+# --------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Figure:
+    """One measured variant of one shape (None where not available)."""
+
+    ms: float | None = None
+    tflops: float | None = None
+    ratio: float | None = None
+    reason: str = ""  # why it is n/a
+    times_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    pattern: str
+    shape: str
+    ranks: int
+    flops_per_gpu: int
+    gemm: Figure
+    fuserc: Figure
+    eager: Figure
+    async_tp: Figure
+    fuserc_rel_err: float | None = None
+    async_tp_rel_err: float | None = None
+    plan: str = ""
+
+
+@dataclass
+class Clock:
+    """How a figure is timed: `start()` a mark, `stop(mark)` seconds."""
+
+    sync: Callable[[], None]
+    start: Callable[[], Any]
+    stop: Callable[[Any], float]
+
+
+def host_clock() -> Clock:
+    return Clock(lambda: None, time.perf_counter, lambda mark: time.perf_counter() - mark)
+
+
+def cuda_clock() -> Clock:
+    """CUDA events on the current stream (every variant joins its side
+    streams back to it before returning)."""
+    import torch
+
+    def start() -> Any:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def stop(mark: Any) -> float:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        e.synchronize()
+        return mark.elapsed_time(e) / 1e3
+
+    return Clock(torch.cuda.synchronize, start, stop)
+
+
+def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters: int) -> list[float]:
+    """Seconds of each of `iters` iterations, the slowest rank's, after
+    `warmup` untimed ones. Ranks meet (synchronized, barrier) before each
+    iteration, outside the timed region."""
+    import numpy as np
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(iters):
+        clock.sync()
+        comm.Barrier()
+        mark = clock.start()
+        step()
+        times.append(clock.stop(mark))
+    arr = np.array(times, dtype=np.float64)
+    comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
+    return arr.tolist()
+
+
+def figure(times: Sequence[float], flops: int) -> Figure:
+    median = statistics.median(times)
+    tflops = flops / median / 1e12 if median > 0 else math.inf
+    return Figure(median * 1e3, tflops, None, "", [t * 1e3 for t in times])
+
+
+def agreed(comm: Any, body: Callable[[], Any]) -> tuple[Any, str]:
+    """Run `body` on every rank; when it fails on any rank, every rank gets
+    (None, the first failing rank's reason) instead of an exception."""
+    try:
+        value, error = body(), ""
+    except Exception as e:  # noqa: BLE001 - a baseline's failure is reported, not fatal
+        value, error = None, _reason(e)
+    errors = comm.allgather(error)
+    failed = [(r, m) for r, m in enumerate(errors) if m]
+    if failed:
+        r, m = failed[0]
+        return None, m if all(x == m for _, x in failed) and len(failed) == len(errors) else f"rank {r}: {m}"
+    return value, ""
+
+
+def _reason(e: BaseException) -> str:
+    from fuserc.diagnostics import Diagnostic
+
+    text = e.message if isinstance(e, Diagnostic) else f"{type(e).__name__}: {e}"
+    line = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def max_rel_err(got: Any, ref: Any, comm: Any) -> float:
+    """max |got - ref| / max |ref| over every rank's block."""
+    from mpi4py import MPI
+
+    g, r = got.float(), ref.float()
+    if g.shape != r.shape:
+        return math.inf
+    num = comm.allreduce(float((g - r).abs().max()), op=MPI.MAX)
+    den = comm.allreduce(float(r.abs().max()), op=MPI.MAX)
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+# --------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------
+
+
+class Bench:
+    """One process of the benchmark: fuserc's backend, torch.distributed,
+    and the figures of each shape."""
+
+    def __init__(self, args: argparse.Namespace):
+        import torch
+
+        from fuserc.runtime.backend import make_backend
+        from fuserc.runtime.mpi_env import mpi_env
+
+        self.args = args
+        self.env = mpi_env()
+        self.comm = self.env.comm
+        self.rank, self.d = self.env.rank, self.env.size
+        self.cuda = args.backend == "cuda"
+        self.backend = make_backend(args.backend, self.env)  # collective; a Diagnostic when cuda cannot run
+        if self.cuda:
+            self.device = torch.device("cuda", self.env.node_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        self.clock = cuda_clock() if self.cuda else host_clock()
+        self.group_name = self._init_torch_distributed()
+        self.async_tp_reason = self._async_tp_unavailable()
+
+    # ---- setup ------------------------------------------------------------------
+    def _init_torch_distributed(self) -> str:
+        """torch.distributed from the MPI job: NCCL on cuda, gloo on cpu."""
+        import torch.distributed as dist
+
+        port = self.comm.bcast(_free_port() if self.rank == 0 else None, root=0)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(port))
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.d), LOCAL_RANK=str(self.env.node_rank))
+        kwargs: dict[str, Any] = {"backend": "nccl" if self.cuda else "gloo", "rank": self.rank, "world_size": self.d}
+        if self.cuda:
+            kwargs["device_id"] = self.device
+        try:
+            dist.init_process_group(**kwargs)
+        except TypeError:  # a torch without device_id
+            kwargs.pop("device_id", None)
+            dist.init_process_group(**kwargs)
+        return dist.group.WORLD.group_name
+
+    def _async_tp_unavailable(self) -> str | None:
+        """Why async TP cannot run here (the same on every rank)."""
+        if not self.cuda:
+            return "needs CUDA"
+        if self.d < 2:
+            return "needs 2 or more ranks"
+        try:
+            import torch
+            import torch.distributed._symmetric_memory as symm_mem
+
+            ops = torch.ops.symm_mem
+            for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+                if not hasattr(ops, name):
+                    return f"this torch has no torch.ops.symm_mem.{name}"
+            if hasattr(symm_mem, "enable_symm_mem_for_group"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)  # deprecated: a no-op in newer torch
+                    symm_mem.enable_symm_mem_for_group(self.group_name)
+        except Exception as e:  # noqa: BLE001 - reported as n/a
+            return _reason(e)
+        return None
+
+    def torch_stream(self) -> AbstractContextManager[Any]:
+        """The baselines run on torch's default stream (fuserc's backend
+        makes its own stream current)."""
+        import torch
+
+        return torch.cuda.stream(torch.cuda.default_stream(self.device)) if self.cuda else nullcontext()
+
+    def sync(self) -> None:
+        """Wait for all work on this GPU (every stream; torch's current
+        stream is left as it is)."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    # ---- inputs -----------------------------------------------------------------
+    def randn(self, shape: tuple[int, int], seed: int) -> Any:
+        import torch
+
+        g = torch.Generator(device=self.device).manual_seed(seed)
+        return torch.randn(shape, generator=g, device=self.device, dtype=torch.bfloat16)
+
+    def inputs(self, pattern: str, shape: Shape, index: int) -> tuple[Any, Any]:
+        """This rank's x and w: random, x different on every rank, w the same
+        on every rank when it is replicated (AG)."""
+        base = self.args.seed * 1_000_003 + index * 4099
+        m, k, n, d = shape.m, shape.k, shape.n, self.d
+        with self.torch_stream():
+            if pattern == "ag":
+                x, w = self.randn((m // d, k), base + 1 + self.rank), self.randn((k, n), base)
+            else:
+                x, w = self.randn((m, k // d), base + 1 + self.rank), self.randn((k // d, n), base + 1 + d + self.rank)
+        self.sync()
+        return x, w
+
+    # ---- variants ---------------------------------------------------------------
+    def timed(self, step: Callable[[], Any], clock: Clock | None = None) -> list[float]:
+        self.sync()  # inputs are ready
+        return measure(step, clock or self.clock, self.comm, self.args.warmup, self.args.iters)
+
+    def gemm_alone(self, pattern: str, shape: Shape, x: Any, w: Any, index: int) -> list[float]:
+        import torch
+
+        with self.torch_stream():
+            a = self.randn((shape.m, shape.k), index * 7 + 3) if pattern == "ag" else x
+            out = torch.empty((shape.m, shape.n), dtype=torch.bfloat16, device=self.device)
+            times = self.timed(lambda: torch.matmul(a, w, out=out))
+            del a, out
+        return times
+
+    def fuserc(self, pattern: str, shape: Shape, x: Any, w: Any, chunks: int) -> tuple[list[float], Any, str]:
+        from fuserc.runtime.program import compile_text
+
+        text = program_text(pattern, shape, self.d, chunks)
+        program = compile_text(text, pipeline=self.args.pipeline, backend=self.backend, filename=f"bench_{pattern}_{shape}.mlir")
+        try:
+            p = program.program
+            local = p.prepare_inputs([x, w])
+            b = self.backend
+            times = self.timed(lambda: p.run_prepared(local), Clock(b.synchronize, b.timer_start, b.timer_stop))
+            out = p.run_prepared(local)[0].clone()  # the program's buffer, reused by the next run
+            b.synchronize()
+            return times, out, pipeline_plan(program.compiled.host)
+        finally:
+            program.close()
+
+    def eager(self, pattern: str, shape: Shape, x: Any, w: Any) -> tuple[list[float], Any]:
+        import torch
+        import torch.distributed as dist
+
+        with self.torch_stream(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # *_tensor collectives are deprecated aliases
+            if pattern == "ag":
+                xg = torch.empty((shape.m, shape.k), dtype=torch.bfloat16, device=self.device)
+
+                def step() -> Any:
+                    dist.all_gather_into_tensor(xg, x)
+                    return torch.matmul(xg, w)
+            else:
+                y = torch.empty((shape.m // self.d, shape.n), dtype=torch.bfloat16, device=self.device)
+
+                def step() -> Any:
+                    dist.reduce_scatter_tensor(y, torch.matmul(x, w), op=dist.ReduceOp.SUM)
+                    return y
+
+            times = self.timed(step)
+            out = step().clone()
+        self.sync()
+        return times, out
+
+    def async_tp(self, pattern: str, x: Any, w: Any) -> tuple[list[float], Any]:
+        import torch
+
+        ops = torch.ops.symm_mem
+        gn = self.group_name
+        with self.torch_stream():
+            if pattern == "ag":
+                schema = str(getattr(ops.fused_all_gather_matmul, "default", ops.fused_all_gather_matmul)._schema)
+                extra = {"return_A": False} if "return_A" in schema else {}
+
+                def step() -> Any:
+                    return ops.fused_all_gather_matmul(x, [w], gather_dim=0, group_name=gn, **extra)[1][0]
+            else:
+
+                def step() -> Any:
+                    return ops.fused_matmul_reduce_scatter(x, w, "sum", scatter_dim=0, group_name=gn)
+
+            times = self.timed(step)
+            out = step().clone()
+        self.sync()
+        return times, out
+
+    # ---- one shape ----------------------------------------------------------------
+    def row(self, pattern: str, shape: Shape, index: int) -> Row:
+        chunks = stream_chunks(pattern, self.args.stream, self.d)
+        flops = gemm_flops(pattern, shape, self.d)
+        row = Row(pattern, str(shape), self.d, flops, Figure(), Figure(), Figure(), Figure())
+        problem = shape_problem(pattern, shape, self.d, chunks)
+        if problem:
+            for f in (row.gemm, row.fuserc, row.eager, row.async_tp):
+                f.reason = problem
+            return row
+        x, w = self.inputs(pattern, shape, index)
+        times, why = agreed(self.comm, lambda: self.gemm_alone(pattern, shape, x, w, index))
+        row.gemm = figure(times, flops) if times else Figure(reason=why)
+        got, why = agreed(self.comm, lambda: self.fuserc(pattern, shape, x, w, chunks))
+        row.fuserc = figure(got[0], flops) if got else Figure(reason=why)
+        if got:
+            row.plan = got[2]
+        ref, why = agreed(self.comm, lambda: self.eager(pattern, shape, x, w))
+        row.eager = figure(ref[0], flops) if ref else Figure(reason=why)
+        if self.async_tp_reason:
+            row.async_tp = Figure(reason=self.async_tp_reason)
+        else:
+            tp, why = agreed(self.comm, lambda: self.async_tp(pattern, x, w))
+            row.async_tp = figure(tp[0], flops) if tp else Figure(reason=why)
+            if tp and ref:
+                row.async_tp_rel_err = max_rel_err(tp[1], ref[1], self.comm)
+        if got and ref:
+            row.fuserc_rel_err = max_rel_err(got[1], ref[1], self.comm)
+        if row.gemm.ms:
+            for f in (row.gemm, row.fuserc, row.eager, row.async_tp):
+                if f.ms:
+                    f.ratio = row.gemm.ms / f.ms
+        del x, w, got, ref
+        self.release()
+        return row
+
+    def release(self) -> None:
+        import gc
+
+        gc.collect()
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        self.comm.Barrier()
+
+    def device_name(self) -> str:
+        if not self.cuda:
+            return "cpu"
+        import torch
+
+        return torch.cuda.get_device_name(self.device)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        self.sync()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.backend.close()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+VARIANTS = (("gemm", "GEMM alone"), ("fuserc", "fuserc"), ("eager", "eager"), ("async_tp", "async TP"))
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _tflops(v: float | None) -> str:
+    """One decimal at GPU scale, three significant digits below 10."""
+    return "n/a" if v is None else (f"{v:.1f}" if v >= 10 else f"{v:.3g}")
+
+
+def line(row: Row) -> str:
+    """One shape's figures on one line (printed as it is measured)."""
+    parts = []
+    for key, title in VARIANTS:
+        f: Figure = getattr(row, key)
+        if f.ms is None:
+            parts.append(f"{title} n/a ({f.reason})")
+        else:
+            parts.append(f"{title} {f.ms:.3f} ms {_tflops(f.tflops)} TFLOP/s ({_num(f.ratio, '.2f')}x)")
+    err = f"fuserc max rel err {_num(row.fuserc_rel_err, '.2e')}"
+    return f"[{row.pattern} {row.shape} d={row.ranks}] " + " | ".join(parts) + f" | {err} | plan: {row.plan or '-'}"
+
+
+def markdown(rows: Sequence[Row], pattern: str) -> str:
+    """The table of one pattern: time, TFLOP/s per GPU and ratio to GEMM
+    alone of each variant, fuserc's error against eager and its plan."""
+    head = ["M x K x N", "GEMM ms", "GEMM TFLOP/s"]
+    for _, title in VARIANTS[1:]:
+        head += [f"{title} ms", f"{title} TFLOP/s", f"{title} / GEMM"]
+    head += ["fuserc max rel err", "fuserc plan"]
+    out = [f"### {TITLES[pattern]} ({rows[0].ranks} ranks, bf16)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes: dict[str, str] = {}
+    for r in rows:
+        cells = [r.shape.replace("x", " x ")]
+        for i, (key, title) in enumerate(VARIANTS):
+            f: Figure = getattr(r, key)
+            if f.ms is None:
+                notes.setdefault(f"{title}: {f.reason}", "")
+                cells += ["n/a", "n/a"] + ([] if i == 0 else ["n/a"])
+            else:
+                cells += [f"{f.ms:.3f}", _tflops(f.tflops)] + ([] if i == 0 else [f"{_num(f.ratio, '.2f')}"])
+        cells += [_num(r.fuserc_rel_err, ".2e"), r.plan or "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    if notes:
+        out += [""] + [f"- n/a: {n}" for n in notes]
+    return "\n".join(out)
+
+
+def report(rows: Sequence[Row], args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
+    import torch
+
+    return {
+        "ranks": bench.d,
+        "backend": args.backend,
+        "device": bench.device_name(),
+        "torch": torch.__version__,
+        "pipeline": args.pipeline,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "stream": args.stream,
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    bench = Bench(args)
+    patterns = PATTERNS if args.pattern == "both" else (args.pattern,)
+    rows: list[Row] = []
+    if bench.rank == 0:
+        print(
+            f"fuserc bench: {bench.d} ranks, backend {args.backend} ({bench.device_name()}), bf16, "
+            f"warmup {args.warmup}, iters {args.iters}, pipeline '{args.pipeline}'",
+            flush=True,
+        )
+    for pattern in patterns:
+        for i, shape in enumerate(args.shapes):
+            row = bench.row(pattern, shape, i)
+            rows.append(row)
+            if bench.rank == 0:
+                print(line(row), flush=True)
+    if bench.rank == 0:
+        print()
+        for pattern in patterns:
+            print(markdown([r for r in rows if r.pattern == pattern], pattern))
+            print()
+        if args.json_path:
+            with open(args.json_path, "w") as f:
+                json.dump(report(rows, args, bench), f, indent=1)
+            print(f"json: {args.json_path}")
+        sys.stdout.flush()
+    bench.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.update(MULTICAST_OFF)  # before NCCL or symmetric memory start
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        args = resolve(args)
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    except Exception as e:  # noqa: BLE001 - a malformed pipeline is bad usage
+        p.error(_reason(e))
+    from fuserc.runtime.mpi_env import run_guarded
+
+    run_guarded(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
