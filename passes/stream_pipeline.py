@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.passes import cost_model
+from fuserc.passes.reshard_util import element_bytes
 from fuserc.passes.cost_model import ALGORITHMS, ALLGATHER, COLLECTIVE, NONE, REDUCE_SCATTER, RING, Machine
 
 AUTO = "auto"
@@ -83,11 +84,6 @@ def elem_name(v: SSAValue) -> str:
     t = v.type
     assert isinstance(t, TensorType)
     return str(t.element_type)
-
-
-def elem_bytes(v: SSAValue) -> int:
-    name = elem_name(v)
-    return {"bf16": 2, "f16": 2, "f64": 8, "i64": 8, "i1": 1}.get(name, 4)
 
 
 def stream_mark(op: Operation) -> tuple[int, int] | None:
@@ -185,7 +181,8 @@ class Site:
 
     def cost_site(self) -> cost_model.Site:
         buf = self.buffer
-        nbytes = math.prod(shape_of(buf)) * elem_bytes(buf)
+        assert isinstance(buf.type, TensorType)
+        nbytes = math.prod(shape_of(buf)) * element_bytes(buf.type)
         kind = cost_model.ALLGATHER_OUTER if self.outer else self.kind
         return cost_model.Site(kind, gemm_flops(self.gemm), nbytes, elem_name(buf), self.d)
 
@@ -431,12 +428,11 @@ class Plan:
 class SiteLowering:
     """Emits the pipeline of one site (docs/passes.md has the host IR of each)."""
 
-    def __init__(self, site: Site, plan: Plan, sites_seen: int):
+    def __init__(self, site: Site, plan: Plan):
         self.site = site
         self.plan = plan
         self.e = Emitter(site.anchor.location)
         self.first_loop: hir.ForOp | None = None
-        self.tag = f"pipeline{sites_seen}"
 
     def loop(self, lb: int, ub: int, body: Callable[[Emitter, SSAValue], None], e: Emitter | None = None) -> None:
         op = (e or self.e).loop(lb, ub, body)
@@ -788,7 +784,6 @@ class StreamPipeline(ModulePass):
         if self.algorithm == NONE:
             return
         machine: Machine | None = None
-        count = 0
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp) and hir.is_host_program(f)]:
             for site in find_sites(func):
                 if site.kind != LOCAL and machine is None:
@@ -799,8 +794,7 @@ class StreamPipeline(ModulePass):
                 plan = self.plan(site, machine)
                 if plan is None:
                     continue
-                SiteLowering(site, plan, count).run()
-                count += 1
+                SiteLowering(site, plan).run()
 
     def streams(self, chunks: int) -> int:
         return self.num_streams or min(chunks, MAX_STREAMS)

@@ -429,21 +429,35 @@ class CudaBackend(Backend):
         self.comms.release(handle)
 
     def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
-        assert isinstance(handle, CudaHandle)
-        self._begin()
-        _check_peer_copy(src, handle, "put")
-        staged = self._staged_in(src)
-        self._memcpy(handle.ptrs[peer], staged.data_ptr(), handle.nbytes)
-        return self._work(self._record(), staged)
+        return self.put_block(src, handle, peer, 0, 1)
 
     def get(self, handle: Handle, peer: int, dst: torch.Tensor) -> Work:
+        return self.get_block(handle, peer, dst, 0, 1)
+
+    def put_block(self, src: torch.Tensor, handle: Handle, peer: int, index: int, chunks: int) -> Work:
+        """One cudaMemcpyAsync into block `index` of the peer's buffer."""
         assert isinstance(handle, CudaHandle)
         self._begin()
-        _check_peer_copy(dst, handle, "get")
+        offset, n = _block_span(src, handle, index, chunks, "put")
+        staged = self._staged_in(src)
+        self._memcpy(handle.ptrs[peer] + offset, staged.data_ptr(), n)
+        return self._work(self._record(), staged)
+
+    def get_block(self, handle: Handle, peer: int, dst: torch.Tensor, index: int, chunks: int) -> Work:
+        """One cudaMemcpyAsync from block `index` of the peer's buffer."""
+        assert isinstance(handle, CudaHandle)
+        self._begin()
+        offset, n = _block_span(dst, handle, index, chunks, "get")
         staged = self._staged_out(dst)
-        self._memcpy(staged.data_ptr(), handle.ptrs[peer], handle.nbytes)
+        self._memcpy(staged.data_ptr(), handle.ptrs[peer] + offset, n)
         self._unstage(staged, dst)
         return self._work(self._record(), staged)
+
+    def team_barrier(self, team: Team) -> Work:
+        """A stream-ordered fence: a one-byte NCCL allreduce over the team on
+        the current stream (the host does not block)."""
+        self._begin()
+        return self._work(self.comms.fence(team, self._current.cupy))
 
     def _memcpy(self, dst: int, src: int, n: int) -> None:
         """cudaMemcpyAsync device to device on the current stream (copy engines)."""
@@ -541,7 +555,19 @@ def _mpi_min() -> Any:
     return MPI.MIN
 
 
-def _check_peer_copy(local: torch.Tensor, handle: CudaHandle, what: str) -> None:
+def _block_span(local: torch.Tensor, handle: CudaHandle, index: int, chunks: int, what: str) -> tuple[int, int]:
+    """(byte offset, byte count) of block `index` of `chunks` equal blocks
+    along dim 0 of the shared buffer, checked against the local buffer."""
     n = nbytes(local)
-    if n != handle.nbytes:
-        raise RuntimeError(f"{what}: local buffer of {n} bytes does not match the shared buffer of {handle.nbytes} bytes")
+    if chunks == 1 and index == 0:
+        if n != handle.nbytes:
+            raise RuntimeError(
+                f"{what}: local buffer of {n} bytes does not match the shared buffer of {handle.nbytes} bytes"
+            )
+        return 0, n
+    if chunks <= 0 or handle.nbytes % chunks or not 0 <= index < chunks:
+        raise RuntimeError(f"{what}: block {index} of {chunks} does not cut the shared buffer of {handle.nbytes} bytes")
+    size = handle.nbytes // chunks
+    if n != size:
+        raise RuntimeError(f"{what}: local buffer of {n} bytes does not match block {index} of {chunks} ({size} bytes)")
+    return index * size, size

@@ -27,9 +27,10 @@ engines, no SMs) on the current stream.
 Cross-rank ordering of peer copies: a put or get is ordered after earlier
 work on its stream and completes asynchronously; what the peer has written,
 or will read, is ordered by the program's communications, which are
-stream-ordered NCCL operations: a collective after `hir.wait` on a put is a
-device-side fence that every team member passes only once all earlier puts
-of all members are done, with no host synchronization. Handles are made
+stream-ordered NCCL operations: `hir.barrier` (a one-byte allreduce), or
+any collective after `hir.wait` on a put, is a device-side fence that every
+team member passes only once all earlier puts of all members are done, with
+no host synchronization. Handles are made
 with the team synchronized (the handle exchange is an allgather) and
 released after a device synchronization and a team barrier, and a run that
 shares memory ends with a host barrier (runtime/evaluator.py), so no copy
@@ -191,6 +192,7 @@ class Communicators:
         self._last: Any = None  # (event, stream ptr) of the last NCCL launch
         self._p2p: list[P2POp] = []
         self._p2p_stream: Any = None
+        self._fence: torch.Tensor | None = None  # the byte `fence` reduces
         self.ipc = IpcMappings()
 
     # ---- creation -----------------------------------------------------------
@@ -329,6 +331,16 @@ class Communicators:
 
         return self.launch(stream, body)
 
+    def fence(self, team: Team, stream: Any) -> Any:
+        """`hir.barrier`: a one-byte allreduce (max) on `stream`. Each member
+        passes it only once every member's earlier work on its stream is
+        done: a device-side fence, the host does not wait."""
+        comm = self.nccl(team)
+        if self._fence is None:
+            self._fence = torch.zeros(1, dtype=torch.uint8, device=torch.device("cuda", self.device))
+        ptr = self._fence.data_ptr()
+        return self.launch(stream, lambda: comm.allReduce(ptr, ptr, 1, NCCL_UINT8, NCCL_OPS["max"], stream.ptr))
+
     # ---- sharing memory -------------------------------------------------------
     def share(self, buf: torch.Tensor, team: Team) -> CudaHandle:
         """Exchange `buf`'s IPC handle and offset with the team and map the
@@ -386,3 +398,4 @@ class Communicators:
         self._nccl.clear()
         self._mpi.clear()
         self._last = None
+        self._fence = None

@@ -343,14 +343,15 @@ class Bench:
         import torch
 
         from fuserc.runtime.backend import make_backend
-        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.mpi_env import mpi_env, same_on_all_ranks
 
         self.args = args
         self.env = mpi_env()
         self.comm = self.env.comm
         self.rank, self.d = self.env.rank, self.env.size
         self.cuda = args.backend == "cuda"
-        self.backend = make_backend(args.backend, self.env)  # collective; a Diagnostic when cuda cannot run
+        with same_on_all_ranks():  # cuda unavailable: one message, from rank 0
+            self.backend = make_backend(args.backend, self.env)
         if self.cuda:
             self.device = torch.device("cuda", self.env.node_rank % torch.cuda.device_count())
             torch.cuda.set_device(self.device)

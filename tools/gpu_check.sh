@@ -6,7 +6,7 @@
 # every example through the lowering with --check on the cuda backend, and
 # timings. NVLink multicast stays off throughout.
 #
-#   tools/gpu_check.sh [STAGE ...]     stages: info unit mpi e2e examples perf
+#   tools/gpu_check.sh [STAGE ...]     stages: info unit mpi e2e examples perf pipelined
 #                                      (default: all, in that order)
 #
 # Logs: $OUT/log.txt (everything) and $OUT/summary.txt (one line a step);
@@ -90,7 +90,8 @@ e2e() {  # hand-written host programs; backend auto = cuda here
   python3 -m pytest -q -p no:cacheprovider tests/e2e/test_run.py -k "not test_collectives"
 }
 
-examples() {  # every example, one mpirun: lowering + --check on cuda
+examples() {  # every example, one mpirun: PIPELINE (default: the lowering alone) + --check on cuda
+  local pipe=${1:-$LOWERING}
   cat >/tmp/run_examples.py <<'EOF'
 """Each example compiled by the lowering and checked on the cuda backend,
 in one MPI job (one startup); an exception ends the job."""
@@ -120,7 +121,7 @@ if env.rank == 0:
 EOF
   local files=()
   for f in examples/*.mlir; do [[ $f == *large* ]] || files+=("$f"); done
-  $MPIRUN -n "$N" python3 /tmp/run_examples.py "$LOWERING" "${files[@]}"
+  $MPIRUN -n "$N" python3 /tmp/run_examples.py "$pipe" "${files[@]}"
 }
 
 perf() {  # GEMMs and a fused chain through the backend; the collectives program; AllGather+GEMM
@@ -190,9 +191,14 @@ PY
   $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir -p "$LOWERING" --backend cuda --warmup 3 --iters 10
 }
 
-export -f info unit mpi e2e examples perf
+pipelined() {  # every example through the default pipeline (stream-pipeline: rings over CUDA IPC)
+  examples default || return 1
+  $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir --backend cuda --warmup 3 --iters 10
+}
+
+export -f info unit mpi e2e examples perf pipelined
 STAGES=("$@")
-((${#STAGES[@]})) || STAGES=(info unit mpi e2e examples perf)
+((${#STAGES[@]})) || STAGES=(info unit mpi e2e examples perf pipelined)
 for s in "${STAGES[@]}"; do
   case $s in
     info) step info 60 info ;;
@@ -201,6 +207,7 @@ for s in "${STAGES[@]}"; do
     e2e) step e2e 200 e2e ;;
     examples) step examples 150 examples ;;
     perf) step perf 150 perf ;;
+    pipelined) step pipelined 150 pipelined ;;
     *) note "unknown stage $s" ;;
   esac
 done

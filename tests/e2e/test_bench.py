@@ -83,3 +83,13 @@ def test_fuserc_failure_is_reported_not_fatal(tmp_path: Path) -> None:
 def test_usage_errors(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_cuda_unavailable_is_a_clean_error(tmp_path: Path) -> None:
+    from fuserc.runtime.backend import _cuda_unavailable
+
+    if _cuda_unavailable() is None:
+        pytest.skip("the cuda backend can run here")
+    proc = mpirun_python(2, BENCH, ["--small"], timeout=60)
+    assert proc.returncode != 0
+    assert "the cuda backend cannot run here" in proc.stderr and "Traceback" not in proc.stderr

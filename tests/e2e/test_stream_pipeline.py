@@ -324,3 +324,21 @@ FOUR_RANK_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if "large" n
 def test_examples_run_with_the_default_pipeline(example: str) -> None:
     """Every example (but the GPU-sized one) under `-p default`."""
     ok(mpirun(4, [EXAMPLES / example, "--backend", "cpu", "--check"]))
+
+
+def test_links_helper_measures_a_node(tmp_path: Path) -> None:
+    """runtime/links.py writes a links file the cost model reads; auto's
+    reason names it."""
+    from harness import mpirun_python
+
+    from fuserc.passes.cost_model import load_machine
+
+    out = tmp_path / "links.json"
+    script = Path(__file__).parents[2] / "runtime" / "links.py"
+    ok(mpirun_python(2, script, ["--backend", "cpu", "--gemm", "64", "--bytes", "65536", "--out", out]))
+    machine = load_machine(out)
+    assert machine.gpus_per_node == 2 and machine.source == str(out)
+    assert min(machine.gemm_tflops["f32"], machine.copy_engine_gbps, machine.nccl_busbw_gbps, machine.hbm_gbps) > 0
+    prog = write(tmp_path, "ag", allgather_matmul(2))
+    host = check(2, prog, "default", env={"FUSERC_LINKS": str(out)})
+    assert f"cost model ({out})" in host

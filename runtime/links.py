@@ -1,0 +1,143 @@
+"""Measure what stream-pipeline's cost model needs to know of a node, once,
+and cache it as the links file it reads (passes/cost_model.py):
+
+    mpiexec -n 4 python -m fuserc.runtime.links [--backend cuda] [--out PATH]
+
+writes ~/.cache/fuserc/links.json (or PATH) from rank 0. Measured, through
+the Backend interface (so on the GPUs with the cuda backend): GEMM peak
+throughput per element type and the work at which a GEMM reaches half of
+it, the launch latency, device memory bandwidth, copy-engine peer copies
+(`get` through a shared handle, to the next rank) and NCCL collectives
+(allgather bus bandwidth; a barrier's latency), and the ranks per node.
+Kept at the documented default: `nccl_sm_slowdown` (it needs a GEMM and a
+collective overlapped, which depends on the GEMM). Each figure is the best
+of a few timed repetitions, taken by the slowest rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fuserc.runtime.backend import Backend
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def _best(backend: Backend, fn: Callable[[], Any], reps: int = 3) -> float:
+    """Seconds of the fastest of `reps` runs of `fn` (after one warm-up),
+    the slowest rank's time for each."""
+    from mpi4py import MPI
+
+    fn()
+    backend.synchronize()
+    times = []
+    for _ in range(reps):
+        backend.barrier()
+        mark = backend.timer_start()
+        fn()
+        dt = backend.timer_stop(mark)
+        times.append(backend.env.comm.allreduce(dt, op=MPI.MAX))
+    return max(min(times), 1e-9)
+
+
+def _gemm_seconds(backend: Backend, n: int, dtype: torch.dtype) -> float:
+    a = backend.from_host(torch.randn(n, n).to(dtype))
+    b = backend.from_host(torch.randn(n, n).to(dtype))
+    out = backend.empty((n, n), dtype)
+    return _best(backend, lambda: backend.matmul(a, b, out))
+
+
+def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 256 << 20) -> dict[str, Any]:
+    """The links figures of this node (collective over the job; every rank
+    returns the same). `big`/`small`: GEMM sizes; `nbytes`: transfer size."""
+    from fuserc.passes.cost_model import Machine, machine_json
+
+    tflops: dict[str, float] = {}
+    half_gflop = []
+    for name, dtype in DTYPES.items():
+        t_big, t_small = _gemm_seconds(backend, big, dtype), _gemm_seconds(backend, small, dtype)
+        peak = 2 * big**3 / t_big
+        tflops[name] = peak / 1e12
+        rate = 2 * small**3 / t_small
+        if rate < peak:  # small / (small + half) = rate / peak
+            half_gflop.append(2 * small**3 * (peak / rate - 1) / 1e9)
+    launch = _gemm_seconds(backend, 16, torch.float32)
+
+    n = nbytes // 2
+    src = backend.from_host(torch.zeros(n, dtype=torch.bfloat16))
+    dst = backend.empty((n,), torch.bfloat16)
+    hbm = 2 * nbytes / _best(backend, lambda: backend.copy(src, dst))
+
+    values: dict[str, Any] = {
+        "gemm_tflops": tflops,
+        "launch_us": launch * 1e6,
+        "hbm_gbps": hbm / 1e9,
+        "gpus_per_node": backend.env.node_comm.Get_size(),
+    }
+    if half_gflop:
+        values["gemm_half_gflop"] = sorted(half_gflop)[len(half_gflop) // 2]
+    size = backend.size
+    if size > 1:
+        team = tuple(range(size))
+        backend.prepare_teams([team])
+        peer = (backend.rank + 1) % size
+        shared = backend.empty((n,), torch.bfloat16)
+        tiny = backend.empty((8,), torch.bfloat16)
+        tiny_dst = backend.empty((8,), torch.bfloat16)
+        handle = backend.share(shared, team)
+        small_handle = backend.share(tiny, team)
+        backend.barrier()
+        ce = _best(backend, lambda: backend.wait(backend.get(handle, peer, dst)))
+        ce_lat = _best(backend, lambda: backend.wait(backend.get(small_handle, peer, tiny_dst)))
+        backend.barrier()
+        backend.release_handle(handle)
+        backend.release_handle(small_handle)
+        gathered = backend.empty(((n // size) * size,), torch.bfloat16)
+        piece = backend.from_host(torch.zeros(n // size, dtype=torch.bfloat16))
+        ag = _best(backend, lambda: backend.wait(backend.allgather(piece, gathered, team)))
+        fence = _best(backend, lambda: backend.wait(backend.team_barrier(team)))
+        values |= {
+            "copy_engine_gbps": nbytes / ce / 1e9,
+            "copy_engine_latency_us": ce_lat * 1e6,
+            "nccl_busbw_gbps": nbytes * (size - 1) / size / ag / 1e9,
+            "nccl_latency_us": fence * 1e6,
+        }
+    known = machine_json(Machine())
+    assert set(values) <= set(known)
+    machine = replace(Machine(), **values)
+    return machine_json(machine)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fuserc.passes.cost_model import DEFAULT_LINKS_PATH
+    from fuserc.runtime.backend import make_backend
+    from fuserc.runtime.mpi_env import mpi_env
+
+    parser = argparse.ArgumentParser(prog="python -m fuserc.runtime.links", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--out", default=str(DEFAULT_LINKS_PATH), help="the links file to write (rank 0)")
+    parser.add_argument("--gemm", type=int, default=8192, help="the large GEMM size (n x n x n)")
+    parser.add_argument("--bytes", type=int, default=256 << 20, help="the size of the timed transfers")
+    args = parser.parse_args(argv)
+    env = mpi_env()
+    backend = make_backend(args.backend, env)
+    values = measure(backend, big=args.gemm, small=max(16, args.gemm // 8), nbytes=args.bytes)
+    backend.close()
+    if env.rank == 0:
+        out = Path(args.out).expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(values, indent=2) + "\n")
+        print(f"wrote {out}: {json.dumps(values)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
