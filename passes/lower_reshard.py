@@ -12,7 +12,7 @@ per mesh slice (`Mesh.teams(p)`), each followed by its wait in the
 
 | step | host IR |
 | --- | --- |
-| local_slice (`-` to p on dim j) | per team: `hir.team_index`, `hir.chunk` dim j, `hir.copy` into a new buffer |
+| local_slice (`-` to p on dim j) | per team: `hir.team_index`, `hir.chunk` dim j, `hir.copy` into a new buffer; behind Stream splits (to `Stream(S)*p`): both buffers seen (`hir.view`) with dim j split in (S, extent / S), the chunk taken along j + 1 |
 | allgather (p on dim i to `-`) | `hir.allgather` |
 | alltoall (p from dim i to dim j) | `hir.alltoall` |
 | allreduce (`partial = p` to `-`) | `hir.allreduce` (op = sum) |
@@ -124,6 +124,11 @@ def _stacked(shape: Shape, dim: int, n: int) -> tuple[Shape, Shape]:
     stacked along dim 0."""
     c = tuple(e // n if d == dim else e for d, e in enumerate(shape))
     return c, (n * c[0], *c[1:])
+
+
+def _split_dim(shape: Shape, dim: int, outer: int) -> Shape:
+    """`shape` with `dim` split into (outer, extent / outer)."""
+    return (*shape[:dim], outer, shape[dim] // outer, *shape[dim + 1 :])
 
 
 def _outermost(shape: Shape, dim: int) -> bool:
@@ -279,11 +284,6 @@ class _Reshard:
         else:
             steps = plan_reshard(self.a, self.b, self.shape, meshes)
         if steps is None:
-            if self.a.interleaved_dims() or self.b.placement().interleaved_dims():
-                raise ReshardError(
-                    "a Stream split outside a device split interleaves the device blocks; such a "
-                    "dimension can only be gathered (to a dimension without device splits)"
-                )
             raise ReshardError("no sequence of communications reaches it (a partial sum is only made by compute)")
         final = self.site()
         if not steps:
@@ -330,9 +330,16 @@ class _Reshard:
         out = self.alloc(site, self.local(t), mesh.devices)
         if step.kind == LOCAL_SLICE:
             dim = next(d for d in range(s.rank) if s.dims[d] != t.dims[d])
+            chunks = math.prod(sp.factor for sp in t.dims[dim] if sp.is_stream)
             for team in teams:
                 pos = em.team_index(team, team)
-                em.copy(em.chunk(cur, pos, dim, n, team), out, team)
+                if chunks == 1:
+                    em.copy(em.chunk(cur, pos, dim, n, team), out, team)
+                    continue
+                # Interleaved (`Stream(S)*p`): block `pos` of each of the S
+                # chunks, through views splitting dim into (S, extent / S).
+                src, dst = (em.view(v, _split_dim(_shape(v), dim, chunks), team) for v in (cur, out))
+                em.copy(em.chunk(src, pos, dim + 1, n, team), dst, team)
         elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
             self.allgather_chunks(cur, out, s, step.gather_dim, teams)
         elif step.kind == ALLGATHER:
@@ -370,6 +377,10 @@ class _Reshard:
         em = self.em
         chunks = math.prod(sp.factor for sp in s.dims[dim] if sp.is_stream)
         src_shape, out_shape = _shape(cur), _shape(out)
+        if len(teams[0]) == 1:  # one block: the buffers hold the same rows
+            for team in teams:
+                em.copy(cur, out, team)
+            return
         if not _outermost(src_shape, dim):
             raise ReshardError(f"the gathered dimension {dim} of an interleaved block is not outermost in memory")
         for team in teams:

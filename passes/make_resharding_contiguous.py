@@ -112,11 +112,6 @@ from fuserc.passes.reshard_util import (
 from fuserc.sharding import Mesh, Sharding, Split
 
 _NEEDS_SHARDINGS = "make-resharding-contiguous needs every tensor sharded (run propagate-shardings first)"
-_INTERLEAVED = (
-    "a Stream split outside a device split interleaves the device blocks: such a placement is taken "
-    "as given and kept by local ops, and communication only gathers it (to a dimension without "
-    "device splits), never makes it"
-)
 
 
 @dataclass(frozen=True)
@@ -275,8 +270,6 @@ class _Decomposer:
         )
         if result.partial:
             msg += " (a partial sum comes only from a contraction, or from a linear op on partial operands)"
-        elif result.placement().interleaved_dims():
-            msg += f" ({_INTERLEAVED})"
         return msg
 
     def choose(self, op: FusionOp, current: list[Sharding], result: Sharding) -> tuple[Sharding, list[Sharding]] | None:
@@ -323,10 +316,11 @@ class _Decomposer:
 
     def stream_targets(self, op: FusionOp, k: int, current: Sharding, wanted: Sharding, result: Sharding) -> list[int]:
         """Dimensions of operand k mapped to the result's Stream dimension
-        whose device split the reshard of operand k gathers."""
+        whose device split the reshard of operand k gathers (not when the
+        Stream split interleaves device blocks: that is placement)."""
         sd = result.stream_dim()
         m = rules.op_map(op)
-        if sd is None or m is None:
+        if sd is None or m is None or sd[0] in result.interleaved_dims():
             return []
         return [
             d
@@ -437,12 +431,11 @@ def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
             continue
         plan = plan_reshard(src, dst, shape, meshes)
         if plan is None:
-            if dst.partial and dst.partial != src.partial:
-                why = "a partial sum is made only by a contraction (matmul, linear, sum), never by communication"
-            elif dst.placement().interleaved_dims() or src.placement().interleaved_dims():
-                why = _INTERLEAVED
-            else:
-                why = "no sequence of communications reaches it"
+            why = (
+                "a partial sum is made only by a contraction (matmul, linear, sum), never by communication"
+                if dst.partial and dst.partial != src.partial
+                else "no sequence of communications reaches it"
+            )
             raise error_at(s, f"'fusion.set' op cannot reshard {src} to {dst}: {why}")
         value = s.operands[0]
         for _, placement in plan[:-1]:

@@ -7,10 +7,12 @@ table), or None when it changes several things at once; `plan_reshard`
 decomposes any change of placement into a cheapest chain of such steps.
 Steps work on placements (`Sharding.placement`): Stream splits inside the
 device splits of their dimension are dropped; one outside a device split
-(`Stream(S)*DIDx`) interleaves the device blocks and stays. On such an
-*interleaved* dimension the only step is the allgather of its innermost
-device split (one allgather per stream chunk); no split is added to it,
-moved off it or scattered onto it.
+(`Stream(S)*DIDx`) interleaves the device blocks and stays. Such an
+*interleaved* dimension is made only by a local slice adding its innermost
+device split (each device copies its block of every stream chunk) and left
+only by the allgather of that split (one allgather per stream chunk); no
+split is moved off it or onto it (alltoall), scattered or reduce-scattered
+onto it.
 
 A buffer's memory layout is the `alloc_order` attribute of the op producing
 it (`alloc_order_of`): see `ALLOC_ORDER`.
@@ -84,7 +86,8 @@ REDUCE = "reduce"
 class Step:
     """One pure reshard.
 
-    kind: LOCAL_SLICE (add a split innermost on a dimension: no traffic),
+    kind: LOCAL_SLICE (add a split innermost on a dimension, also behind
+    Stream splits, `-` to `Stream(S)*p`: no traffic),
     ALLGATHER (remove the innermost split of a dimension), ALLTOALL (move the
     innermost split of gather_dim to innermost on scatter_dim), ALLREDUCE
     (partial to not partial), REDUCE_SCATTER (partial to a split innermost on
@@ -122,10 +125,13 @@ def _same_axes(a: Mesh, b: Mesh, types: Sequence[str]) -> bool:
         return False
 
 
-def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Iterator[tuple[Step, Sharding]]:
-    """Every single step from placement `s` (`Sharding.placement`); mesh
-    changes only toward `target_mesh`. Interleaved dimensions (a Stream
-    split outside a device split) are only gathered."""
+def _moves(s: Sharding, shape: Shape, meshes: Meshes, goal: Sharding) -> Iterator[tuple[Step, Sharding]]:
+    """Every single step from placement `s` (`Sharding.placement`) toward
+    placement `goal`: mesh changes only to its mesh. An interleaved
+    dimension (a Stream split outside a device split) is only gathered, and
+    made only toward `goal`'s, by local slices adding the device splits of
+    its prefixes (each device takes its block of every stream chunk)."""
+    target_mesh = goal.mesh
     mesh = meshes[s.mesh]
     rank = len(shape)
     used = set(s.device_types()) | ({s.partial} if s.partial else set())
@@ -141,6 +147,15 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, target_mesh: str) -> Itera
             t = _with_dim(s, d, s.dims[d] + (Split(p),))
             if valid(t):
                 yield Step(LOCAL_SLICE, p), t
+        for d in goal.interleaved_dims() if goal.mesh == s.mesh else []:
+            for k, split in enumerate(goal.dims[d]):
+                splits = goal.dims[d][: k + 1]  # an interleaved prefix ending in p
+                if split.ptype != p or not any(sp.is_stream for sp in splits):
+                    continue
+                if _with_dim(s, d, splits[:-1]).placement() == s:
+                    t = _with_dim(s, d, splits)
+                    if valid(t):
+                        yield Step(LOCAL_SLICE, p), t
     for d in range(rank):
         if not s.dims[d]:
             continue
@@ -195,7 +210,7 @@ def reshard_step(src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> 
     a, b = src.placement(), dst.placement()
     if a == b or a.mesh not in meshes:
         return None
-    for step, t in _moves(a, shape, meshes, b.mesh):
+    for step, t in _moves(a, shape, meshes, b):
         if t == b:
             return step
     return None
@@ -260,7 +275,7 @@ def plan_reshard(
                 path.append((step, s))
                 s = p
             return path[::-1]
-        for step, t in _moves(s, shape, meshes, b.mesh):
+        for step, t in _moves(s, shape, meshes, b):
             key = (cost + step_cost(step, s, t, shape, meshes), steps + 1)
             if t not in best or key < best[t]:
                 best[t] = key

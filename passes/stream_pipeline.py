@@ -245,8 +245,9 @@ def _allgather_site(ag: hir.AllgatherOp, block: Block, order: dict[Operation, in
         return None
     if any(order.get(u, -1) < order[gemm] for u in _sole_users(xg, {ag, gemm})):
         return None  # read between the gather and the GEMM
-    if chunk_dims(gemm, 0) is None or 0 not in chunk_dims(gemm, 0) or 1 in chunk_dims(gemm, 0):  # type: ignore[operator]
-        return None
+    cut = chunk_dims(gemm, 0)
+    if cut is None or 0 not in cut or 1 in cut:
+        return None  # the rows of the GEMM are not the rows of its input
     mark = stream_mark(gemm)
     written = None
     if mark is not None:
@@ -274,7 +275,7 @@ def _outer_allgather_site(loop: hir.ForOp, block: Block, order: dict[Operation, 
     ):  # fmt: skip
         return None
     x, xg = ca.source, cb.source
-    if alloc_in(xg, block) is None or x.owner is ca or isinstance(x.owner, Operation) and loop.is_ancestor(x.owner):
+    if alloc_in(xg, block) is None or isinstance(x.owner, Operation) and loop.is_ancestor(x.owner):
         return None
     users = [u.operation for u in xg.uses if isinstance(u.operation, GEMM_OPS) and u.index == 0]
     gemm = next((g for g in users if g.parent_block() is block and order[g] > order[loop]), None)

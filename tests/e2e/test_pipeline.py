@@ -171,8 +171,8 @@ def _launch(n: int, work: list[tuple[Case, dict[str, str]]], directory: Path) ->
 
 def run_batches(n: int, cases: list[Case], directory: Path) -> dict[str, Outcome]:
     """Every case of job size n under every pipeline, in as few launches as
-    failures allow: a case that crashes or hangs ends its launch, and what
-    is left runs in the next one."""
+    failures allow: a case that crashes or hangs ends its launch (it is the
+    last one started), and what is left runs in the next one."""
     results: dict[str, Outcome] = {}
     while True:
         work = [(c, {p: s for p, s in PIPELINES.items() if f"{c.ident}/{p}" not in results}) for c in cases]
@@ -180,14 +180,15 @@ def run_batches(n: int, cases: list[Case], directory: Path) -> dict[str, Outcome
         if not work:
             return results
         outcomes, started, output = _launch(n, work, directory)
+        progress = len(outcomes)
         results.update(outcomes)
-        culprit = next((s for s in started if s not in results), None)
-        if culprit is not None:
-            results[culprit] = Outcome("crash", f"the job ended during this case\n{output}")
-        elif any(f"{c.ident}/{p}" not in results for c, pipes in work for p in pipes):
-            for c, pipes in work:  # the job failed outside any case
+        if started and started[-1] not in outcomes:
+            results[started[-1]] = Outcome("crash", f"the job ended during this case\n{output}")
+            progress += 1
+        if not progress:  # the job failed outside any case: no retry helps
+            for c, pipes in work:
                 for p in pipes:
-                    results.setdefault(f"{c.ident}/{p}", Outcome("crash", f"the batch job failed\n{output}"))
+                    results[f"{c.ident}/{p}"] = Outcome("crash", f"the batch job failed\n{output}")
 
 
 @pytest.fixture(scope="session")

@@ -210,8 +210,28 @@ def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
     assert "hir.reduce_scatter" not in out
 
 
+def test_linear_bias_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
+    """torch.nn.Linear (with bias) row-parallel, the result written
+    [DIDx*Stream(2), -]: S = 2d, chunk c reduced to device c / 2; the bias
+    is added once, after the reduction."""
+    x = "tensor<64x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+    w = "tensor<16x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+    b = "tensor<16xf32, #fusion.sharding<@tp, [-]>>"
+    y = "tensor<64x16xf32, #fusion.sharding<@tp, [DIDx*Stream(2), -]>>"
+    text = f"""fusion.mesh @tp shape = [4]
+func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
+  %y = fusion.linear %x, %w, %b : ({x}, {w}, {b}) -> {y}
+  func.return %y : {y}
+}}
+"""
+    out = check(4, write(tmp_path, "rsb", text), pipeline())
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"]) == ("collective", "8")
+    assert "fusion.add" in out
+
+
 def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
-    """S = 2d: chunk c reduced to device c / 2 (the collective)."""
+    """S = 2d written on the partial product of a linear without bias."""
     prog = write(tmp_path, "rsl", matmul_reduce_scatter(4, k=2, linear=True))
     out = check(4, prog, pipeline())
     (p,) = pipelines(out)

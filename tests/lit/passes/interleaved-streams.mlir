@@ -99,3 +99,27 @@ func.func @meshes(%x: !a) -> !b {
 // CHECK: hir.recv {{.*}} team = [0, 2]
 // CHECK: hir.send %x to {{.*}} team = [1, 3]
 // CHECK: hir.recv {{.*}} team = [1, 3]
+
+// -----
+
+// Made by a local slice: from a replicated tensor each device copies its
+// block of every chunk (views splitting the dim into the 2 chunks); from
+// rows split plainly, a gather first.
+!r = tensor<64x8xf32, #fusion.sharding<@tp, [-, -]>>
+!d = tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
+!s = tensor<64x8xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
+fusion.mesh @tp shape = [4]
+func.func @make(%x: !r, %y: !d) -> (!s, !s) {
+  %a = fusion.set %x : (!r) -> !s
+  %b = fusion.set %y : (!d) -> !s
+  func.return %a, %b : !s, !s
+}
+// CHECK-LABEL: func.func @make(
+// CHECK: %[[POS:.*]] = hir.team_index team = [0, 1, 2, 3]
+// CHECK-NEXT: %[[V:.*]] = hir.view %x : tensor<64x8xf32> -> tensor<2x32x8xf32>
+// CHECK-NEXT: %[[O:.*]] = hir.view %{{.*}} : tensor<16x8xf32> -> tensor<2x8x8xf32>
+// CHECK-NEXT: %[[C:.*]] = hir.chunk %[[V]] [%[[POS]]] dim = 1 chunks = 4 : (tensor<2x32x8xf32>, index) -> tensor<2x8x8xf32>
+// CHECK-NEXT: hir.copy %[[C]], %[[O]] {{.*}}hir.reshard = "-->DIDx"
+// CHECK: hir.allgather %y, {{.*}} : (tensor<16x8xf32>, tensor<64x8xf32>)
+// CHECK: hir.team_index
+// CHECK-NEXT: hir.view {{.*}} -> tensor<2x32x8xf32>

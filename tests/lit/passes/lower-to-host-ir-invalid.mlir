@@ -66,19 +66,6 @@ func.func @to_partial_other_mesh(%x: !r) -> !p {
 
 // -----
 
-// A Stream split outside a device split: each device's rows are not one
-// block; such a dimension is only ever gathered.
-!r = tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
-!s = tensor<64x8xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
-fusion.mesh @tp shape = [4]
-func.func @strided(%x: !r) -> !s {
-  // expected-error @+1 {{cannot lower 'fusion.set' from #fusion.sharding<@tp, [DIDx, -]> to #fusion.sharding<@tp, [Stream(2)*DIDx, -]>: a Stream split outside a device split interleaves the device blocks; such a dimension can only be gathered (to a dimension without device splits)}}
-  %y = fusion.set %x : (!r) -> !s
-  func.return %y : !s
-}
-
-// -----
-
 // Host programs have no calls.
 !t = tensor<8xf32, #fusion.sharding<@tp, [-]>>
 fusion.mesh @tp shape = [4]

@@ -73,27 +73,3 @@ func.func @bad_set_layout(%x: tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>
   %y = fusion.set %x {alloc_order = array<i64: 1, 0>} : (tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x16xf32, #fusion.sharding<@tp, [-, -]>>
   func.return %y : tensor<64x16xf32, #fusion.sharding<@tp, [-, -]>>
 }
-
-// -----
-
-// A Stream split outside a device split interleaves the device blocks: a
-// placement communication only gathers, never makes.
-!r = tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
-!s = tensor<64x8xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
-fusion.mesh @tp shape = [4]
-func.func @make_interleaved(%x: !r) -> !s {
-  // expected-error @+1 {{'fusion.set' op cannot reshard #fusion.sharding<@tp, [DIDx, -]> to #fusion.sharding<@tp, [Stream(2)*DIDx, -]>: a Stream split outside a device split interleaves the device blocks: such a placement is taken as given and kept by local ops, and communication only gathers it}}
-  %y = fusion.set %x : (!r) -> !s
-  func.return %y : !s
-}
-
-// -----
-
-!r = tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
-!s = tensor<64x8xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
-fusion.mesh @tp shape = [4]
-func.func @compute_interleaved(%x: !r) -> !s {
-  // expected-error @+1 {{'fusion.relu' op cannot be split into local compute and reshards: no placement of its operands (#fusion.sharding<@tp, [DIDx, -]>) computes a result that communication turns into #fusion.sharding<@tp, [Stream(2)*DIDx, -]> (a Stream split outside a device split interleaves the device blocks}}
-  %y = fusion.relu %x : (!r) -> !s
-  func.return %y : !s
-}
