@@ -19,8 +19,10 @@ CLI (`fuserc run --check`, `-i` float32 files for bf16, `--save-outputs`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -33,6 +35,7 @@ import numpy as np
 import pytest
 import torch
 
+from fuserc.sharding import Mesh, Sharding, Split
 from harness import MPI_ENV, MPIEXEC, PROGRAMS, expand, mpirun, ok
 
 HERE = Path(__file__).parent
@@ -77,7 +80,8 @@ class Case:
     name: str
     n: int
     dtype: str  # f32 | bf16 | own (the program's own types)
-    source: Path
+    source: Path | None  # None: `generated` is the template
+    generated: str = ""
 
     @property
     def ident(self) -> str:
@@ -85,6 +89,8 @@ class Case:
 
     def text(self) -> str:
         """The program for this job size and element type."""
+        if self.source is None:
+            return expand(self.generated.replace("${T}", self.dtype), self.n)
         text = self.source.read_text()
         if self.source.parent == EXAMPLES:
             return text if self.n == 4 else text.replace("shape = [4]", f"shape = [{self.n}]")
@@ -122,7 +128,65 @@ def _example_cases() -> list[Case]:
     return out
 
 
-CASES = _program_cases() + _example_cases()
+RANDOM_PROGRAMS = 2
+RANDOM_SETS = 24
+RANDOM_SHAPE = (48, 48)
+
+
+def _placements(meshes: dict[str, Mesh]) -> list[Sharding]:
+    """Every valid placement of a RANDOM_SHAPE tensor on `meshes`: up to two
+    device splits per dimension, with or without a Stream(2) split between,
+    before or after them (interleaved or not), partial sums aside."""
+    out: set[Sharding] = set()
+    for name, mesh in meshes.items():
+        types = [p for p in ("DIDx", "DIDy")[: mesh.rank]]
+        axes = [()]
+        for k in (1, 2):
+            for combo in itertools.permutations(types, k):
+                base = tuple(Split(p) for p in combo)
+                axes += [base] + [base[:i] + (Split("Stream", 2),) + base[i:] for i in range(k + 1)]
+        for a, b in itertools.product(axes, axes):
+            s = Sharding(name, (a, b))
+            if not s.errors(RANDOM_SHAPE, mesh):
+                out.add(s)
+    return sorted(out, key=str)
+
+
+def random_reshards(seed: int, n: int) -> str:
+    """A program of RANDOM_SETS fusion.sets between placements drawn from
+    those of a 1-D mesh of all ranks, a 2-D one ([2, n/2] or [1, n]) and,
+    for n > 1, a mesh of the second half of the ranks: every pair has a
+    chain of reshards (docs/passes.md), and the data must arrive intact."""
+    rows = 2 if n % 2 == 0 else 1
+    meshes = {"t": Mesh("t", (n,)), "g": Mesh("g", (rows, n // rows))}
+    if n > 1:
+        meshes["h"] = Mesh("h", (n - n // 2,), tuple(range(n // 2, n)))
+    rng = random.Random(seed)
+    every = _placements(meshes)
+    sources = rng.sample(every, 6)
+
+    def ty(s: Sharding) -> str:
+        return f"tensor<{RANDOM_SHAPE[0]}x{RANDOM_SHAPE[1]}x${{T}}, {s}>"
+
+    decls = [f"fusion.mesh @{m.name} shape = {list(m.shape)} devices = {list(m.devices)}" for m in meshes.values()]
+    sets = [(rng.randrange(len(sources)), rng.choice(every)) for _ in range(RANDOM_SETS)]
+    args = ", ".join(f"%a{i}: {ty(s)}" for i, s in enumerate(sources))
+    results = ", ".join(ty(b) for _, b in sets)
+    body = [f"  %r{k} = fusion.set %a{i} : ({ty(sources[i])}) -> {ty(b)}" for k, (i, b) in enumerate(sets)]
+    ret = f"  func.return {', '.join(f'%r{k}' for k in range(len(sets)))} : {results}"
+    return "\n".join([*decls, f"func.func @main({args}) -> ({results}) {{", *body, ret, "}"]) + "\n"
+
+
+def _random_cases() -> list[Case]:
+    return [
+        Case(f"random_reshards_{seed}", n, t, None, random_reshards(seed, n))
+        for seed in range(RANDOM_PROGRAMS)
+        for n in RANKS
+        for t in DTYPES
+    ]
+
+
+CASES = _program_cases() + _example_cases() + _random_cases()
 ITEMS = [(c, p) for c in CASES for p in PIPELINES]
 
 
