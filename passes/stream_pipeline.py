@@ -547,6 +547,10 @@ class SiteLowering:
             self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))
 
         self.loop(0, k, local)
+        # The copy into the shared buffer and the fence run on the main
+        # stream: every pull below waits for main, so no get reads a peer's
+        # buffer before that peer has written it in this run.
+        e.add(hir.SetCurrentStreamOp(main))
         shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")

@@ -11,11 +11,11 @@ STAGES=${1:-"info unit pipelined"}
 SHAPES=${2:-"4096x4096x4096,8192x8192x8192,16384x8192x8192,32768x16384x8192"}
 # shellcheck disable=SC2086
 GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-240} OUT=$OUT/check bash tools/gpu_check.sh $STAGES
-export PYTHONPATH=/tmp/pkg:/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/pkg:/tmp/site PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH"
-timeout -k 5 ${BENCH_LIMIT_S:-240} $MPIRUN -n 4 python3 tools/bench.py --pattern both --shapes "$SHAPES" \
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH -x PYTHONSAFEPATH"
+[ "$SHAPES" = none ] || timeout -k 5 ${BENCH_LIMIT_S:-240} $MPIRUN -n 4 python3 tools/bench.py --pattern both --shapes "$SHAPES" \
   --warmup 3 --iters 10 --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
 echo "bench rc=$?" >>"$OUT/bench.txt"
 timeout -k 5 90 $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir --backend cuda \

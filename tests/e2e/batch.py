@@ -4,10 +4,11 @@
 
 CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`.
 For each case and pipeline every rank does what `fuserc run FILE -p SPEC
---check` does (runtime/program.py, runtime/io.py, run_cli.compare): compile,
-random global inputs from the seed, each rank's shards, one run, the results
-gathered to rank 0 and compared there with the unsharded float64 reference
-under the same tolerances. Rank 0 prints one line per case and pipeline:
+--check --iters 1 --warmup 0` does (runtime/program.py, runtime/io.py,
+run_cli.compare): compile, random global inputs from the seed, each rank's
+shards, a run on other inputs then the checked run (reusing the cached
+buffers), the results gathered to rank 0 and compared there with the
+unsharded float64 reference under the same tolerances. Rank 0 prints one line per case and pipeline:
 
     E2E-START <id>/<pipeline>
     E2E-RESULT {"id": ..., "status": "ok" | "fail" | "error" | "skip", ...}
@@ -39,6 +40,8 @@ CASE_TIMEOUT_S = 60
 """A case running longer than this on a rank ends the job (a hang)."""
 
 DEFAULT_SEED = 0
+FIRST_RUN_SEED_OFFSET = 1000
+"""The first run of each program takes the inputs of this other seed."""
 
 
 def _report(record: dict[str, Any]) -> None:
@@ -68,12 +71,16 @@ def compile_case(text: str, name: str, spec: str, backend: Any) -> Any:
 
 
 def run_case(program: Any, env: Any, seed: int) -> tuple[str, str]:
-    """(status, detail) of one run checked against the reference, on rank
-    0 ("", "" on the others). Raises _RunFailure when the run fails."""
+    """(status, detail) of the second of two runs (on other inputs first,
+    as `--iters` runs before the run it checks: cached buffers then hold
+    the first run's data), checked against the reference, on rank 0
+    ("", "" on the others). Raises _RunFailure when a run fails."""
     from fuserc.run_cli import compare, precision_of
     from fuserc.runtime import io
 
     try:
+        first = io.random_inputs(program.params, seed + FIRST_RUN_SEED_OFFSET)
+        program.program.run_prepared(program.program.prepare_inputs(io.shard_inputs(first, program.params, env.rank)))
         globals_ = io.random_inputs(program.params, seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
         results = program.program.run_prepared(local, copy_outputs=True)

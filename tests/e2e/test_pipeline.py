@@ -388,13 +388,13 @@ def test_cli_pass_diagnostic_under_mpiexec(tmp_path: Path) -> None:
     prog.write_text(
         "fusion.mesh @tp shape = [2]\n"
         "func.func @main(%x: tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>)\n"
-        "    -> tensor<8x4xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>> {\n"
-        "  %y = fusion.set %x : (tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>\n"
-        "  func.return %y : tensor<8x4xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>\n"
+        "    -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>> {\n"
+        "  %y = fusion.set %x : (tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>\n"
+        "  func.return %y : tensor<8x4xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>\n"
         "}\n"
     )
     proc = mpirun(2, [prog, "-p", LOWERING, "--check"])
     assert proc.returncode == 1, proc.stderr
-    assert f"{prog}:4:3: error: 'fusion.set' op cannot reshard" in proc.stderr
-    assert "interleaves the device blocks" in proc.stderr
+    assert f"{prog}:4:3: error: 'fusion.set' op" in proc.stderr, proc.stderr
+    assert "partial" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1

@@ -45,6 +45,8 @@
 // RING-NEXT: hir.sync_stream %main : !hir.stream
 // RING-NEXT: hir.matmul %x, %w, %ymine : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
 // RING-NEXT: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 2 : i64, reason = "algorithm = ring requested; cost model
+// The shared copy and the fence are on the main stream, which every pull waits for.
+// RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: %xs = hir.alloc "main/0/0/ring" : tensor<16x8xf32>
 // RING-NEXT: hir.copy %x, %xs : tensor<16x8xf32>, tensor<16x8xf32>
 // RING-NEXT: %h = hir.share %xs team = [0, 1, 2, 3] : tensor<16x8xf32> -> !hir.handle
