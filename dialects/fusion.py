@@ -46,7 +46,6 @@ from xdsl.irdl import (
     prop_def,
     result_def,
     traits_def,
-    var_operand_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
@@ -406,7 +405,7 @@ class FusionOp(IRDLOperation):
     def verify_elements(self, elems: list[Attribute]) -> None:
         if len(set(elems)) > 1:
             raise VerifyException(
-                f"operands must have one element type, got "
+                "operands must have one element type, got "
                 + ", ".join(str(e) for e in elems)
             )
 
@@ -414,6 +413,16 @@ class FusionOp(IRDLOperation):
 def _tensor(v: SSAValue) -> TensorType:
     assert isinstance(v.type, TensorType)
     return v.type
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    """The static shape of a tensor-typed value."""
+    return tuple(_tensor(v).get_shape())
+
+
+def element_type_of(v: SSAValue) -> Attribute:
+    """The element type of a tensor-typed value."""
+    return _tensor(v).element_type
 
 
 def verify_shardings(op: Operation, values: Sequence[SSAValue]) -> None:

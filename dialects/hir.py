@@ -64,6 +64,7 @@ from xdsl.traits import HasParent, IsTerminator, SingleBlockImplicitTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.dialects.fusion import element_type_of, shape_of
 
 BACKENDS: tuple[str, ...] = ("nccl", "cuda_ipc", "mpi")
 REDUCTION_OPS: tuple[str, ...] = ("sum", "max", "min", "prod")
@@ -190,18 +191,6 @@ _TENSOR = TensorType.constr()
 _INDEX = IndexType()
 
 
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue) -> Attribute:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.element_type
-
-
 def check_buffer_type(t: Attribute) -> None:
     """Local buffers: a tensor type with a static shape and no encoding."""
     if not isinstance(t, TensorType):
@@ -213,7 +202,7 @@ def check_buffer_type(t: Attribute) -> None:
 
 
 def _same_elements(values: Sequence[SSAValue]) -> None:
-    elems = [_elem(v) for v in values]
+    elems = [element_type_of(v) for v in values]
     if len(set(elems)) > 1:
         raise VerifyException(
             "operands must have one element type, got " + ", ".join(str(e) for e in elems)
@@ -736,7 +725,7 @@ def _check_position(v: SSAValue, size: int, what: str) -> None:
 
 
 def _check_rank_ge1(v: SSAValue, what: str) -> tuple[int, ...]:
-    shape = _shape(v)
+    shape = shape_of(v)
     if not shape:
         raise VerifyException(f"{what} must have rank >= 1 (it is split along dim 0)")
     return shape
@@ -755,9 +744,9 @@ def _check_stacked(small: SSAValue, big: SSAValue, n: int, small_name: str, big_
 
 
 def _check_same_shape(a: SSAValue, b: SSAValue, a_name: str, b_name: str) -> None:
-    if _shape(a) != _shape(b):
+    if shape_of(a) != shape_of(b):
         raise VerifyException(
-            f"{a_name} shape {list(_shape(a))} and {b_name} shape {list(_shape(b))} must be equal"
+            f"{a_name} shape {list(shape_of(a))} and {b_name} shape {list(shape_of(b))} must be equal"
         )
 
 
@@ -1068,7 +1057,7 @@ class SelectOp(HirOp):
         return self.dim_attr.value.data
 
     def verify_op(self) -> None:
-        shape = _shape(self.source)
+        shape = shape_of(self.source)
         _check_dim(shape, self.dim)
         _check_view_result(self.source, self.result, select_shape(shape, self.dim))
         value = _constant_value(self.index)
@@ -1112,7 +1101,7 @@ class ChunkOp(HirOp):
         return self.chunks_attr.value.data
 
     def verify_op(self) -> None:
-        shape = _shape(self.source)
+        shape = shape_of(self.source)
         _check_dim(shape, self.dim)
         _check_positive(self.chunks, "chunks")
         if shape[self.dim] % self.chunks:
@@ -1126,10 +1115,10 @@ class ChunkOp(HirOp):
 
 
 def _check_view_result(source: SSAValue, result: SSAValue, want: tuple[int, ...]) -> None:
-    if _shape(result) != want:
-        raise VerifyException(f"result shape {list(_shape(result))} does not match the expected {list(want)}")
-    if _elem(result) != _elem(source):
-        raise VerifyException(f"result element type {_elem(result)} does not match {_elem(source)}")
+    if shape_of(result) != want:
+        raise VerifyException(f"result shape {list(shape_of(result))} does not match the expected {list(want)}")
+    if element_type_of(result) != element_type_of(source):
+        raise VerifyException(f"result element type {element_type_of(result)} does not match {element_type_of(source)}")
 
 
 @irdl_op_definition
@@ -1150,13 +1139,13 @@ class ViewOp(HirOp):
         super().__init__(operands=[src], result_types=[TensorType(t.element_type, shape)])
 
     def verify_op(self) -> None:
-        a, b = _shape(self.source), _shape(self.result)
+        a, b = shape_of(self.source), shape_of(self.result)
         if math.prod(a) != math.prod(b):
             raise VerifyException(
                 f"cannot view {list(a)} ({math.prod(a)} elements) as {list(b)} ({math.prod(b)} elements)"
             )
-        if _elem(self.result) != _elem(self.source):
-            raise VerifyException(f"result element type {_elem(self.result)} does not match {_elem(self.source)}")
+        if element_type_of(self.result) != element_type_of(self.source):
+            raise VerifyException(f"result element type {element_type_of(self.result)} does not match {element_type_of(self.source)}")
 
 
 # --------------------------------------------------------------------------
@@ -1169,8 +1158,8 @@ def _check_out_shape(out: SSAValue, rule, *args) -> None:
         want = tuple(rule(*args))
     except shapes.ShapeError as e:
         raise VerifyException(str(e)) from None
-    if _shape(out) != want:
-        raise VerifyException(f"output shape {list(_shape(out))} does not match the expected {list(want)}")
+    if shape_of(out) != want:
+        raise VerifyException(f"output shape {list(shape_of(out))} does not match the expected {list(want)}")
 
 
 @irdl_op_definition
@@ -1189,7 +1178,7 @@ class MatmulOp(HirOp):
 
     def verify_op(self) -> None:
         _same_elements([self.lhs, self.rhs, self.out])
-        _check_out_shape(self.out, shapes.matmul, _shape(self.lhs), _shape(self.rhs))
+        _check_out_shape(self.out, shapes.matmul, shape_of(self.lhs), shape_of(self.rhs))
 
 
 @irdl_op_definition
@@ -1214,8 +1203,8 @@ class LinearOp(HirOp):
 
     def verify_op(self) -> None:
         _same_elements(list(self.operands))
-        bias = _shape(self.bias) if self.bias is not None else None
-        _check_out_shape(self.out, shapes.linear, _shape(self.input), _shape(self.weight), bias)
+        bias = shape_of(self.bias) if self.bias is not None else None
+        _check_out_shape(self.out, shapes.linear, shape_of(self.input), shape_of(self.weight), bias)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
@@ -1472,16 +1461,16 @@ def _verify_peer_copy(local: SSAValue, handle: SSAValue, peer: SSAValue, chunks:
     share = handle.owner
     if not isinstance(share, ShareOp):
         return
-    shared = _shape(share.buffer)
+    shared = shape_of(share.buffer)
     if chunks is not None:
         if not shared or shared[0] % chunks:
             raise VerifyException(
                 f"the shared buffer {list(shared)} cannot be cut into {chunks} blocks along dim 0"
             )
         want = chunk_shape(shared, 0, chunks)
-        if _shape(local) != want:
+        if shape_of(local) != want:
             raise VerifyException(
-                f"local buffer shape {list(_shape(local))} must be {list(want)}: one of {chunks} blocks of "
+                f"local buffer shape {list(shape_of(local))} must be {list(want)}: one of {chunks} blocks of "
                 f"the shared buffer {list(shared)} along dim 0"
             )
     else:

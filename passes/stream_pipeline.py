@@ -47,11 +47,12 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
+from fuserc.dialects.fusion import element_type_of, shape_of
 from fuserc.passes import cost_model
 from fuserc.passes.reshard_util import element_bytes
 from fuserc.passes.cost_model import ALGORITHMS, ALLGATHER, COLLECTIVE, NONE, REDUCE_SCATTER, RING, Machine
@@ -72,18 +73,6 @@ GEMM_OPS = (hir.MatmulOp, hir.LinearOp)
 # --------------------------------------------------------------------------
 # Reading the input
 # --------------------------------------------------------------------------
-
-
-def shape_of(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def elem_name(v: SSAValue) -> str:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return str(t.element_type)
 
 
 def stream_mark(op: Operation) -> tuple[int, int] | None:
@@ -184,7 +173,7 @@ class Site:
         assert isinstance(buf.type, TensorType)
         nbytes = math.prod(shape_of(buf)) * element_bytes(buf.type)
         kind = cost_model.ALLGATHER_OUTER if self.outer else self.kind
-        return cost_model.Site(kind, gemm_flops(self.gemm), nbytes, elem_name(buf), self.d)
+        return cost_model.Site(kind, gemm_flops(self.gemm), nbytes, str(element_type_of(buf)), self.d)
 
 
 def find_sites(func: FuncOp) -> list[Site]:
@@ -551,7 +540,7 @@ class SiteLowering:
         # stream: every pull below waits for main, so no get reads a peer's
         # buffer before that peer has written it in this run.
         e.add(hir.SetCurrentStreamOp(main))
-        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(x), list(shape_of(x)))), "xs")
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
         e.fence(site.team, ag.backend)
@@ -613,7 +602,7 @@ class SiteLowering:
         x, xg, y = _outer_source(ag), site.buffer, site.gemm.operands[-1]
         main = e.value(hir.GetCurrentStreamOp(), "main")
         pos = e.value(hir.TeamIndexOp(site.team), "pos")
-        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(x), list(shape_of(x)))), "xs")
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
         e.fence(site.team, ag.backend)
@@ -678,7 +667,7 @@ class SiteLowering:
         nxt = e.value(hir.AddModOp(pos, c1, d), "next")
         first = nxt  # the destination of step 0
         handle = e.value(hir.ShareOp(p, site.team), "h")
-        recv = e.value(hir.AllocOp(self.site_name("ring"), TensorType(_elem(p), list(shape_of(p)))), "recv")
+        recv = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(p), list(shape_of(p)))), "recv")
 
         def previous(b: Emitter, t: SSAValue, modulus: int) -> SSAValue:
             return b.value(hir.AddModOp(t, b.const(modulus - 1), modulus), "prev")
@@ -733,12 +722,6 @@ def _outer_source(ag: hir.AllgatherOp) -> SSAValue:
     chunk = ag.input.owner
     assert isinstance(chunk, hir.ChunkOp)
     return chunk.source
-
-
-def _elem(v: SSAValue) -> Attribute:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.element_type
 
 
 def _add_launch(acc: SSAValue, other: SSAValue) -> hir.LaunchOp:

@@ -95,26 +95,29 @@ class Backend(ABC):
         so that the caller may keep it while the buffer is reused)."""
 
     # ---- views (no copy) ----------------------------------------------------
-    @abstractmethod
+    # Both backends hold torch tensors (on the CPU or a GPU), whose views
+    # these are; a backend with another array type overrides them.
     def select(self, array: Array, dim: int, index: int) -> Array:
         """Index `index` of dim `dim`, which is dropped."""
+        return array.select(dim, index)
 
-    @abstractmethod
     def chunk(self, array: Array, dim: int, index: int, chunks: int) -> Array:
         """The `index`-th of `chunks` equal blocks along `dim`."""
+        size = array.shape[dim] // chunks
+        return array.narrow(dim, index * size, size)
 
-    @abstractmethod
     def reshape_view(self, array: Array, shape: Sequence[int]) -> Array:
         """The same contiguous memory seen with another shape."""
+        return array.view(tuple(shape))
 
-    @abstractmethod
     def base(self, array: Array) -> Array:
         """The buffer a view was made from (`array` itself if not a view)."""
+        return array._base if array._base is not None else array
 
-    @abstractmethod
     def view_key(self, array: Array) -> Hashable:
         """Where a view lies in its base (offset, shape, strides), so that
         registrations of one buffer can be kept per view."""
+        return (array.storage_offset(), tuple(array.shape), tuple(array.stride()))
 
     # ---- compute (on the current stream) ------------------------------------
     @abstractmethod

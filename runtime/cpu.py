@@ -18,7 +18,7 @@ copy is complete at the target when it returns).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,23 +159,6 @@ class CpuBackend(Backend):
     def to_host(self, array: torch.Tensor) -> torch.Tensor:
         self._order(reads=[array])
         return array.detach().clone(memory_format=torch.contiguous_format)
-
-    # ---- views --------------------------------------------------------------
-    def select(self, array: torch.Tensor, dim: int, index: int) -> torch.Tensor:
-        return array.select(dim, index)
-
-    def chunk(self, array: torch.Tensor, dim: int, index: int, chunks: int) -> torch.Tensor:
-        size = array.shape[dim] // chunks
-        return array.narrow(dim, index * size, size)
-
-    def reshape_view(self, array: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-        return array.view(tuple(shape))
-
-    def base(self, array: torch.Tensor) -> torch.Tensor:
-        return array._base if array._base is not None else array
-
-    def view_key(self, array: torch.Tensor) -> Hashable:
-        return (array.storage_offset(), tuple(array.shape), tuple(array.stride()))
 
     # ---- compute ------------------------------------------------------------
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -24,7 +24,7 @@ streams, read after a synchronization.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,23 +170,6 @@ class CudaBackend(Backend):
 
         cupy.cuda.runtime.deviceSynchronize()
         return array.detach().to("cpu", copy=True).contiguous()
-
-    # ---- views --------------------------------------------------------------
-    def select(self, array: torch.Tensor, dim: int, index: int) -> torch.Tensor:
-        return array.select(dim, index)
-
-    def chunk(self, array: torch.Tensor, dim: int, index: int, chunks: int) -> torch.Tensor:
-        size = array.shape[dim] // chunks
-        return array.narrow(dim, index * size, size)
-
-    def reshape_view(self, array: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-        return array.view(tuple(shape))
-
-    def base(self, array: torch.Tensor) -> torch.Tensor:
-        return array._base if array._base is not None else array
-
-    def view_key(self, array: torch.Tensor) -> Hashable:
-        return (array.storage_offset(), tuple(array.shape), tuple(array.stride()))
 
     # ---- compute ------------------------------------------------------------
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -23,7 +23,6 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
-    IntegerType,
     ModuleOp,
     TensorType,
     bf16,

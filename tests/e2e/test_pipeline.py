@@ -2,17 +2,20 @@
 `mpiexec -n N` for N = 1, 2, 3 and 4, checked against the unsharded float64
 reference (what `fuserc run --check` does).
 
-The programs are tests/e2e/programs/pipeline/*.mlir (one per row of the
-reshard table of DESIGN.md section 3, `rt_*`; the cases of the sharding
-passes, `case_*`; more ops, `ops_*`) and the examples. A program is a
-template (tests/e2e/harness.py): `${...}` are Python expressions of N, and
-`${T}` is the element type, so each runs in f32 and in bf16. Header lines
-`// ranks: 2 3 4` restrict the job sizes (default 1 2 3 4).
+The programs are tests/e2e/programs/pipeline/*.mlir (the rows of the
+reshard table of DESIGN.md section 3 and Stream splits, `rt_*`; the cases of
+the sharding passes, `case_*`; more ops, `ops_*`; results, `ret_*`), the
+examples, and generated programs of random reshards between every kind of
+placement. A program is a template (tests/e2e/harness.py): `${...}` are
+Python expressions of N, and `${T}` is the element type, so each runs in
+f32 and in bf16. A header line `// ranks: 2 3 4` restricts the job sizes
+(default 1 2 3 4).
 
 Every program runs under the lowering passes and under the default
-pipeline (with stream-pipeline) when that pass is available. To keep the
-start-up of MPI and Python to one per job size, tests/e2e/batch.py runs all
-the programs of one N in one launch and prints a line per program; each
+pipeline (with stream-pipeline) when that pass is available, twice (the
+first time on other inputs, so that cached buffers hold stale data). To pay
+the start-up of MPI and Python once per job size, tests/e2e/batch.py runs
+all the programs of one N in one launch and prints a line per program; each
 program is its own test, reading its line. A few tests go through the real
 CLI (`fuserc run --check`, `-i` float32 files for bf16, `--save-outputs`).
 """
