@@ -76,6 +76,7 @@ from fuserc.passes.reshard_util import (
     reshard_step,
 )
 from fuserc.sharding import Mesh, Sharding
+from fuserc.dialects.fusion import element_type_of, shape_of
 
 if TYPE_CHECKING:
     from fuserc.passes.lower_to_host_ir import Emitter
@@ -94,27 +95,15 @@ class ReshardError(Exception):
 # --------------------------------------------------------------------------
 
 
-def _shape(v: SSAValue) -> Shape:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _elem(v: SSAValue) -> Attribute:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.element_type
-
-
 def reshape_op(x: SSAValue, shape: Sequence[int]) -> Operation:
-    return ReshapeOp.create(operands=[x], result_types=[TensorType(_elem(x), list(shape))])
+    return ReshapeOp.create(operands=[x], result_types=[TensorType(element_type_of(x), list(shape))])
 
 
 def permute_op(x: SSAValue, perm: Sequence[int]) -> Operation:
-    shape = _shape(x)
+    shape = shape_of(x)
     return PermuteOp.create(
         operands=[x],
-        result_types=[TensorType(_elem(x), [shape[d] for d in perm])],
+        result_types=[TensorType(element_type_of(x), [shape[d] for d in perm])],
         properties={"dims": hir.int_array(perm)},
     )
 
@@ -138,13 +127,13 @@ def _outermost(shape: Shape, dim: int) -> bool:
 
 def blocks_in(em: Emitter, src: SSAValue, dim: int, n: int, site: str, tag: tuple[int, ...]) -> SSAValue:
     """`src` seen as its n blocks along `dim` stacked along dim 0."""
-    shape = _shape(src)
+    shape = shape_of(src)
     _, flat = _stacked(shape, dim, n)
     if dim == 0:
         return src
     if _outermost(shape, dim):
         return em.view(src, flat, tag)
-    stage = em.alloc(site, flat, _elem(src), tag)
+    stage = em.alloc(site, flat, element_type_of(src), tag)
     split = (*shape[:dim], n, shape[dim] // n, *shape[dim + 1 :])
     perm = [dim, *range(dim), *range(dim + 1, len(split))]
 
@@ -164,13 +153,13 @@ def blocks_out(
     """A buffer to receive the n blocks of `dst` along `dim` stacked along
     dim 0, and what to run once they are there (a copy into `dst` when
     staged)."""
-    shape = _shape(dst)
+    shape = shape_of(dst)
     c, flat = _stacked(shape, dim, n)
     if dim == 0:
         return dst, lambda: None
     if _outermost(shape, dim):
         return em.view(dst, flat, tag), lambda: None
-    stage = em.alloc(site, flat, _elem(dst), tag)
+    stage = em.alloc(site, flat, element_type_of(dst), tag)
     perm = [*range(1, dim + 1), 0, *range(dim + 1, len(shape) + 1)]
 
     def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
@@ -338,7 +327,7 @@ class _Reshard:
                     continue
                 # Interleaved (`Stream(S)*p`): block `pos` of each of the S
                 # chunks, through views splitting dim into (S, extent / S).
-                src, dst = (em.view(v, _split_dim(_shape(v), dim, chunks), team) for v in (cur, out))
+                src, dst = (em.view(v, _split_dim(shape_of(v), dim, chunks), team) for v in (cur, out))
                 em.copy(em.chunk(src, pos, dim + 1, n, team), dst, team)
         elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
             self.allgather_chunks(cur, out, s, step.gather_dim, teams)
@@ -376,7 +365,7 @@ class _Reshard:
         dimensions (make-resharding-contiguous sees to it)."""
         em = self.em
         chunks = math.prod(sp.factor for sp in s.dims[dim] if sp.is_stream)
-        src_shape, out_shape = _shape(cur), _shape(out)
+        src_shape, out_shape = shape_of(cur), shape_of(out)
         if len(teams[0]) == 1:  # one block: the buffers hold the same rows
             for team in teams:
                 em.copy(cur, out, team)
@@ -561,8 +550,8 @@ class _Reshard:
                 em.copy(self.sub_view(src, t.send, tag, const), self.sub_view(out, t.recv, tag, const), tag)
             elif x == t.sender:
                 view = self.sub_view(src, t.send, tag, const)
-                if not _contiguous(_shape(view), _shape(src)):
-                    stage = self.alloc(f"{site}/send{x}to{t.receiver}", _shape(view), tag)
+                if not _contiguous(shape_of(view), shape_of(src)):
+                    stage = self.alloc(f"{site}/send{x}to{t.receiver}", shape_of(view), tag)
                     em.copy(view, stage, tag)
                     view = stage
                 op = em.emit(hir.SendOp(view, const(1), team, em.backend), tag, marked=True)
@@ -571,8 +560,8 @@ class _Reshard:
             else:
                 view = self.sub_view(out, t.recv, tag, const)
                 target = view
-                if not _contiguous(_shape(view), _shape(out)):
-                    target = self.alloc(f"{site}/recv{x}from{t.sender}", _shape(view), tag)
+                if not _contiguous(shape_of(view), shape_of(out)):
+                    target = self.alloc(f"{site}/recv{x}from{t.sender}", shape_of(view), tag)
                     after.append((target, view))
                 op = em.emit(hir.RecvOp(target, const(0), team, em.backend), tag, marked=True)
                 op.results[0].name_hint = "tok"

@@ -76,6 +76,7 @@ from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import ALLOC_ORDER, alloc_order_of, inverse
 from fuserc.passes.sharding_rules import is_resharding
 from fuserc.sharding import Mesh
+from fuserc.dialects.fusion import shape_of
 
 Tag = tuple[int, ...] | None
 """The ranks that run an op of the flat program; None: every rank (the op is
@@ -207,12 +208,6 @@ class Emitter:
         while value in self.source:
             value = self.source[value]
         return value
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
 
 
 def local_type(t: TensorType, mesh: Mesh) -> TensorType:

@@ -45,8 +45,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 
 from fuserc.dialects.fusion import (
     AddOp,
@@ -69,6 +68,7 @@ from fuserc.dialects.fusion import (
     sharding_of,
 )
 from fuserc.sharding import Mesh, Sharding, Split
+from fuserc.dialects.fusion import shape_of
 
 Shape = tuple[int, ...]
 MeshLookup = Callable[[str], "Mesh | None"]
@@ -100,11 +100,6 @@ class OpMap:
         dimensions): a device makes any block of them locally."""
         taken = {t.dim for ts in self.operands for t in ts if t.dim is not None}
         return [r for r in range(self.result_rank) if r not in taken]
-
-
-def _shape(v: SSAValue) -> Shape:
-    assert isinstance(v.type, TensorType)
-    return tuple(v.type.get_shape())
 
 
 def _identity(rank: int) -> tuple[Target, ...]:
@@ -139,8 +134,8 @@ def _matmul_map(a: Shape, b: Shape, r: Shape) -> tuple[tuple[Target, ...], tuple
 
 def op_map(op: FusionOp) -> OpMap | None:
     """The dimension map of `op` (None for reshape, see `reshape_sharding`)."""
-    shapes = [_shape(v) for v in op.operands]
-    res = _shape(op.results[0])
+    shapes = [shape_of(v) for v in op.operands]
+    res = shape_of(op.results[0])
     rr = len(res)
     if isinstance(op, ReshapeOp):
         return None
@@ -311,7 +306,7 @@ def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup
         mesh = mesh_of(mesh_name)
         if mesh is None:
             return None
-        return reshape_sharding(ops[0], _shape(op.operands[0]), _shape(op.results[0]), mesh, True)
+        return reshape_sharding(ops[0], shape_of(op.operands[0]), shape_of(op.results[0]), mesh, True)
     m = op_map(op)
     assert m is not None
     dims: list[tuple[Split, ...] | None] = [None] * m.result_rank
@@ -380,13 +375,13 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     operands it knows (None where none is known). Equal to `local_result`
     whenever that exists."""
     ops = [s.placement() if s is not None else None for s in operands]
-    res_shape = _shape(op.results[0])
+    res_shape = shape_of(op.results[0])
     if isinstance(op, ReshapeOp):
         src = ops[0]
         mesh = mesh_of(src.mesh) if src is not None else None
         if src is None or mesh is None:
             return None
-        return reshape_sharding(src, _shape(op.operands[0]), res_shape, mesh, False)
+        return reshape_sharding(src, shape_of(op.operands[0]), res_shape, mesh, False)
     m = op_map(op)
     assert m is not None
     order = _priority(m, ops)
@@ -422,12 +417,12 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
     as one exists: a partial result of an op that cannot make one is given
     operands without partial)."""
     r = result.placement()
-    shapes = [_shape(v) for v in op.operands]
+    shapes = [shape_of(v) for v in op.operands]
     mesh = mesh_of(r.mesh)
     if isinstance(op, ReshapeOp):
         if mesh is None:
             return [Sharding.replicated(r.mesh, len(shapes[0]))]
-        back = reshape_sharding(r, _shape(op.results[0]), shapes[0], mesh, False)
+        back = reshape_sharding(r, shape_of(op.results[0]), shapes[0], mesh, False)
         assert back is not None
         return [back]
     m = op_map(op)
@@ -466,7 +461,7 @@ def can_make_partial(op: FusionOp, ptype: str, mesh: Mesh | None) -> bool:
     if isinstance(op, ReshapeOp):
         return False
     m = op_map(op)
-    return m is not None and _can_contract(m, [_shape(v) for v in op.operands], ptype, mesh)
+    return m is not None and _can_contract(m, [shape_of(v) for v in op.operands], ptype, mesh)
 
 
 def _can_contract(m: OpMap, shapes: Sequence[Shape], ptype: str, mesh: Mesh | None) -> bool:

@@ -30,6 +30,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from fuserc.dialects import fusion, hir
 from fuserc.runtime.reference import torch_dtype
+from fuserc.dialects.fusion import shape_of
 
 # --------------------------------------------------------------------------
 # Types
@@ -143,11 +144,6 @@ def _dtype_of(v: SSAValue) -> torch.dtype:
     return torch_dtype(v.type.element_type)
 
 
-def _shape_of(v: SSAValue) -> tuple[int, ...]:
-    assert isinstance(v.type, TensorType)
-    return tuple(v.type.get_shape())
-
-
 # --------------------------------------------------------------------------
 # Views: how a region argument or an output buffer is re-indexed
 # --------------------------------------------------------------------------
@@ -235,9 +231,9 @@ def _view_step(op: Operation) -> Step | None:
     if isinstance(op, fusion.PermuteOp):
         return ("permute", tuple(op.keyword("dims")))
     if isinstance(op, fusion.BroadcastInDimOp):
-        return ("broadcast", tuple(op.keyword("dims")), _shape_of(op.results[0]))
+        return ("broadcast", tuple(op.keyword("dims")), shape_of(op.results[0]))
     if isinstance(op, fusion.ReshapeOp):
-        return ("reshape", _shape_of(op.results[0]))
+        return ("reshape", shape_of(op.results[0]))
     return None
 
 
@@ -289,13 +285,13 @@ def plan_region(body: Block) -> FusedPlan | None:
             return None
         res = op.results[0]
         if shape is None:
-            shape = _shape_of(res)
-        if _shape_of(res) != shape:
+            shape = shape_of(res)
+        if shape_of(res) != shape:
             return None
         args: list[str] = []
         for v in op.operands:
             if v in sources:
-                if _shape_of(v) != shape:
+                if shape_of(v) != shape:
                     return None
                 args.append(input_var(v))
             elif v in exprs:
@@ -323,7 +319,7 @@ def plan_region(body: Block) -> FusedPlan | None:
         elif v in exprs:
             value = exprs[v]
             outputs.append(OutputView(i))
-        elif v in sources and _shape_of(v) == shape:
+        elif v in sources and shape_of(v) == shape:
             value = input_var(v)
             outputs.append(OutputView(i))
         else:
@@ -347,7 +343,7 @@ def plan_region(body: Block) -> FusedPlan | None:
 def _output_steps(base: SSAValue, steps: Sequence[Step]) -> tuple[Step, ...] | None:
     """The view of an output buffer holding `steps(base)` that has base's
     shape: each permute undone by its inverse, each reshape by a reshape."""
-    shapes = [_shape_of(base)]
+    shapes = [shape_of(base)]
     for step in steps:
         if step[0] == "permute":
             shapes.append(tuple(shapes[-1][d] for d in step[1]))

@@ -38,6 +38,7 @@ from xdsl.traits import SymbolTable
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
 from fuserc.dialects import fusion
+from fuserc.dialects.fusion import shape_of
 
 # --------------------------------------------------------------------------
 # Element types <-> torch dtypes
@@ -91,10 +92,6 @@ def _tensor_type(v: SSAValue) -> TensorType:
     return v.type
 
 
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(_tensor_type(v).get_shape())
-
-
 # --------------------------------------------------------------------------
 # One op
 # --------------------------------------------------------------------------
@@ -126,7 +123,7 @@ def _reduction(fn: Callable[..., torch.Tensor]) -> _Impl:
 
 
 def _broadcast_in_dim(op, a, acc):
-    out_shape = _shape(op.results[0])
+    out_shape = shape_of(op.results[0])
     view = [1] * len(out_shape)
     for i, d in enumerate(op.keyword("dims")):
         view[d] = a[0].shape[i]
@@ -158,7 +155,7 @@ _IMPLS: dict[type[fusion.FusionOp], _Impl] = {
     fusion.SumOp: _reduction(torch.sum),
     fusion.MaxOp: _reduction(torch.amax),
     fusion.PermuteOp: lambda op, a, acc: a[0].permute(op.keyword("dims")),
-    fusion.ReshapeOp: lambda op, a, acc: a[0].reshape(_shape(op.results[0])),
+    fusion.ReshapeOp: lambda op, a, acc: a[0].reshape(shape_of(op.results[0])),
     fusion.BroadcastInDimOp: _broadcast_in_dim,
     fusion.SliceOp: _slice,
     fusion.SoftmaxOp: lambda op, a, acc: torch.softmax(a[0], dim=op.keyword("dim")),
