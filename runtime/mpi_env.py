@@ -25,6 +25,10 @@ COLLECTIVE_GRACE_S = 10.0
 the same way, for rank 0 to report it and abort the job (so a user sees one
 message, not one per rank) before it reports and aborts itself."""
 
+ABORT_GRACE_S = 0.5
+"""How long a failing rank waits after printing, before it aborts the job,
+so that the launcher forwards its message before every process is killed."""
+
 
 @dataclass
 class MpiEnv:
@@ -100,7 +104,13 @@ def prefixed(rank: int, text: str) -> str:
 
 
 def abort_job(env: MpiEnv, error: BaseException, code: int = 1) -> NoReturn:
-    """Report `error` from this rank on stderr and end the whole job."""
+    """Report `error` from this rank on stderr and end the whole job.
+
+    An error every rank hits identically (`same_on_all_ranks`) is reported
+    by rank 0; the others wait a while for rank 0's abort before they report
+    and abort themselves. Before aborting, a rank pauses briefly so that the
+    launcher forwards what it printed: an abort kills every process, and
+    output still in transit with them."""
     same = isinstance(error, SameOnAllRanks)
     inner = error.error if same else error
     if same and env.rank != 0 and env.size > 1:
@@ -110,6 +120,7 @@ def abort_job(env: MpiEnv, error: BaseException, code: int = 1) -> NoReturn:
     sys.stderr.flush()
     if env.size == 1:
         os._exit(code)  # no other rank to stop; skip MPI's abort banner
+    time.sleep(ABORT_GRACE_S)
     env.comm.Abort(code)
     os._exit(code)  # pragma: no cover - Abort does not return
 

@@ -4,6 +4,7 @@ every rank's results with torch on the global tensors."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from fuserc.api import FusionDefinition, shard_tensor
 
 torch.manual_seed(0)
+BACKEND = os.environ.get("FUSERC_TEST_BACKEND", "cpu")
 
 
 def rand(*shape: int) -> torch.Tensor:
@@ -37,10 +39,10 @@ def pointwise_allgather() -> None:
     fd.sched.shard(y, "tp", ["-", "-"])
     assert "fusion.relu" in fd.to_mlir()
     xs = rand(16, 8)
-    (out,) = fd.execute([xs], backend="cpu")
+    (out,) = fd.execute([xs], backend=BACKEND)
     close(out, torch.relu(xs), "relu")
     # NumPy in, NumPy out
-    (out_np,) = fd.execute([xs.numpy()], backend="cpu")
+    (out_np,) = fd.execute([xs.numpy()], backend=BACKEND)
     assert isinstance(out_np, np.ndarray)
     close(torch.from_numpy(out_np), torch.relu(xs), "relu numpy")
 
@@ -56,7 +58,7 @@ def column_parallel_linear() -> None:
     fd.sched.shard(b, "tp", ["DIDx"])
     fd.sched.shard(y, "tp", ["-", "DIDx"])
     xs, ws, bs = rand(8, 16), rand(32, 16), rand(32)
-    program = fd.compile(backend="cpu")
+    program = fd.compile(backend=BACKEND)
     (out,) = program.execute([xs, ws, bs])
     close(out, F.linear(xs, ws, bs), "column-parallel linear")
     # local shards in, local shards out
@@ -78,7 +80,7 @@ def row_parallel_linear() -> None:
     fd.sched.shard(b, "tp", ["-"])
     fd.sched.shard(y, "tp", ["-", "-"])
     xs, ws, bs = rand(8, 32), rand(16, 32), rand(16)
-    (out,) = fd.execute([xs, ws, bs], backend="cpu")
+    (out,) = fd.execute([xs, ws, bs], backend=BACKEND)
     close(out, F.linear(xs, ws, bs), "row-parallel linear")
 
 
@@ -92,7 +94,7 @@ def sequence_parallel_linear() -> None:
     fd.sched.shard(w, "tp", ["DIDx", "-"])
     fd.sched.shard(y, "tp", ["-", "DIDx"])
     xs, ws = rand(16, 8), rand(12, 8)
-    (out,) = fd.execute([xs, ws], backend="cpu")
+    (out,) = fd.execute([xs, ws], backend=BACKEND)
     close(out, F.linear(xs, ws), "sequence-parallel linear")
 
 
@@ -111,7 +113,7 @@ def overlapped_allgather_linear() -> None:
     fd.sched.shard(y, "tp", [f"Stream({s})", "-", "-", "-"])
     xs, ws, bs = rand(s, d, m, k), rand(n, k), rand(n)
     for algorithm in ("collective", "ring"):
-        (out,) = fd.execute([xs, ws, bs], backend="cpu", algorithm=algorithm)
+        (out,) = fd.execute([xs, ws, bs], backend=BACKEND, algorithm=algorithm)
         close(out, F.linear(xs, ws, bs), f"overlapped allgather+linear ({algorithm})")
 
 
@@ -125,7 +127,7 @@ def matmul_reduce_scatter() -> None:
     fd.sched.shard(w, "tp", ["DIDx", "-"])
     fd.sched.shard(y, "tp", ["DIDx", "-"])
     xs, ws = rand(16, 32), rand(32, 8)
-    (out,) = fd.execute([xs, ws], backend="cpu")
+    (out,) = fd.execute([xs, ws], backend=BACKEND)
     close(out, xs @ ws, "reduce-scatter")
 
 
@@ -139,7 +141,7 @@ def matmul_allreduce() -> None:
     fd.sched.shard(w, "tp", ["DIDx", "-"])
     fd.sched.shard(y, "tp", ["-", "-"])
     xs, ws = rand(16, 32), rand(32, 8)
-    (out,) = fd.execute([torch.clone(xs), ws], backend="cpu")
+    (out,) = fd.execute([torch.clone(xs), ws], backend=BACKEND)
     close(out, xs @ ws, "allreduce")
 
 
@@ -156,7 +158,7 @@ def mesh2d_mlp() -> None:
     fd.sched.shard(w2, "dp_tp", ["DIDx", "-"])
     fd.sched.shard(y, "dp_tp", ["DIDy", "-"])
     xs, w1s, w2s = rand(8, 16), rand(16, 32), rand(32, 16)
-    (out,) = fd.execute([xs, w1s, w2s], backend="cpu")
+    (out,) = fd.execute([xs, w1s, w2s], backend=BACKEND)
     close(out, F.gelu(xs @ w1s) @ w2s, "2-D mesh MLP")
 
 
@@ -169,7 +171,7 @@ def round_trip() -> None:
     again = FusionDefinition.from_mlir(fd.to_mlir())
     assert again.to_mlir() == fd.to_mlir()
     xs = rand(16, 8)
-    (out,) = again.execute([xs], backend="cpu")
+    (out,) = again.execute([xs], backend=BACKEND)
     close(out, torch.exp(xs), "round trip")
 
 

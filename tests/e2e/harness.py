@@ -18,6 +18,10 @@ from pathlib import Path
 import pytest
 
 PROGRAMS = Path(__file__).parent / "programs"
+BACKEND = os.environ.get("FUSERC_TEST_BACKEND", "cpu")
+"""The backend the e2e suite runs on: cpu (CI), or cuda on a GPU machine
+(`FUSERC_TEST_BACKEND=cuda pytest tests/e2e`). Tests write `--backend cpu`
+or `backend="cpu"`; `with_backend` puts this one in its place."""
 MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
 TIMEOUT_S = 90
 
@@ -55,6 +59,15 @@ def program(name: str, n: int, directory: Path) -> Path:
     return out
 
 
+def with_backend(args: Sequence[object]) -> list[str]:
+    """`args` with `--backend cpu` replaced by the suite's BACKEND."""
+    out = [str(a) for a in args]
+    for i in range(len(out) - 1):
+        if out[i] == "--backend" and out[i + 1] == "cpu":
+            out[i + 1] = BACKEND
+    return out
+
+
 def mpirun(
     n: int, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
@@ -62,7 +75,7 @@ def mpirun(
     if MPIEXEC is None:
         pytest.skip("mpiexec is not installed")
     full_env = {**os.environ, **MPI_ENV, **(env or {})}
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "fuserc", "run", *map(str, args)]
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "fuserc", "run", *with_backend(args)]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(timeout), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15)
@@ -80,7 +93,7 @@ def mpirun_python(
     if MPIEXEC is None:
         pytest.skip("mpiexec is not installed")
     full_env = {**os.environ, **MPI_ENV, **(env or {})}
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(script), *map(str, args)]
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(script), *with_backend(args)]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(timeout), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15)

@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from fuserc.sharding import Mesh, Sharding, Split
-from harness import MPI_ENV, MPIEXEC, PROGRAMS, expand, mpirun, ok
+from harness import BACKEND, MPI_ENV, MPIEXEC, PROGRAMS, expand, mpirun, ok
 
 HERE = Path(__file__).parent
 PIPELINE_PROGRAMS = PROGRAMS / "pipeline"
@@ -219,7 +219,7 @@ def _launch(n: int, work: list[tuple[Case, dict[str, str]]], directory: Path) ->
         listing.append({"id": c.ident, "file": str(path), "pipelines": pipelines})
     spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
     spec.write_text(json.dumps(listing))
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(BATCH), str(spec)]
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(BATCH), str(spec), "--backend", BACKEND]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(BATCH_TIMEOUT_S), *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_mpi_env(), timeout=BATCH_TIMEOUT_S + 30)
