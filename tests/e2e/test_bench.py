@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import mpirun_python, ok
+from harness import BACKEND, mpirun_python, ok
 
 BENCH = Path(__file__).parents[2] / "tools" / "bench.py"
 FIGURES = ("gemm", "fuserc", "eager", "async_tp")
@@ -29,7 +29,7 @@ def test_both_patterns(tmp_path: Path) -> None:
     assert "### GEMM + ReduceScatter (2 ranks, bf16)" in proc.stdout
     assert "| M x K x N | GEMM ms | GEMM TFLOP/s | fuserc ms" in proc.stdout
     assert "| 128 x 64 x 32 |" in proc.stdout
-    assert data["ranks"] == 2 and data["backend"] == "cpu" and data["iters"] == 2
+    assert data["ranks"] == 2 and data["backend"] == BACKEND and data["iters"] == 2
     rows = data["rows"]
     assert [(r["pattern"], r["shape"]) for r in rows] == [
         ("ag", "64x32x16"), ("ag", "128x64x32"), ("rs", "64x32x16"), ("rs", "128x64x32"),
