@@ -27,3 +27,17 @@ def test_api_error_is_exception_with_cli_message() -> None:
     fd.sched.mesh("tp", [4])
     with pytest.raises(Diagnostic, match=r"dimension 0 of extent 6 is not divisible by 4"):
         fd.sched.shard(x, "tp", ["DIDx", "-"])
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_docs_example_runs_as_written() -> None:
+    """docs/python.md's complete example is examples/python/sp_mlp.py, and it
+    runs under mpiexec -n 4."""
+    example = ROOT / "examples" / "python" / "sp_mlp.py"
+    doc = (ROOT / "docs" / "python.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code.strip() in example.read_text(), "docs/python.md and examples/python/sp_mlp.py differ"
+    proc = ok(mpirun_python(4, example, []))
+    assert "max abs error" in proc.stdout
