@@ -56,19 +56,8 @@ BATCH_TIMEOUT_S = 900
 """Last resort for one launch; batch.py ends a hanging case itself."""
 
 
-def _stream_pipeline_available() -> bool:
-    try:
-        from fuserc.pipeline import pass_class
-
-        pass_class("stream-pipeline")
-    except Exception:  # noqa: BLE001 - not written yet, or broken: lowering only
-        return False
-    return True
-
-
-PIPELINES: dict[str, str] = {"lower": LOWERING}
-if _stream_pipeline_available():
-    PIPELINES["default"] = "default"
+PIPELINES: dict[str, str] = {"lower": LOWERING, "default": "default"}
+"""Every program runs under the lowering passes alone and the whole pipeline."""
 
 
 # --------------------------------------------------------------------------
@@ -327,8 +316,6 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("n,pipe", [(3, "lower"), (2, "default")])
 def test_cli_check(n: int, pipe: str, tmp_path: Path) -> None:
     """`fuserc run --check` on a fusion program: one ok line per output."""
-    if pipe not in PIPELINES:
-        pytest.skip("stream-pipeline is not available")
     prog = _write(_case("case_sp_mlp", n, "f32"), tmp_path)
     proc = ok(mpirun(n, [prog, "-p", PIPELINES[pipe], "--check", "--seed", "3"]))
     assert re.search(r"output 0: max abs error .* \(f32 tolerance 1e-04\): ok", proc.stdout), proc.stdout
