@@ -92,13 +92,7 @@ def _store(dtype: torch.dtype, value: str) -> str:
 
 def _round(dtype: torch.dtype, value: str) -> str:
     """A value converted to `dtype` and back to its compute type (a cast)."""
-    if dtype == torch.bfloat16:
-        return f"_fuserc_bf2f(_fuserc_f2bf((float)({value})))"
-    if dtype == torch.float16:
-        return f"((float)float16((float)({value})))"
-    if dtype == torch.bool:
-        return f"(({value}) != 0)"
-    return f"(({COMPUTE_TYPES[dtype]})({value}))"
+    return _load(dtype, _store(dtype, value))
 
 
 def _expression(op: Operation, args: Sequence[str], ct: str) -> str:
