@@ -415,9 +415,11 @@ def _tensor(v: SSAValue) -> TensorType:
     return v.type
 
 
-def shape_of(v: SSAValue) -> tuple[int, ...]:
-    """The static shape of a tensor-typed value."""
-    return tuple(_tensor(v).get_shape())
+def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
+    """The static shape of a tensor-typed value, or of a tensor type."""
+    t = v.type if isinstance(v, SSAValue) else v
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
 
 
 def element_type_of(v: SSAValue) -> Attribute:

@@ -60,23 +60,25 @@ from xdsl.utils.exceptions import VerifyException
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
+    ALLOC_ORDER,
     ELEMENTWISE_OPS,
+    alloc_order_of,
     FusionOp,
     LinearOp,
+    lookup_mesh,
     MatmulOp,
     PermuteOp,
     ReshapeOp,
     SetOp,
-    SliceOp,
-    lookup_mesh,
+    shape_of,
     sharding_of,
+    SliceOp,
 )
 from fuserc.passes import lower_reshard
 from fuserc.passes.lower_reshard import permute_op
-from fuserc.passes.reshard_util import ALLOC_ORDER, alloc_order_of, inverse
+from fuserc.passes.reshard_util import inverse
 from fuserc.passes.sharding_rules import is_resharding
 from fuserc.sharding import Mesh
-from fuserc.dialects.fusion import shape_of
 
 Tag = tuple[int, ...] | None
 """The ranks that run an op of the flat program; None: every rank (the op is

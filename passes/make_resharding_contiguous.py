@@ -78,27 +78,28 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
 from fuserc.dialects.fusion import (
+    ALLOC_ORDER,
     AddOp,
+    alloc_order_attr,
+    alloc_order_errors,
+    alloc_order_of,
     BroadcastInDimOp,
     FusionOp,
     LinearOp,
     PermuteOp,
     ReshapeOp,
     SetOp,
-    ShardingAttr,
+    shape_of,
     sharding_of,
+    ShardingAttr,
     with_sharding,
 )
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
-    ALLOC_ORDER,
     SCATTER,
     Meshes,
     Shape,
     Step,
-    alloc_order_attr,
-    alloc_order_errors,
-    alloc_order_of,
     element_bytes,
     inverse,
     local_elements,
@@ -107,7 +108,6 @@ from fuserc.passes.reshard_util import (
     plan_cost,
     plan_reshard,
     reshard_step,
-    tensor_shape,
 )
 from fuserc.sharding import Mesh, Sharding, Split
 
@@ -178,7 +178,7 @@ def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
     """`t` permuted by `perm` (result dim k = dim perm[k]), sharding too."""
     s = sharding_of(t)
     assert s is not None
-    shape = tensor_shape(t)
+    shape = shape_of(t)
     ps = Sharding(s.mesh, tuple(s.dims[p] for p in perm), s.partial)
     return _typed(t.element_type, tuple(shape[p] for p in perm), ps)
 
@@ -245,7 +245,7 @@ class _Decomposer:
         for r in m.free_dims():
             dims[r] = hint.dims[r]
         cand = local.with_dims(dims)
-        return cand if self.valid(cand, tensor_shape(op.results[0])) else local
+        return cand if self.valid(cand, shape_of(op.results[0])) else local
 
     def decompose(self, op: FusionOp) -> None:
         if not rules.is_resharding(op):
@@ -275,8 +275,8 @@ class _Decomposer:
     def choose(self, op: FusionOp, current: list[Sharding], result: Sharding) -> tuple[Sharding, list[Sharding]] | None:
         """(local result placement, operand placements) of the best candidate."""
         target = result.placement()
-        rshape = tensor_shape(op.results[0])
-        shapes = [tensor_shape(v) for v in op.operands]
+        rshape = shape_of(op.results[0])
+        shapes = [shape_of(v) for v in op.operands]
         nbytes = [element_bytes(v.type) for v in op.operands]  # type: ignore[arg-type]
         cands: list[Sharding] = []
         for c in [
@@ -341,7 +341,7 @@ class _Decomposer:
             dims = self.stream_targets(op, k, cur, want, result)
             if dims and sd is not None:
                 streamed = want.with_dims([result.dims[sd[0]] if d in dims else x for d, x in enumerate(want.dims)])
-                if self.valid(streamed, tensor_shape(value)):
+                if self.valid(streamed, shape_of(value)):
                     target = streamed
             if (value, target) not in made:
                 s = _new_set(value, with_sharding(value.type, target), op)  # type: ignore[arg-type]
@@ -356,7 +356,7 @@ class _Decomposer:
         rtype = old.type
         assert isinstance(rtype, TensorType)
         hint = old.name_hint
-        computed = Rewriter.replace_value_with_new_type(old, with_sharding(rtype, self.with_streams(local, result, tensor_shape(old))))
+        computed = Rewriter.replace_value_with_new_type(old, with_sharding(rtype, self.with_streams(local, result, shape_of(old))))
         s = _new_set(computed, rtype, op)
         Rewriter.insert_op(s, InsertPoint.after(op))
         computed.replace_uses_with_if(s.results[0], lambda use: use.operation is not s)
@@ -395,7 +395,7 @@ class _Decomposer:
         local = rules.local_result(lin, [sharding_of(x), sharding_of(w)], self.mesh_of)  # type: ignore[list-item]
         if local is None or local.partial is None:
             return False
-        shape = tensor_shape(rtype)
+        shape = shape_of(rtype)
         btype = bias.type
         assert isinstance(btype, TensorType)
         bdims = [len(shape) - 1] if len(btype.get_shape()) == 1 else []
@@ -426,7 +426,7 @@ def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
     for s in [o for o in func.body.walk() if isinstance(o, SetOp)]:
         src, dst = sharding_of(s.operands[0]), sharding_of(s.results[0])
         assert src is not None and dst is not None
-        shape = tensor_shape(s.results[0])
+        shape = shape_of(s.results[0])
         if src.same_placement(dst) or reshard_step(src, dst, shape, meshes) is not None:
             continue
         plan = plan_reshard(src, dst, shape, meshes)
@@ -500,7 +500,7 @@ class _Layouts:
     def local_shape(self, v: SSAValue) -> Shape:
         s = sharding_of(v)
         assert s is not None
-        return s.local_shape(tensor_shape(v), self.meshes[s.mesh])
+        return s.local_shape(shape_of(v), self.meshes[s.mesh])
 
     def satisfies(self, order: tuple[int, ...], cons: list[tuple[SSAValue, int]]) -> bool:
         return all(outermost(order, d, self.local_shape(v)) for v, d in cons)
@@ -542,7 +542,7 @@ class _Layouts:
         src, dst = s.operands[0], s.results[0]
         ssrc, sdst = sharding_of(src), sharding_of(dst)
         assert ssrc is not None and sdst is not None
-        step = reshard_step(ssrc, sdst, tensor_shape(src), self.meshes)
+        step = reshard_step(ssrc, sdst, shape_of(src), self.meshes)
         if step is None or not step.communicates:
             return
         own = _constraints(step, src, dst, self.meshes)
@@ -559,7 +559,7 @@ class _Layouts:
             self.parent[b] = a
             self.order[a], self.fixed[a], self.cons[a] = order, self.fixed[a] or self.fixed[b], cons
             return
-        rank = len(tensor_shape(src))
+        rank = len(shape_of(src))
         ident = tuple(range(rank))
         wished = self.order[b] if self.fixed[b] else ident
         own_orders = [o for o in self.candidates(rank, own, wished) if self.satisfies(o, own)]
@@ -597,7 +597,7 @@ class _Layouts:
         ssrc, sdst = sharding_of(src), sharding_of(dst)
         assert ssrc is not None and sdst is not None and step.gather_dim is not None and step.scatter_dim is not None
         i, j = step.gather_dim, step.scatter_dim
-        shape = tensor_shape(src)
+        shape = shape_of(src)
         mesh = self.meshes[sdst.mesh]
         blocks = math.prod(sp.size(mesh) for sp in sdst.placement().dims[j])
         split = shape[:j] + (blocks, shape[j] // blocks) + shape[j + 1 :]
@@ -663,8 +663,8 @@ def _check_set(s: SetOp, meshes: Meshes) -> list[str]:
     assert ssrc is not None and sdst is not None
     if ssrc.same_placement(sdst):
         return []
-    shape = tensor_shape(src)
-    if shape != tensor_shape(dst) or src.type.element_type != dst.type.element_type:  # type: ignore[attr-defined]
+    shape = shape_of(src)
+    if shape != shape_of(dst) or src.type.element_type != dst.type.element_type:  # type: ignore[attr-defined]
         return [_where(s, "'fusion.set' op reshard changes the shape or element type")]
     step = reshard_step(ssrc, sdst, shape, meshes)
     if step is None:

@@ -15,7 +15,7 @@ split is moved off it or onto it (alltoall), scattered or reduce-scattered
 onto it.
 
 A buffer's memory layout is the `alloc_order` attribute of the op producing
-it (`alloc_order_of`): see `ALLOC_ORDER`.
+it (`fuserc.dialects.fusion.alloc_order_of`): see `ALLOC_ORDER` there.
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
-    DenseArrayBase,
     Float16Type,
     Float64Type,
     IntegerType,
     TensorType,
-    i64,
 )
-from xdsl.ir import Attribute, Operation, OpResult, SSAValue
+from xdsl.ir import Operation
 
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split
 
@@ -43,15 +41,8 @@ Shape = tuple[int, ...]
 Meshes = Mapping[str, Mesh]
 
 # --------------------------------------------------------------------------
-# Memory layout: the alloc_order attribute
+# Memory layout (the alloc_order attribute lives in the fusion dialect)
 # --------------------------------------------------------------------------
-
-from fuserc.dialects.fusion import (  # noqa: E402  (the layout attribute's home)
-    ALLOC_ORDER,
-    alloc_order_attr,
-    alloc_order_errors,
-    alloc_order_of,
-)
 
 
 def outermost(order: Sequence[int], dim: int, local_shape: Shape) -> bool:
@@ -299,7 +290,3 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
 
 
-def tensor_shape(value_or_type: SSAValue | Attribute) -> Shape:
-    t = value_or_type.type if isinstance(value_or_type, SSAValue) else value_or_type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
