@@ -11,8 +11,9 @@ node of H200s (NVLink); a JSON file overrides any of them, so a measured node
     {"copy_engine_gbps": 350, "nccl_latency_us": 20, "gemm_tflops": {"bf16": 750}, ...}
 
 A pipeline's time is simulated chunk by chunk: GEMMs run one after the other
-(one GPU), each once its input chunk is there; NCCL kernels share the SMs
-with the GEMMs (`nccl_sm_slowdown`), copy engines do not. The simulation is
+(one GPU), each once its input chunk is there, each chunk paying a fixed
+host cost (`chunk_us`); NCCL kernels share the SMs with the GEMMs
+(`nccl_sm_slowdown`), copy engines and their fences do not. The simulation is
 deliberately small: it ranks the candidates, it does not predict to the
 microsecond.
 """
@@ -50,9 +51,15 @@ class Machine:
     GEMMs do not fill the GPU."""
     launch_us: float = 5.0
     """Fixed cost of one kernel launch."""
+    chunk_us: float = 30.0
+    """Fixed cost of one pipelined chunk: the host issuing its ops (views,
+    stream switches, events, the transfer) ahead of the GPU, which small
+    shapes cannot hide."""
     copy_engine_gbps: float = 350.0
     """Copy-engine peer copy (CUDA IPC get), per direction per peer."""
     copy_engine_latency_us: float = 10.0
+    """Latency of one peer copy, and of a copy-engine fence (stream memory
+    operations on IPC-shared flags)."""
     nccl_busbw_gbps: float = 300.0
     """NCCL bus bandwidth (allgather, broadcast, reduce, reduce-scatter)."""
     nccl_latency_us: float = 20.0
@@ -77,6 +84,10 @@ class Machine:
     def copy_engine(self, nbytes: float) -> float:
         """One peer copy of `nbytes` over a copy engine."""
         return self.copy_engine_latency_us * 1e-6 + nbytes / (self.copy_engine_gbps * 1e9)
+
+    def ipc_fence(self) -> float:
+        """A `hir.barrier` over cuda_ipc: flags written and waited for."""
+        return self.copy_engine_latency_us * 1e-6
 
     def nccl(self, bus_bytes: float) -> float:
         """One NCCL collective moving `bus_bytes` per rank over the bus
@@ -174,26 +185,26 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
     if algorithm == NONE:
         whole = site.nbytes * (d - 1) / d
         return Estimate(NONE, 1, m.gemm(site.flops, site.elem) + m.nccl(whole))
-    g = m.gemm(site.flops / s, site.elem)
+    g = m.gemm(site.flops / s, site.elem) + m.chunk_us * 1e-6
     piece = site.nbytes / s
     k = max(1, s // d)
     if site.kind == ALLGATHER_OUTER:
         if algorithm == COLLECTIVE:
             ready = [(c + 1) * m.nccl(piece * (d - 1) / d) for c in range(s)]
             return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
-        fence = m.local(2 * site.nbytes / d) + m.nccl(0)
+        fence = m.local(2 * site.nbytes / d) + m.ipc_fence()
         per_chunk = (d - 1) * m.copy_engine(piece / d) + m.local(2 * piece / d)
         ready = [fence + (c + 1) * per_chunk for c in range(s)]
-        return Estimate(algorithm, s, _serial(ready, g) + m.nccl(0))
+        return Estimate(algorithm, s, _serial(ready, g) + m.ipc_fence())
     if site.kind == ALLGATHER:
-        own = m.local(2 * site.nbytes / d)  # the local block copied into place
+        own = m.local(2 * site.nbytes / d)  # the local block copied (collective) or shared (ring)
         if algorithm == COLLECTIVE:
             b = m.nccl(piece)
             ready = [own + (c + 1) * b for c in range(s)]
             return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
-        fence = own + m.nccl(0)
+        fence = own + m.ipc_fence()  # the copy overlaps the local GEMMs
         ready = [0.0] * k + [fence + (c + 1) * m.copy_engine(piece) for c in range(s - k)]
-        return Estimate(algorithm, s, _serial(ready, g) + m.nccl(0))
+        return Estimate(algorithm, s, _serial(ready, g) + m.ipc_fence())
     # reduce_scatter
     if algorithm == COLLECTIVE:
         t_comm, t_gemm = 0.0, 0.0
@@ -202,14 +213,14 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
             t_gemm += g * (1 + m.nccl_sm_slowdown)
             t_comm = max(t_comm, t_gemm) + r
         return Estimate(algorithm, s, t_comm)
+    # ring (S = d): d - 1 partials put to their devices, each added into
+    # the running sum on arrival; the own block last, then one add
     add = m.local(3 * piece)
-    t_gemm, chain = 0.0, 0.0
-    for step in range(s):
-        t_gemm += g
-        chain = max(chain, t_gemm) + add
-        if step < s - 1:
-            chain += m.nccl(0) + m.copy_engine(piece)
-    return Estimate(algorithm, s, chain + m.nccl(0))
+    summed = 0.0
+    for step in range(s - 1):
+        arrived = (step + 1) * g + m.copy_engine(piece) + m.ipc_fence()
+        summed = max(summed, arrived) + (add if step else 0.0)
+    return Estimate(algorithm, s, max(s * g, summed) + add + m.ipc_fence())
 
 
 def candidates(site: Site, algorithms: Sequence[str], chunk_options: Sequence[int]) -> list[tuple[str, int]]:

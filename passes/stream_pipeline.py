@@ -67,6 +67,9 @@ AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
 """k of the S = k * d the cost model tries where S is its to choose."""
 
 LOCAL = "local"
+IPC = "cuda_ipc"
+"""The rings' transport: copy-engine puts/gets and fences of stream memory
+operations (no SMs), within one node."""
 GEMM_OPS = (hir.MatmulOp, hir.LinearOp)
 
 
@@ -518,10 +521,14 @@ class SiteLowering:
         e.join(main, plan.streams, plan.chunks)
 
     def allgather_ring(self) -> None:
-        """Local chunks first (no wait); the shard is copied into a shared
-        buffer, one fence, then every peer chunk is pulled by a copy-engine
-        get on its stream ahead of the GEMMs, each GEMM after its own get; a
-        final fence before a later run may overwrite the shared buffer."""
+        """The local chunks' GEMMs first, on the compute stream (worker 0),
+        with no wait. On the main stream the shard is copied into a shared
+        buffer (issued just before them) and a copy-engine fence (no SMs)
+        passed; every peer chunk is
+        then pulled by a copy-engine get on a transfer stream (workers 1..),
+        all issued ahead, and the GEMMs follow one after the other on the
+        compute stream, each after its own get. A final fence before a
+        later run may overwrite the shared buffer."""
         site, plan, e, k, d = self.site, self.plan, self.e, self.k, self.site.d
         ag = site.comm
         assert isinstance(ag, hir.AllgatherOp)
@@ -530,20 +537,24 @@ class SiteLowering:
         main = e.value(hir.GetCurrentStreamOp(), "main")
         pos = e.value(hir.TeamIndexOp(site.team), "pos")
         y_mine = e.chunk(y, pos, d, hint="ymine")
-
-        def local(b: Emitter, c: SSAValue) -> None:
-            b.on_stream(c, plan.streams, main)
-            self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))
-
-        self.loop(0, k, local)
+        compute = self.compute_stream(e, main)
         # The copy into the shared buffer and the fence run on the main
         # stream: every pull below waits for main, so no get reads a peer's
-        # buffer before that peer has written it in this run.
+        # buffer before that peer has written it in this run. The copy is
+        # issued before the local GEMMs (which do not wait for it), so that
+        # it is not starved of SMs by them.
         e.add(hir.SetCurrentStreamOp(main))
         shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
-        e.fence(site.team, ag.backend)
+        e.add(hir.SetCurrentStreamOp(compute))
+
+        def local(b: Emitter, c: SSAValue) -> None:
+            self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))
+
+        self.loop(0, k, local)
+        e.add(hir.SetCurrentStreamOp(main))
+        e.fence(site.team, IPC)
 
         def slot(b: Emitter, c: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
             step, sub = self.owner_and_sub(b, c)
@@ -551,24 +562,26 @@ class SiteLowering:
             return peer, sub, b.chunk(b.chunk(xg, peer, d, hint="blk"), sub, k, hint="xc")
 
         def pull(b: Emitter, c: SSAValue) -> None:
-            b.on_stream(c, plan.streams, main)
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))
+            b.add(hir.SyncStreamOp(main))
             peer, sub, dst = slot(b, c)
             block = (sub, k) if k > 1 else (None, None)
-            get = hir.GetOp(handle, peer, dst, "cuda_ipc", *block)
+            get = hir.GetOp(handle, peer, dst, IPC, *block)
             b.add(hir.WaitOp(b.value(self.reshard(get), "tok")))
 
-        def compute(b: Emitter, c: SSAValue) -> None:
-            b.on_stream(c, plan.streams, None)  # after its get, on the same stream
+        def gemm(b: Emitter, c: SSAValue) -> None:
+            b.add(hir.SyncStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))  # after its get
             peer, sub, xc = slot(b, c)
             self.gemm_on(b, xc, b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
 
         self.loop(k, plan.chunks, pull)
-        self.loop(k, plan.chunks, compute)
+        e.add(hir.SetCurrentStreamOp(compute))
+        self.loop(k, plan.chunks, gemm)
         if read_later:  # the gathered buffer must hold this device's block too
             e.add(hir.SetCurrentStreamOp(main))
             e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
         e.join(main, plan.streams, plan.chunks)
-        e.fence(site.team, ag.backend)
+        e.fence(site.team, IPC)
         e.add(hir.DeallocOp(shared))
 
     # ---- an AllGather per chunk (Stream(S)*DIDx) -------------------------------
@@ -605,7 +618,7 @@ class SiteLowering:
         shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
-        e.fence(site.team, ag.backend)
+        e.fence(site.team, IPC)
 
         def pull(b: Emitter, c: SSAValue) -> None:
             b.on_stream(c, plan.streams, main)
@@ -614,7 +627,7 @@ class SiteLowering:
 
             def peer_block(bb: Emitter, t: SSAValue) -> None:
                 peer = bb.value(hir.AddModOp(pos, t, d), "peer")
-                get = hir.GetOp(handle, peer, bb.chunk(xc, peer, d, hint="piece"), "cuda_ipc", c, plan.chunks)
+                get = hir.GetOp(handle, peer, bb.chunk(xc, peer, d, hint="piece"), IPC, c, plan.chunks)
                 bb.add(hir.WaitOp(bb.value(self.reshard(get), "tok")))
 
             b.loop(1, d, peer_block, hint="t")
@@ -627,7 +640,7 @@ class SiteLowering:
         self.loop(0, plan.chunks, pull)
         self.loop(0, plan.chunks, compute)
         e.join(main, plan.streams, plan.chunks)
-        e.fence(site.team, ag.backend)
+        e.fence(site.team, IPC)
         e.add(hir.DeallocOp(shared))
 
     # ---- GEMM + ReduceScatter --------------------------------------------------
@@ -652,51 +665,71 @@ class SiteLowering:
         e.join(main, plan.streams, plan.chunks)
 
     def reduce_scatter_ring(self) -> None:
-        """Step t on stream t mod N: the partial for device pos + t + 1 into
-        slot t of the (shared) partial buffer, plus the running sum pulled
-        from the next device at step t - 1; a fence, then the next device's
-        slot t is pulled. The last step (t = d - 1) is this device's own
-        block, written into the result."""
+        """Step t (t < d - 1) on the compute stream (worker 0): the partial
+        for device pos + 1 + t; then, on transfer stream t (workers 1..),
+        a copy-engine put of it into slot t of that device's shared
+        staging buffer, a copy-engine fence, and the slot this device
+        received at step t added into slot 0 (the running sum). The last
+        step is this device's own block, computed into the result, to
+        which the running sum is added: only that add is not overlapped."""
         site, plan, e, d = self.site, self.plan, self.e, self.site.d
         rs = site.comm
         assert isinstance(rs, hir.ReduceScatterOp)
         x, p, y = site.gemm.operands[0], rs.input, rs.output
         main = e.value(hir.GetCurrentStreamOp(), "main")
         pos = e.value(hir.TeamIndexOp(site.team), "pos")
-        c1 = e.const(1)
-        nxt = e.value(hir.AddModOp(pos, c1, d), "next")
-        first = nxt  # the destination of step 0
-        handle = e.value(hir.ShareOp(p, site.team), "h")
-        recv = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(p), list(shape_of(p)))), "recv")
+        nxt = e.value(hir.AddModOp(pos, e.const(1), d), "next")
+        stage = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(p), list(shape_of(p)))), "stage")
+        handle = e.value(hir.ShareOp(stage, site.team), "h")
+        acc = e.chunk(stage, e.const(0), d, hint="acc")
+        compute = self.compute_stream(e, main)
 
-        def previous(b: Emitter, t: SSAValue, modulus: int) -> SSAValue:
-            return b.value(hir.AddModOp(t, b.const(modulus - 1), modulus), "prev")
+        def step(b: Emitter, t: SSAValue, first: bool) -> None:
+            dest = b.value(hir.AddModOp(nxt, t, d), "dest")
+            part = b.chunk(p, dest, d, hint="pc")
+            self.gemm_on(b, b.chunk(x, dest, d, hint="xc"), part)
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, t, 0, d - 1)))
+            b.add(hir.SyncStreamOp(compute))
+            put = hir.PutOp(part, handle, dest, IPC, t, d)
+            b.add(hir.WaitOp(b.value(self.reshard(put), "tok")))
+            b.fence(site.team, IPC)
+            if not first:  # after the previous step's add, on its stream
+                prev = b.value(hir.AddModOp(t, b.const(d - 1), d), "prev")
+                b.add(hir.SyncStreamOp(self.transfer_stream(b, prev, 0, d - 1)))
+                b.add(_add_launch(acc, b.chunk(stage, t, d, hint="got")))
+            b.add(hir.SetCurrentStreamOp(compute))
 
-        def add_received(b: Emitter, t: SSAValue, into: SSAValue) -> None:
-            """Wait for the get of step t - 1 (its stream), then add it."""
-            prev = previous(b, t, d)
-            stream_index = prev if plan.streams == d else previous(b, t, plan.streams)
-            b.add(hir.SyncStreamOp(b.value(hir.StreamForOp(stream_index, plan.streams), "sprev")))
-            b.add(_add_launch(into, b.chunk(recv, prev, d, hint="got")))
-
-        def step(b: Emitter, t: SSAValue, last: bool, has_previous: bool) -> None:
-            b.on_stream(t, plan.streams, main)
-            dest = b.value(hir.AddModOp(first, t, d), "dest")
-            out = y if last else b.chunk(p, t, d, hint="pc")
-            self.gemm_on(b, b.chunk(x, dest, d, hint="xc"), out)
-            if has_previous:
-                add_received(b, t, out)
-            if not last:
-                b.fence(site.team, rs.backend)
-                get = hir.GetOp(handle, nxt, b.chunk(recv, t, d, hint="rc"), "cuda_ipc", t, d)
-                b.add(hir.WaitOp(b.value(self.reshard(get), "tok")))
-
-        self.loop(0, 1, lambda b, t: step(b, t, False, False))
-        self.loop(1, d - 1, lambda b, t: step(b, t, False, True))
-        self.loop(d - 1, d, lambda b, t: step(b, t, True, True))
+        self.loop(0, 1, lambda b, t: step(b, t, True))
+        self.loop(1, d - 1, lambda b, t: step(b, t, False))
+        self.gemm_on(e, e.chunk(x, pos, d, hint="xc"), y)
+        e.add(hir.SyncStreamOp(self.transfer_stream(e, d - 2, 0, d - 1)))
+        e.add(_add_launch(y, acc))
         e.join(main, plan.streams, plan.chunks)
-        e.fence(site.team, rs.backend)
-        e.add(hir.DeallocOp(recv))
+        e.fence(site.team, IPC)
+        e.add(hir.DeallocOp(stage))
+
+    # ---- streams of the rings -------------------------------------------------
+    def compute_stream(self, e: Emitter, main: SSAValue) -> SSAValue:
+        """Worker 0, made current after the main stream's work so far: the
+        rings run their GEMMs there, one after the other."""
+        return e.on_stream(e.const(0), self.plan.streams, main)
+
+    def transfer_stream(self, b: Emitter, c: SSAValue | int, first: int, count: int) -> SSAValue:
+        """The stream of transfer c (c = first, ..., first + count - 1; an
+        int when known here): workers 1 to N - 1 in turn, never the compute
+        stream (worker 0, the only one when N = 1)."""
+        n = self.plan.streams
+        if n <= 2:  # one transfer stream, or none
+            return b.value(hir.StreamForOp(b.const(n - 1), n), "st")
+        if isinstance(c, int):
+            return b.value(hir.StreamForOp(b.const(1 + (c - first) % (n - 1)), n), "st")
+        shift = (1 - first) % n
+        if count <= n - 1:  # c - first + 1 < N: no wrap-around
+            index = c if shift == 0 else b.value(hir.AddModOp(c, b.const(shift), n), "w")
+        else:
+            j = b.value(hir.AddModOp(c, b.const((-first) % (n - 1)), n - 1), "j")
+            index = b.value(hir.AddModOp(j, b.const(1), n), "w")
+        return b.value(hir.StreamForOp(index, n), "st")
 
 
 def _root(v: SSAValue) -> SSAValue:

@@ -215,11 +215,12 @@ class Backend(ABC):
     # ---- pipelines (stream-pipeline) -----------------------------------------
     # Not abstract, so that a backend without them still loads; programs
     # using hir.barrier or put/get with `block %i of N` need them.
-    def team_barrier(self, team: Team) -> Work:
+    def team_barrier(self, team: Team, backend: str = "nccl") -> Work:
         """`hir.barrier`: a stream-ordered fence across `team` (a collective
         over it): work each member enqueued on its current stream before
         the call is complete before work enqueued after `wait` on the token
-        starts, on every member. The host does not block."""
+        starts, on every member. The host does not block. `backend` is the
+        op's transport (nccl, cuda_ipc, mpi), where the backend has several."""
         raise NotImplementedError(f"the {self.name} backend has no team_barrier (hir.barrier)")
 
     def put_block(self, src: Array, handle: Handle, peer: int, index: int, chunks: int) -> Work:

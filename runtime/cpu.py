@@ -358,9 +358,10 @@ class CpuBackend(Backend):
             dst.copy_(staged)
         return CpuWork(done=True)
 
-    def team_barrier(self, team: Team) -> Work:
+    def team_barrier(self, team: Team, backend: str = "nccl") -> Work:
         """Ops run when the host reaches them, so the fence completes this
-        rank's pending communications, then meets the team."""
+        rank's pending communications, then meets the team (over MPI,
+        whatever `backend` names)."""
         while self._pending:
             self._complete(self._pending[0])
         self._comm(team).Barrier()

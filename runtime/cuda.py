@@ -436,10 +436,13 @@ class CudaBackend(Backend):
         self._unstage(staged, dst)
         return self._work(self._record(), staged)
 
-    def team_barrier(self, team: Team) -> Work:
-        """A stream-ordered fence: a one-byte NCCL allreduce over the team on
-        the current stream (the host does not block)."""
+    def team_barrier(self, team: Team, backend: str = "nccl") -> Work:
+        """A stream-ordered fence on the current stream (the host does not
+        block): stream memory operations on IPC-shared flags for cuda_ipc
+        (no SMs), else a one-byte NCCL allreduce over the team."""
         self._begin()
+        if backend == "cuda_ipc":
+            return self._work(self.comms.ipc_fence(team, self._current.cupy))
         return self._work(self.comms.fence(team, self._current.cupy))
 
     def _memcpy(self, dst: int, src: int, n: int) -> None:

@@ -27,10 +27,13 @@ engines, no SMs) on the current stream.
 Cross-rank ordering of peer copies: a put or get is ordered after earlier
 work on its stream and completes asynchronously; what the peer has written,
 or will read, is ordered by the program's communications, which are
-stream-ordered NCCL operations: `hir.barrier` (a one-byte allreduce), or
-any collective after `hir.wait` on a put, is a device-side fence that every
-team member passes only once all earlier puts of all members are done, with
-no host synchronization. Handles are made
+stream-ordered operations: `hir.barrier` is a device-side fence that every
+team member passes only once all earlier work of all members on their
+streams is done, with no host synchronization. With backend = nccl it is a
+one-byte allreduce; with backend = cuda_ipc it is made of stream memory
+operations (each member writes a flag in every peer's shared pad, then
+waits for the peers' flags: no SMs taken from the GEMMs it overlaps). Any
+NCCL collective after `hir.wait` on a put orders it too. Handles are made
 with the team synchronized (the handle exchange is an allgather) and
 released after a device synchronization and a team barrier, and a run that
 shares memory ends with a host barrier (runtime/evaluator.py), so no copy
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,22 +99,73 @@ def nbytes(t: torch.Tensor) -> int:
 _LIBCUDA: Any = None
 
 
-def allocation_of(ptr: int) -> tuple[int, int]:
-    """(base, size) of the CUDA allocation holding device address `ptr`."""
+def _libcuda() -> Any:
+    """The CUDA driver library, with the signatures of the calls used here."""
     global _LIBCUDA
     if _LIBCUDA is None:
-        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
-        _LIBCUDA.cuMemGetAddressRange_v2.argtypes = [
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemGetAddressRange_v2.argtypes = [
             ctypes.POINTER(ctypes.c_uint64),
             ctypes.POINTER(ctypes.c_size_t),
             ctypes.c_uint64,
         ]
-        _LIBCUDA.cuMemGetAddressRange_v2.restype = ctypes.c_int
+        lib.cuMemGetAddressRange_v2.restype = ctypes.c_int
+        _LIBCUDA = lib
+    return _LIBCUDA
+
+
+def allocation_of(ptr: int) -> tuple[int, int]:
+    """(base, size) of the CUDA allocation holding device address `ptr`."""
     base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    status = _LIBCUDA.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+    status = _libcuda().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
     if status != 0:
         raise RuntimeError(f"cuMemGetAddressRange failed with CUDA error {status} for address {ptr:#x}")
     return int(base.value), int(size.value)
+
+
+CU_STREAM_WAIT_VALUE_GEQ = 0x0
+CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
+"""A write with a system-scope memory fence before it (cuda.h)."""
+
+
+class StreamMemOps:
+    """cuStreamWriteValue32 / cuStreamWaitValue32: a stream writes a 32-bit
+    word once its earlier work is done (after a memory fence), or waits
+    until a word reaches a value; run by the GPU's front end, no SMs."""
+
+    def __init__(self) -> None:
+        lib = _libcuda()
+        self.write_fn = self._function(lib, "cuStreamWriteValue32")
+        self.wait_fn = self._function(lib, "cuStreamWaitValue32")
+
+    @staticmethod
+    def _function(lib: Any, name: str) -> Any:
+        for candidate in (f"{name}_v2", name):
+            fn = getattr(lib, candidate, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                return fn
+        raise RuntimeError(f"the CUDA driver has no {name}")
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with CUDA error {status}")
+
+    def write(self, stream: int, addr: int, value: int) -> None:
+        self._check(self.write_fn(stream, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32")
+
+    def wait_geq(self, stream: int, addr: int, value: int) -> None:
+        self._check(self.wait_fn(stream, addr, value, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32")
+
+
+def stream_mem_ops() -> tuple[StreamMemOps | None, str]:
+    """The stream memory operations of this driver, or None and why not."""
+    try:
+        return StreamMemOps(), ""
+    except (OSError, RuntimeError) as e:
+        return None, str(e)
 
 
 # --------------------------------------------------------------------------
@@ -128,6 +183,20 @@ class CudaHandle(Handle):
     nbytes: int
     buffer: torch.Tensor
     opened: list[bytes] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class SignalPad:
+    """The flags of a team's copy-engine fences: one 32-bit word per member
+    in every member's IPC-shared buffer. Fence number e writes e into word
+    `me` of each peer's buffer and waits until every word of its own
+    buffer reaches e; members pass their fences in the same order, so the
+    numbers agree, and never go back (no reset between fences)."""
+
+    handle: CudaHandle
+    me: int
+    ops: StreamMemOps
+    epoch: int = 0
 
 
 class IpcMappings:
@@ -193,6 +262,7 @@ class Communicators:
         self._p2p: list[P2POp] = []
         self._p2p_stream: Any = None
         self._fence: torch.Tensor | None = None  # the byte `fence` reduces
+        self._pads: dict[Team, SignalPad | None] = {}  # ipc_fence flags per team (None: NCCL)
         self.ipc = IpcMappings()
 
     # ---- creation -----------------------------------------------------------
@@ -331,6 +401,49 @@ class Communicators:
 
         return self.launch(stream, body)
 
+    def ipc_fence(self, team: Team, stream: Any) -> Any:
+        """`hir.barrier ... backend = cuda_ipc`: the same fence as `fence`,
+        made of stream memory operations on IPC-shared flags (SignalPad),
+        so it takes no SMs from the GEMMs it overlaps and joins no NCCL
+        launch order. Falls back to `fence` where a member's driver lacks
+        them (decided by the whole team at the first use)."""
+        import cupy
+
+        pad = self._pads.get(team, False)
+        if pad is False:
+            pad = self._pads[team] = self._make_pad(team)
+        if pad is None:
+            return self.fence(team, stream)
+        assert isinstance(pad, SignalPad)
+        self.flush()
+        pad.epoch += 1
+        for pos, ptr in enumerate(pad.handle.ptrs):
+            if pos != pad.me:
+                pad.ops.write(stream.ptr, ptr + 4 * pad.me, pad.epoch)
+        mine = pad.handle.ptrs[pad.me]
+        for pos in range(len(team)):
+            if pos != pad.me:
+                pad.ops.wait_geq(stream.ptr, mine + 4 * pos, pad.epoch)
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(stream)
+        return event
+
+    def _make_pad(self, team: Team) -> SignalPad | None:
+        """Zeroed flags, shared with the team (collective over it); None on
+        every member when one member cannot use stream memory operations."""
+        import cupy
+
+        ops, why = stream_mem_ops()
+        reasons = self.mpi(team).allgather(why if ops is None else "")
+        if any(reasons):
+            if self.env.rank == team[0]:
+                warnings.warn(f"team {list(team)}: cuda_ipc fences use NCCL ({next(r for r in reasons if r)})")
+            return None
+        flags = torch.zeros(len(team), dtype=torch.int32, device=torch.device("cuda", self.device))
+        cupy.cuda.runtime.deviceSynchronize()  # zeroed before any peer can write
+        assert ops is not None
+        return SignalPad(self.share(flags, team), team.index(self.env.rank), ops)
+
     def fence(self, team: Team, stream: Any) -> Any:
         """`hir.barrier`: a one-byte allreduce (max) on `stream`. Each member
         passes it only once every member's earlier work on its stream is
@@ -391,6 +504,10 @@ class Communicators:
 
     def close(self) -> None:
         self.flush()
+        for pad in self._pads.values():
+            if pad is not None:
+                self.release(pad.handle)
+        self._pads.clear()
         for comm in self._nccl.values():
             comm.destroy()
         for comm in self._mpi.values():

@@ -422,6 +422,7 @@ func.func @main(%x: tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf3
     -> (tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf32, #fusion.sharding<@m, [DIDx, -]>>},
         tensor<1024x4096xf32> {hir.global = tensor<${1024*N}x4096xf32, #fusion.sharding<@m, [DIDx, -]>>},
         tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf32, #fusion.sharding<@m, [DIDx, -]>>},
+        tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf32, #fusion.sharding<@m, [DIDx, -]>>},
         tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf32, #fusion.sharding<@m, [DIDx, -]>>})
     attributes {hir.host} {
   %c0 = hir.constant 0 : index
@@ -459,8 +460,20 @@ func.func @main(%x: tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf3
   %pg = hir.alloc "pg" : tensor<1024x2048xf32>
   %tg = hir.get %h, %prev, %pg backend = cuda_ipc : (!hir.handle, index, tensor<1024x2048xf32>) -> !hir.token
   hir.wait %tg : !hir.token
+  // the same ordered by a copy-engine fence (stream memory operations, no NCCL)
+  %sh2 = hir.alloc "sh2" : tensor<1024x2048xf32>
+  %h2 = hir.share %sh2 team = ${TEAM} : tensor<1024x2048xf32> -> !hir.handle
+  %tp2 = hir.put %x, %h2, %next backend = cuda_ipc : (tensor<1024x2048xf32>, !hir.handle, index) -> !hir.token
+  hir.wait %tp2 : !hir.token
+  %tb = hir.barrier team = ${TEAM} backend = cuda_ipc : !hir.token
+  hir.wait %tb : !hir.token
+  %pg2 = hir.alloc "pg2" : tensor<1024x2048xf32>
+  %tg2 = hir.get %h2, %prev, %pg2 backend = cuda_ipc : (!hir.handle, index, tensor<1024x2048xf32>) -> !hir.token
+  hir.wait %tg2 : !hir.token
+  %tb2 = hir.barrier team = ${TEAM} backend = cuda_ipc : !hir.token
+  hir.wait %tb2 : !hir.token
   hir.dealloc %fence : tensor<1xf32>
-  func.return %rr, %wide, %sh, %pg : tensor<1024x2048xf32>, tensor<1024x4096xf32>, tensor<1024x2048xf32>, tensor<1024x2048xf32>
+  func.return %rr, %wide, %sh, %pg, %pg2 : tensor<1024x2048xf32>, tensor<1024x4096xf32>, tensor<1024x2048xf32>, tensor<1024x2048xf32>, tensor<1024x2048xf32>
 }
 """
 
@@ -469,7 +482,8 @@ func.func @main(%x: tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf3
 def test_large_peer_to_peer_under_mpiexec(kind: str, n: int, tmp_path: Path) -> None:
     """Messages larger than NCCL's buffers in a ring (send before recv on
     every rank: they must form one group), strided receive buffers, and a
-    strided put; run twice (timing first) so shared handles are reused."""
+    strided put; a put and a get ordered by a cuda_ipc fence (stream memory
+    operations); run twice (timing first) so shared handles are reused."""
     if kind == "cuda" and _gpu_count() < n:
         pytest.skip(f"needs {n} GPUs")
     prog = tmp_path / "p2p.mlir"
@@ -479,12 +493,13 @@ def test_large_peer_to_peer_under_mpiexec(kind: str, n: int, tmp_path: Path) -> 
     out = tmp_path / "out"
     args = [prog, "-p", "", "--backend", kind, "-i", tmp_path / "x.npy", "--save-outputs", out, "--iters", "1"]
     harness.ok(harness.mpirun(n, args, timeout=120))
-    got = e2e._outputs(out, 4)
+    got = e2e._outputs(out, 5)
     at = lambda k: np.concatenate([blocks[(i + k) % n] for i in range(n)])  # noqa: E731
     np.testing.assert_array_equal(got[0], at(-1))
     np.testing.assert_array_equal(got[1], np.concatenate([at(-1), at(1)], axis=1))
     np.testing.assert_array_equal(got[2], at(-2))
     np.testing.assert_array_equal(got[3], at(-3))
+    np.testing.assert_array_equal(got[4], at(-2))
 
 
 @needs_gpu

@@ -32,38 +32,45 @@
 // COLL-NEXT: hir.dealloc %xg : tensor<64x8xf32>
 // COLL-NOT: hir.allgather
 
-// Ring: the local chunk first (no wait), the shard in a shared buffer, one
-// fence, every peer chunk pulled ahead of the GEMMs (peer pos + c), each
-// GEMM on the stream of its get, the main stream joins, a final fence.
+// Ring: the shard copied into a shared buffer on the main stream, the
+// local chunk's GEMM on the compute stream (worker 0, no wait), a copy-engine
+// fence on main; every peer chunk pulled ahead (peer pos + c) on the transfer
+// stream (worker 1), then the GEMMs one after the other on the compute
+// stream, each after its get; the main stream joins, a final fence.
 // RING-LABEL: func.func @main
 // RING: %main = hir.get_current_stream : !hir.stream
 // RING-NEXT: %pos = hir.team_index team = [0, 1, 2, 3] : index
 // RING-NEXT: %ymine = hir.chunk %y1 [%pos] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
-// RING-NEXT: hir.for %c = 0 to 1 {
-// RING-NEXT: %s = hir.stream_for %c mod 2 : !hir.stream
+// RING-NEXT: %c0 = hir.constant 0 : index
+// RING-NEXT: %s = hir.stream_for %c0 mod 2 : !hir.stream
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
-// RING-NEXT: hir.matmul %x, %w, %ymine : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
-// RING-NEXT: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 2 : i64, reason = "algorithm = ring requested; cost model
-// The shared copy and the fence are on the main stream, which every pull waits for.
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: %xs = hir.alloc "main/0/0/ring" : tensor<16x8xf32>
 // RING-NEXT: hir.copy %x, %xs : tensor<16x8xf32>, tensor<16x8xf32>
 // RING-NEXT: %h = hir.share %xs team = [0, 1, 2, 3] : tensor<16x8xf32> -> !hir.handle
-// RING-NEXT: %fence = hir.barrier team = [0, 1, 2, 3] backend = nccl : !hir.token
+// RING-NEXT: hir.set_current_stream %s : !hir.stream
+// RING-NEXT: hir.for %c = 0 to 1 {
+// RING-NEXT: hir.matmul %x, %w, %ymine : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
+// RING-NEXT: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 2 : i64, reason = "algorithm = ring requested; cost model
+// The fence is on the main stream, which every pull waits for.
+// RING-NEXT: hir.set_current_stream %main : !hir.stream
+// RING-NEXT: %fence = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence : !hir.token
+// RING-NEXT: %c1 = hir.constant 1 : index
 // RING-NEXT: hir.for %c_1 = 1 to 4 {
-// RING-NEXT: %s_1 = hir.stream_for %c_1 mod 2 : !hir.stream
-// RING-NEXT: hir.set_current_stream %s_1 : !hir.stream
+// RING-NEXT: %st = hir.stream_for %c1 mod 2 : !hir.stream
+// RING-NEXT: hir.set_current_stream %st : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
 // RING-NEXT: %peer = hir.add_mod %pos, %c_1 mod 4 : index
 // RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: %tok = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<16x8xf32>) -> !hir.token
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: }
+// RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.for %c_2 = 1 to 4 {
-// RING-NEXT: %s_2 = hir.stream_for %c_2 mod 2 : !hir.stream
-// RING-NEXT: hir.set_current_stream %s_2 : !hir.stream
+// RING-NEXT: %st_1 = hir.stream_for %c1 mod 2 : !hir.stream
+// RING-NEXT: hir.sync_stream %st_1 : !hir.stream
 // RING-NEXT: %peer_1 = hir.add_mod %pos, %c_2 mod 4 : index
 // RING-NEXT: %blk_1 = hir.chunk %xg [%peer_1] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: %yblk = hir.chunk %y1 [%peer_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
@@ -71,10 +78,10 @@
 // RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: hir.for %c_3 = 0 to 2 {
-// RING-NEXT: %s_3 = hir.stream_for %c_3 mod 2 : !hir.stream
-// RING-NEXT: hir.sync_stream %s_3 : !hir.stream
+// RING-NEXT: %s_1 = hir.stream_for %c_3 mod 2 : !hir.stream
+// RING-NEXT: hir.sync_stream %s_1 : !hir.stream
 // RING-NEXT: }
-// RING-NEXT: %fence_1 = hir.barrier team = [0, 1, 2, 3] backend = nccl : !hir.token
+// RING-NEXT: %fence_1 = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence_1 : !hir.token
 // RING-NEXT: hir.dealloc %xs : tensor<16x8xf32>
 // RING-NEXT: hir.dealloc %xg : tensor<64x8xf32>

@@ -55,7 +55,7 @@ func.func @small(%x: tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>,
 // H200: hir.get %{{.*}} backend = cuda_ipc {hir.reshard = "DIDx->-"}
 // H200: fusion.gelu
 // H200: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}): ring(S=4)
-// H200: hir.get %{{.*}} block %{{.*}} of 4 backend = cuda_ipc {hir.reshard = "partial->DIDx"}
+// H200: hir.put %{{.*}} block %{{.*}} of 4 backend = cuda_ipc {hir.reshard = "partial->DIDx"}
 // H200-NOT: hir.allgather
 // H200-NOT: hir.reduce_scatter
 // FORCED-LABEL: func.func @sp_mlp

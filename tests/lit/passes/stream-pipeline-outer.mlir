@@ -25,7 +25,7 @@
 // RING: %xs = hir.alloc "main/0/0/ring" : tensor<32x16xf32>
 // RING-NEXT: hir.copy %x, %xs : tensor<32x16xf32>, tensor<32x16xf32>
 // RING-NEXT: %h = hir.share %xs team = [0, 1] : tensor<32x16xf32> -> !hir.handle
-// RING-NEXT: %fence = hir.barrier team = [0, 1] backend = nccl : !hir.token
+// RING-NEXT: %fence = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence : !hir.token
 // RING-NEXT: hir.for %c = 0 to 2 {
 // RING-NEXT: %s = hir.stream_for %c mod 2 : !hir.stream
@@ -49,7 +49,7 @@
 // RING-NEXT: %yc = hir.chunk %y1 [%c_1] dim = 0 chunks = 2 : (tensor<64x8xf32>, index) -> tensor<32x8xf32>
 // RING-NEXT: hir.matmul %xc_1, %w, %yc : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
 // RING-NEXT: }
-// RING: %fence_1 = hir.barrier team = [0, 1] backend = nccl : !hir.token
+// RING: %fence_1 = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 
 // NONE: hir.for %c = 0 to 2 {
 // NONE: hir.allgather %a, %b
