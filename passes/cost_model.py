@@ -247,8 +247,9 @@ def choose(
     m: Machine, site: Site, algorithms: Sequence[str], chunk_options: Sequence[int], requested: bool
 ) -> tuple[Estimate, str]:
     """The fastest candidate and why. `requested`: the user wrote the Stream
-    split (a pipelined algorithm is chosen, never none); otherwise a
-    pipeline is chosen only when it beats `none` by the PAYS margin."""
+    split (a pipeline is chosen unless `none`, when a candidate, is faster);
+    otherwise a pipeline is chosen only when it beats `none` by the PAYS
+    margin."""
     pairs = candidates(site, algorithms, chunk_options)
     if not pairs:
         raise ValueError("no candidate algorithm")

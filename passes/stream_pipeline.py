@@ -830,8 +830,7 @@ class StreamPipeline(ModulePass):
         if not options:
             return None
         algorithms = [COLLECTIVE, RING] if self.algorithm == AUTO else [self.algorithm]
-        optional = site.written is None and self.algorithm == AUTO
-        if optional:
+        if self.algorithm == AUTO:  # a written split too: pipelining must not lose
             algorithms = [NONE, *algorithms]
         if not machine.one_node(site.team):  # CUDA IPC reaches the GPUs of one node only
             if self.algorithm == RING:
@@ -852,10 +851,13 @@ class StreamPipeline(ModulePass):
                     f"stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs "
                     f"{site.d} chunks (one per device of team {list(site.team)}), got {what}",
                 )
-        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, not optional)
+        requested = site.written is not None or self.algorithm != AUTO
+        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, requested)
         if self.algorithm != AUTO:
             reason = f"algorithm = {self.algorithm} requested; {reason}"
         if best.algorithm == NONE:
+            if site.written is not None:  # say why the written split is not pipelined
+                site.anchor.attributes[PIPELINE_ATTR] = Plan(NONE, 1, 0, reason).attr()
             return None
         return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason)
 

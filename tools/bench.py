@@ -111,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="fuserc's backend and the device of the baselines")
     p.add_argument("--pipeline", default="default", help="fuserc's pass pipeline (default: default)")
     p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default=None, help="stream-pipeline{algorithm=...}")
-    p.add_argument("--stream", type=parse_stream, default=None, metavar="auto|S", help="chunks S of the Stream split written on y (default auto: none written, the cost model decides)")
+    p.add_argument("--stream", type=parse_stream, default=None, metavar="auto|S", help="chunks S of the Stream split written on y (default auto: AG S = ranks, RS none; auto's cost model decides whether to pipeline)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--small", action="store_true", help="tiny shapes and few iterations (tests the harness)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON (rank 0)")
@@ -142,8 +142,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 def stream_chunks(pattern: str, stream: int | None, d: int) -> int:
     """S of the Stream split written on y (0: none)."""
-    if stream is None:  # auto: nothing written, stream-pipeline's cost model decides
-        return 0
+    if stream is None:  # auto decides whether to pipeline (it may decline a written split)
+        return d if pattern == "ag" else 0
     return stream
 
 

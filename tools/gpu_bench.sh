@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session: the cuda checks (tools/gpu_check.sh STAGES), then the
-# benchmark of both patterns and a trace of the pipelined AllGather+GEMM,
-# rendered to PNG. Logs and results under $OUT.
+# benchmark of both patterns and traces of the pipelined AllGather+GEMM and
+# GEMM+ReduceScatter at the headline shape, rendered to PNG. Logs and
+# results under $OUT.
 #   tools/gpu_bench.sh "info unit pipelined" "4096x4096x4096,32768x16384x8192"
 set -u
 cd "$(dirname "$0")/.."
@@ -18,8 +19,12 @@ MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULT
 [ "$SHAPES" = none ] || timeout -k 5 ${BENCH_LIMIT_S:-240} $MPIRUN -n 4 python3 tools/bench.py --pattern both --shapes "$SHAPES" \
   --warmup 3 --iters 10 --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
 echo "bench rc=$?" >>"$OUT/bench.txt"
-timeout -k 5 90 $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir --backend cuda \
-  --warmup 2 --iters 3 --trace "$OUT/ag_trace.json" >"$OUT/trace.txt" 2>&1
-echo "trace rc=$?" >>"$OUT/trace.txt"
-python3 tools/trace_png.py "$OUT/ag_trace.json" -o "$OUT/ag_trace.png" --labels >>"$OUT/trace.txt" 2>&1
+: >"$OUT/trace.txt"
+for pattern in ag:allgather_matmul_large rs:matmul_reduce_scatter_large; do
+  name=${pattern%%:*}
+  timeout -k 5 90 $MPIRUN -n 4 python3 -m fuserc run "examples/${pattern#*:}.mlir" --backend cuda \
+    --warmup 2 --iters 3 --trace "$OUT/${name}_trace.json" >>"$OUT/trace.txt" 2>&1
+  echo "$name trace rc=$?" >>"$OUT/trace.txt"
+  python3 tools/trace_png.py "$OUT/${name}_trace.json" -o "$OUT/${name}_trace.png" --labels >>"$OUT/trace.txt" 2>&1
+done
 cat "$OUT/check/summary.txt" "$OUT/bench.txt" "$OUT/trace.txt" | tail -80

@@ -51,7 +51,10 @@ DTYPES = ("f32", "bf16")
 EXAMPLE_RANKS = (1, 2, 4)
 """Examples are written for 4 ranks; those on one 1-D mesh of all ranks
 also run at 1 and 2 (their extents divide by 4)."""
-EXAMPLES_SKIPPED = {"allgather_matmul_large.mlir": "the headline GEMM shape, for GPUs"}
+EXAMPLES_SKIPPED = {
+    "allgather_matmul_large.mlir": "the headline GEMM shape, for GPUs",
+    "matmul_reduce_scatter_large.mlir": "the headline GEMM shape, for GPUs",
+}
 BATCH_TIMEOUT_S = 900
 """Last resort for one launch; batch.py ends a hanging case itself."""
 

@@ -55,6 +55,17 @@ def links_file(tmp_path: Path, **values: object) -> dict[str, str]:
 
 
 DEFAULT_LINKS = {"copy_engine_gbps": 350}
+GEMM_BOUND = {
+    "copy_engine_gbps": 350,
+    "nccl_busbw_gbps": 0.001,
+    "nccl_sm_slowdown": 0,
+    "chunk_us": 0,
+    "launch_us": 0,
+    "gemm_half_gflop": 0,
+    "gemm_tflops": {"f32": 1e-6, "bf16": 1e-6},
+}
+"""A node so slow at these tiny programs' GEMMs and collectives that they
+pay for a pipeline (with the default links auto leaves them unpipelined)."""
 COMM_BOUND = {"nccl_busbw_gbps": 0.01, "nccl_latency_us": 0, "copy_engine_gbps": 100, "copy_engine_latency_us": 0, "launch_us": 0}
 SLOW_COPY = {"copy_engine_gbps": 0.001, "copy_engine_latency_us": 1000}
 
@@ -163,10 +174,10 @@ ALGORITHMS = ["collective", "ring", "auto"]
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_allgather_matmul(n: int, algorithm: str, tmp_path: Path) -> None:
-    """DIDx to Stream(n): chunk i from device i; the default links make
-    auto choose the ring."""
+    """DIDx to Stream(n): chunk i from device i; copy engines make auto
+    choose the ring where pipelining pays."""
     prog = write(tmp_path, "ag", allgather_matmul(n))
-    out = check(n, prog, pipeline(algorithm=algorithm), env=links_file(tmp_path, **DEFAULT_LINKS))
+    out = check(n, prog, pipeline(algorithm=algorithm), env=links_file(tmp_path, **GEMM_BOUND))
     (p,) = pipelines(out)
     assert p["algorithm"] == ("ring" if algorithm == "auto" else algorithm)
     assert p["chunks"] == str(n)
@@ -202,7 +213,8 @@ def test_allgather_repeated_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
     prog = write(tmp_path, "rs", matmul_reduce_scatter(n))
-    out = check(n, prog, pipeline(algorithm=algorithm), "--warmup", "1", "--iters", "1")
+    env = links_file(tmp_path, **GEMM_BOUND)
+    out = check(n, prog, pipeline(algorithm=algorithm), "--warmup", "1", "--iters", "1", env=env)
     (p,) = pipelines(out)
     assert p["chunks"] == str(n)
     if algorithm != "auto":
@@ -224,7 +236,7 @@ func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
   func.return %y : {y}
 }}
 """
-    out = check(4, write(tmp_path, "rsb", text), pipeline())
+    out = check(4, write(tmp_path, "rsb", text), pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"]) == ("collective", "8")
     assert "fusion.add" in out
@@ -233,7 +245,7 @@ func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
 def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
     """S = 2d written on the partial product of a linear without bias."""
     prog = write(tmp_path, "rsl", matmul_reduce_scatter(4, k=2, linear=True))
-    out = check(4, prog, pipeline())
+    out = check(4, prog, pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"]) == ("collective", "8")
 
@@ -312,8 +324,19 @@ def test_auto_adds_pipelines_where_they_pay(tmp_path: Path) -> None:
 
 def test_auto_collective_without_copy_engines(tmp_path: Path) -> None:
     prog = write(tmp_path, "ag", allgather_matmul(4))
-    out = check(4, prog, "default", env=links_file(tmp_path, **SLOW_COPY))
+    out = check(4, prog, "default", env=links_file(tmp_path, **{**GEMM_BOUND, **SLOW_COPY}))
     assert [p["algorithm"] for p in pipelines(out)] == ["collective"]
+
+
+def test_auto_declines_a_written_split_that_does_not_pay(tmp_path: Path) -> None:
+    """With the default links a written Stream split of a tiny GEMM is not
+    worth its per-chunk cost: the program runs unpipelined (and right), and
+    the GEMM says why."""
+    prog = write(tmp_path, "ag", allgather_matmul(4))
+    out = check(4, prog, "default")
+    (p,) = pipelines(out)
+    assert p["algorithm"] == "none" and 'reason = "cost model (defaults): none' in out
+    assert "hir.allgather" in out and "hir.for" not in out
 
 
 def test_uneven_split_is_refused(tmp_path: Path) -> None:

@@ -67,15 +67,16 @@ def test_trace_of_every_op(n: int, tmp_path: Path) -> None:
 
 
 def test_trace_of_pipelined_program_and_png(tmp_path: Path) -> None:
-    """A Stream split lowered by the default pipeline runs its chunks on
-    worker streams; with --iters only the last timed run is traced; the
+    """A Stream split pipelined by the collective algorithm runs its chunks
+    on worker streams; with --iters only the last timed run is traced; the
     trace renders to a PNG."""
     src = tmp_path / "ag.mlir"
     src.write_text(PIPELINED)
+    pipe = ["-p", "propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=collective}"]
     single = tmp_path / "single.json"
-    ok(mpirun(2, [src, "--backend", "cpu", "--trace", single, "--check"]))
+    ok(mpirun(2, [src, *pipe, "--backend", "cpu", "--trace", single, "--check"]))
     timed = tmp_path / "timed.json"
-    proc = ok(mpirun(2, [src, "--backend", "cpu", "--warmup", "1", "--iters", "3", "--trace", timed]))
+    proc = ok(mpirun(2, [src, *pipe, "--backend", "cpu", "--warmup", "1", "--iters", "3", "--trace", timed]))
     assert "time: median" in proc.stdout
     one, last = _load(single), _load(timed)
     for data in (one, last):

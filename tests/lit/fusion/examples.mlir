@@ -11,6 +11,7 @@
 // CHECK-DAG: roundtrip ok: attention.mlir
 // CHECK-DAG: roundtrip ok: linear_column_row.mlir
 // CHECK-DAG: roundtrip ok: matmul_reduce_scatter.mlir
+// CHECK-DAG: roundtrip ok: matmul_reduce_scatter_large.mlir
 // CHECK-DAG: roundtrip ok: mesh2d.mlir
 // CHECK-DAG: roundtrip ok: mixed_precision_mlp.mlir
 // CHECK-DAG: roundtrip ok: pipeline.mlir

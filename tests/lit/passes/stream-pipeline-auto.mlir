@@ -31,12 +31,16 @@ func.func @headline(%x: tensor<32768x16384xbf16, #fusion.sharding<@tp, [DIDx, -]
 
 // -----
 
-// A written Stream split is pipelined even where the model says the
-// unpipelined program would be faster (small shapes): auto then only
-// picks the algorithm.
+// A written Stream split is not pipelined where the model says the
+// unpipelined program is faster (small shapes): the GEMM says why. A
+// forced algorithm pipelines it.
 // H200-LABEL: func.func @small
-// H200: hir.pipeline = {algorithm = "ring", chunks = 4 : i64
-// H200-NOT: hir.allgather
+// H200: hir.allgather
+// H200: hir.matmul {{.*}}hir.pipeline = {algorithm = "none", chunks = 1 : i64, streams = 0 : i64, reason = "cost model ({{.*}}links-h200.json): none {{.*}} ms < ring(S=4)
+// H200-NOT: hir.for
+// FORCED-LABEL: func.func @small
+// FORCED: hir.pipeline = {algorithm = "ring", chunks = 4 : i64
+// FORCED-NOT: hir.allgather
 fusion.mesh @tp shape = [4]
 func.func @small(%x: tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>,
                  %w: tensor<32x16xf32, #fusion.sharding<@tp, [-, -]>>)
