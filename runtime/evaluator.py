@@ -13,6 +13,11 @@ absent; an op without a team runs only when all its tensor operands are
 present (except the operands a communication reads or writes on its root
 alone); `hir.if_rank` runs its region on the listed ranks only.
 
+Each op is prepared once per program (at its first run): its handler's
+static attributes, whether this rank is in its team and which operands it
+needs are read from the IR then, so that a run costs little more than the
+backend calls (the host must issue kernels faster than the device runs them).
+
 Testing hook: with the environment variable `FUSERC_FAIL_RANK=r`, rank r
 raises an error at the first op of every run, so that failure handling can
 be tested end to end.
@@ -162,6 +167,7 @@ class Program:
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
         self._prepared = False  # teams are made at the first run, after the input checks
+        self._plan: _Plan | None = None  # the ops prepared for this rank, at the first run
         self.cache = AllocationCache(backend.empty)
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
@@ -204,25 +210,38 @@ class Program:
         """Run once on host inputs; results are CPU tensors (copies)."""
         return self.run_prepared(self.prepare_inputs(inputs), copy_outputs=True)
 
-    def run_prepared(self, inputs: Sequence[Array | None], copy_outputs: bool = False) -> list[Any]:
+    def run_prepared(
+        self, inputs: Sequence[Array | None], copy_outputs: bool = False, synchronize: bool = True
+    ) -> list[Any]:
         """Run once on inputs from `prepare_inputs`. Without `copy_outputs`
-        the results are the program's buffers, overwritten by the next run."""
+        the results are the program's buffers, overwritten by the next run.
+        With `synchronize=False` (no `copy_outputs`) the host returns once
+        the work is enqueued, without waiting for the device or meeting the
+        other ranks: the results are ready in stream order on the backend's
+        main stream, and the caller synchronizes before reading them on the
+        host. A timing loop uses it to measure device time as PyTorch's
+        stream-ordered baselines are measured; a program that shares
+        buffers must then end with a fence (stream-pipeline's do)."""
+        synchronize = synchronize or copy_outputs
         if not self._prepared:
             self.backend.prepare_teams(self.teams)
             self._prepared = True
+        if self._plan is None:
+            self._plan = _Planner(self).plan()
         fail = os.environ.get(FAIL_RANK_ENV)
-        interp = _Interpreter(self, fail_now=fail is not None and fail.strip() == str(self.backend.rank))
+        interp = _Interpreter(self, self._plan, fail_now=fail is not None and fail.strip() == str(self.backend.rank))
         temp_handles: list[Handle] = []
         try:
             results = interp.run(inputs, temp_handles)
-            self.backend.synchronize()
+            if synchronize or temp_handles:
+                self.backend.synchronize()
             if copy_outputs:
                 results = [self.backend.to_host(r) if r is not None else None for r in results]
         finally:
             self.cache.release_all()
         for h in temp_handles:
             self.backend.release_handle(h)
-        if self._shares:
+        if self._shares and synchronize:
             self.backend.barrier()  # one-sided copies into this rank are done
         self.last_flops = interp.flops
         self.runs += 1
@@ -287,15 +306,27 @@ def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
 # --------------------------------------------------------------------------
 # Interpretation
 # --------------------------------------------------------------------------
+#
+# A program is planned once, at its first run: every SSA value gets a slot in
+# a flat list (the run's environment), and every op becomes a `_Step` that
+# holds what the op needs on every run, read from the IR once: a closure over
+# its static attributes and slots, the slots of the operands that must be
+# present, and whether this rank skips it. A run then does list indexing and
+# backend calls, not IR property access.
 
-Handler = Callable[["_Interpreter", Operation], None]
-_HANDLERS: dict[type[Operation], Handler] = {}
+Run = Callable[["_Interpreter"], None]
+"""One op's work in a run, its static attributes already bound."""
+
+Prepare = Callable[["_Planner", Any], Run]
+"""Makes the `Run` of an op (once per program)."""
+
+_PREPARE: dict[type[Operation], Prepare] = {}
 
 
-def _handles(*classes: type[Operation]) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
+def _prepares(*classes: type[Operation]) -> Callable[[Prepare], Prepare]:
+    def register(fn: Prepare) -> Prepare:
         for c in classes:
-            _HANDLERS[c] = fn
+            _PREPARE[c] = fn
         return fn
 
     return register
@@ -308,373 +339,704 @@ _ROOT_ONLY: dict[type[Operation], tuple[str, ...]] = {
 }
 """Communication operands used on the root only (they may be absent elsewhere)."""
 
+_STRICT: tuple[type[Operation], ...] = (*hir.COMMUNICATION_OPS, hir.ShareOp)
+"""Ops whose members must have every operand (an absent one is an error)."""
 
-class _Interpreter:
-    """One run of a program: the values of SSA values, op by op."""
 
-    def __init__(self, program: Program, fail_now: bool):
+class _Step:
+    """An op ready to run on this rank. `run` is None where the rank is
+    outside the op's team (its results are absent); `required` are the slots
+    that must hold a value for the op to run (else its results are absent,
+    or, for a `strict` op, it is an error)."""
+
+    __slots__ = ("op", "run", "required", "strict", "results")
+
+    def __init__(
+        self, op: Operation, run: Run | None, required: tuple[int, ...], strict: bool, results: tuple[int, ...]
+    ):
+        self.op = op
+        self.run = run
+        self.required = required
+        self.strict = strict
+        self.results = results
+
+
+@dataclass(frozen=True)
+class _BlockPlan:
+    """The steps of a block, and the slots its terminator hands back (None:
+    the block has no such terminator)."""
+
+    steps: tuple[_Step, ...]
+    ends: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A host program planned for this rank."""
+
+    slots: int  # the size of a run's environment
+    args: tuple[int, ...]  # the slots of the function's arguments
+    body: _BlockPlan
+
+
+class _Planner:
+    """Plans a program for this rank: slots for SSA values, steps for ops."""
+
+    def __init__(self, program: Program):
         self.program = program
         self.backend = program.backend
         self.rank = program.backend.rank
-        self.env: dict[SSAValue, Any] = {}
+        self._slots: dict[SSAValue, int] = {}
+
+    def plan(self) -> _Plan:
+        block = self.program.func.body.block
+        args = self.slots(block.args)
+        body = self.block(block, ReturnOp)
+        return _Plan(len(self._slots), args, body)
+
+    def slot(self, v: SSAValue) -> int:
+        s = self._slots.get(v)
+        if s is None:
+            s = self._slots[v] = len(self._slots)
+        return s
+
+    def slots(self, values: Sequence[SSAValue]) -> tuple[int, ...]:
+        return tuple(self.slot(v) for v in values)
+
+    def block(self, block: Block, end: type[Operation]) -> _BlockPlan:
+        """The steps up to the first `end` op, whose operands the block hands back."""
+        self.slots(block.args)
+        steps: list[_Step] = []
+        for op in block.ops:
+            if isinstance(op, end):
+                return _BlockPlan(tuple(steps), self.slots(op.operands))
+            steps.append(self.step(op))
+        return _BlockPlan(tuple(steps), None)
+
+    def step(self, op: Operation) -> _Step:
+        results = self.slots(op.results)
+        prepare = _PREPARE.get(type(op))
+        if prepare is None:
+            return _Step(op, _unsupported(op), (), False, results)
+        if isinstance(op, hir.TeamOp) and self.rank not in op.team:
+            return _Step(op, None, (), False, results)
+        optional = {getattr(op, name) for name in _ROOT_ONLY.get(type(op), ())}
+        required = tuple(
+            self.slot(v) for v in op.operands if v not in optional and not isinstance(v.type, hir.TokenType)
+        )
+        return _Step(op, prepare(self, op), required, isinstance(op, _STRICT), results)
+
+
+def _unsupported(op: Operation) -> Run:
+    """An op without a handler: an error when (and only when) a run reaches it."""
+
+    def run(it: _Interpreter) -> None:
+        raise error_at(op, f"the host evaluator cannot run '{op.name}'")
+
+    return run
+
+
+class _Interpreter:
+    """One run of a program: the values of its SSA values (by slot), step by step."""
+
+    def __init__(self, program: Program, plan: _Plan, fail_now: bool):
+        self.program = program
+        self.backend = program.backend
+        self.rank = program.backend.rank
+        self.env: list[Any] = [None] * plan.slots
         self.flops = 0
+        self.temp_handles: list[Handle] = []
+        self._plan = plan
         self._fail_now = fail_now
-        self._temp_handles: list[Handle] = []
 
     def run(self, inputs: Sequence[Array | None], temp_handles: list[Handle]) -> list[Any]:
-        self._temp_handles = temp_handles
-        block = self.program.func.body.block
-        if len(inputs) != len(block.args):
-            raise error_at(self.program.func, f"expected {len(block.args)} inputs, got {len(inputs)}")
-        for arg, value in zip(block.args, inputs):
-            self.env[arg] = value
-        for op in block.ops:
-            if isinstance(op, ReturnOp):
-                return [self.env[v] for v in op.operands]
-            self.execute(op)
-        raise error_at(self.program.func, "host program without func.return")
+        self.temp_handles = temp_handles
+        plan = self._plan
+        if len(inputs) != len(plan.args):
+            raise error_at(self.program.func, f"expected {len(plan.args)} inputs, got {len(inputs)}")
+        env = self.env
+        for slot, value in zip(plan.args, inputs):
+            env[slot] = value
+        steps = plan.body.steps
+        if self._fail_now and steps:
+            raise InjectedFailure(f"{FAIL_RANK_ENV}={self.rank}: injected failure at '{steps[0].op.name}'")
+        self.run_steps(steps)
+        if plan.body.ends is None:
+            raise error_at(self.program.func, "host program without func.return")
+        return [env[s] for s in plan.body.ends]
 
-    def run_block(self, block: Block) -> list[Any]:
-        """Run a region's block; the values its hir.yield yields."""
-        for op in block.ops:
-            if isinstance(op, hir.YieldOp):
-                return [self.env[v] for v in op.values]
-            self.execute(op)
-        return []
-
-    def execute(self, op: Operation) -> None:
-        if self._fail_now:
-            self._fail_now = False
-            raise InjectedFailure(f"{FAIL_RANK_ENV}={self.rank}: injected failure at '{op.name}'")
-        handler = _HANDLERS.get(type(op))
-        if handler is None:
-            raise error_at(op, f"the host evaluator cannot run '{op.name}'")
-        team = op.team if isinstance(op, hir.TeamOp) else None
-        if team is not None and self.rank not in team:
-            self._absent(op)
-            return
-        if not self._operands_present(op):
-            self._absent(op)
-            return
+    def run_steps(self, steps: Sequence[_Step]) -> None:
+        """Run a block's steps. A step whose rank is outside its team, or
+        one missing a required operand, gives absent results."""
+        env = self.env
         tracer = self.program.tracer
-        span = tracer.begin(op) if tracer is not None else None
+        for step in steps:
+            run = step.run
+            if run is None:
+                for r in step.results:
+                    env[r] = None
+                continue
+            for s in step.required:
+                if env[s] is None:
+                    if step.strict:
+                        op = step.op
+                        raise error_at(
+                            op, f"'{op.name}': an operand is absent on rank {self.rank}, a member of its team"
+                        )
+                    for r in step.results:
+                        env[r] = None
+                    break
+            else:
+                if tracer is not None:
+                    self._run_traced(step, tracer)
+                    continue
+                try:
+                    run(self)
+                except (Diagnostic, InjectedFailure):
+                    raise
+                except Exception as e:
+                    self._note(e, step.op)
+                    raise
+
+    def _run_traced(self, step: _Step, tracer: Any) -> None:
+        span = tracer.begin(step.op)
         try:
-            handler(self, op)
+            step.run(self)  # type: ignore[misc]
         except (Diagnostic, InjectedFailure):
             raise
         except Exception as e:
-            loc = location_of(op)
-            e.add_note(f"while running '{op.name}'" + (f" at {loc}" if loc else "") + f" on rank {self.rank}")
+            self._note(e, step.op)
             raise
         if span is not None:
-            tracer.end(span, [self.env.get(r) for r in op.results])
+            tracer.end(span, [self.env[r] for r in step.results])
 
-    def _operands_present(self, op: Operation) -> bool:
-        """Tensor operands must be present, except root-only ones; a member
-        of a team must have every operand it uses."""
-        optional = {getattr(op, name) for name in _ROOT_ONLY.get(type(op), ())}
-        missing = [
-            v
-            for v in op.operands
-            if self.env.get(v) is None and v not in optional and not isinstance(v.type, hir.TokenType)
-        ]
-        if not missing:
-            return True
-        if isinstance(op, (*hir.COMMUNICATION_OPS, hir.ShareOp)):
-            raise error_at(op, f"'{op.name}': an operand is absent on rank {self.rank}, a member of its team")
-        return False
+    def _note(self, e: Exception, op: Operation) -> None:
+        loc = location_of(op)
+        e.add_note(f"while running '{op.name}'" + (f" at {loc}" if loc else "") + f" on rank {self.rank}")
 
-    def _absent(self, op: Operation) -> None:
-        for r in op.results:
-            self.env[r] = None
 
-    def value(self, v: SSAValue) -> Any:
-        return self.env[v]
+def _position(op: Operation, value: Any, size: int, what: str) -> int:
+    """A team position from an index value, checked against the team size."""
+    p = int(value)
+    if not 0 <= p < size:
+        raise error_at(op, f"'{op.name}': {what} position {p} is out of range for a team of {size} ranks")
+    return p
 
-    def position(self, op: Operation, v: SSAValue, team: Team, what: str) -> int:
-        p = int(self.env[v])
-        if not 0 <= p < len(team):
-            raise error_at(op, f"'{op.name}': {what} position {p} is out of range for a team of {len(team)} ranks")
-        return p
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
 
 
 # ---- allocation -----------------------------------------------------------
 
 
-@_handles(hir.AllocOp)
-def _alloc(it: _Interpreter, op: hir.AllocOp) -> None:
+@_prepares(hir.AllocOp)
+def _alloc(pl: _Planner, op: hir.AllocOp) -> Run:
     t = op.result.type
     assert isinstance(t, TensorType)
-    entry = it.program.acquire(op.site, tuple(t.get_shape()), torch_dtype(t.element_type))
-    it.env[op.result] = entry.buffer
+    site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
+    result, acquire = pl.slot(op.result), pl.program.acquire
+
+    def run(it: _Interpreter) -> None:
+        it.env[result] = acquire(site, shape, dtype).buffer
+
+    return run
 
 
-@_handles(hir.DeallocOp)
-def _dealloc(it: _Interpreter, op: hir.DeallocOp) -> None:
-    entry = it.program.entry_of(it.value(op.buffer))
-    if entry is not None:
-        it.program.cache.release(entry)
+@_prepares(hir.DeallocOp)
+def _dealloc(pl: _Planner, op: hir.DeallocOp) -> Run:
+    buffer, program = pl.slot(op.buffer), pl.program
+
+    def run(it: _Interpreter) -> None:
+        entry = program.entry_of(it.env[buffer])
+        if entry is not None:
+            program.cache.release(entry)
+
+    return run
 
 
 # ---- control ----------------------------------------------------------------
 
 
-@_handles(hir.ForOp)
-def _for(it: _Interpreter, op: hir.ForOp) -> None:
-    for i in op.indices:
-        it.env[op.induction_var] = i
-        it.run_block(op.body.block)
+@_prepares(hir.ForOp)
+def _for(pl: _Planner, op: hir.ForOp) -> Run:
+    steps = pl.block(op.body.block, hir.YieldOp).steps
+    index, indices = pl.slot(op.induction_var), op.indices
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        for i in indices:
+            env[index] = i
+            it.run_steps(steps)
+
+    return run
 
 
-@_handles(hir.IfRankOp)
-def _if_rank(it: _Interpreter, op: hir.IfRankOp) -> None:
-    if it.rank not in op.ranks:
-        it._absent(op)
-        return
-    values = it.run_block(op.body.block)
-    for r, v in zip(op.results, values, strict=True):
-        it.env[r] = v
+@_prepares(hir.IfRankOp)
+def _if_rank(pl: _Planner, op: hir.IfRankOp) -> Run:
+    results = pl.slots(op.results)
+    if pl.rank not in op.ranks:
+
+        def absent(it: _Interpreter) -> None:
+            for r in results:
+                it.env[r] = None
+
+        return absent
+    body = pl.block(op.body.block, hir.YieldOp)
+    steps, yields = body.steps, body.ends or ()
+
+    def run(it: _Interpreter) -> None:
+        it.run_steps(steps)
+        env = it.env
+        values = [env[s] for s in yields]
+        for r, v in zip(results, values, strict=True):
+            env[r] = v
+
+    return run
 
 
-@_handles(hir.ConstantOp)
-def _constant(it: _Interpreter, op: hir.ConstantOp) -> None:
-    it.env[op.result] = op.value
+@_prepares(hir.ConstantOp)
+def _constant(pl: _Planner, op: hir.ConstantOp) -> Run:
+    result, value = pl.slot(op.result), op.value
+
+    def run(it: _Interpreter) -> None:
+        it.env[result] = value
+
+    return run
 
 
-@_handles(hir.TeamIndexOp)
-def _team_index(it: _Interpreter, op: hir.TeamIndexOp) -> None:
-    it.env[op.result] = op.team.index(it.rank)
+@_prepares(hir.TeamIndexOp)
+def _team_index(pl: _Planner, op: hir.TeamIndexOp) -> Run:
+    result, value = pl.slot(op.result), op.team.index(pl.rank)  # planned on members only
+
+    def run(it: _Interpreter) -> None:
+        it.env[result] = value
+
+    return run
 
 
-@_handles(hir.TeamRankOp)
-def _team_rank(it: _Interpreter, op: hir.TeamRankOp) -> None:
-    it.env[op.result] = op.team[it.position(op, op.position, op.team, "team")]
+@_prepares(hir.TeamRankOp)
+def _team_rank(pl: _Planner, op: hir.TeamRankOp) -> Run:
+    result, position, team = pl.slot(op.result), pl.slot(op.position), op.team
+    size = len(team)
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[result] = team[_position(op, env[position], size, "team")]
+
+    return run
 
 
-@_handles(hir.DivOp)
-def _div(it: _Interpreter, op: hir.DivOp) -> None:
-    it.env[op.result] = int(it.value(op.lhs)) // op.divisor
+@_prepares(hir.DivOp)
+def _div(pl: _Planner, op: hir.DivOp) -> Run:
+    result, lhs, divisor = pl.slot(op.result), pl.slot(op.lhs), op.divisor
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[result] = int(env[lhs]) // divisor
+
+    return run
 
 
-@_handles(hir.AddModOp)
-def _add_mod(it: _Interpreter, op: hir.AddModOp) -> None:
-    it.env[op.result] = (int(it.value(op.lhs)) + int(it.value(op.rhs))) % op.modulus
+@_prepares(hir.AddModOp)
+def _add_mod(pl: _Planner, op: hir.AddModOp) -> Run:
+    result, lhs, rhs, modulus = pl.slot(op.result), pl.slot(op.lhs), pl.slot(op.rhs), op.modulus
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[result] = (int(env[lhs]) + int(env[rhs])) % modulus
+
+    return run
 
 
 # ---- streams and events -----------------------------------------------------
 
 
-@_handles(hir.GetCurrentStreamOp)
-def _get_stream(it: _Interpreter, op: hir.GetCurrentStreamOp) -> None:
-    it.env[op.stream] = it.backend.get_current_stream()
+@_prepares(hir.GetCurrentStreamOp)
+def _get_stream(pl: _Planner, op: hir.GetCurrentStreamOp) -> Run:
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        it.env[stream] = b.get_current_stream()
+
+    return run
 
 
-@_handles(hir.SetCurrentStreamOp)
-def _set_stream(it: _Interpreter, op: hir.SetCurrentStreamOp) -> None:
-    it.backend.set_current_stream(it.value(op.stream))
+@_prepares(hir.SetCurrentStreamOp)
+def _set_stream(pl: _Planner, op: hir.SetCurrentStreamOp) -> Run:
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        b.set_current_stream(it.env[stream])
+
+    return run
 
 
-@_handles(hir.StreamForOp)
-def _stream_for(it: _Interpreter, op: hir.StreamForOp) -> None:
-    it.env[op.stream] = it.backend.stream_for(int(it.value(op.index)), op.count)
+@_prepares(hir.StreamForOp)
+def _stream_for(pl: _Planner, op: hir.StreamForOp) -> Run:
+    stream, index, count, b = pl.slot(op.stream), pl.slot(op.index), op.count, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[stream] = b.stream_for(int(env[index]), count)
+
+    return run
 
 
-@_handles(hir.SyncStreamOp)
-def _sync_stream(it: _Interpreter, op: hir.SyncStreamOp) -> None:
+@_prepares(hir.SyncStreamOp)
+def _sync_stream(pl: _Planner, op: hir.SyncStreamOp) -> Run:
     """Record an event on %s, then the current stream waits for it."""
-    b = it.backend
-    current = b.get_current_stream()
-    b.set_current_stream(it.value(op.stream))
-    event = b.record_event()
-    b.set_current_stream(current)
-    b.wait_event(event)
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        current = b.get_current_stream()
+        b.set_current_stream(it.env[stream])
+        event = b.record_event()
+        b.set_current_stream(current)
+        b.wait_event(event)
+
+    return run
 
 
-@_handles(hir.RecordEventOp)
-def _record_event(it: _Interpreter, op: hir.RecordEventOp) -> None:
-    it.env[op.event] = it.backend.record_event()
+@_prepares(hir.RecordEventOp)
+def _record_event(pl: _Planner, op: hir.RecordEventOp) -> Run:
+    event, b = pl.slot(op.event), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        it.env[event] = b.record_event()
+
+    return run
 
 
-@_handles(hir.WaitEventOp)
-def _wait_event(it: _Interpreter, op: hir.WaitEventOp) -> None:
-    it.backend.wait_event(it.value(op.event))
+@_prepares(hir.WaitEventOp)
+def _wait_event(pl: _Planner, op: hir.WaitEventOp) -> Run:
+    event, b = pl.slot(op.event), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        b.wait_event(it.env[event])
+
+    return run
 
 
 # ---- communication -----------------------------------------------------------
 
 
-@_handles(hir.AllgatherOp)
-def _allgather(it: _Interpreter, op: hir.AllgatherOp) -> None:
-    it.env[op.token] = it.backend.allgather(it.value(op.input), it.value(op.output), op.team)
+@_prepares(hir.AllgatherOp)
+def _allgather(pl: _Planner, op: hir.AllgatherOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[token] = b.allgather(env[inp], env[out], team)
+
+    return run
 
 
-@_handles(hir.BroadcastOp)
-def _broadcast(it: _Interpreter, op: hir.BroadcastOp) -> None:
-    root = it.position(op, op.root, op.team, "root")
-    it.env[op.token] = it.backend.broadcast(it.value(op.buffer), root, op.team)
+@_prepares(hir.BroadcastOp)
+def _broadcast(pl: _Planner, op: hir.BroadcastOp) -> Run:
+    token, buf, root, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.root), op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        r = _position(op, env[root], len(team), "root")
+        env[token] = b.broadcast(env[buf], r, team)
+
+    return run
 
 
-@_handles(hir.ScatterOp)
-def _scatter(it: _Interpreter, op: hir.ScatterOp) -> None:
-    root = it.position(op, op.root, op.team, "root")
-    it.env[op.token] = it.backend.scatter(it.env.get(op.input), it.value(op.output), root, op.team)
+@_prepares(hir.ScatterOp)
+def _scatter(pl: _Planner, op: hir.ScatterOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b = op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        r = _position(op, env[root], len(team), "root")
+        env[token] = b.scatter(env[inp], env[out], r, team)
+
+    return run
 
 
-@_handles(hir.GatherOp)
-def _gather(it: _Interpreter, op: hir.GatherOp) -> None:
-    root = it.position(op, op.root, op.team, "root")
-    it.env[op.token] = it.backend.gather(it.value(op.input), it.env.get(op.output), root, op.team)
+@_prepares(hir.GatherOp)
+def _gather(pl: _Planner, op: hir.GatherOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b = op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        r = _position(op, env[root], len(team), "root")
+        env[token] = b.gather(env[inp], env[out], r, team)
+
+    return run
 
 
-@_handles(hir.ReduceOp)
-def _reduce(it: _Interpreter, op: hir.ReduceOp) -> None:
-    root = it.position(op, op.root, op.team, "root")
-    red = reduce_op_name(op.reduction_op)
-    it.env[op.token] = it.backend.reduce(it.value(op.input), it.env.get(op.output), root, red, op.team)
+@_prepares(hir.ReduceOp)
+def _reduce(pl: _Planner, op: hir.ReduceOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        r = _position(op, env[root], len(team), "root")
+        env[token] = b.reduce(env[inp], env[out], r, red, team)
+
+    return run
 
 
-@_handles(hir.AllreduceOp)
-def _allreduce(it: _Interpreter, op: hir.AllreduceOp) -> None:
-    red = reduce_op_name(op.reduction_op)
-    it.env[op.token] = it.backend.allreduce(it.value(op.input), it.value(op.output), red, op.team)
+@_prepares(hir.AllreduceOp)
+def _allreduce(pl: _Planner, op: hir.AllreduceOp) -> Run:
+    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[token] = b.allreduce(env[inp], env[out], red, team)
+
+    return run
 
 
-@_handles(hir.ReduceScatterOp)
-def _reduce_scatter(it: _Interpreter, op: hir.ReduceScatterOp) -> None:
-    red = reduce_op_name(op.reduction_op)
-    it.env[op.token] = it.backend.reduce_scatter(it.value(op.input), it.value(op.output), red, op.team)
+@_prepares(hir.ReduceScatterOp)
+def _reduce_scatter(pl: _Planner, op: hir.ReduceScatterOp) -> Run:
+    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[token] = b.reduce_scatter(env[inp], env[out], red, team)
+
+    return run
 
 
-@_handles(hir.AlltoallOp)
-def _alltoall(it: _Interpreter, op: hir.AlltoallOp) -> None:
-    it.env[op.token] = it.backend.alltoall(it.value(op.input), it.value(op.output), op.team)
+@_prepares(hir.AlltoallOp)
+def _alltoall(pl: _Planner, op: hir.AlltoallOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[token] = b.alltoall(env[inp], env[out], team)
+
+    return run
 
 
-@_handles(hir.SendOp)
-def _send(it: _Interpreter, op: hir.SendOp) -> None:
-    peer = it.position(op, op.peer, op.team, "peer")
-    it.env[op.token] = it.backend.send(it.value(op.buffer), peer, op.team)
+@_prepares(hir.SendOp)
+def _send(pl: _Planner, op: hir.SendOp) -> Run:
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        p = _position(op, env[peer], len(team), "peer")
+        env[token] = b.send(env[buf], p, team)
+
+    return run
 
 
-@_handles(hir.RecvOp)
-def _recv(it: _Interpreter, op: hir.RecvOp) -> None:
-    peer = it.position(op, op.peer, op.team, "peer")
-    it.env[op.token] = it.backend.recv(it.value(op.buffer), peer, op.team)
+@_prepares(hir.RecvOp)
+def _recv(pl: _Planner, op: hir.RecvOp) -> Run:
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        p = _position(op, env[peer], len(team), "peer")
+        env[token] = b.recv(env[buf], p, team)
+
+    return run
 
 
-@_handles(hir.BarrierOp)
-def _barrier(it: _Interpreter, op: hir.BarrierOp) -> None:
-    it.env[op.token] = it.backend.team_barrier(op.team)
+@_prepares(hir.BarrierOp)
+def _barrier(pl: _Planner, op: hir.BarrierOp) -> Run:
+    token, team, word = pl.slot(op.token), op.team, op.backend
+
+    def run(it: _Interpreter) -> None:
+        it.env[token] = it.backend.team_barrier(team, word)
+
+    return run
 
 
-@_handles(hir.WaitOp)
-def _wait(it: _Interpreter, op: hir.WaitOp) -> None:
-    work = it.env.get(op.token)
-    if work is not None:
-        it.backend.wait(work)
+@_prepares(hir.WaitOp)
+def _wait(pl: _Planner, op: hir.WaitOp) -> Run:
+    token, b = pl.slot(op.token), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        work = it.env[token]
+        if work is not None:
+            b.wait(work)
+
+    return run
 
 
 # ---- views -----------------------------------------------------------------------
 
 
-@_handles(hir.SelectOp)
-def _select(it: _Interpreter, op: hir.SelectOp) -> None:
-    it.env[op.result] = it.backend.select(it.value(op.source), op.dim, int(it.value(op.index)))
+@_prepares(hir.SelectOp)
+def _select(pl: _Planner, op: hir.SelectOp) -> Run:
+    result, source, index, dim, b = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index), op.dim, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[result] = b.select(env[source], dim, int(env[index]))
+
+    return run
 
 
-@_handles(hir.ChunkOp)
-def _chunk(it: _Interpreter, op: hir.ChunkOp) -> None:
-    index = int(it.value(op.index))
-    if not 0 <= index < op.chunks:
-        raise error_at(op, f"chunk index {index} is out of range for chunks = {op.chunks}")
-    it.env[op.result] = it.backend.chunk(it.value(op.source), op.dim, index, op.chunks)
+@_prepares(hir.ChunkOp)
+def _chunk(pl: _Planner, op: hir.ChunkOp) -> Run:
+    result, source, index = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index)
+    dim, chunks, b = op.dim, op.chunks, pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        i = int(env[index])
+        if not 0 <= i < chunks:
+            raise error_at(op, f"chunk index {i} is out of range for chunks = {chunks}")
+        env[result] = b.chunk(env[source], dim, i, chunks)
+
+    return run
 
 
-@_handles(hir.ViewOp)
-def _view(it: _Interpreter, op: hir.ViewOp) -> None:
-    t = op.result.type
-    assert isinstance(t, TensorType)
-    it.env[op.result] = it.backend.reshape_view(it.value(op.source), tuple(t.get_shape()))
+@_prepares(hir.ViewOp)
+def _view(pl: _Planner, op: hir.ViewOp) -> Run:
+    result, source, shape, b = pl.slot(op.result), pl.slot(op.source), _shape(op.result), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        env[result] = b.reshape_view(env[source], shape)
+
+    return run
 
 
 # ---- compute -----------------------------------------------------------------------
 
 
-@_handles(hir.MatmulOp)
-def _matmul(it: _Interpreter, op: hir.MatmulOp) -> None:
-    a, out = it.value(op.lhs), it.value(op.out)
-    it.backend.matmul(a, it.value(op.rhs), out)
-    it.flops += matmul_flops(tuple(a.shape), tuple(out.shape))
+@_prepares(hir.MatmulOp)
+def _matmul(pl: _Planner, op: hir.MatmulOp) -> Run:
+    lhs, rhs, out, b = pl.slot(op.lhs), pl.slot(op.rhs), pl.slot(op.out), pl.backend
+    flops = matmul_flops(_shape(op.lhs), _shape(op.out))  # buffers have their types' shapes
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        b.matmul(env[lhs], env[rhs], env[out])
+        it.flops += flops
+
+    return run
 
 
-@_handles(hir.LinearOp)
-def _linear(it: _Interpreter, op: hir.LinearOp) -> None:
-    x, out = it.value(op.input), it.value(op.out)
-    bias = it.value(op.bias) if op.bias is not None else None
-    it.backend.linear(x, it.value(op.weight), bias, out)
-    it.flops += matmul_flops(tuple(x.shape), tuple(out.shape))
+@_prepares(hir.LinearOp)
+def _linear(pl: _Planner, op: hir.LinearOp) -> Run:
+    x, weight, out, b = pl.slot(op.input), pl.slot(op.weight), pl.slot(op.out), pl.backend
+    bias = pl.slot(op.bias) if op.bias is not None else None
+    flops = matmul_flops(_shape(op.input), _shape(op.out))
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out])
+        it.flops += flops
+
+    return run
 
 
-@_handles(hir.CopyOp)
-def _copy(it: _Interpreter, op: hir.CopyOp) -> None:
-    it.backend.copy(it.value(op.source), it.value(op.dest))
+@_prepares(hir.CopyOp)
+def _copy(pl: _Planner, op: hir.CopyOp) -> Run:
+    source, dest, b = pl.slot(op.source), pl.slot(op.dest), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        b.copy(env[source], env[dest])
+
+    return run
 
 
-@_handles(hir.LaunchOp)
-def _launch(it: _Interpreter, op: hir.LaunchOp) -> None:
-    it.backend.launch(op.body.block, [it.value(v) for v in op.ins], [it.value(v) for v in op.outs])
+@_prepares(hir.LaunchOp)
+def _launch(pl: _Planner, op: hir.LaunchOp) -> Run:
+    body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
+
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        b.launch(body, [env[s] for s in ins], [env[s] for s in outs])
+
+    return run
 
 
 # ---- peer-to-peer ------------------------------------------------------------------
 
 
-@_handles(hir.ShareOp)
-def _share(it: _Interpreter, op: hir.ShareOp) -> None:
+@_prepares(hir.ShareOp)
+def _share(pl: _Planner, op: hir.ShareOp) -> Run:
     """Once per cached allocation (and view of it): the handle is kept with
     the cache entry. A buffer from outside the cache is shared for this run
     only."""
-    buf = it.value(op.buffer)
-    entry = it.program.entry_of(buf)
-    if entry is None:
-        handle = it.backend.share(buf, op.team)
-        it._temp_handles.append(handle)
-    else:
-        key: Hashable = ("share", op.team, it.backend.view_key(buf))
-        handle = entry.registrations.get(key)
-        if handle is None:
-            handle = entry.registrations[key] = it.backend.share(buf, op.team)
-    it.env[op.handle] = handle
+    handle_slot, buffer, team, b, program = pl.slot(op.handle), pl.slot(op.buffer), op.team, pl.backend, pl.program
+
+    def run(it: _Interpreter) -> None:
+        buf = it.env[buffer]
+        entry = program.entry_of(buf)
+        if entry is None:
+            handle = b.share(buf, team)
+            it.temp_handles.append(handle)
+        else:
+            key: Hashable = ("share", team, b.view_key(buf))
+            handle = entry.registrations.get(key)
+            if handle is None:
+                handle = entry.registrations[key] = b.share(buf, team)
+        it.env[handle_slot] = handle
+
+    return run
 
 
-def _block(it: _Interpreter, op: hir.PutOp | hir.GetOp) -> int | None:
-    """The block index of `block %i of N` (None without one)."""
-    if op.block is None or op.chunks is None:
-        return None
-    index = int(it.value(op.block))
-    if not 0 <= index < op.chunks:
-        raise error_at(op, f"'{op.name}': block index {index} is out of range for {op.chunks} blocks")
+def _block_index(op: Operation, value: Any, chunks: int) -> int:
+    """The block index of `block %i of N`, checked against N."""
+    index = int(value)
+    if not 0 <= index < chunks:
+        raise error_at(op, f"'{op.name}': block index {index} is out of range for {chunks} blocks")
     return index
 
 
-@_handles(hir.PutOp)
-def _put(it: _Interpreter, op: hir.PutOp) -> None:
-    handle = it.value(op.handle)
-    peer = it.position(op, op.peer, handle.team, "peer")
-    block = _block(it, op)
-    if block is None:
-        it.env[op.token] = it.backend.put(it.value(op.source), handle, peer)
-    else:
-        assert op.chunks is not None
-        it.env[op.token] = it.backend.put_block(it.value(op.source), handle, peer, block, op.chunks)
+@_prepares(hir.PutOp)
+def _put(pl: _Planner, op: hir.PutOp) -> Run:
+    token, source, handle, peer = pl.slot(op.token), pl.slot(op.source), pl.slot(op.handle), pl.slot(op.peer)
+    chunks, b = op.chunks, pl.backend
+    if op.block is None or chunks is None:
+
+        def run(it: _Interpreter) -> None:
+            env = it.env
+            h = env[handle]
+            p = _position(op, env[peer], len(h.team), "peer")
+            env[token] = b.put(env[source], h, p)
+
+        return run
+    block = pl.slot(op.block)
+
+    def run_block(it: _Interpreter) -> None:
+        env = it.env
+        h = env[handle]
+        p = _position(op, env[peer], len(h.team), "peer")
+        i = _block_index(op, env[block], chunks)
+        env[token] = b.put_block(env[source], h, p, i, chunks)
+
+    return run_block
 
 
-@_handles(hir.GetOp)
-def _get(it: _Interpreter, op: hir.GetOp) -> None:
-    handle = it.value(op.handle)
-    peer = it.position(op, op.peer, handle.team, "peer")
-    block = _block(it, op)
-    if block is None:
-        it.env[op.token] = it.backend.get(handle, peer, it.value(op.dest))
-    else:
-        assert op.chunks is not None
-        it.env[op.token] = it.backend.get_block(handle, peer, it.value(op.dest), block, op.chunks)
+@_prepares(hir.GetOp)
+def _get(pl: _Planner, op: hir.GetOp) -> Run:
+    token, handle, peer, dest = pl.slot(op.token), pl.slot(op.handle), pl.slot(op.peer), pl.slot(op.dest)
+    chunks, b = op.chunks, pl.backend
+    if op.block is None or chunks is None:
+
+        def run(it: _Interpreter) -> None:
+            env = it.env
+            h = env[handle]
+            p = _position(op, env[peer], len(h.team), "peer")
+            env[token] = b.get(h, p, env[dest])
+
+        return run
+    block = pl.slot(op.block)
+
+    def run_block(it: _Interpreter) -> None:
+        env = it.env
+        h = env[handle]
+        p = _position(op, env[peer], len(h.team), "peer")
+        i = _block_index(op, env[block], chunks)
+        env[token] = b.get_block(h, p, env[dest], i, chunks)
+
+    return run_block
