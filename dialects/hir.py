@@ -1162,35 +1162,65 @@ def _check_out_shape(out: SSAValue, rule, *args) -> None:
         raise VerifyException(f"output shape {list(shape_of(out))} does not match the expected {list(want)}")
 
 
+def _check_acc(acc: SSAValue | None, out: SSAValue) -> None:
+    """The accumulator is added to the GEMM's result: it has out's type."""
+    if acc is None:
+        return
+    if element_type_of(acc) != element_type_of(out):
+        raise VerifyException(
+            f"acc element type {element_type_of(acc)} does not match the output element type {element_type_of(out)}"
+        )
+    if shape_of(acc) != shape_of(out):
+        raise VerifyException(f"acc shape {list(shape_of(acc))} does not match the output shape {list(shape_of(out))}")
+
+
 @irdl_op_definition
 class MatmulOp(HirOp):
-    """`hir.matmul %a, %b, %out : Ta, Tb, Tout`: `torch.matmul(a, b, out=out)`."""
+    """`hir.matmul %a, %b, %out (acc %c)? : Ta, Tb, Tout(, Tacc)?`:
+    `torch.matmul(a, b) (+ c)` written into `%out`. The accumulator (out's
+    type; `%out` itself or another buffer) is added in the GEMM's epilogue
+    on cuda, so a running sum needs no separate add."""
 
     name = "hir.matmul"
     lhs = operand_def(_TENSOR)
     rhs = operand_def(_TENSOR)
     out = operand_def(_TENSOR)
+    acc = opt_operand_def(_TENSOR)
 
-    assembly_format = "$lhs `,` $rhs `,` $out attr-dict `:` type($lhs) `,` type($rhs) `,` type($out)"
+    assembly_format = (
+        "$lhs `,` $rhs `,` $out (`acc` $acc^)? attr-dict "
+        "`:` type($lhs) `,` type($rhs) `,` type($out) (`,` type($acc)^)?"
+    )
 
-    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, out: SSAValue | Operation):
-        super().__init__(operands=[lhs, rhs, out])
+    def __init__(
+        self,
+        lhs: SSAValue | Operation,
+        rhs: SSAValue | Operation,
+        out: SSAValue | Operation,
+        acc: SSAValue | Operation | None = None,
+    ):
+        super().__init__(operands=[lhs, rhs, out, [acc] if acc is not None else []])
 
     def verify_op(self) -> None:
+        _check_acc(self.acc, self.out)
         _same_elements([self.lhs, self.rhs, self.out])
         _check_out_shape(self.out, shapes.matmul, shape_of(self.lhs), shape_of(self.rhs))
 
 
 @irdl_op_definition
 class LinearOp(HirOp):
-    """`hir.linear %x, %w, (%bias,)? %out : Tx, Tw, (Tb,)? Tout`:
-    `F.linear(x, w, bias)` written into `%out` (w is [out, in])."""
+    """`hir.linear %x, %w, (%bias,)? %out (acc %c)? : Tx, Tw, (Tb,)? Tout(, Tacc)?`:
+    `F.linear(x, w, bias) (+ c)` written into `%out` (w is [out, in]); the
+    accumulator is as hir.matmul's."""
 
     name = "hir.linear"
     input = operand_def(_TENSOR)
     weight = operand_def(_TENSOR)
     bias = opt_operand_def(_TENSOR)
     out = operand_def(_TENSOR)
+    acc = opt_operand_def(_TENSOR)
+
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
         self,
@@ -1198,17 +1228,26 @@ class LinearOp(HirOp):
         weight: SSAValue | Operation,
         out: SSAValue | Operation,
         bias: SSAValue | Operation | None = None,
+        acc: SSAValue | Operation | None = None,
     ):
-        super().__init__(operands=[input, weight, [bias] if bias is not None else [], out])
+        super().__init__(
+            operands=[input, weight, [bias] if bias is not None else [], out, [acc] if acc is not None else []]
+        )
 
     def verify_op(self) -> None:
-        _same_elements(list(self.operands))
+        _check_acc(self.acc, self.out)
+        gemm = [self.input, self.weight, *([self.bias] if self.bias is not None else []), self.out]
+        _same_elements(gemm)
         bias = shape_of(self.bias) if self.bias is not None else None
         _check_out_shape(self.out, shapes.linear, shape_of(self.input), shape_of(self.weight), bias)
 
     def print(self, printer: Printer) -> None:
+        gemm = [self.input, self.weight, *([self.bias] if self.bias is not None else []), self.out]
         printer.print_string(" ")
-        printer.print_list(self.operands, printer.print_operand)
+        printer.print_list(gemm, printer.print_operand)
+        if self.acc is not None:
+            printer.print_string(" acc ")
+            printer.print_operand(self.acc)
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_list([v.type for v in self.operands], printer.print_attribute)
@@ -1219,18 +1258,21 @@ class LinearOp(HirOp):
         names: list[UnresolvedOperand] = parser.parse_comma_separated_list(
             parser.Delimiter.NONE, parser.parse_unresolved_operand
         )
+        acc = parser.parse_unresolved_operand() if parser.parse_optional_keyword("acc") else None
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-        if len(names) not in (3, 4) or len(types) != len(names):
+        n = len(names) + (acc is not None)
+        if len(names) not in (3, 4) or len(types) != n:
             parser.raise_error(
-                f"hir.linear takes 3 or 4 operands (input, weight, bias?, out) with one type each, "
-                f"got {len(names)} operands and {len(types)} types",
+                f"hir.linear takes 3 or 4 operands (input, weight, bias?, out) with one type each, got {n} "
+                f"operands and {len(types)} types (an `acc %c` after out takes one more type, after out's)",
                 pos,
                 parser.pos,
             )
-        ops = parser.resolve_operands(names, types, pos)
-        op = cls(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None)
+        ops = parser.resolve_operands(names + ([acc] if acc is not None else []), types, pos)
+        acc_v = ops.pop() if acc is not None else None
+        op = cls(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None, acc_v)
         op.attributes |= attrs
         return op
 

@@ -213,28 +213,26 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
             t_gemm += g * (1 + m.nccl_sm_slowdown)
             t_comm = max(t_comm, t_gemm) + r
         return Estimate(algorithm, s, t_comm)
-    # ring (S = d): d - 1 partials put to their devices, each added into
-    # the running sum on arrival; the own block last, then one add
-    add = m.local(3 * piece)
-    summed = 0.0
-    for step in range(s - 1):
-        arrived = (step + 1) * g + m.copy_engine(piece) + m.ipc_fence()
-        summed = max(summed, arrived) + (add if step else 0.0)
-    return Estimate(algorithm, s, max(s * g, summed) + add + m.ipc_fence())
+    # ring: a running sum per destination block passed along the ring, k
+    # sub-rings in turn; GEMM (t, j) adds the sum put by the next device at
+    # step t - 1 of sub-ring j, so it waits for that put and its fence
+    transfer = m.copy_engine(piece) + m.ipc_fence()
+    end, landed = 0.0, [0.0] * k
+    for step in range(d):
+        for j in range(k):
+            end = max(end, landed[j]) + g if step else end + g
+            landed[j] = end + transfer
+    return Estimate(algorithm, s, end + m.ipc_fence())
 
 
 def candidates(site: Site, algorithms: Sequence[str], chunk_options: Sequence[int]) -> list[tuple[str, int]]:
-    """(algorithm, S) pairs to compare: `none` once; a ReduceScatter ring
-    only with one chunk per device (S = d)."""
+    """(algorithm, S) pairs to compare: `none` once, each pipeline at each S."""
     out: list[tuple[str, int]] = []
     for a in algorithms:
         if a == NONE:
             out.append((NONE, 1))
             continue
-        for s in chunk_options:
-            if a == RING and site.kind == REDUCE_SCATTER and s != site.team:
-                continue
-            out.append((a, s))
+        out.extend((a, s) for s in chunk_options)
     return out
 
 

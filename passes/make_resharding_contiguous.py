@@ -86,6 +86,7 @@ from fuserc.dialects.fusion import (
     BroadcastInDimOp,
     FusionOp,
     LinearOp,
+    MatmulOp,
     PermuteOp,
     ReshapeOp,
     SetOp,
@@ -208,10 +209,15 @@ def _where(op: Operation, message: str) -> str:
 @dataclass(order=True, frozen=True)
 class _Cost:
     """Candidates compare by: keeps a pipelined gather (0) or not (1),
-    communicated bytes, number of reshard steps (each a collective's
-    latency), local result elements (redundant compute), order tried."""
+    leaves a GEMM's weight where the user placed it (0) or moves it (1: as
+    in nvFuser, a matmul/linear follows its weight's sharding, so a
+    row-parallel layer stays a GEMM + ReduceScatter, which stream-pipeline
+    can overlap, instead of gathering the weights), communicated bytes,
+    number of reshard steps (each a collective's latency), local result
+    elements (redundant compute), order tried."""
 
     stream: int
+    weight: int
     traffic: float
     steps: int
     compute: int
@@ -305,6 +311,7 @@ class _Decomposer:
             steps = len(after) + sum(len(p) for p in before)  # type: ignore[arg-type]
             cost = _Cost(
                 0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
+                1 if isinstance(op, (MatmulOp, LinearOp)) and wanted[1] != current[1] else 0,
                 total,
                 steps,
                 local_elements(cand, rshape, self.meshes),

@@ -104,8 +104,8 @@ def chunk_dims(op: Operation, out_dim: int) -> dict[int, int] | None:
     that dimension."""
     if isinstance(op, hir.CopyOp):
         return {0: out_dim, 1: out_dim}
-    if not isinstance(op, GEMM_OPS):
-        return None
+    if not isinstance(op, GEMM_OPS) or op.acc is not None:
+        return None  # (a GEMM that accumulates is left whole: no site)
     a, b, out, bias = gemm_operands(op)
     ra, rb, ro = len(shape_of(a)), len(shape_of(b)), len(shape_of(out))
     out_index = len(op.operands) - 1
@@ -387,14 +387,16 @@ class Emitter:
         self.add(hir.WaitOp(token))
 
 
-def rebuild(op: Operation, replaced: dict[int, SSAValue]) -> Operation:
-    """`op` (matmul, linear or copy) on new operands, without its markers."""
+def rebuild(op: Operation, replaced: dict[int, SSAValue], acc: SSAValue | None = None) -> Operation:
+    """`op` (matmul, linear or copy) on new operands, without its markers;
+    a GEMM adds `acc` into its result when given (out = GEMM + acc)."""
     ops = [replaced.get(i, v) for i, v in enumerate(op.operands)]
     if isinstance(op, hir.MatmulOp):
-        return hir.MatmulOp(*ops)
+        return hir.MatmulOp(ops[0], ops[1], ops[2], acc)
     if isinstance(op, hir.LinearOp):
-        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None)
-    assert isinstance(op, hir.CopyOp)
+        bias = op.bias
+        return hir.LinearOp(ops[0], ops[1], ops[2 if bias is None else 3], replaced.get(2, bias) if bias else None, acc)
+    assert isinstance(op, hir.CopyOp) and acc is None
     return hir.CopyOp(*ops)
 
 
@@ -478,9 +480,12 @@ class SiteLowering:
             return c, c
         return e.value(hir.DivOp(c, self.k), "dev"), e.value(hir.AddModOp(c, e.const(0), self.k), "sub")
 
-    def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue) -> None:
-        """The site's GEMM on a block of rows of its input into `out`."""
-        e.add(rebuild(self.site.gemm, {0: rows, len(self.site.gemm.operands) - 1: out}))
+    def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue, acc: SSAValue | None = None) -> None:
+        """The site's GEMM on a block of rows of its input into `out` (plus
+        `acc`, added in the GEMM's epilogue, when given)."""
+        gemm = self.site.gemm
+        out_index = len(gemm.operands) - 1 - (1 if getattr(gemm, "acc", None) is not None else 0)
+        e.add(rebuild(gemm, {0: rows, out_index: out}, acc))
 
     # ---- local ----------------------------------------------------------------
     def local(self) -> None:
@@ -665,48 +670,77 @@ class SiteLowering:
         e.join(main, plan.streams, plan.chunks)
 
     def reduce_scatter_ring(self) -> None:
-        """Step t (t < d - 1) on the compute stream (worker 0): the partial
-        for device pos + 1 + t; then, on transfer stream t (workers 1..),
-        a copy-engine put of it into slot t of that device's shared
-        staging buffer, a copy-engine fence, and the slot this device
-        received at step t added into slot 0 (the running sum). The last
-        step is this device's own block, computed into the result, to
-        which the running sum is added: only that add is not overlapped."""
-        site, plan, e, d = self.site, self.plan, self.e, self.site.d
+        """A running sum per destination passed along the ring, added in
+        the GEMMs' epilogues (no add kernels). Rows block q (of d) is summed
+        by devices q + 1, q + 2, ..., q: at step t device pos computes the
+        block of q = pos + 1 + t, plus (t > 0) the sum device pos + 1 put
+        into its staging buffer at step t - 1; for t < d - 1 it puts the
+        result into device pos - 1's staging buffer and passes a copy-engine
+        fence; the last step (q = pos) writes the result. Each block is cut
+        into k sub-chunks (S = k * d), k independent rings in turn, so a
+        GEMM waits for a transfer issued k GEMMs earlier. GEMMs run in order
+        on the compute stream, the puts and fences of sub-ring j on transfer
+        stream j."""
+        site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
+        s = plan.chunks
         rs = site.comm
         assert isinstance(rs, hir.ReduceScatterOp)
         x, p, y = site.gemm.operands[0], rs.input, rs.output
         main = e.value(hir.GetCurrentStreamOp(), "main")
         pos = e.value(hir.TeamIndexOp(site.team), "pos")
         nxt = e.value(hir.AddModOp(pos, e.const(1), d), "next")
+        prv = e.value(hir.AddModOp(pos, e.const(d - 1), d), "prev")
         stage = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(p), list(shape_of(p)))), "stage")
         handle = e.value(hir.ShareOp(stage, site.team), "h")
-        acc = e.chunk(stage, e.const(0), d, hint="acc")
         compute = self.compute_stream(e, main)
 
-        def step(b: Emitter, t: SSAValue, first: bool) -> None:
-            dest = b.value(hir.AddModOp(nxt, t, d), "dest")
-            part = b.chunk(p, dest, d, hint="pc")
-            self.gemm_on(b, b.chunk(x, dest, d, hint="xc"), part)
-            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, t, 0, d - 1)))
-            b.add(hir.SyncStreamOp(compute))
-            put = hir.PutOp(part, handle, dest, IPC, t, d)
-            b.add(hir.WaitOp(b.value(self.reshard(put), "tok")))
-            b.fence(site.team, IPC)
-            if not first:  # after the previous step's add, on its stream
-                prev = b.value(hir.AddModOp(t, b.const(d - 1), d), "prev")
-                b.add(hir.SyncStreamOp(self.transfer_stream(b, prev, 0, d - 1)))
-                b.add(_add_launch(acc, b.chunk(stage, t, d, hint="got")))
-            b.add(hir.SetCurrentStreamOp(compute))
+        def sub(b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str) -> SSAValue:
+            block = b.chunk(v, q, d, hint=hint if k == 1 else f"{hint}blk")
+            return block if isinstance(j, int) else b.chunk(block, j, k, hint=hint)
 
-        self.loop(0, 1, lambda b, t: step(b, t, True))
-        self.loop(1, d - 1, lambda b, t: step(b, t, False))
-        self.gemm_on(e, e.chunk(x, pos, d, hint="xc"), y)
-        e.add(hir.SyncStreamOp(self.transfer_stream(e, d - 2, 0, d - 1)))
-        e.add(_add_launch(y, acc))
+        def step(b: Emitter, q: SSAValue, first: bool, last: bool) -> None:
+            def chunk(bb: Emitter, j: SSAValue | int) -> None:
+                acc = None
+                if not first:  # the running sum of step t - 1 of this sub-ring has landed
+                    bb.add(hir.SyncStreamOp(self.transfer_stream(bb, j, 0, k)))
+                    acc = sub(bb, stage, q, j, "sum")
+                if last:
+                    out = y if isinstance(j, int) else bb.chunk(y, j, k, hint="yc")
+                else:
+                    out = sub(bb, p, q, j, "pc")
+                self.gemm_on(bb, sub(bb, x, q, j, "xc"), out, acc)
+                if last:
+                    return
+                bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
+                bb.add(hir.SyncStreamOp(compute))
+                index = q if isinstance(j, int) else bb.value(hir.AddModOp(self.times(bb, q, k, s), j, s), "slot")
+                put = hir.PutOp(out, handle, prv, IPC, index, s)
+                bb.add(hir.WaitOp(bb.value(self.reshard(put), "tok")))
+                bb.fence(site.team, IPC)
+                bb.add(hir.SetCurrentStreamOp(compute))
+
+            if k == 1:
+                chunk(b, 0)
+            else:
+                b.loop(0, k, chunk, hint="j")
+
+        def middle(first: bool) -> Callable[[Emitter, SSAValue], None]:
+            return lambda b, t: step(b, b.value(hir.AddModOp(nxt, t, d), "dest"), first, False)
+
+        self.loop(0, 1, middle(True))
+        self.loop(1, d - 1, middle(False))
+        step(e, pos, False, True)
         e.join(main, plan.streams, plan.chunks)
         e.fence(site.team, IPC)
         e.add(hir.DeallocOp(stage))
+
+    @staticmethod
+    def times(b: Emitter, q: SSAValue, k: int, modulus: int) -> SSAValue:
+        """q * k (mod `modulus`) by k - 1 additions (k is 2 or 4 here)."""
+        out = q
+        for _ in range(k - 1):
+            out = b.value(hir.AddModOp(out, q, modulus), "qk")
+        return out
 
     # ---- streams of the rings -------------------------------------------------
     def compute_stream(self, e: Emitter, main: SSAValue) -> SSAValue:
@@ -841,16 +875,6 @@ class StreamPipeline(ModulePass):
                     f"{machine.source}): use algorithm=collective",
                 )
             algorithms = [a for a in algorithms if a != RING]
-        if self.algorithm == RING and site.kind == REDUCE_SCATTER:
-            if site.written is None and self.chunks is None:
-                options = [site.d]
-            elif options != [site.d]:
-                what = f"Stream({options[0]}) on the partial product" if site.written else f"chunks = {options[0]}"
-                raise error_at(
-                    site.anchor,
-                    f"stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs "
-                    f"{site.d} chunks (one per device of team {list(site.team)}), got {what}",
-                )
         requested = site.written is not None or self.algorithm != AUTO
         best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, requested)
         if self.algorithm != AUTO:

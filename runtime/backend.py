@@ -124,12 +124,15 @@ class Backend(ABC):
     def copy(self, src: Array, dst: Array) -> None: ...
 
     @abstractmethod
-    def matmul(self, a: Array, b: Array, out: Array) -> None:
-        """`torch.matmul(a, b)` into `out`."""
+    def matmul(self, a: Array, b: Array, out: Array, acc: Array | None = None) -> None:
+        """`torch.matmul(a, b) (+ acc)` into `out`. `acc` has out's shape and
+        dtype and may be `out` itself; any aliasing between the operands
+        gives the result of reading every input before writing `out`."""
 
     @abstractmethod
-    def linear(self, x: Array, w: Array, bias: Array | None, out: Array) -> None:
-        """`F.linear(x, w, bias)` into `out` (w is [out, in])."""
+    def linear(self, x: Array, w: Array, bias: Array | None, out: Array, acc: Array | None = None) -> None:
+        """`F.linear(x, w, bias) (+ acc)` into `out` (w is [out, in]; `acc`
+        as in `matmul`)."""
 
     @abstractmethod
     def launch(self, body: Block, ins: Sequence[Array], outs: Sequence[Array]) -> None:

@@ -165,17 +165,31 @@ class CpuBackend(Backend):
         self._order(reads=[src], writes=[dst])
         dst.copy_(src)
 
-    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    def matmul(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, acc: torch.Tensor | None = None
+    ) -> None:
+        if acc is not None:  # the sum is made aside, so `acc` may be `out` or overlap anything
+            self._order(reads=[a, b, acc], writes=[out])
+            out.copy_(torch.matmul(a, b).add_(acc))
+            return
         self._order(reads=[a, b], writes=[out])
         if out.is_contiguous() and not _overlap([_span(out)], [_span(a), _span(b)]):
             torch.matmul(a, b, out=out)
         else:
             out.copy_(torch.matmul(a, b))
 
-    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-        ins = [x, w] + ([bias] if bias is not None else [])
+    def linear(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+        acc: torch.Tensor | None = None,
+    ) -> None:
+        ins = [x, w] + ([bias] if bias is not None else []) + ([acc] if acc is not None else [])
         self._order(reads=ins, writes=[out])
-        out.copy_(torch.nn.functional.linear(x, w, bias))
+        y = torch.nn.functional.linear(x, w, bias)
+        out.copy_(y.add_(acc) if acc is not None else y)
 
     def launch(self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
         self._order(reads=list(ins), writes=list(outs))

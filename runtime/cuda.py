@@ -176,16 +176,36 @@ class CudaBackend(Backend):
         self._begin()
         dst.copy_(src)
 
-    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    def matmul(
+        self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, acc: torch.Tensor | None = None
+    ) -> None:
+        """`a @ b` into `out` by the faster GEMM of its shape; with `acc`,
+        one GEMM with `acc` in its epilogue (beta = 1) where torch has one."""
         self._begin()
-        self.gemm.matmul(a, b, out)
+        if acc is None:
+            self.gemm.matmul(a, b, out)
+        else:
+            from fuserc.runtime.cuda_gemm import gemm_acc
 
-    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+            gemm_acc(a, b, out, acc)
+
+    def linear(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor,
+        acc: torch.Tensor | None = None,
+    ) -> None:
         """x @ w^T (+ bias) as one GEMM into `out` (bias in cuBLAS's epilogue
-        through addmm), on 2-D views of x and out."""
-        from fuserc.runtime.cuda_gemm import direct_out
+        through addmm), on 2-D views of x and out; with `acc`, `acc` is in
+        the epilogue instead and a bias is added after."""
+        from fuserc.runtime.cuda_gemm import direct_out, linear_acc
 
         self._begin()
+        if acc is not None:
+            linear_acc(x, w, bias, out, acc)
+            return
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.view(-1, out.shape[-1]) if out.is_contiguous() else None
         if out2 is None or not direct_out(out2, x, w, *([bias] if bias is not None else [])):

@@ -197,6 +197,11 @@ class SignalPad:
     me: int
     ops: StreamMemOps
     epoch: int = 0
+    last: Any = None
+    """(event, stream pointer) after the previous fence: fences on
+    different streams are chained, so that a member never writes fence
+    e + 1 before it has passed fence e (a word that reached e + 1 then
+    still means that fence e's earlier work is done)."""
 
 
 class IpcMappings:
@@ -416,6 +421,8 @@ class Communicators:
             return self.fence(team, stream)
         assert isinstance(pad, SignalPad)
         self.flush()
+        if pad.last is not None and pad.last[1] != stream.ptr:
+            stream.wait_event(pad.last[0])
         pad.epoch += 1
         for pos, ptr in enumerate(pad.handle.ptrs):
             if pos != pad.me:
@@ -426,6 +433,7 @@ class Communicators:
                 pad.ops.wait_geq(stream.ptr, mine + 4 * pos, pad.epoch)
         event = cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
+        pad.last = (event, stream.ptr)
         return event
 
     def _make_pad(self, team: Team) -> SignalPad | None:

@@ -9,6 +9,10 @@ output, and the faster one is kept for every later call. That timing is
 the only host wait the backend makes inside a run, once per shape (in the
 warm-up run). `FUSERC_CUDA_GEMM=torch|cupy` fixes the choice instead.
 CuPy takes f32, f16 and f64 (it has no bf16 GEMM); bf16 runs on torch.
+
+A GEMM with an accumulator (`out = a @ b + acc`) always runs on torch, with
+`acc` in cuBLAS's epilogue (beta = 1) where torch has one GEMM for the shape
+(`addmm`, `baddbmm`), so that a running sum needs no separate add kernel.
 """
 
 from __future__ import annotations
@@ -45,6 +49,67 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 def direct_out(out: torch.Tensor, *ins: torch.Tensor) -> bool:
     """Whether a GEMM may write `out` directly (contiguous, no overlap)."""
     return out.is_contiguous() and not any(overlaps(out, t) for t in ins)
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are the very same elements (memory, shape, strides)."""
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+    )
+
+
+def _readable_acc(acc: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`acc` as a GEMM writing `out` may read it in its epilogue: `out`
+    itself when they are the same elements (cuBLAS reads each element
+    before writing it, and torch skips the copy of `acc` into `out`), `acc`
+    when disjoint, a copy when the two partly overlap."""
+    if same_view(acc, out):
+        return out
+    return acc.clone() if overlaps(acc, out) else acc
+
+
+def gemm_acc(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, acc: torch.Tensor) -> None:
+    """`torch.matmul(a, b) + acc` into `out` (acc has out's shape and dtype).
+    One GEMM with beta = 1 for 2-D operands (addmm), equal batches of 3-D
+    ones (baddbmm) and a batched lhs on a 2-D rhs (addmm on rows); otherwise
+    matmul then an add. Any aliasing reads every input before `out` is
+    written."""
+    if not direct_out(out, a, b):
+        out.copy_(torch.matmul(a, b).add_(acc))
+        return
+    acc = _readable_acc(acc, out)
+    if a.dim() == 2 and b.dim() == 2:
+        torch.addmm(acc, a, b, out=out)
+    elif a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]:
+        torch.baddbmm(acc, a, b, out=out)
+    elif a.dim() > 2 and b.dim() == 2:  # rows of a batched lhs, as matmul folds them
+        out2 = out.view(-1, out.shape[-1])
+        acc2 = out2 if acc is out else acc.reshape(out2.shape)
+        torch.addmm(acc2, a.reshape(-1, a.shape[-1]), b, out=out2)
+    elif acc is out:
+        out.add_(torch.matmul(a, b))
+    elif a.dim() >= 2 and b.dim() >= 2:  # (matmul resizes an `out=` of a vector product)
+        torch.matmul(a, b, out=out)
+        out.add_(acc)
+    else:
+        torch.add(torch.matmul(a, b), acc, out=out)
+
+
+def linear_acc(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor, acc: torch.Tensor
+) -> None:
+    """`F.linear(x, w, bias) + acc` into `out`: x @ w^T with `acc` in the
+    GEMM's epilogue, then the bias added (a bias that overlaps `out` is
+    read before `out` is written: the sum is then made aside)."""
+    if bias is not None and overlaps(out, bias):
+        out.copy_(torch.nn.functional.linear(x, w, bias).add_(acc))
+        return
+    gemm_acc(x, w.t(), out, acc)
+    if bias is not None:
+        out.add_(bias)
 
 
 def torch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:

@@ -913,6 +913,15 @@ def _view(pl: _Planner, op: hir.ViewOp) -> Run:
 def _matmul(pl: _Planner, op: hir.MatmulOp) -> Run:
     lhs, rhs, out, b = pl.slot(op.lhs), pl.slot(op.rhs), pl.slot(op.out), pl.backend
     flops = matmul_flops(_shape(op.lhs), _shape(op.out))  # buffers have their types' shapes
+    if op.acc is not None:
+        acc = pl.slot(op.acc)
+
+        def run_acc(it: _Interpreter) -> None:
+            env = it.env
+            b.matmul(env[lhs], env[rhs], env[out], env[acc])
+            it.flops += flops
+
+        return run_acc
 
     def run(it: _Interpreter) -> None:
         env = it.env
@@ -927,6 +936,15 @@ def _linear(pl: _Planner, op: hir.LinearOp) -> Run:
     x, weight, out, b = pl.slot(op.input), pl.slot(op.weight), pl.slot(op.out), pl.backend
     bias = pl.slot(op.bias) if op.bias is not None else None
     flops = matmul_flops(_shape(op.input), _shape(op.out))
+    if op.acc is not None:
+        acc = pl.slot(op.acc)
+
+        def run_acc(it: _Interpreter) -> None:
+            env = it.env
+            b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], env[acc])
+            it.flops += flops
+
+        return run_acc
 
     def run(it: _Interpreter) -> None:
         env = it.env

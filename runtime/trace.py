@@ -92,7 +92,7 @@ def op_args(op: Operation) -> dict[str, Any]:
     if team is not None:
         args["team"] = list(team)
     if isinstance(op, (hir.MatmulOp, hir.LinearOp)):
-        a, out = op.operands[0].type, op.operands[-1].type
+        a, out = op.operands[0].type, op.out.type
         assert isinstance(a, TensorType) and isinstance(out, TensorType)
         args["flops"] = 2 * math.prod(out.get_shape()) * (a.get_shape()[-1] if a.get_shape() else 1)
     loc = location_of(op)

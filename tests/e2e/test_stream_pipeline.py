@@ -225,7 +225,7 @@ def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
 def test_linear_bias_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
     """torch.nn.Linear (with bias) row-parallel, the result written
     [DIDx*Stream(2), -]: S = 2d, chunk c reduced to device c / 2; the bias
-    is added once, after the reduction."""
+    is added once, after the reduction; auto runs the ring (two sub-rings)."""
     x = "tensor<64x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
     w = "tensor<16x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
     b = "tensor<16xf32, #fusion.sharding<@tp, [-]>>"
@@ -238,7 +238,7 @@ func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
 """
     out = check(4, write(tmp_path, "rsb", text), pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
     (p,) = pipelines(out)
-    assert (p["algorithm"], p["chunks"]) == ("collective", "8")
+    assert (p["algorithm"], p["chunks"]) == ("ring", "8")
     assert "fusion.add" in out
 
 
@@ -247,7 +247,7 @@ def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
     prog = write(tmp_path, "rsl", matmul_reduce_scatter(4, k=2, linear=True))
     out = check(4, prog, pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
     (p,) = pipelines(out)
-    assert (p["algorithm"], p["chunks"]) == ("collective", "8")
+    assert (p["algorithm"], p["chunks"]) == ("ring", "8")
 
 
 # --------------------------------------------------------------------------

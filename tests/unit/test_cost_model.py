@@ -31,11 +31,15 @@ def test_small_shapes_are_not_pipelined(site: cm.Site) -> None:
     assert best.algorithm == cm.NONE, reason
 
 
-@pytest.mark.parametrize("site", [allgather(32768, 16384, 8192), reduce_scatter(32768, 16384, 8192)])
-def test_headline_shape_takes_the_ring(site: cm.Site) -> None:
+@pytest.mark.parametrize(
+    "site,chunks", [(allgather(32768, 16384, 8192), D), (reduce_scatter(32768, 16384, 8192), 2 * D)]
+)
+def test_headline_shape_takes_the_ring(site: cm.Site, chunks: int) -> None:
+    """AllGather: one chunk per device; ReduceScatter: two sub-rings, so
+    that each running sum has a GEMM's time to land."""
     best, reason = cm.choose(cm.Machine(), site, ALL, CHUNKS, requested=False)
-    assert (best.algorithm, best.chunks) == (cm.RING, D), reason
-    assert reason.startswith("cost model (defaults): ring(S=4)")
+    assert (best.algorithm, best.chunks) == (cm.RING, chunks), reason
+    assert reason.startswith(f"cost model (defaults): ring(S={chunks})")
 
 
 def test_per_chunk_cost_grows_with_chunks() -> None:
@@ -52,15 +56,18 @@ def test_per_chunk_cost_grows_with_chunks() -> None:
     assert best.algorithm == cm.NONE
 
 
-def test_reduce_scatter_ring_hides_all_but_one_add() -> None:
-    """The ring's time is the GEMMs plus one chunk-sized add and a fence
-    when the transfers keep up (fast links)."""
+def test_reduce_scatter_ring_hides_its_transfers() -> None:
+    """The ring adds the running sums in the GEMMs' epilogues: when the
+    transfers keep up its time is the GEMMs' alone; when they do not, a
+    sub-ring per GEMM in flight (k = 2) hides them better than one."""
     m = cm.Machine(copy_engine_gbps=1e6, copy_engine_latency_us=0.0, chunk_us=0.0)
     site = reduce_scatter(32768, 16384, 8192)
-    ring = cm.estimate(m, site, cm.RING, D)
-    gemms = D * m.gemm(site.flops / D, "bf16")
-    add = m.local(3 * site.nbytes / D)
-    assert ring.seconds == pytest.approx(gemms + add)
+    for s in (D, 2 * D):
+        ring = cm.estimate(m, site, cm.RING, s)
+        assert ring.seconds == pytest.approx(s * m.gemm(site.flops / s, "bf16"), rel=1e-3)
+    slow = cm.Machine(copy_engine_gbps=200.0, chunk_us=0.0)
+    one, two = cm.estimate(slow, site, cm.RING, D), cm.estimate(slow, site, cm.RING, 2 * D)
+    assert two.seconds < one.seconds
 
 
 def test_links_file_overrides_and_rejects_unknown_keys(tmp_path: Path) -> None:

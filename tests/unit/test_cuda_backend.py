@@ -2,8 +2,9 @@
 generated code (compiled for the CPU with g++ and compared with torch), and
 the clean refusal of `--backend cuda`. With a GPU (CuPy and NCCL present):
 every op of the collectives program on one GPU, fused kernels,
-GEMMs in f32/f16/bf16, flat memory over 1000 runs, and, with several GPUs,
-the collectives program under mpiexec on NCCL and CUDA IPC."""
+GEMMs in f32/f16/bf16 (with accumulators too: in place, one GEMM), flat
+memory over 1000 runs, and, with several GPUs, the collectives program
+under mpiexec on NCCL and CUDA IPC."""
 
 from __future__ import annotations
 
@@ -351,6 +352,86 @@ def test_gemms(backend, t: str) -> None:
     assert cupy.cuda.get_current_stream().ptr == backend.get_current_stream().ptr
     assert torch.cuda.current_stream().cuda_stream == backend.get_current_stream().ptr
     prog.close()
+
+
+GEMM_ACC = """
+func.func @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %w: tensor<{n}x{k}x{t}>, %bias: tensor<{n}x{t}>,
+                %c: tensor<{m}x{n}x{t}>, %a3: tensor<2x{m}x{k}x{t}>, %b3: tensor<2x{k}x{n}x{t}>)
+    -> (tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<2x{m}x{n}x{t}>,
+        tensor<2x{m}x{n}x{t}>) attributes {{hir.host}} {{
+  %y = hir.alloc "y" : tensor<{m}x{n}x{t}>
+  hir.copy %c, %y : tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  hir.for %i = 0 to 2 {{
+    hir.matmul %a, %b, %y acc %y : tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  }}
+  %z = hir.alloc "z" : tensor<{m}x{n}x{t}>
+  hir.matmul %a, %b, %z acc %c : tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  %l = hir.alloc "l" : tensor<{m}x{n}x{t}>
+  hir.copy %c, %l : tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  hir.linear %a, %w, %l acc %l : tensor<{m}x{k}x{t}>, tensor<{n}x{k}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  %lb = hir.alloc "lb" : tensor<{m}x{n}x{t}>
+  hir.linear %a, %w, %bias, %lb acc %c : tensor<{m}x{k}x{t}>, tensor<{n}x{k}x{t}>, tensor<{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>
+  %y3 = hir.alloc "y3" : tensor<2x{m}x{n}x{t}>
+  hir.matmul %a3, %b, %y3 : tensor<2x{m}x{k}x{t}>, tensor<{k}x{n}x{t}>, tensor<2x{m}x{n}x{t}>
+  hir.matmul %a3, %b, %y3 acc %y3 : tensor<2x{m}x{k}x{t}>, tensor<{k}x{n}x{t}>, tensor<2x{m}x{n}x{t}>, tensor<2x{m}x{n}x{t}>
+  %z3 = hir.alloc "z3" : tensor<2x{m}x{n}x{t}>
+  hir.matmul %a3, %b3, %z3 acc %y3 : tensor<2x{m}x{k}x{t}>, tensor<2x{k}x{n}x{t}>, tensor<2x{m}x{n}x{t}>, tensor<2x{m}x{n}x{t}>
+  func.return %y, %z, %l, %lb, %y3, %z3 : tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>,
+      tensor<{m}x{n}x{t}>, tensor<2x{m}x{n}x{t}>, tensor<2x{m}x{n}x{t}>
+}}
+"""
+
+
+@needs_gpu
+@pytest.mark.parametrize("t", ["f32", "f16", "bf16"])
+def test_gemms_with_acc(backend, t: str) -> None:
+    """GEMMs adding an accumulator: the output itself (a running sum over a
+    loop), another buffer, with and without bias, batched operands."""
+    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.reference import torch_dtype
+    from xdsl.dialects.builtin import bf16, f16, f32
+
+    dtype = torch_dtype({"f32": f32, "f16": f16, "bf16": bf16}[t])
+    m, k, n = 256, 512, 384
+    prog = Program.load(parse(GEMM_ACC.format(m=m, k=k, n=n, t=t), "gemm_acc.mlir"), "main", backend)
+    gen = torch.Generator().manual_seed(2)
+    shapes = [(m, k), (k, n), (n, k), (n,), (m, n), (2, m, k), (2, k, n)]
+    a, b, w, bias, c, a3, b3 = (torch.randn(s, generator=gen).to(dtype) for s in shapes)
+    tol = {"f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}[t]
+    r = lambda v: v.double()  # noqa: E731
+    y3 = r(a3) @ r(b) * 2
+    want = [r(c) + 2 * (r(a) @ r(b)), r(c) + r(a) @ r(b), r(c) + r(a) @ r(w).T, r(c) + r(a) @ r(w).T + r(bias), y3]
+    want.append(y3 + r(a3) @ r(b3))
+    for _ in range(2):  # the second run starts from the first's buffers
+        got = prog.run([a, b, w, bias, c, a3, b3])
+        for i, (g, v) in enumerate(zip(got, want, strict=True)):
+            assert g.dtype == dtype
+            err = (g.double() - v).abs().max() / v.abs().max()
+            assert err < tol, (t, i, float(err))
+    prog.close()
+
+
+@needs_gpu
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+def test_acc_in_place_is_one_gemm_kernel(backend, t: str) -> None:
+    """A 2-D GEMM accumulating into its output runs as cuBLAS GEMM(s) with
+    beta = 1: no copy or elementwise add kernel beside it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[t]
+    gen = torch.Generator().manual_seed(3)
+    host = [torch.randn(s, generator=gen).to(dtype) for s in [(512, 256), (256, 384), (512, 384)]]
+    a, b, out = (backend.from_host(v) for v in host)
+    want = host[2].double() + 2 * (host[0].double() @ host[1].double())
+    backend.matmul(a, b, out, out)  # warm-up (cuBLAS handle, heuristics)
+    backend.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        backend.matmul(a, b, out, out)
+        backend.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert kernels and not any(("elementwise" in k.lower() or "copy" in k.lower()) for k in kernels), kernels
+    err = (backend.to_host(out).double() - want).abs().max() / want.abs().max()
+    assert err < {"f32": 1e-4, "bf16": 3e-2}[t], float(err)
 
 
 @needs_gpu

@@ -160,6 +160,46 @@ func.func @f(%x: tensor<8x4xf32>, %w: tensor<2x4xf32>) {
 
 // -----
 
+func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x2xf32>, %o: tensor<8x2xf32>, %c: tensor<2x8xf32>) {
+  // expected-error @+1 {{'hir.matmul' op acc shape [2, 8] does not match the output shape [8, 2]}}
+  hir.matmul %a, %b, %o acc %c : tensor<8x4xf32>, tensor<4x2xf32>, tensor<8x2xf32>, tensor<2x8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x2xf32>, %o: tensor<8x2xf32>, %c: tensor<8x2xbf16>) {
+  // expected-error @+1 {{'hir.matmul' op acc element type bf16 does not match the output element type f32}}
+  hir.matmul %a, %b, %o acc %c : tensor<8x4xf32>, tensor<4x2xf32>, tensor<8x2xf32>, tensor<8x2xbf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %w: tensor<2x4xf32>, %o: tensor<8x2xf32>, %c: tensor<8x1xf32>) {
+  // expected-error @+1 {{'hir.linear' op acc shape [8, 1] does not match the output shape [8, 2]}}
+  hir.linear %x, %w, %o acc %c : tensor<8x4xf32>, tensor<2x4xf32>, tensor<8x2xf32>, tensor<8x1xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xbf16>, %w: tensor<2x4xbf16>, %b: tensor<2xbf16>, %o: tensor<8x2xbf16>, %c: tensor<8x2xf32>) {
+  // expected-error @+1 {{'hir.linear' op acc element type f32 does not match the output element type bf16}}
+  hir.linear %x, %w, %b, %o acc %c : tensor<8x4xbf16>, tensor<2x4xbf16>, tensor<2xbf16>, tensor<8x2xbf16>, tensor<8x2xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<8x4xf32>, %w: tensor<2x4xf32>, %o: tensor<8x2xf32>, %c: tensor<8x2xf32>) {
+  // expected-error @+1 {{hir.linear takes 3 or 4 operands (input, weight, bias?, out) with one type each, got 4 operands and 3 types}}
+  hir.linear %x, %w, %o acc %c : tensor<8x4xf32>, tensor<2x4xf32>, tensor<8x2xf32>
+  func.return
+}
+
+// -----
+
 func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x8xf32>) {
   // expected-error @+1 {{'hir.copy' op source shape [8, 4] and destination shape [4, 8] must be equal}}
   hir.copy %a, %b : tensor<8x4xf32>, tensor<4x8xf32>

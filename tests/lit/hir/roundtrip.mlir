@@ -183,7 +183,7 @@ func.func @views(%b: tensor<64x8xf32>, %i: index) {
 }
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "compute"
-// GENERIC: "hir.linear"(%a, %wt, %bias, %o) {tag = "b"} : (tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<8xbf16>, tensor<64x8xbf16>) -> ()
+// GENERIC: "hir.linear"(%a, %wt, %bias, %o) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>}> {tag = "b"} : (tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<8xbf16>, tensor<64x8xbf16>) -> ()
 // GENERIC: "hir.launch"(%o, %bias, %o, %o32) <{operandSegmentSizes = array<i32: 2, 2>}> ({
 // GENERIC-NEXT: ^bb0(%x: tensor<64x8xbf16>, %y: tensor<8xbf16>):
 // CHECK-LABEL: func.func @compute(%a: tensor<64x16xbf16>, %w: tensor<16x8xbf16>, %wt: tensor<8x16xbf16>, %bias: tensor<8xbf16>, %o: tensor<64x8xbf16>, %o32: tensor<64x8xf32>) {
@@ -214,6 +214,26 @@ func.func @compute(%a: tensor<64x16xbf16>, %w: tensor<16x8xbf16>, %wt: tensor<8x
     %f = fusion.cast %g : (tensor<64x8xbf16>) -> tensor<64x8xf32>
     hir.yield %g, %f : tensor<64x8xbf16>, tensor<64x8xf32>
   }
+  func.return
+}
+
+// GEMMs accumulating into their output (`acc %o`) or from another buffer.
+// GENERIC-LABEL: "func.func"() <{sym_name = "accumulate"
+// GENERIC: "hir.matmul"(%a, %w, %o, %o) : (tensor<64x16xbf16>, tensor<16x8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>) -> ()
+// GENERIC: "hir.linear"(%a, %wt, %o, %c) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1>}> : (tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>) -> ()
+// GENERIC: "hir.linear"(%a, %wt, %bias, %o, %o) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1>}> {tag = "b"} : (tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>) -> ()
+// CHECK-LABEL: func.func @accumulate(%a: tensor<64x16xbf16>, %w: tensor<16x8xbf16>, %wt: tensor<8x16xbf16>, %bias: tensor<8xbf16>, %o: tensor<64x8xbf16>, %c: tensor<64x8xbf16>) {
+// CHECK-NEXT: hir.matmul %a, %w, %o acc %o : tensor<64x16xbf16>, tensor<16x8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+// CHECK-NEXT: hir.matmul %a, %w, %o acc %c {tag = "m"} : tensor<64x16xbf16>, tensor<16x8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+// CHECK-NEXT: hir.linear %a, %wt, %o acc %c : tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+// CHECK-NEXT: hir.linear %a, %wt, %bias, %o acc %o {tag = "b"} : tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+// CHECK-NEXT: func.return
+// CHECK-NEXT: }
+func.func @accumulate(%a: tensor<64x16xbf16>, %w: tensor<16x8xbf16>, %wt: tensor<8x16xbf16>, %bias: tensor<8xbf16>, %o: tensor<64x8xbf16>, %c: tensor<64x8xbf16>) {
+  hir.matmul %a, %w, %o acc %o : tensor<64x16xbf16>, tensor<16x8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+  hir.matmul %a, %w, %o acc %c {tag = "m"} : tensor<64x16xbf16>, tensor<16x8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+  hir.linear %a, %wt, %o acc %c : tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
+  hir.linear %a, %wt, %bias, %o acc %o {tag = "b"} : tensor<64x16xbf16>, tensor<8x16xbf16>, tensor<8xbf16>, tensor<64x8xbf16>, tensor<64x8xbf16>
   func.return
 }
 

@@ -12,12 +12,12 @@
 // MISSING: error: stream-pipeline: cannot read the links file {{.*}}missing.json
 // BADKEY: error: stream-pipeline: the links file {{.*}}links-bad-key.json has unknown keys: nvlink_gbps
 
-// The ring passes one running sum per device: one chunk per device.
-func.func @ring_needs_d_chunks(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
+// The ring cuts the partial sum into blocks of whole devices.
+func.func @ring_needs_whole_devices(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
   %p = hir.alloc "main/0/0" : tensor<64x4xf32>
-  hir.matmul %x, %w, %p {hir.stream = [0, 8]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
+  hir.matmul %x, %w, %p {hir.stream = [0, 6]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
   %y = hir.alloc "main/1/0" : tensor<16x4xf32>
-  // expected-error @+1 {{stream-pipeline: the ring GEMM+ReduceScatter passes one running sum per device: it needs 4 chunks (one per device of team [0, 1, 2, 3]), got Stream(8) on the partial product}}
+  // expected-error @+1 {{stream-pipeline: Stream(6) does not fit the partial sum scattered over the 4 devices of team [0, 1, 2, 3]: S must be a multiple of 4 (chunk c belongs to device c * 4 / S)}}
   %tok = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<64x4xf32>, tensor<16x4xf32>) -> !hir.token
   hir.wait %tok : !hir.token
   func.return %y : tensor<16x4xf32>

@@ -21,20 +21,22 @@
 // COLL-NEXT: hir.set_current_stream %main : !hir.stream
 // COLL-NOT: hir.reduce_scatter
 
-// Ring: step t on the compute stream (worker 0) computes the partial for
-// device pos + 1 + t; on transfer stream t + 1 it is put into slot t of that
-// device's shared staging buffer, a copy-engine fence follows, and (t > 0)
-// the slot received at step t is added into slot 0, after the previous
-// step's add. The last step is this device's own block, into the result,
-// to which the running sum is added.
+// Ring: a running sum per rows block passed along the ring, added in the
+// GEMMs' epilogues (acc). Step t computes block pos + 1 + t on the compute
+// stream (worker 0), plus (t > 0) the sum device pos + 1 put into this
+// device's staging buffer, after transfer stream 1 (the put and the fence
+// of step t - 1); then on transfer stream 1 it puts the block into slot
+// dest of device pos - 1's staging buffer and fences. The last step (block
+// pos) writes the result.
 // RING-LABEL: func.func @main
 // RING: %pos = hir.team_index team = [0, 1, 2, 3] : index
 // RING-NEXT: %c1 = hir.constant 1 : index
 // RING-NEXT: %next = hir.add_mod %pos, %c1 mod 4 : index
+// RING-NEXT: %c3 = hir.constant 3 : index
+// RING-NEXT: %prev = hir.add_mod %pos, %c3 mod 4 : index
 // RING-NEXT: %stage = hir.alloc "main/0/0/ring" : tensor<64x4xf32>
 // RING-NEXT: %h = hir.share %stage team = [0, 1, 2, 3] : tensor<64x4xf32> -> !hir.handle
 // RING-NEXT: %c0 = hir.constant 0 : index
-// RING-NEXT: %acc = hir.chunk %stage [%c0] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
 // RING-NEXT: %s = hir.stream_for %c0 mod 4 : !hir.stream
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
@@ -43,45 +45,40 @@
 // RING-NEXT: %pc = hir.chunk %p [%dest] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
 // RING-NEXT: %xc = hir.chunk %x [%dest] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: hir.matmul %xc, %w, %pc : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
-// RING-NEXT: %w_1 = hir.add_mod %c, %c1 mod 4 : index
-// RING-NEXT: %st = hir.stream_for %w_1 mod 4 : !hir.stream
+// RING-NEXT: %st = hir.stream_for %c1 mod 4 : !hir.stream
 // RING-NEXT: hir.set_current_stream %st : !hir.stream
 // RING-NEXT: hir.sync_stream %s : !hir.stream
-// RING-NEXT: %tok = hir.put %pc, %h, %dest block %c of 4 backend = cuda_ipc {hir.reshard = "partial->DIDx"} : (tensor<16x4xf32>, !hir.handle, index, index) -> !hir.token
+// RING-NEXT: %tok = hir.put %pc, %h, %prev block %dest of 4 backend = cuda_ipc {hir.reshard = "partial->DIDx"} : (tensor<16x4xf32>, !hir.handle, index, index) -> !hir.token
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: %fence = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence : !hir.token
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64
-// RING-NEXT: %c3 = hir.constant 3 : index
 // RING-NEXT: hir.for %c_1 = 1 to 3 {
-// RING: hir.matmul %xc_1, %w, %pc_1 : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
-// RING: %tok_1 = hir.put %pc_1, %h, %dest_1 block %c_1 of 4 backend = cuda_ipc
+// RING-NEXT: %dest_1 = hir.add_mod %next, %c_1 mod 4 : index
+// RING-NEXT: %st_1 = hir.stream_for %c1 mod 4 : !hir.stream
+// RING-NEXT: hir.sync_stream %st_1 : !hir.stream
+// RING-NEXT: %sum = hir.chunk %stage [%dest_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
+// RING-NEXT: %pc_1 = hir.chunk %p [%dest_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
+// RING-NEXT: %xc_1 = hir.chunk %x [%dest_1] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
+// RING-NEXT: hir.matmul %xc_1, %w, %pc_1 acc %sum : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>
+// RING: %tok_1 = hir.put %pc_1, %h, %prev block %dest_1 of 4 backend = cuda_ipc
 // RING-NEXT: hir.wait %tok_1 : !hir.token
 // RING-NEXT: %fence_1 = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence_1 : !hir.token
-// RING-NEXT: %prev = hir.add_mod %c_1, %c3 mod 4 : index
-// RING-NEXT: %w_3 = hir.add_mod %prev, %c1 mod 4 : index
-// RING-NEXT: %st_2 = hir.stream_for %w_3 mod 4 : !hir.stream
-// RING-NEXT: hir.sync_stream %st_2 : !hir.stream
-// RING-NEXT: %got = hir.chunk %stage [%c_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
-// RING-NEXT: hir.launch ins(%acc, %got : tensor<16x4xf32>, tensor<16x4xf32>) outs(%acc : tensor<16x4xf32>) {
-// RING-NEXT: ^bb0(%sum: tensor<16x4xf32>, %part: tensor<16x4xf32>):
-// RING-NEXT: %0 = fusion.add %sum, %part : (tensor<16x4xf32>, tensor<16x4xf32>) -> tensor<16x4xf32>
-// RING-NEXT: hir.yield %0 : tensor<16x4xf32>
-// RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: }
-// RING-NEXT: %xc_2 = hir.chunk %x [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
-// RING-NEXT: hir.matmul %xc_2, %w, %y : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
-// RING-NEXT: %st_3 = hir.stream_for %c3 mod 4 : !hir.stream
+// RING-NEXT: %st_3 = hir.stream_for %c1 mod 4 : !hir.stream
 // RING-NEXT: hir.sync_stream %st_3 : !hir.stream
-// RING-NEXT: hir.launch ins(%y, %acc : tensor<16x4xf32>, tensor<16x4xf32>) outs(%y : tensor<16x4xf32>) {
-// RING: hir.set_current_stream %main : !hir.stream
+// RING-NEXT: %sum_1 = hir.chunk %stage [%pos] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
+// RING-NEXT: %xc_2 = hir.chunk %x [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
+// RING-NEXT: hir.matmul %xc_2, %w, %y acc %sum_1 : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>
+// RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING: %fence_2 = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence_2 : !hir.token
 // RING-NEXT: hir.dealloc %stage : tensor<64x4xf32>
 // RING-NEXT: hir.dealloc %p : tensor<64x4xf32>
+// RING-NOT: hir.launch
 // RING-NOT: hir.reduce_scatter
 func.func @main(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
   %p = hir.alloc "main/0/0" : tensor<64x4xf32>
