@@ -5,45 +5,20 @@ in-process)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
-from fuserc.ir import parse
 from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.evaluator import FAIL_RANK_ENV, InjectedFailure, Program
+from fuserc.runtime.evaluator import FAIL_RANK_ENV, InjectedFailure
 from fuserc.runtime.mpi_env import MpiEnv, mpi_env
 from fuserc.runtime.trace import tracing
 
-E2E = Path(__file__).parents[1] / "e2e"
-_spec = importlib.util.spec_from_file_location("e2e_harness", E2E / "harness.py")
-harness = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(harness)  # type: ignore[union-attr]
-
-_LOADED: list[Program] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_programs():
-    """Free each test's MPI windows and communicators."""
-    yield
-    while _LOADED:
-        _LOADED.pop().close()
-
-
-def load(text: str, backend: CpuBackend | None = None) -> Program:
-    prog = Program.load(parse(text, "test.mlir"), "main", backend or CpuBackend(mpi_env()))
-    _LOADED.append(prog)
-    return prog
-
-
-def collectives() -> str:
-    return harness.expand((E2E / "programs" / "collectives.mlir.in").read_text(), 1)
+# the loader, the collectives program and the fixture that closes loaded
+# programs are test_evaluator's (tests/unit is on sys.path under pytest)
+from test_evaluator import _close_programs, collectives, load  # noqa: E402, F401
 
 
 def _inputs(seed: int) -> list[np.ndarray]:
