@@ -394,8 +394,7 @@ def rebuild(op: Operation, replaced: dict[int, SSAValue], acc: SSAValue | None =
     if isinstance(op, hir.MatmulOp):
         return hir.MatmulOp(ops[0], ops[1], ops[2], acc)
     if isinstance(op, hir.LinearOp):
-        bias = op.bias
-        return hir.LinearOp(ops[0], ops[1], ops[2 if bias is None else 3], replaced.get(2, bias) if bias else None, acc)
+        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None, acc)
     assert isinstance(op, hir.CopyOp) and acc is None
     return hir.CopyOp(*ops)
 
@@ -483,9 +482,8 @@ class SiteLowering:
     def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue, acc: SSAValue | None = None) -> None:
         """The site's GEMM on a block of rows of its input into `out` (plus
         `acc`, added in the GEMM's epilogue, when given)."""
-        gemm = self.site.gemm
-        out_index = len(gemm.operands) - 1 - (1 if getattr(gemm, "acc", None) is not None else 0)
-        e.add(rebuild(gemm, {0: rows, out_index: out}, acc))
+        gemm = self.site.gemm  # never one that accumulates already (chunk_dims)
+        e.add(rebuild(gemm, {0: rows, len(gemm.operands) - 1: out}, acc))
 
     # ---- local ----------------------------------------------------------------
     def local(self) -> None:
@@ -789,19 +787,6 @@ def _outer_source(ag: hir.AllgatherOp) -> SSAValue:
     chunk = ag.input.owner
     assert isinstance(chunk, hir.ChunkOp)
     return chunk.source
-
-
-def _add_launch(acc: SSAValue, other: SSAValue) -> hir.LaunchOp:
-    """`acc += other` as a one-op launch."""
-    from fuserc.dialects.fusion import AddOp
-
-    op = hir.LaunchOp([acc, other], [acc])
-    a, b = op.body.block.args
-    a.name_hint, b.name_hint = "sum", "part"
-    add = AddOp.create(operands=[a, b], result_types=[acc.type])
-    op.body.block.add_op(add)
-    op.body.block.add_op(hir.YieldOp(add.results[0]))
-    return op
 
 
 # --------------------------------------------------------------------------
