@@ -35,6 +35,14 @@ DEFAULT_LINKS_PATH = Path("~/.cache/fuserc/links.json")
 NONE, COLLECTIVE, RING = "none", "collective", "ring"
 ALLGATHER, ALLGATHER_OUTER, REDUCE_SCATTER = "allgather", "allgather_outer", "reduce_scatter"
 ALGORITHMS: tuple[str, ...] = (NONE, COLLECTIVE, RING)
+SUM, PULL = "sum", "pull"
+RING_FORMS: tuple[str, ...] = (SUM, PULL)
+"""The two forms of the GEMM+ReduceScatter ring: `sum` passes a running sum
+along the ring (each GEMM adds the sum that landed, so it waits for a
+transfer issued k GEMMs earlier); `pull` lets every device compute all its
+partial blocks without waiting, each destination pulling its block's
+partials as they are done and adding them after its own GEMM (a tail of
+one add over d blocks)."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +158,14 @@ class Estimate:
     algorithm: str
     chunks: int
     seconds: float
+    form: str = ""
+    """The ring's form for GEMM+ReduceScatter (SUM or PULL); empty otherwise."""
 
     def label(self) -> str:
         if self.algorithm == NONE:
             return f"none {self.seconds * 1e3:.3g} ms"
-        return f"{self.algorithm}(S={self.chunks}) {self.seconds * 1e3:.3g} ms"
+        form = f", {self.form}" if self.form else ""
+        return f"{self.algorithm}(S={self.chunks}{form}) {self.seconds * 1e3:.3g} ms"
 
 
 @dataclass(frozen=True)
@@ -179,8 +190,9 @@ def _serial(ready: Sequence[float], each: float, start: float = 0.0) -> float:
     return t
 
 
-def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
-    """The time of `site` run by `algorithm` in `chunks` chunks (S = k * d)."""
+def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = "") -> Estimate:
+    """The time of `site` run by `algorithm` in `chunks` chunks (S = k * d);
+    `form`: the GEMM+ReduceScatter ring's (SUM when not given)."""
     d, s = site.team, chunks
     if algorithm == NONE:
         whole = site.nbytes * (d - 1) / d
@@ -213,7 +225,22 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
             t_gemm += g * (1 + m.nccl_sm_slowdown)
             t_comm = max(t_comm, t_gemm) + r
         return Estimate(algorithm, s, t_comm)
-    # ring: a running sum per destination block passed along the ring, k
+    if (form or SUM) == PULL:
+        # GEMMs back to back, never waiting; sub-chunk j of this device's
+        # block is pulled from the device that computed it at step t (after
+        # a fence), on transfer stream j, and added once the own GEMM of j
+        # is done: one pass reading d blocks, writing one
+        landed = [0.0] * k
+        for t in range(d - 1):
+            for j in range(k):
+                ready = (t * k + j + 1) * g + m.ipc_fence()
+                landed[j] = max(landed[j], ready) + m.copy_engine(piece)
+        end = 0.0
+        for j in range(k):
+            own = ((d - 1) * k + j + 1) * g
+            end = max(end, max(own, landed[j]) + m.local((d + 1) * piece))
+        return Estimate(algorithm, s, end + m.ipc_fence(), PULL)
+    # sum: a running sum per destination block passed along the ring, k
     # sub-rings in turn; GEMM (t, j) adds the sum put by the next device at
     # step t - 1 of sub-ring j, so it waits for that put and its fence
     transfer = m.copy_engine(piece) + m.ipc_fence()
@@ -222,17 +249,26 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int) -> Estimate:
         for j in range(k):
             end = max(end, landed[j]) + g if step else end + g
             landed[j] = end + transfer
-    return Estimate(algorithm, s, end + m.ipc_fence())
+    return Estimate(algorithm, s, end + m.ipc_fence(), SUM)
 
 
-def candidates(site: Site, algorithms: Sequence[str], chunk_options: Sequence[int]) -> list[tuple[str, int]]:
-    """(algorithm, S) pairs to compare: `none` once, each pipeline at each S."""
-    out: list[tuple[str, int]] = []
+def candidates(
+    site: Site, algorithms: Sequence[str], chunk_options: Sequence[int], forms: Sequence[str] = RING_FORMS
+) -> list[tuple[str, int, str]]:
+    """(algorithm, S, form) to compare: `none` once, each pipeline at each
+    S, the GEMM+ReduceScatter ring in each of `forms`."""
+    out: list[tuple[str, int, str]] = []
     for a in algorithms:
         if a == NONE:
-            out.append((NONE, 1))
-            continue
-        out.extend((a, s) for s in chunk_options)
+            out.append((NONE, 1, ""))
+        elif a == RING and site.kind == REDUCE_SCATTER:
+            # the pull form with k > 1 measured far slower than its model
+            # (its sub-rings' fences serialize), so it is tried at S = d only
+            out.extend((a, s, f) for s in chunk_options for f in forms if f != PULL or s == site.team)
+            if forms == (PULL,) and site.team not in chunk_options:  # a requested S
+                out.extend((a, s, PULL) for s in chunk_options)
+        else:
+            out.extend((a, s, "") for s in chunk_options)
     return out
 
 
@@ -242,16 +278,21 @@ PAYS = 0.97
 
 
 def choose(
-    m: Machine, site: Site, algorithms: Sequence[str], chunk_options: Sequence[int], requested: bool
+    m: Machine,
+    site: Site,
+    algorithms: Sequence[str],
+    chunk_options: Sequence[int],
+    requested: bool,
+    forms: Sequence[str] = RING_FORMS,
 ) -> tuple[Estimate, str]:
     """The fastest candidate and why. `requested`: the user wrote the Stream
     split (a pipeline is chosen unless `none`, when a candidate, is faster);
     otherwise a pipeline is chosen only when it beats `none` by the PAYS
-    margin."""
-    pairs = candidates(site, algorithms, chunk_options)
+    margin. `forms`: the ring forms GEMM+ReduceScatter may take."""
+    pairs = candidates(site, algorithms, chunk_options, forms)
     if not pairs:
         raise ValueError("no candidate algorithm")
-    ests = sorted((estimate(m, site, a, s) for a, s in pairs), key=lambda e: e.seconds)
+    ests = sorted((estimate(m, site, a, s, f) for a, s, f in pairs), key=lambda e: e.seconds)
     best = ests[0]
     if not requested and best.algorithm != NONE:
         base = estimate(m, site, NONE, 1)

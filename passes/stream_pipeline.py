@@ -22,11 +22,12 @@ In both communication sites S = k * d, d the team size: chunk c belongs to
 device c // k (chunk i lives on rank i when S = d). Each site runs by one
 algorithm (option `algorithm`): `collective` (per chunk a Broadcast with
 root = the chunk's device, or a Reduce to it, and the GEMM), `ring` (one-sided
-copy-engine gets of each peer's chunk through a shared buffer, or a running
-sum passed along the ring), or `none`; `auto` asks the cost model
-(`cost_model.py`), which may also pipeline a site the user did not split.
-Each pipeline's first loop carries `hir.pipeline = {algorithm, chunks,
-streams, reason}`.
+copy-engine gets of each peer's chunk through a shared buffer; for
+GEMM+ReduceScatter, form `sum`, a running sum passed along the ring, or
+form `pull`, each destination pulling its partial blocks), or `none`;
+`auto` asks the cost model (`cost_model.py`), which may also pipeline a
+site the user did not split. Each pipeline's first loop carries
+`hir.pipeline = {algorithm, chunks, streams, reason}` (and `form`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from fuserc.diagnostics import error_at
@@ -55,7 +56,17 @@ from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
 from fuserc.passes import cost_model
 from fuserc.passes.reshard_util import element_bytes
-from fuserc.passes.cost_model import ALGORITHMS, ALLGATHER, COLLECTIVE, NONE, REDUCE_SCATTER, RING, Machine
+from fuserc.passes.cost_model import (
+    ALGORITHMS,
+    ALLGATHER,
+    COLLECTIVE,
+    NONE,
+    PULL,
+    REDUCE_SCATTER,
+    RING,
+    RING_FORMS,
+    Machine,
+)
 
 AUTO = "auto"
 STREAM_ATTR = "hir.stream"
@@ -407,16 +418,18 @@ class Plan:
     chunks: int
     streams: int
     reason: str
+    form: str = ""  # the GEMM+ReduceScatter ring's form (cost_model.RING_FORMS)
 
     def attr(self) -> DictionaryAttr:
-        return DictionaryAttr(
-            {
-                "algorithm": StringAttr(self.algorithm),
-                "chunks": IntegerAttr(self.chunks, i64),
-                "streams": IntegerAttr(self.streams, i64),
-                "reason": StringAttr(self.reason),
-            }
-        )
+        fields: dict[str, Attribute] = {
+            "algorithm": StringAttr(self.algorithm),
+            "chunks": IntegerAttr(self.chunks, i64),
+            "streams": IntegerAttr(self.streams, i64),
+        }
+        if self.form:
+            fields["form"] = StringAttr(self.form)
+        fields["reason"] = StringAttr(self.reason)
+        return DictionaryAttr(fields)
 
 
 class SiteLowering:
@@ -447,8 +460,10 @@ class SiteLowering:
             self.outer_collective() if self.plan.algorithm == COLLECTIVE else self.outer_ring()
         elif site.kind == ALLGATHER:
             self.allgather_collective() if self.plan.algorithm == COLLECTIVE else self.allgather_ring()
+        elif self.plan.algorithm == COLLECTIVE:
+            self.reduce_scatter_collective()
         else:
-            self.reduce_scatter_collective() if self.plan.algorithm == COLLECTIVE else self.reduce_scatter_ring()
+            self.reduce_scatter_pull() if self.plan.form == PULL else self.reduce_scatter_ring()
         block = site.anchor.parent_block()
         assert block is not None
         late = _deallocs_in_the_way(site, block)
@@ -667,52 +682,72 @@ class SiteLowering:
         self.loop(0, plan.chunks, body)
         e.join(main, plan.streams, plan.chunks)
 
+    def ring_start(self) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue, SSAValue, SSAValue]:
+        """What both ReduceScatter ring forms begin with: the GEMM's input,
+        the partial and output buffers, the main stream, this device's
+        position and the next one's."""
+        e, rs = self.e, self.site.comm
+        assert isinstance(rs, hir.ReduceScatterOp)
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(self.site.team), "pos")
+        nxt = e.value(hir.AddModOp(pos, e.const(1), self.site.d), "next")
+        return self.site.gemm.operands[0], rs.input, rs.output, main, pos, nxt
+
+    def sub_block(self, b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str) -> SSAValue:
+        """Sub-chunk j (of k) of block q (of d) of `v` (the block when k = 1)."""
+        block = b.chunk(v, q, self.site.d, hint=hint if self.k == 1 else f"{hint}blk")
+        return block if isinstance(j, int) else b.chunk(block, j, self.k, hint=hint)
+
     def reduce_scatter_ring(self) -> None:
         """A running sum per destination passed along the ring, added in
         the GEMMs' epilogues (no add kernels). Rows block q (of d) is summed
         by devices q + 1, q + 2, ..., q: at step t device pos computes the
         block of q = pos + 1 + t, plus (t > 0) the sum device pos + 1 put
-        into its staging buffer at step t - 1; for t < d - 1 it puts the
-        result into device pos - 1's staging buffer and passes a copy-engine
-        fence; the last step (q = pos) writes the result. Each block is cut
-        into k sub-chunks (S = k * d), k independent rings in turn, so a
-        GEMM waits for a transfer issued k GEMMs earlier. GEMMs run in order
-        on the compute stream, the puts and fences of sub-ring j on transfer
-        stream j."""
+        there at step t - 1; for t < d - 1 it puts the result into device
+        pos - 1's buffer and passes a copy-engine fence; the last step
+        (q = pos) writes the result. Each block is cut into k sub-chunks
+        (S = k * d), k independent rings in turn, so a GEMM waits for a
+        transfer issued k GEMMs earlier. GEMMs run in order on the compute
+        stream, the puts and fences of sub-ring j on transfer stream j.
+
+        Every GEMM writes where its running sum landed, so that the sum is
+        read and written in place (an epilogue with C = D: a GEMM writing
+        elsewhere would first copy the sum into its output). The sums land
+        in the partial buffer, shared (each block is put there once, by the
+        next device, and read once), and at step d - 2 straight into the
+        output of the device that finishes the block."""
         site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
         s = plan.chunks
-        rs = site.comm
-        assert isinstance(rs, hir.ReduceScatterOp)
-        x, p, y = site.gemm.operands[0], rs.input, rs.output
-        main = e.value(hir.GetCurrentStreamOp(), "main")
-        pos = e.value(hir.TeamIndexOp(site.team), "pos")
-        nxt = e.value(hir.AddModOp(pos, e.const(1), d), "next")
+        x, p, y, main, pos, nxt = self.ring_start()
         prv = e.value(hir.AddModOp(pos, e.const(d - 1), d), "prev")
-        stage = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(p), list(shape_of(p)))), "stage")
-        handle = e.value(hir.ShareOp(stage, site.team), "h")
+        handle = e.value(hir.ShareOp(p, site.team), "h")
+        y_handle = e.value(hir.ShareOp(y, site.team), "hy")
         compute = self.compute_stream(e, main)
+        sub = self.sub_block
 
-        def sub(b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str) -> SSAValue:
-            block = b.chunk(v, q, d, hint=hint if k == 1 else f"{hint}blk")
-            return block if isinstance(j, int) else b.chunk(block, j, k, hint=hint)
+        def step(b: Emitter, q: SSAValue, t: int | None) -> None:
+            """Step t (None: a middle step, 0 < t < d - 2, in a host loop)."""
+            first, last = t == 0, t == d - 1
 
-        def step(b: Emitter, q: SSAValue, first: bool, last: bool) -> None:
             def chunk(bb: Emitter, j: SSAValue | int) -> None:
-                acc = None
                 if not first:  # the running sum of step t - 1 of this sub-ring has landed
                     bb.add(hir.SyncStreamOp(self.transfer_stream(bb, j, 0, k)))
-                    acc = sub(bb, stage, q, j, "sum")
                 if last:
                     out = y if isinstance(j, int) else bb.chunk(y, j, k, hint="yc")
                 else:
                     out = sub(bb, p, q, j, "pc")
-                self.gemm_on(bb, sub(bb, x, q, j, "xc"), out, acc)
+                self.gemm_on(bb, sub(bb, x, q, j, "xc"), out, None if first else out)
                 if last:
                     return
                 bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
                 bb.add(hir.SyncStreamOp(compute))
-                index = q if isinstance(j, int) else bb.value(hir.AddModOp(self.times(bb, q, k, s), j, s), "slot")
-                put = hir.PutOp(out, handle, prv, IPC, index, s)
+                if t == d - 2:  # into the output of device pos - 1, which finishes block q
+                    if d == 2:  # (no fence yet in this run: pos - 1 may still read its last output)
+                        bb.fence(site.team, IPC)
+                    put = hir.PutOp(out, y_handle, prv, IPC, *((j, k) if k > 1 else (None, None)))
+                else:
+                    index = q if k == 1 else bb.value(hir.AddModOp(self.times(bb, q, k, s), j, s), "slot")
+                    put = hir.PutOp(out, handle, prv, IPC, index, s)
                 bb.add(hir.WaitOp(bb.value(self.reshard(put), "tok")))
                 bb.fence(site.team, IPC)
                 bb.add(hir.SetCurrentStreamOp(compute))
@@ -722,15 +757,86 @@ class SiteLowering:
             else:
                 b.loop(0, k, chunk, hint="j")
 
-        def middle(first: bool) -> Callable[[Emitter, SSAValue], None]:
-            return lambda b, t: step(b, b.value(hir.AddModOp(nxt, t, d), "dest"), first, False)
+        def at(t: int | None) -> Callable[[Emitter, SSAValue], None]:
+            return lambda b, c: step(b, b.value(hir.AddModOp(nxt, c, d), "dest"), t)
 
-        self.loop(0, 1, middle(True))
-        self.loop(1, d - 1, middle(False))
-        step(e, pos, False, True)
+        self.loop(0, 1, at(0))
+        self.loop(1, d - 2, at(None))
+        if d > 2:
+            self.loop(d - 2, d - 1, at(d - 2))
+        step(e, pos, d - 1)
         e.join(main, plan.streams, plan.chunks)
         e.fence(site.team, IPC)
-        e.add(hir.DeallocOp(stage))
+
+    def reduce_scatter_pull(self) -> None:
+        """Every device computes its d partial blocks back to back on the
+        compute stream, never waiting: at step t the block of q = pos + 1 +
+        t into the shared partial buffer, the last step (q = pos) into the
+        output. Each destination pulls its block's partials as they are
+        done: after step t, on transfer stream j (sub-chunk j of k), a
+        copy-engine fence then a get of block pos from device pos - 1 - t
+        (which computed it at its step t) into slot t of a local buffer.
+        Once its own GEMM of sub-chunk j is done, stream j adds the d - 1
+        pulled partials into the output (one launch; it overlaps the next
+        own GEMM when k > 1). Unlike the running sum, no GEMM waits for a
+        transfer: the price is the final add."""
+        site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
+        s = plan.chunks
+        x, p, y, main, pos, nxt = self.ring_start()
+        handle = e.value(hir.ShareOp(p, site.team), "h")
+        rows, cols = shape_of(y)[0], list(shape_of(y)[1:])
+        pulled = e.value(hir.AllocOp(self.site_name("pulled"), TensorType(element_type_of(y), [(d - 1) * rows, *cols])), "pulled")
+        compute = self.compute_stream(e, main)
+        sub = self.sub_block
+
+        def step(t: int) -> Callable[[Emitter, SSAValue], None]:
+            """Step t, in a loop of one iteration (%c = t), so that the peer
+            pos - 1 - t is an addition of a constant."""
+
+            def body(b: Emitter, c: SSAValue) -> None:
+                q = b.value(hir.AddModOp(nxt, c, d), "dest")
+                peer = b.value(hir.AddModOp(pos, b.const((d - 1 - t) % d), d), "from")
+
+                def chunk(bb: Emitter, j: SSAValue | int) -> None:
+                    self.gemm_on(bb, sub(bb, x, q, j, "xc"), sub(bb, p, q, j, "pc"))
+                    bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
+                    bb.add(hir.SyncStreamOp(compute))
+                    bb.fence(site.team, IPC)  # every device's GEMM (t, j) is done
+                    index = pos if k == 1 else bb.value(hir.AddModOp(self.times(bb, pos, k, s), j, s), "blk")
+                    get = hir.GetOp(handle, peer, slot(bb, c, j), IPC, index, s)
+                    bb.add(hir.WaitOp(bb.value(self.reshard(get), "tok")))
+                    bb.add(hir.SetCurrentStreamOp(compute))
+
+                if k == 1:
+                    chunk(b, 0)
+                else:
+                    b.loop(0, k, chunk, hint="j")
+
+            return body
+
+        def slot(b: Emitter, t: SSAValue, j: SSAValue | int) -> SSAValue:
+            """Sub-chunk j of slot t of the pulled partials."""
+            block = b.chunk(pulled, t, d - 1, hint="slot" if k == 1 else "slotblk")
+            return block if isinstance(j, int) else b.chunk(block, j, k, hint="slot")
+
+        for t in range(d - 1):
+            self.loop(t, t + 1, step(t))
+
+        def own(b: Emitter, j: SSAValue | int) -> None:
+            yc = y if isinstance(j, int) else b.chunk(y, j, k, hint="yc")
+            self.gemm_on(b, sub(b, x, pos, j, "xc"), yc)
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, j, 0, k)))
+            b.add(hir.SyncStreamOp(compute))
+            b.add(_sum_launch(yc, [slot(b, b.const(t), j) for t in range(d - 1)]))
+            b.add(hir.SetCurrentStreamOp(compute))
+
+        if k == 1:
+            own(e, 0)
+        else:
+            e.loop(0, k, own, hint="j")
+        e.join(main, plan.streams, plan.chunks)
+        e.fence(site.team, IPC)  # no device pulls from this one's partials any more
+        e.add(hir.DeallocOp(pulled))
 
     @staticmethod
     def times(b: Emitter, q: SSAValue, k: int, modulus: int) -> SSAValue:
@@ -789,6 +895,23 @@ def _outer_source(ag: hir.AllgatherOp) -> SSAValue:
     return chunk.source
 
 
+def _sum_launch(out: SSAValue, parts: Sequence[SSAValue]) -> hir.LaunchOp:
+    """`out += parts[0] + parts[1] + ...` as one launch (one fused kernel)."""
+    from fuserc.dialects.fusion import AddOp
+
+    op = hir.LaunchOp([out, *parts], [out])
+    args = op.body.block.args
+    args[0].name_hint = "sum"
+    total: SSAValue = args[0]
+    for a in args[1:]:
+        a.name_hint = "part"
+        add = AddOp.create(operands=[total, a], result_types=[out.type])
+        op.body.block.add_op(add)
+        total = add.results[0]
+    op.body.block.add_op(hir.YieldOp(total))
+    return op
+
+
 # --------------------------------------------------------------------------
 # Deciding
 # --------------------------------------------------------------------------
@@ -803,7 +926,9 @@ class StreamPipeline(ModulePass):
     worker stream pool; 0: one per chunk, at most 8), `chunks` (S for sites
     without a written Stream split; None: the cost model's choice), `links`
     (a links JSON file for the cost model; empty: $FUSERC_LINKS or
-    ~/.cache/fuserc/links.json, else documented defaults)."""
+    ~/.cache/fuserc/links.json, else documented defaults), `ring_form`
+    (auto|sum|pull: the GEMM+ReduceScatter ring's form; auto: the cost
+    model's choice)."""
 
     name = "stream-pipeline"
 
@@ -811,8 +936,11 @@ class StreamPipeline(ModulePass):
     num_streams: int = 0
     chunks: int | None = None
     links: str = ""
+    ring_form: str = AUTO
 
     def __post_init__(self) -> None:
+        if self.ring_form not in (AUTO, *RING_FORMS):
+            raise ValueError(f"ring-form must be one of auto, {', '.join(RING_FORMS)}, got '{self.ring_form}'")
         if self.algorithm not in (AUTO, *ALGORITHMS):
             raise ValueError(f"algorithm must be one of auto, {', '.join(ALGORITHMS)}, got '{self.algorithm}'")
         if self.num_streams < 0:
@@ -861,14 +989,15 @@ class StreamPipeline(ModulePass):
                 )
             algorithms = [a for a in algorithms if a != RING]
         requested = site.written is not None or self.algorithm != AUTO
-        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, requested)
+        forms = RING_FORMS if self.ring_form == AUTO else (self.ring_form,)
+        best, reason = cost_model.choose(machine, site.cost_site(), algorithms, options, requested, forms)
         if self.algorithm != AUTO:
             reason = f"algorithm = {self.algorithm} requested; {reason}"
         if best.algorithm == NONE:
             if site.written is not None:  # say why the written split is not pipelined
                 site.anchor.attributes[PIPELINE_ATTR] = Plan(NONE, 1, 0, reason).attr()
             return None
-        return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason)
+        return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason, best.form)
 
     def chunk_options(self, site: Site) -> list[int]:
         """The S values a site may use: the written split, the `chunks`

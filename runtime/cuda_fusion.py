@@ -217,6 +217,91 @@ class FusedPlan:
 
 _KERNELS: dict[tuple[str, str, str], Any] = {}
 
+# --------------------------------------------------------------------------
+# Vectorized kernels for contiguous buffers
+# --------------------------------------------------------------------------
+
+VECTOR_BYTES = 16
+"""Bytes each thread loads per buffer at once (one `uint4`)."""
+
+_VECTOR_WORDS = {"uint16": "unsigned short", "float32": "float"}
+"""Element types the vectorized kernel takes (bf16 as its word, f32)."""
+
+VECTOR_THREADS = 256
+
+
+def vector_word(plan: FusedPlan) -> str | None:
+    """The one C element type of every parameter of `plan`, when the plan
+    can run vectorized; None otherwise."""
+    types = {t for decl in (plan.in_params, plan.out_params) for t, _ in _param_list(decl)}
+    if len(types) != 1:
+        return None
+    return _VECTOR_WORDS.get(next(iter(types)))
+
+
+def _param_list(decl: str) -> list[tuple[str, str]]:
+    return [(p.split()[0], p.split()[1]) for p in decl.split(", ")] if decl else []
+
+
+def vector_source(plan: FusedPlan) -> tuple[str, str, int] | None:
+    """(kernel name, CUDA source, lanes) of the plan's kernel over
+    contiguous buffers: each thread loads `VECTOR_BYTES` of every input at
+    once (`lanes` elements), computes them one by one with the plan's code,
+    and stores `VECTOR_BYTES` of every output. All loads of a vector come
+    before its stores, so an output may be an input element for element.
+    Memory-bound sums of several buffers (the pull ring's final add) run at
+    close to the memory's speed this way, about twice the one-element-per-
+    thread kernel's."""
+    word = vector_word(plan)
+    if word is None:
+        return None
+    lanes = VECTOR_BYTES // (2 if word == "unsigned short" else 4)
+    ins, outs = _param_list(plan.in_params), _param_list(plan.out_params)
+    name = plan.name + "_v"
+    sig = [f"const uint4* __restrict__ p_{n}" for _, n in ins] + [f"uint4* p_{n}" for _, n in outs]
+    loads = "".join(f"    const uint4 r_{n} = p_{n}[v];\n" for _, n in ins)
+    decls = "".join(f"    uint4 r_{n};\n" for _, n in outs)
+    lane_in = "".join(f"      const {word} {n} = reinterpret_cast<const {word}*>(&r_{n})[l];\n" for _, n in ins)
+    lane_out = "".join(f"      {word} {n};\n" for _, n in outs)
+    lane_store = "".join(f"      reinterpret_cast<{word}*>(&r_{n})[l] = {n};\n" for _, n in outs)
+    stores = "".join(f"    p_{n}[v] = r_{n};\n" for _, n in outs)
+    body = "\n".join("        " + line for line in plan.operation.splitlines())
+    source = (
+        f"{PREAMBLE}\nextern \"C\" __global__ void {name}({', '.join(sig)}, long long nvec) {{\n"
+        "  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < nvec;\n"
+        "       v += (long long)gridDim.x * blockDim.x) {\n"
+        f"{loads}{decls}"
+        f"    #pragma unroll\n    for (int l = 0; l < {lanes}; ++l) {{\n"
+        f"{lane_in}{lane_out}      {{\n{body}\n      }}\n{lane_store}    }}\n"
+        f"{stores}  }}\n}}\n"
+    )
+    return name, source, lanes
+
+
+_VECTOR_KERNELS: dict[str, Any] = {}
+
+
+def _vector_kernel(plan: FusedPlan) -> tuple[Any, int] | None:
+    made = vector_source(plan)
+    if made is None:
+        return None
+    name, source, lanes = made
+    k = _VECTOR_KERNELS.get(source)
+    if k is None:
+        import cupy
+
+        k = _VECTOR_KERNELS[source] = cupy.RawKernel(source, name)
+    return k, lanes
+
+
+def _vectorizable(views: Sequence[torch.Tensor], lanes: int) -> bool:
+    """Every buffer contiguous, of the same size (a multiple of `lanes`)
+    and aligned to `VECTOR_BYTES`."""
+    n = views[0].numel()
+    return all(
+        t.is_contiguous() and t.numel() == n and t.data_ptr() % VECTOR_BYTES == 0 for t in views
+    ) and n % lanes == 0
+
 _VIEW_OPS = (fusion.PermuteOp, fusion.BroadcastInDimOp, fusion.ReshapeOp, fusion.SetOp)
 
 
@@ -413,6 +498,16 @@ def run_plan(plan: FusedPlan, ins: Sequence[torch.Tensor], outs: Sequence[torch.
             if so and si and so[0] < si[1] and si[0] < so[1] and not _same_view(o, i):
                 return False
     if any(o.numel() == 0 for o in out_views):
+        return True
+    vector = _vector_kernel(plan)
+    if vector is not None and _vectorizable([*in_views, *out_views], vector[1]):
+        import numpy as np
+
+        kernel, lanes = vector
+        nvec = out_views[0].numel() // lanes
+        blocks = max(1, min((nvec + VECTOR_THREADS - 1) // VECTOR_THREADS, 65535))
+        ptrs = [as_cupy(t) for t in [*in_views, *out_views]]
+        kernel((blocks,), (VECTOR_THREADS,), (*ptrs, np.int64(nvec)))
         return True
     plan.kernel()(*[as_cupy(t) for t in in_views], *[as_cupy(t) for t in out_views])
     return True

@@ -201,7 +201,8 @@ def pipeline_plan(module: Any) -> str:
         algorithm = getattr(d.get("algorithm"), "data", "?")
         chunks = getattr(getattr(d.get("chunks"), "value", None), "data", "?")
         streams = getattr(getattr(d.get("streams"), "value", None), "data", "?")
-        plans.append(f"{algorithm} S={chunks} streams={streams}")
+        form = getattr(d.get("form"), "data", "")
+        plans.append(f"{algorithm}{f' ({form})' if form else ''} S={chunks} streams={streams}")
     return "; ".join(plans) if plans else "not pipelined"
 
 

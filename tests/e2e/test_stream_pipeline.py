@@ -222,6 +222,35 @@ def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
     assert "hir.reduce_scatter" not in out
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("form", ["sum", "pull"])
+def test_reduce_scatter_ring_forms(n: int, form: str, tmp_path: Path) -> None:
+    """Both forms of the GEMM+ReduceScatter ring, one chunk per device. The
+    sum form puts running sums into the peers' partial buffers and, at step
+    d - 2, straight into their outputs; the pull form pulls each device's
+    partial blocks into a local buffer and adds them after its own GEMM."""
+    prog = write(tmp_path, "rsf", matmul_reduce_scatter(n))
+    out = check(n, prog, pipeline(algorithm="ring", ring_form=form))
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(n), form)
+    assert ("hir.launch" in out) == (form == "pull")  # the pull form's final add
+    assert ("hir.get %" in out, "hir.put %" in out) == (form == "pull", form == "sum")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("form", ["sum", "pull"])
+def test_reduce_scatter_ring_repeated_runs(n: int, form: str, tmp_path: Path) -> None:
+    """The ring's shared buffers (the partial products, and the outputs in
+    the sum form) are cached and shared once; later runs must not overwrite
+    a sum, a partial or an output a peer still reads: the checked result
+    comes from the fourth run, with two sub-rings."""
+    prog = write(tmp_path, "rsr", matmul_reduce_scatter(n, k=2))
+    out = check(n, prog, pipeline(algorithm="ring", num_streams=3, ring_form=form), "--warmup", "1", "--iters", "2")
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(2 * n), form)
+    assert "median" in out
+
+
 def test_linear_bias_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
     """torch.nn.Linear (with bias) row-parallel, the result written
     [DIDx*Stream(2), -]: S = 2d, chunk c reduced to device c / 2; the bias

@@ -39,7 +39,29 @@ def test_headline_shape_takes_the_ring(site: cm.Site, chunks: int) -> None:
     that each running sum has a GEMM's time to land."""
     best, reason = cm.choose(cm.Machine(), site, ALL, CHUNKS, requested=False)
     assert (best.algorithm, best.chunks) == (cm.RING, chunks), reason
-    assert reason.startswith(f"cost model (defaults): ring(S={chunks})")
+    form = ", sum" if site.kind == cm.REDUCE_SCATTER else ""
+    assert reason.startswith(f"cost model (defaults): ring(S={chunks}{form})")
+
+
+@pytest.mark.parametrize("m,k,n", [(8192, 8192, 8192), (16384, 8192, 8192)])
+def test_medium_reduce_scatter_pulls_partials(m: int, k: int, n: int) -> None:
+    """Below the headline shape the running sum's GEMMs would wait for its
+    transfers (or be small): each destination pulls its partials instead,
+    one chunk per device, and pays one add at the end."""
+    best, reason = cm.choose(cm.Machine(), reduce_scatter(m, k, n), ALL, CHUNKS, requested=False)
+    assert (best.algorithm, best.chunks, best.form) == (cm.RING, D, cm.PULL), reason
+
+
+def test_pull_form_is_tried_at_one_chunk_per_device_unless_asked() -> None:
+    """Its sub-rings measured slow: auto tries the pull form at S = d only;
+    a requested S other than d still runs it when the form is forced."""
+    site = reduce_scatter(16384, 8192, 8192)
+    pairs = cm.candidates(site, [cm.RING], CHUNKS)
+    assert [(s, f) for _, s, f in pairs if f == cm.PULL] == [(D, cm.PULL)]
+    assert cm.candidates(site, [cm.RING], [2 * D], (cm.PULL,)) == [(cm.RING, 2 * D, cm.PULL)]
+    tail = cm.estimate(cm.Machine(), site, cm.RING, D, cm.PULL)
+    gemms = D * (cm.Machine().gemm(site.flops / D, "bf16") + cm.Machine().chunk_us * 1e-6)
+    assert tail.seconds > gemms  # the final add over d blocks is paid after the GEMMs
 
 
 def test_per_chunk_cost_grows_with_chunks() -> None:

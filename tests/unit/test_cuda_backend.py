@@ -25,7 +25,7 @@ from fuserc.ir import parse
 from fuserc.runtime import cuda
 from fuserc.runtime.backend import make_backend
 from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, apply_steps, plan_region
+from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, apply_steps, plan_region, vector_source
 from fuserc.runtime.mpi_env import mpi_env
 
 E2E = Path(__file__).parents[1] / "e2e"
@@ -227,6 +227,64 @@ def test_generated_code_matches_torch(name: str, tmp_path: Path) -> None:
         # bf16 intermediates stay in float inside the kernel: bf16 rounding apart
         tol = 3e-2 if ref.dtype == torch.bfloat16 or name == "casts" else 1e-5
         torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
+
+
+SUM4 = """
+  hir.launch ins(%s, %a, %b, %c : tensor<64x8x{t}>, tensor<64x8x{t}>, tensor<64x8x{t}>, tensor<64x8x{t}>) outs(%s : tensor<64x8x{t}>) {{
+  ^bb0(%x: tensor<64x8x{t}>, %y: tensor<64x8x{t}>, %z: tensor<64x8x{t}>, %w: tensor<64x8x{t}>):
+    %0 = fusion.add %x, %y : (tensor<64x8x{t}>, tensor<64x8x{t}>) -> tensor<64x8x{t}>
+    %1 = fusion.add %0, %z : (tensor<64x8x{t}>, tensor<64x8x{t}>) -> tensor<64x8x{t}>
+    %2 = fusion.add %1, %w : (tensor<64x8x{t}>, tensor<64x8x{t}>) -> tensor<64x8x{t}>
+    hir.yield %2 : tensor<64x8x{t}>
+  }}"""
+
+
+def _sum4(t: str) -> tuple[hir.LaunchOp, FusedPlan]:
+    """`s += a + b + c` (the pull ring's final add), in element type t."""
+    args = ", ".join(f"%{n}: tensor<64x8x{t}>" for n in "sabc")
+    (op,) = _launches(_program(SUM4.format(t=t), args=args))
+    plan = plan_region(op.body.block)
+    assert plan is not None
+    return op, plan
+
+
+_VECTOR_SHIMS = r"""
+#define __global__
+#define __restrict__
+struct uint4 { unsigned int x, y, z, w; };
+struct _Dim { unsigned int x; };
+static _Dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize("t", ["bf16", "f32"])
+def test_vectorized_kernel_matches_torch(t: str, tmp_path: Path) -> None:
+    """Contiguous buffers of one element type run 16 bytes per thread: the
+    generated kernel, compiled for the CPU (one thread striding over every
+    vector), sums in place like torch; other element mixes are not
+    vectorized."""
+    op, plan = _sum4(t)
+    made = vector_source(plan)
+    assert made is not None
+    name, source, lanes = made
+    assert lanes == (8 if t == "bf16" else 4) and "uint4" in source
+    (tmp_path / "v.cpp").write_text(_SHIMS + _VECTOR_SHIMS + source)
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-w", "-o", str(tmp_path / "v.so"), str(tmp_path / "v.cpp")], check=True)
+    lib = ctypes.CDLL(str(tmp_path / "v.so"))
+    dtype = cuda_dtype(op.ins[0])
+    gen = torch.Generator().manual_seed(3)
+    ins = [torch.randn(64, 8, generator=gen).to(dtype) for _ in range(4)]
+    ref = [ins[0].clone()]
+    launch_with_torch(op.body.block, [x.clone() for x in ins], ref)
+    arrays = [np.ascontiguousarray(_words(x)) for x in ins]
+    lib[name](*[ctypes.c_void_p(a.ctypes.data) for a in arrays], ctypes.c_void_p(arrays[0].ctypes.data),
+              ctypes.c_longlong(64 * 8 // lanes))  # the output is the first input, in place
+    got = torch.from_numpy(arrays[0].view(np.int16)).view(torch.bfloat16) if t == "bf16" else torch.from_numpy(arrays[0])
+    tol = 1e-2 if t == "bf16" else 1e-6  # float intermediates, one rounding
+    torch.testing.assert_close(got.float(), ref[0].float(), rtol=tol, atol=tol)
+    mixed = _plans()["casts"][1]
+    assert mixed is not None and vector_source(mixed) is None
 
 
 def cuda_dtype(v) -> torch.dtype:
@@ -471,6 +529,31 @@ def test_fused_kernel_on_gpu_matches_torch(backend) -> None:
     assert backend.fused_launches == before + 1
     for got, want in zip(dev_outs, ref):
         torch.testing.assert_close(backend.to_host(got).float(), want.float(), rtol=3e-2, atol=3e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("t", ["bf16", "f32"])
+def test_vectorized_sum_on_gpu(backend, t: str) -> None:
+    """The pull ring's final add on the GPU: vectorized on contiguous
+    aligned buffers (in place), the element kernel on strided ones."""
+    op, _ = _sum4(t)
+    dtype = cuda_dtype(op.ins[0])
+    gen = torch.Generator().manual_seed(9)
+    ins = [torch.randn(64, 8, generator=gen).to(dtype) for _ in range(4)]
+    ref = [ins[0].clone()]
+    launch_with_torch(op.body.block, [x.clone() for x in ins], ref)
+    dev = [backend.from_host(x) for x in ins]
+    before = backend.fused_launches
+    backend.launch(op.body.block, dev, [dev[0]])
+    assert backend.fused_launches == before + 1
+    tol = 1e-2 if t == "bf16" else 1e-6
+    torch.testing.assert_close(backend.to_host(dev[0]).float(), ref[0].float(), rtol=tol, atol=tol)
+    wide = [backend.from_host(torch.zeros(64, 16, dtype=dtype)) for _ in range(4)]
+    strided = [w[:, :8] for w in wide]  # not contiguous: the element kernel
+    for s, x in zip(strided, ins):
+        s.copy_(backend.from_host(x))
+    backend.launch(op.body.block, strided, [strided[0]])
+    torch.testing.assert_close(backend.to_host(strided[0].contiguous()).float(), ref[0].float(), rtol=tol, atol=tol)
 
 
 def _gpu_count() -> int:

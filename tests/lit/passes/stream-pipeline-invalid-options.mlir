@@ -3,12 +3,14 @@
 // RUN: not %fuserc opt -p 'stream-pipeline{algorithm=fast}' %s 2>&1 | filecheck %s --check-prefix=ALGO
 // RUN: not %fuserc opt -p 'stream-pipeline{num-streams=-1}' %s 2>&1 | filecheck %s --check-prefix=STREAMS
 // RUN: not %fuserc opt -p 'stream-pipeline{chunks=0}' %s 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: not %fuserc opt -p 'stream-pipeline{ring-form=push}' %s 2>&1 | filecheck %s --check-prefix=FORM
 // RUN: not %fuserc opt -p 'stream-pipeline{links="%S/Inputs/missing.json"}' %s 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-bad-key.json"}' %s 2>&1 | filecheck %s --check-prefix=BADKEY
 
 // ALGO: error: invalid options for pass 'stream-pipeline': algorithm must be one of auto, none, collective, ring, got 'fast'
 // STREAMS: error: invalid options for pass 'stream-pipeline': num-streams must be >= 0 (0: one per chunk), got -1
 // CHUNKS: error: invalid options for pass 'stream-pipeline': chunks must be positive, got 0
+// FORM: error: invalid options for pass 'stream-pipeline': ring-form must be one of auto, sum, pull, got 'push'
 // MISSING: error: stream-pipeline: cannot read the links file {{.*}}missing.json
 // BADKEY: error: stream-pipeline: the links file {{.*}}links-bad-key.json has unknown keys: nvlink_gbps
 
