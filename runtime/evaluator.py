@@ -15,8 +15,9 @@ alone); `hir.if_rank` runs its region on the listed ranks only.
 
 Each op is prepared once per program (at its first run): its handler's
 static attributes, whether this rank is in its team and which operands it
-needs are read from the IR then, so that a run costs little more than the
-backend calls (the host must issue kernels faster than the device runs them).
+needs are read from the IR then, and each block becomes one straight-line
+function over those steps, so that a run costs little more than the backend
+calls (the host must issue kernels faster than the device runs them).
 
 Testing hook: with the environment variable `FUSERC_FAIL_RANK=r`, rank r
 raises an error at the first op of every run, so that failure handling can
@@ -52,6 +53,12 @@ FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
 
 class InjectedFailure(RuntimeError):
     """The failure raised on the rank named by FUSERC_FAIL_RANK."""
+
+
+def _fail_rank() -> str | None:
+    """The value of FUSERC_FAIL_RANK now (None when unset): read at every
+    run, since a test may set it after loading a program."""
+    return os.environ.get(FAIL_RANK_ENV)
 
 
 # --------------------------------------------------------------------------
@@ -168,6 +175,7 @@ class Program:
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
         self._prepared = False  # teams are made at the first run, after the input checks
         self._plan: _Plan | None = None  # the ops prepared for this rank, at the first run
+        self._interp: _Interpreter | None = None  # runs the plan; made with it
         self.cache = AllocationCache(backend.empty)
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
@@ -222,22 +230,21 @@ class Program:
         host. A timing loop uses it to measure device time as PyTorch's
         stream-ordered baselines are measured; a program that shares
         buffers must then end with a fence (stream-pipeline's do)."""
+        interp = self._interp
+        if interp is None:
+            interp = self._start()
+        fail = _fail_rank()
+        fail_now = fail is not None and fail.strip() == str(self.backend.rank)
         synchronize = synchronize or copy_outputs
-        if not self._prepared:
-            self.backend.prepare_teams(self.teams)
-            self._prepared = True
-        if self._plan is None:
-            self._plan = _Planner(self).plan()
-        fail = os.environ.get(FAIL_RANK_ENV)
-        interp = _Interpreter(self, self._plan, fail_now=fail is not None and fail.strip() == str(self.backend.rank))
-        temp_handles: list[Handle] = []
         try:
-            results = interp.run(inputs, temp_handles)
+            results = interp.run(inputs, fail_now)
+            temp_handles = interp.temp_handles
             if synchronize or temp_handles:
                 self.backend.synchronize()
             if copy_outputs:
                 results = [self.backend.to_host(r) if r is not None else None for r in results]
         finally:
+            interp.env = []  # the run's values are not kept alive until the next one
             self.cache.release_all()
         for h in temp_handles:
             self.backend.release_handle(h)
@@ -246,6 +253,17 @@ class Program:
         self.last_flops = interp.flops
         self.runs += 1
         return results
+
+    def _start(self) -> _Interpreter:
+        """At the first run (after the input checks): make the teams, plan
+        the ops for this rank, and make the interpreter every run reuses."""
+        if not self._prepared:
+            self.backend.prepare_teams(self.teams)
+            self._prepared = True
+        if self._plan is None:
+            self._plan = _Planner(self).plan()
+        self._interp = _Interpreter(self, self._plan)
+        return self._interp
 
     def entry_of(self, array: Array) -> CacheEntry | None:
         """The cache entry a buffer (or a view of one) comes from."""
@@ -311,8 +329,11 @@ def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
 # a flat list (the run's environment), and every op becomes a `_Step` that
 # holds what the op needs on every run, read from the IR once: a closure over
 # its static attributes and slots, the slots of the operands that must be
-# present, and whether this rank skips it. A run then does list indexing and
-# backend calls, not IR property access.
+# present, and whether this rank skips it. Each block becomes one function
+# that calls its steps in turn (`_compile`). A run then does list indexing and
+# backend calls, not IR property access nor a walk over step objects: the
+# host's time from `run_prepared` to the first kernel, and between kernels,
+# is time the device may sit idle.
 
 Run = Callable[["_Interpreter"], None]
 """One op's work in a run, its static attributes already bound."""
@@ -344,18 +365,24 @@ _STRICT: tuple[type[Operation], ...] = (*hir.COMMUNICATION_OPS, hir.ShareOp)
 
 
 class _Step:
-    """An op ready to run on this rank. `run` is None where the rank is
-    outside the op's team (its results are absent); `required` are the slots
-    that must hold a value for the op to run (else its results are absent,
-    or, for a `strict` op, it is an error)."""
+    """An op ready to run on this rank. `member` is False where the rank is
+    outside the op's team: `run` then only makes its results absent.
+    `required` are the slots that must hold a value for the op to run (else
+    its results are absent, or, for a `strict` op, it is an error)."""
 
-    __slots__ = ("op", "run", "required", "strict", "results")
+    __slots__ = ("op", "run", "member", "required", "strict", "results")
 
     def __init__(
-        self, op: Operation, run: Run | None, required: tuple[int, ...], strict: bool, results: tuple[int, ...]
+        self,
+        op: Operation,
+        run: Run | None,
+        required: tuple[int, ...],
+        strict: bool,
+        results: tuple[int, ...],
     ):
         self.op = op
-        self.run = run
+        self.member = run is not None
+        self.run: Run = run if run is not None else _absent(results)
         self.required = required
         self.strict = strict
         self.results = results
@@ -363,19 +390,22 @@ class _Step:
 
 @dataclass(frozen=True)
 class _BlockPlan:
-    """The steps of a block, and the slots its terminator hands back (None:
-    the block has no such terminator)."""
+    """The steps of a block, the function that runs them (`_compile`), and
+    the slots its terminator hands back (None: the block has no such
+    terminator)."""
 
     steps: tuple[_Step, ...]
     ends: tuple[int, ...] | None
+    run: Run
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """A host program planned for this rank."""
+    """A host program planned for this rank. The function's arguments have
+    the first slots, in order."""
 
     slots: int  # the size of a run's environment
-    args: tuple[int, ...]  # the slots of the function's arguments
+    args: int  # the number of arguments
     body: _BlockPlan
 
 
@@ -391,8 +421,9 @@ class _Planner:
     def plan(self) -> _Plan:
         block = self.program.func.body.block
         args = self.slots(block.args)
+        assert args == tuple(range(len(args)))  # a run's environment starts with its inputs
         body = self.block(block, ReturnOp)
-        return _Plan(len(self._slots), args, body)
+        return _Plan(len(self._slots), len(args), body)
 
     def slot(self, v: SSAValue) -> int:
         s = self._slots.get(v)
@@ -407,11 +438,13 @@ class _Planner:
         """The steps up to the first `end` op, whose operands the block hands back."""
         self.slots(block.args)
         steps: list[_Step] = []
+        ends: tuple[int, ...] | None = None
         for op in block.ops:
             if isinstance(op, end):
-                return _BlockPlan(tuple(steps), self.slots(op.operands))
+                ends = self.slots(op.operands)
+                break
             steps.append(self.step(op))
-        return _BlockPlan(tuple(steps), None)
+        return _BlockPlan(tuple(steps), ends, _compile(tuple(steps)))
 
     def step(self, op: Operation) -> _Step:
         results = self.slots(op.results)
@@ -436,81 +469,134 @@ def _unsupported(op: Operation) -> Run:
     return run
 
 
-class _Interpreter:
-    """One run of a program: the values of its SSA values (by slot), step by step."""
+def _absent(results: tuple[int, ...]) -> Run:
+    """The step of an op this rank skips: its results are absent."""
 
-    def __init__(self, program: Program, plan: _Plan, fail_now: bool):
+    def run(it: _Interpreter) -> None:
+        env = it.env
+        for r in results:
+            env[r] = None
+
+    return run
+
+
+_PASS_THROUGH = (Diagnostic, InjectedFailure)
+"""Errors that already say where they come from (no note is added)."""
+
+
+def _compile(steps: tuple[_Step, ...]) -> Run:
+    """The function that runs a block's steps: straight-line code calling
+    each step's `run`, its required-operand checks inline, so that a run
+    spends no time walking step objects (about half of an op's host cost
+    in a loop over them). With a tracer set, the traced loop runs instead.
+    `i` tracks the step, for the note an error gets."""
+    if not steps:
+        return _nothing
+    names: dict[str, Any] = {"steps": steps, "_PASS_THROUGH": _PASS_THROUGH}
+    code = [
+        "def block(it):",
+        "    if it.tracer is not None:",
+        "        it.run_traced(steps)",
+        "        return",
+        "    env = it.env",
+        "    try:",
+    ]
+    for k, step in enumerate(steps):
+        names[f"run{k}"] = step.run
+        code.append(f"        i = {k}")
+        if step.required:
+            absent = " or ".join(f"env[{s}] is None" for s in step.required)
+            code += [
+                f"        if {absent}:",
+                f"            it.skip(steps[{k}])",
+                "        else:",
+                f"            run{k}(it)",
+            ]
+        else:
+            code.append(f"        run{k}(it)")
+    code += [
+        "    except _PASS_THROUGH:",
+        "        raise",
+        "    except Exception as e:",
+        "        it.note(e, steps[i].op)",
+        "        raise",
+    ]
+    exec(compile("\n".join(code), "<fuserc host block>", "exec"), names)
+    return names["block"]
+
+
+def _nothing(it: _Interpreter) -> None:
+    """An empty block."""
+
+
+class _Interpreter:
+    """Runs a program's plan on this rank. One is made with the plan and
+    serves every run: a run sets its state afresh (the values of the SSA
+    values, by slot; its flops; the handles it shared for itself alone; the
+    program's tracer)."""
+
+    __slots__ = ("program", "backend", "rank", "env", "flops", "temp_handles", "tracer", "_plan", "_pad")
+
+    def __init__(self, program: Program, plan: _Plan):
         self.program = program
         self.backend = program.backend
         self.rank = program.backend.rank
-        self.env: list[Any] = [None] * plan.slots
+        self.env: list[Any] = []
         self.flops = 0
         self.temp_handles: list[Handle] = []
+        self.tracer: Any = None
         self._plan = plan
-        self._fail_now = fail_now
+        self._pad = (None,) * (plan.slots - plan.args)
 
-    def run(self, inputs: Sequence[Array | None], temp_handles: list[Handle]) -> list[Any]:
-        self.temp_handles = temp_handles
+    def run(self, inputs: Sequence[Array | None], fail_now: bool) -> list[Any]:
         plan = self._plan
-        if len(inputs) != len(plan.args):
-            raise error_at(self.program.func, f"expected {len(plan.args)} inputs, got {len(inputs)}")
-        env = self.env
-        for slot, value in zip(plan.args, inputs):
-            env[slot] = value
-        steps = plan.body.steps
-        if self._fail_now and steps:
-            raise InjectedFailure(f"{FAIL_RANK_ENV}={self.rank}: injected failure at '{steps[0].op.name}'")
-        self.run_steps(steps)
-        if plan.body.ends is None:
+        if len(inputs) != plan.args:
+            raise error_at(self.program.func, f"expected {plan.args} inputs, got {len(inputs)}")
+        self.env = env = [*inputs, *self._pad]
+        self.flops = 0
+        self.temp_handles = []
+        self.tracer = self.program.tracer
+        body = plan.body
+        if fail_now and body.steps:
+            raise InjectedFailure(f"{FAIL_RANK_ENV}={self.rank}: injected failure at '{body.steps[0].op.name}'")
+        body.run(self)
+        if body.ends is None:
             raise error_at(self.program.func, "host program without func.return")
-        return [env[s] for s in plan.body.ends]
+        return [env[s] for s in body.ends]
 
-    def run_steps(self, steps: Sequence[_Step]) -> None:
-        """Run a block's steps. A step whose rank is outside its team, or
-        one missing a required operand, gives absent results."""
+    def skip(self, step: _Step) -> None:
+        """A step missing a required operand: absent results, or an error
+        for a strict op."""
+        if step.strict:
+            op = step.op
+            raise error_at(op, f"'{op.name}': an operand is absent on rank {self.rank}, a member of its team")
         env = self.env
-        tracer = self.program.tracer
+        for r in step.results:
+            env[r] = None
+
+    def run_traced(self, steps: Sequence[_Step]) -> None:
+        """A block's steps with a span around each op this rank runs."""
+        env, tracer = self.env, self.tracer
         for step in steps:
-            run = step.run
-            if run is None:
-                for r in step.results:
-                    env[r] = None
+            if not step.member:
+                step.run(self)  # absent results
                 continue
-            for s in step.required:
-                if env[s] is None:
-                    if step.strict:
-                        op = step.op
-                        raise error_at(
-                            op, f"'{op.name}': an operand is absent on rank {self.rank}, a member of its team"
-                        )
-                    for r in step.results:
-                        env[r] = None
-                    break
-            else:
-                if tracer is not None:
-                    self._run_traced(step, tracer)
-                    continue
-                try:
-                    run(self)
-                except (Diagnostic, InjectedFailure):
-                    raise
-                except Exception as e:
-                    self._note(e, step.op)
-                    raise
+            if any(env[s] is None for s in step.required):
+                self.skip(step)
+                continue
+            span = tracer.begin(step.op)
+            try:
+                step.run(self)
+            except _PASS_THROUGH:
+                raise
+            except Exception as e:
+                self.note(e, step.op)
+                raise
+            if span is not None:
+                tracer.end(span, [env[r] for r in step.results])
 
-    def _run_traced(self, step: _Step, tracer: Any) -> None:
-        span = tracer.begin(step.op)
-        try:
-            step.run(self)  # type: ignore[misc]
-        except (Diagnostic, InjectedFailure):
-            raise
-        except Exception as e:
-            self._note(e, step.op)
-            raise
-        if span is not None:
-            tracer.end(span, [self.env[r] for r in step.results])
-
-    def _note(self, e: Exception, op: Operation) -> None:
+    def note(self, e: Exception, op: Operation) -> None:
+        """Name the op (and where it is) on an error passing through it."""
         loc = location_of(op)
         e.add_note(f"while running '{op.name}'" + (f" at {loc}" if loc else "") + f" on rank {self.rank}")
 
@@ -537,10 +623,12 @@ def _alloc(pl: _Planner, op: hir.AllocOp) -> Run:
     t = op.result.type
     assert isinstance(t, TensorType)
     site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
-    result, acquire = pl.slot(op.result), pl.program.acquire
+    result, acquire, entries = pl.slot(op.result), pl.program.cache.acquire, pl.program._entries
 
-    def run(it: _Interpreter) -> None:
-        it.env[result] = acquire(site, shape, dtype).buffer
+    def run(it: _Interpreter) -> None:  # Program.acquire, inlined
+        entry = acquire(site, shape, dtype)
+        buffer = it.env[result] = entry.buffer
+        entries[id(buffer)] = entry
 
     return run
 
@@ -562,14 +650,14 @@ def _dealloc(pl: _Planner, op: hir.DeallocOp) -> Run:
 
 @_prepares(hir.ForOp)
 def _for(pl: _Planner, op: hir.ForOp) -> Run:
-    steps = pl.block(op.body.block, hir.YieldOp).steps
+    body = pl.block(op.body.block, hir.YieldOp).run
     index, indices = pl.slot(op.induction_var), op.indices
 
     def run(it: _Interpreter) -> None:
         env = it.env
         for i in indices:
             env[index] = i
-            it.run_steps(steps)
+            body(it)
 
     return run
 
@@ -578,21 +666,27 @@ def _for(pl: _Planner, op: hir.ForOp) -> Run:
 def _if_rank(pl: _Planner, op: hir.IfRankOp) -> Run:
     results = pl.slots(op.results)
     if pl.rank not in op.ranks:
-
-        def absent(it: _Interpreter) -> None:
-            for r in results:
-                it.env[r] = None
-
-        return absent
+        return _absent(results)
     body = pl.block(op.body.block, hir.YieldOp)
-    steps, yields = body.steps, body.ends or ()
+    block, yields = body.run, body.ends or ()
+    if len(yields) != len(results):
+        raise error_at(op, f"'{op.name}' yields {len(yields)} values for {len(results)} results")
+    if len(results) == 1:  # the usual case, without a loop
+        (result,), (value,) = results, yields
+
+        def run_one(it: _Interpreter) -> None:
+            block(it)
+            env = it.env
+            env[result] = env[value]
+
+        return run_one
+    moves = tuple(zip(results, yields))
 
     def run(it: _Interpreter) -> None:
-        it.run_steps(steps)
+        block(it)
         env = it.env
-        values = [env[s] for s in yields]
-        for r, v in zip(results, values, strict=True):
-            env[r] = v
+        for r, v in moves:
+            env[r] = env[v]
 
     return run
 
