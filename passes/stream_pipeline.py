@@ -693,9 +693,12 @@ class SiteLowering:
         nxt = e.value(hir.AddModOp(pos, e.const(1), self.site.d), "next")
         return self.site.gemm.operands[0], rs.input, rs.output, main, pos, nxt
 
-    def sub_block(self, b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str) -> SSAValue:
-        """Sub-chunk j (of k) of block q (of d) of `v` (the block when k = 1)."""
-        block = b.chunk(v, q, self.site.d, hint=hint if self.k == 1 else f"{hint}blk")
+    def sub_block(
+        self, b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str, blocks: int | None = None
+    ) -> SSAValue:
+        """Sub-chunk j (of k) of block q (of `blocks`, default d) of `v`
+        (the block when k = 1)."""
+        block = b.chunk(v, q, blocks or self.site.d, hint=hint if self.k == 1 else f"{hint}blk")
         return block if isinstance(j, int) else b.chunk(block, j, self.k, hint=hint)
 
     def reduce_scatter_ring(self) -> None:
@@ -816,8 +819,7 @@ class SiteLowering:
 
         def slot(b: Emitter, t: SSAValue, j: SSAValue | int) -> SSAValue:
             """Sub-chunk j of slot t of the pulled partials."""
-            block = b.chunk(pulled, t, d - 1, hint="slot" if k == 1 else "slotblk")
-            return block if isinstance(j, int) else b.chunk(block, j, k, hint="slot")
+            return sub(b, pulled, t, j, "slot", d - 1)
 
         for t in range(d - 1):
             self.loop(t, t + 1, step(t))

@@ -28,6 +28,7 @@ from xdsl.ir import Block, SSAValue
 
 from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, Team, Work
 from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.spans import overlaps, same_view, span
 
 _WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -50,15 +51,6 @@ def _words(t: torch.Tensor) -> np.ndarray:
     return flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).numpy()
 
 
-def _span(t: torch.Tensor) -> tuple[int, int] | None:
-    """The byte range a tensor (or view) may touch."""
-    if t.numel() == 0:
-        return None
-    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    start = t.data_ptr()
-    return start, start + extent * t.element_size()
-
-
 def _overlap(a: Sequence[tuple[int, int] | None], b: Sequence[tuple[int, int] | None]) -> bool:
     return any(x and y and x[0] < y[1] and y[0] < x[1] for x in a for y in b)
 
@@ -66,7 +58,7 @@ def _overlap(a: Sequence[tuple[int, int] | None], b: Sequence[tuple[int, int] | 
 def _aliased(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     """Whether two buffers may share memory (MPI forbids aliased send and
     receive buffers, so the send side is then copied)."""
-    return a is not None and b is not None and _overlap([_span(a)], [_span(b)])
+    return a is not None and b is not None and overlaps(a, b)
 
 
 @dataclass(eq=False)
@@ -173,7 +165,7 @@ class CpuBackend(Backend):
             out.copy_(torch.matmul(a, b).add_(acc))
             return
         self._order(reads=[a, b], writes=[out])
-        if out.is_contiguous() and not _overlap([_span(out)], [_span(a), _span(b)]):
+        if out.is_contiguous() and not _overlap([span(out)], [span(a), span(b)]):
             torch.matmul(a, b, out=out)
         else:
             out.copy_(torch.matmul(a, b))
@@ -250,7 +242,7 @@ class CpuBackend(Backend):
 
         comm = self._comm(team)
         work = self._start([inp], [out])
-        if _same_view(inp, out) and out.is_contiguous() and _REDUCE_DTYPE.get(out.dtype) == out.dtype:
+        if same_view(inp, out) and out.is_contiguous() and _REDUCE_DTYPE.get(out.dtype) == out.dtype:
             work.requests.append(comm.Iallreduce(MPI.IN_PLACE, out.numpy(), op=_mpi_op(op)))
             return work
         src = self._reduce_input(inp, out, work)
@@ -407,15 +399,15 @@ class CpuBackend(Backend):
         writing memory it touches, and those reading memory it writes."""
         if not self._pending:
             return
-        r = [_span(t) for t in reads]
-        w = [_span(t) for t in writes]
+        r = [span(t) for t in reads]
+        w = [span(t) for t in writes]
         for work in list(self._pending):
             if _overlap(work.writes, r + w) or _overlap(work.reads, w):
                 self._complete(work)
 
     def _start(self, reads: Sequence[torch.Tensor], writes: Sequence[torch.Tensor]) -> CpuWork:
         self._order(reads, writes)
-        work = CpuWork(reads=[_span(t) for t in reads], writes=[_span(t) for t in writes])
+        work = CpuWork(reads=[span(t) for t in reads], writes=[span(t) for t in writes])
         self._pending.append(work)
         return work
 
@@ -456,7 +448,7 @@ class CpuBackend(Backend):
         """The input of a reduction in its compute dtype, as numpy (a copy
         when the dtype differs, it is not contiguous, or it overlaps `out`)."""
         cdt = _reduce_dtype(inp.dtype)
-        aliased = out is not None and _overlap([_span(inp)], [_span(out)])
+        aliased = out is not None and overlaps(inp, out)
         if cdt != inp.dtype or aliased or not inp.is_contiguous():
             staged = inp.to(cdt, memory_format=torch.contiguous_format, copy=True)
         else:
@@ -487,10 +479,6 @@ def _mpi_op(op: ReduceOp) -> Any:
     from mpi4py import MPI
 
     return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
-
-
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
 
 
 def _check_peer_copy(local: torch.Tensor, handle: CpuHandle, what: str) -> None:

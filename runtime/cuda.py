@@ -234,7 +234,7 @@ class CudaBackend(Backend):
     def _staged_in(self, t: torch.Tensor, *outs: torch.Tensor | None) -> torch.Tensor:
         """`t` as a contiguous buffer that no output overlaps (a copy on the
         current stream when needed)."""
-        from fuserc.runtime.cuda_gemm import overlaps
+        from fuserc.runtime.spans import overlaps
 
         if t.is_contiguous() and not any(o is not None and overlaps(t, o) for o in outs):
             return t

@@ -31,6 +31,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from fuserc.dialects import fusion, hir
 from fuserc.runtime.reference import torch_dtype
 from fuserc.dialects.fusion import shape_of
+from fuserc.runtime.spans import overlaps, same_view
 
 # --------------------------------------------------------------------------
 # Types
@@ -202,9 +203,14 @@ class FusedPlan:
     name: str
     ops: int  # elementwise ops fused
 
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What its kernels are compiled from (kernels are cached by it)."""
+        return (self.in_params, self.out_params, self.operation)
+
     def kernel(self) -> Any:
         """The compiled kernel (CuPy; compiled on first use, then cached)."""
-        key = (self.in_params, self.out_params, self.operation)
+        key = self.key
         k = _KERNELS.get(key)
         if k is None:
             import cupy
@@ -278,20 +284,23 @@ def vector_source(plan: FusedPlan) -> tuple[str, str, int] | None:
     return name, source, lanes
 
 
-_VECTOR_KERNELS: dict[str, Any] = {}
+_VECTOR_KERNELS: dict[tuple[str, str, str], tuple[Any, int] | None] = {}
 
 
 def _vector_kernel(plan: FusedPlan) -> tuple[Any, int] | None:
-    made = vector_source(plan)
-    if made is None:
-        return None
-    name, source, lanes = made
-    k = _VECTOR_KERNELS.get(source)
-    if k is None:
-        import cupy
+    """The plan's vectorized kernel and its lanes (None: the plan has none),
+    made once per plan code, as `FusedPlan.kernel`."""
+    key = plan.key
+    if key not in _VECTOR_KERNELS:
+        made = vector_source(plan)
+        if made is None:
+            _VECTOR_KERNELS[key] = None
+        else:
+            import cupy
 
-        k = _VECTOR_KERNELS[source] = cupy.RawKernel(source, name)
-    return k, lanes
+            name, source, lanes = made
+            _VECTOR_KERNELS[key] = (cupy.RawKernel(source, name), lanes)
+    return _VECTOR_KERNELS[key]
 
 
 def _vectorizable(views: Sequence[torch.Tensor], lanes: int) -> bool:
@@ -471,17 +480,6 @@ def as_cupy(t: torch.Tensor) -> Any:
     return cupy.ndarray(tuple(t.shape), dtype, ptr, strides=tuple(s * itemsize for s in t.stride()))
 
 
-def _span(t: torch.Tensor) -> tuple[int, int] | None:
-    if t.numel() == 0:
-        return None
-    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
-
-
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-
-
 def run_plan(plan: FusedPlan, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Launch the plan's kernel on the current CuPy stream; False (nothing
     launched) when a view cannot be made or an output overlaps an input
@@ -492,10 +490,8 @@ def run_plan(plan: FusedPlan, ins: Sequence[torch.Tensor], outs: Sequence[torch.
     except RuntimeError:
         return False
     for o in out_views:
-        so = _span(o)
         for i in in_views:
-            si = _span(i)
-            if so and si and so[0] < si[1] and si[0] < so[1] and not _same_view(o, i):
+            if overlaps(o, i) and not same_view(o, i):
                 return False
     if any(o.numel() == 0 for o in out_views):
         return True

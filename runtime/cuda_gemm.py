@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fuserc.runtime.cuda_fusion import as_cupy
+from fuserc.runtime.spans import overlaps, same_view, span
 
 GEMM_ENV = "FUSERC_CUDA_GEMM"
 GEMM_CHOICES = ("auto", "torch", "cupy")
@@ -33,50 +34,18 @@ _TUNE_REPS = 3
 Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """The byte range of a non-empty tensor. A contiguous one spans its
-    elements exactly, found without walking its strides (this runs before
-    every GEMM and collective is enqueued)."""
-    start, size = t.data_ptr(), t.element_size()
-    if t.is_contiguous():
-        return start, start + t.numel() * size
-    extent = 1
-    for n, s in zip(t.shape, t.stride()):
-        extent += (n - 1) * s
-    return start, start + extent * size
-
-
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors' byte ranges intersect."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1
-
-
 def direct_out(out: torch.Tensor, *ins: torch.Tensor) -> bool:
     """Whether a GEMM may write `out` directly (contiguous, no overlap)."""
     if not out.is_contiguous():
         return False
-    if out.numel() == 0:
+    so = span(out)
+    if so is None:
         return True
-    o0, o1 = _span(out)
     for t in ins:
-        if t.numel():
-            t0, t1 = _span(t)
-            if o0 < t1 and t0 < o1:
-                return False
+        st = span(t)
+        if st is not None and so[0] < st[1] and st[0] < so[1]:
+            return False
     return True
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors are the very same elements (memory, shape, strides)."""
-    return (
-        a.data_ptr() == b.data_ptr()
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-    )
 
 
 def _readable_acc(acc: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

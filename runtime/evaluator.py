@@ -623,12 +623,10 @@ def _alloc(pl: _Planner, op: hir.AllocOp) -> Run:
     t = op.result.type
     assert isinstance(t, TensorType)
     site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
-    result, acquire, entries = pl.slot(op.result), pl.program.cache.acquire, pl.program._entries
+    result, acquire = pl.slot(op.result), pl.program.acquire
 
-    def run(it: _Interpreter) -> None:  # Program.acquire, inlined
-        entry = acquire(site, shape, dtype)
-        buffer = it.env[result] = entry.buffer
-        entries[id(buffer)] = entry
+    def run(it: _Interpreter) -> None:
+        it.env[result] = acquire(site, shape, dtype).buffer
 
     return run
 
@@ -671,15 +669,6 @@ def _if_rank(pl: _Planner, op: hir.IfRankOp) -> Run:
     block, yields = body.run, body.ends or ()
     if len(yields) != len(results):
         raise error_at(op, f"'{op.name}' yields {len(yields)} values for {len(results)} results")
-    if len(results) == 1:  # the usual case, without a loop
-        (result,), (value,) = results, yields
-
-        def run_one(it: _Interpreter) -> None:
-            block(it)
-            env = it.env
-            env[result] = env[value]
-
-        return run_one
     moves = tuple(zip(results, yields))
 
     def run(it: _Interpreter) -> None:

@@ -9,7 +9,8 @@ import itertools
 
 import torch
 
-from fuserc.runtime.cuda_gemm import direct_out, overlaps
+from fuserc.runtime.cuda_gemm import direct_out
+from fuserc.runtime.spans import overlaps
 
 
 def _walk_overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
