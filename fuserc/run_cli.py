@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # torch and numpy load only when a program runs
     import numpy as np
     import torch
 
+WARMUP = 5
+"""Untimed runs before --iters by default: on cuda, runs 2-5 are the trial
+that chooses between replaying a captured graph and running op by op
+(runtime/graphs.py), so the timed runs are the chosen way's."""
+
 CHECK_TOLERANCES: dict[str, float] = {
     "f64": 1e-9,
     "f32": 1e-4,
@@ -123,7 +128,7 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--save-outputs", "save_dir", type=click.Path(file_okay=False), help="Rank 0 writes each global result as DIR/out<i>.npy.")
 @click.option("--check", is_flag=True, help="Compare each result with the unsharded float64 reference.")
 @click.option("--backend", "backend_kind", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 1; needs --iters).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 5; needs --iters).")
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams (the last timed run with --iters).")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
@@ -210,7 +215,7 @@ def _run(o: _Options) -> int:
             globals_ = io.random_inputs(program.params, o.seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
     if o.iters is not None:
-        _time(program, local, 1 if o.warmup is None else o.warmup, o.iters, o.trace)
+        _time(program, local, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
         results = program.program.run_prepared(local, copy_outputs=True)  # after timing: reused buffers
     elif o.trace:
         results = _traced(program, o.trace, lambda: program.program.run_prepared(local, copy_outputs=True))

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 from xdsl.ir import Block
@@ -35,6 +35,7 @@ Array = Any
 """A backend buffer (torch.Tensor on cpu)."""
 
 Team = tuple[int, ...]
+T = TypeVar("T")
 ReduceOp = Literal["sum", "max", "min", "prod"]
 REDUCE_OPS: tuple[str, ...] = ("sum", "max", "min", "prod")
 
@@ -245,6 +246,40 @@ class Backend(ABC):
     def barrier(self) -> None:
         """All ranks of the job meet (host-side)."""
         self.env.comm.Barrier()
+
+    # ---- runs and graphs (runtime/graphs.py) ----------------------------------
+    graphs_unavailable: str | None = "this backend runs every op as the host reaches it"
+    """Why this backend cannot capture a run as a graph (None when it can)."""
+
+    def begin_run(self, owner: Hashable) -> None:
+        """A run of program `owner` starts: whatever the backend numbers per
+        run (its fences) starts again from 0."""
+
+    def end_run(self) -> list[str]:
+        """The run begun by `begin_run` ended; what in it a captured graph
+        could not repeat ([] when nothing)."""
+        return [] if self.graphs_unavailable is None else [self.graphs_unavailable]
+
+    def forget_owner(self, owner: Hashable) -> None:
+        """Program `owner` is closed (collective, like its runs)."""
+
+    def capture(self, body: Callable[[], T]) -> tuple[Any, T]:
+        """Capture the device work `body` enqueues as one graph, without
+        running it; returns the graph and what `body` returned."""
+        raise NotImplementedError(f"the {self.name} backend cannot capture graphs ({self.graphs_unavailable})")
+
+    def replay(self, graph: Any) -> None:
+        """Enqueue a graph from `capture` on the main stream."""
+        raise NotImplementedError(f"the {self.name} backend cannot replay graphs ({self.graphs_unavailable})")
+
+    def mark(self, join: bool = False) -> Any:
+        """A point on the main stream, now (with `join`, after all work of
+        every stream); never blocks the host. `span` measures between two."""
+        return time.perf_counter()
+
+    def span(self, start: Any, end: Any) -> float:
+        """Seconds from mark `start` to mark `end` (waits for `end`)."""
+        return float(end) - float(start)
 
     # ---- timing -------------------------------------------------------------
     @abstractmethod

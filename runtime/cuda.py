@@ -20,18 +20,23 @@ kernels for elementwise `hir.launch` regions (cuda_fusion.py), and any other
 region op by op with torch on the GPU. Communication: cuda_comm.py.
 Timing (`--iters`) and trace marks (`--trace`) are CUDA events on the
 streams, read after a synchronization.
+
+Runs can be captured as CUDA graphs and replayed (`capture`, `replay`; when,
+in runtime/graphs.py). `begin_run`/`end_run` bracket each run op by op: they
+number its cuda_ipc fences (so each uses flags of its own, the same every
+run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from xdsl.ir import Block
 
-from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, T, Team, Work
 from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
@@ -121,6 +126,12 @@ class CudaBackend(Backend):
         self._activate(self._main)
         self.fused_launches = 0
         self.fallback_launches = 0
+        self.graphs_unavailable = _graphs_unavailable()
+        self._owner: Hashable | None = None  # the program whose run is under way
+        self._fences: dict[Team, int] = {}  # cuda_ipc fences per team in this run
+        self._fences_per_run: dict[tuple[Hashable, Team], int] = {}  # from each program's first run
+        self._blockers: list[str] = []  # what in this run a graph could not repeat
+        self._capturing = False
 
     def _new_stream(self, name: str) -> CudaStream:
         import cupy
@@ -183,7 +194,7 @@ class CudaBackend(Backend):
         one GEMM with `acc` in its epilogue (beta = 1) where torch has one."""
         self._begin()
         if acc is None:
-            self.gemm.matmul(a, b, out)
+            self.gemm.matmul(a, b, out, tune=not self._capturing)
         else:
             from fuserc.runtime.cuda_gemm import gemm_acc
 
@@ -211,7 +222,7 @@ class CudaBackend(Backend):
         if out2 is None or not direct_out(out2, x, w, *([bias] if bias is not None else [])):
             out.copy_(torch.nn.functional.linear(x, w, bias))
         elif bias is None:
-            self.gemm.matmul(x2, w.t(), out2)
+            self.gemm.matmul(x2, w.t(), out2, tune=not self._capturing)
         else:
             torch.addmm(bias, x2, w.t(), out=out2)
 
@@ -225,6 +236,7 @@ class CudaBackend(Backend):
             self.fused_launches += 1
             return
         self.fallback_launches += 1
+        self._block("a region run op by op with torch (not one fused kernel)")
         launch_with_torch(body, ins, outs)
 
     # ---- communication ------------------------------------------------------
@@ -380,7 +392,7 @@ class CudaBackend(Backend):
             if staged is not buf:
                 with torch.cuda.stream(stream.torch):
                     buf.copy_(staged)
-                event = _recorded(stream, timing=True)  # a trace may end the recv here
+                event = _recorded(stream, timing=not self.comms.capturing)  # a trace may end the recv here
             work.event = event
 
         self.comms.p2p(P2POp(False, team, staged.data_ptr(), nbytes(staged), peer, done), stream.cupy)
@@ -406,6 +418,10 @@ class CudaBackend(Backend):
         pool = self._pools.get(pool_size)
         if pool is None:
             pool = self._pools[pool_size] = [self._new_stream(f"worker{i}/{pool_size}") for i in range(pool_size)]
+            if self._capturing:  # new streams join the capture, as `capture` forks the others
+                fork = _recorded(self._main)
+                for s in pool:
+                    s.cupy.wait_event(fork)
         return pool[index % pool_size]
 
     def record_event(self) -> Event:
@@ -461,9 +477,17 @@ class CudaBackend(Backend):
         block): stream memory operations on IPC-shared flags for cuda_ipc
         (no SMs), else a one-byte NCCL allreduce over the team."""
         self._begin()
-        if backend == "cuda_ipc":
-            return self._work(self.comms.ipc_fence(team, self._current.cupy))
-        return self._work(self.comms.fence(team, self._current.cupy))
+        if backend != "cuda_ipc":
+            return self._work(self.comms.fence(team, self._current.cupy))
+        index = self._fences.get(team, 0)
+        self._fences[team] = index + 1
+        indexed = None
+        if self._owner is not None and self._fences_per_run.get((self._owner, team), 2) >= 2:
+            indexed = (self._owner, index)  # see SignalPad: two fences per run or more
+        event, repeatable = self.comms.ipc_fence(team, self._current.cupy, indexed)
+        if not repeatable:
+            self._block(f"a cuda_ipc fence on team {list(team)} with new flag values every run (one fence per run on it)")
+        return self._work(event)
 
     def _memcpy(self, dst: int, src: int, n: int) -> None:
         """cudaMemcpyAsync device to device on the current stream (copy engines)."""
@@ -486,6 +510,93 @@ class CudaBackend(Backend):
         self.comms.flush()
         cupy.cuda.runtime.deviceSynchronize()
         self.set_current_stream(self._main)
+
+    # ---- runs and graphs -----------------------------------------------------
+    def _block(self, why: str) -> None:
+        if why not in self._blockers:
+            self._blockers.append(why)
+
+    def begin_run(self, owner: Hashable) -> None:
+        self._owner = owner
+        self._fences = {}
+        self._blockers = []
+
+    def end_run(self) -> list[str]:
+        """The run's blockers; after a program's first run, how many
+        cuda_ipc fences its runs make per team (which flags they use)."""
+        owner = self._owner
+        if owner is not None:
+            for team, count in self._fences.items():
+                self._fences_per_run.setdefault((owner, team), count)
+        self._owner = None
+        blockers = self._blockers
+        self._blockers = []
+        if self.graphs_unavailable is not None:
+            blockers.append(self.graphs_unavailable)
+        return blockers
+
+    def forget_owner(self, owner: Hashable) -> None:
+        for key in [k for k in self._fences_per_run if k[0] == owner]:
+            del self._fences_per_run[key]
+        self.comms.forget_owner(owner)
+
+    def capture(self, body: Callable[[], T]) -> tuple[Any, T]:
+        """Capture `body`'s work on every stream as one CUDA graph (torch's
+        CUDAGraph, so that buffers allocated during the capture come from
+        the graph's private memory pool and stay valid for its replays).
+        The capture starts on the main stream with every stream idle; each
+        worker stream is forked from it, and joined back at the end."""
+        import warnings
+
+        self.synchronize()
+        self.comms.forget_order()
+        main = self._main
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(capture_error_mode="relaxed")
+        self._capturing = self.comms.capturing = True
+        done = False
+        try:
+            fork = _recorded(main)
+            for s in self._streams()[1:]:
+                s.cupy.wait_event(fork)
+            result = body()
+            self.comms.flush()
+            self.set_current_stream(main)
+            for s in self._streams()[1:]:
+                main.cupy.wait_event(_recorded(s))
+            done = True
+        finally:
+            self._capturing = self.comms.capturing = False
+            self._current = main
+            self._activate(main)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a rank with nothing to do captures an empty graph
+                    graph.capture_end()
+            except Exception:
+                if done:
+                    raise
+            self.comms.forget_order()
+        return graph, result
+
+    def mark(self, join: bool = False) -> Any:
+        self.comms.flush()
+        main = self._main
+        if join:
+            for s in self._streams()[1:]:
+                main.cupy.wait_event(_recorded(s))
+        return _recorded(main, timing=True)
+
+    def span(self, start: Any, end: Any) -> float:
+        import cupy
+
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+    def replay(self, graph: Any) -> None:
+        self.comms.flush()
+        self.set_current_stream(self._main)
+        graph.replay()
 
     def timer_start(self) -> Any:
         import cupy
@@ -537,6 +648,17 @@ class CudaBackend(Backend):
 
         cupy.cuda.runtime.deviceSynchronize()
         self.comms.close()
+
+
+def _graphs_unavailable() -> str | None:
+    """Why runs cannot be captured as CUDA graphs here (None when they can)."""
+    from fuserc.runtime.graphs import GRAPHS_ENV, graphs_enabled
+
+    if not graphs_enabled():
+        return f"{GRAPHS_ENV}=0"
+    if not hasattr(torch.cuda, "CUDAGraph"):
+        return "this torch has no CUDA graphs"
+    return None
 
 
 def _recorded(stream: CudaStream, timing: bool = False) -> Any:

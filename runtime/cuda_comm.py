@@ -32,7 +32,9 @@ team member passes only once all earlier work of all members on their
 streams is done, with no host synchronization. With backend = nccl it is a
 one-byte allreduce; with backend = cuda_ipc it is made of stream memory
 operations (each member writes a flag in every peer's shared pad, then
-waits for the peers' flags: no SMs taken from the GEMMs it overlaps). Any
+waits for the peers' flags: no SMs taken from the GEMMs it overlaps; a
+program's fences use flags with the same values every run, so that a
+captured graph repeats them: SignalPad). Any
 NCCL collective after `hir.wait` on a put orders it too. Handles are made
 with the team synchronized (the handle exchange is an allgather) and
 released after a device synchronization and a team barrier, and a run that
@@ -43,6 +45,7 @@ of one run overlaps the next or a freed buffer.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -185,23 +188,68 @@ class CudaHandle(Handle):
     opened: list[bytes] = field(default_factory=list)
 
 
+FENCE_SLOTS = 16
+"""Programs per team whose fences may use indexed flags at once."""
+INDEXED_FENCES = 128
+"""Fences per run of one program that may use indexed flags."""
+
+
 @dataclass(eq=False)
 class SignalPad:
-    """The flags of a team's copy-engine fences: one 32-bit word per member
-    in every member's IPC-shared buffer. Fence number e writes e into word
-    `me` of each peer's buffer and waits until every word of its own
-    buffer reaches e; members pass their fences in the same order, so the
-    numbers agree, and never go back (no reset between fences)."""
+    """The flags of a team's copy-engine fences, in every member's
+    IPC-shared buffer of 32-bit words. Two protocols, each correct alone
+    (every member passes its team's fences in the same order, chained
+    across streams by `last`):
+
+    - epoch: fence number e (counted over the team's whole life) writes e
+      into word `me` of each peer's buffer and waits until every word of
+      its own buffer reaches e. Values only grow, so the words are never
+      reset; but each fence's values are new, so a captured graph cannot
+      repeat it.
+    - indexed: fence i of a program's run (word block (slot, i), a slot per
+      program) writes 1 into word `me` of the block in each peer's buffer,
+      waits until the block's words of its own buffer are 1, and resets
+      them to 0. The same values every run, so a graph can repeat it. A
+      peer cannot write a block's word again before it has been reset:
+      its next write to block i comes after it has passed another fence,
+      which needs this member's write that follows the reset; so a program
+      uses indexed flags only when its runs have two fences or more on the
+      team (the backend decides, from its first run)."""
 
     handle: CudaHandle
     me: int
+    size: int
     ops: StreamMemOps
     epoch: int = 0
     last: Any = None
     """(event, stream pointer) after the previous fence: fences on
-    different streams are chained, so that a member never writes fence
-    e + 1 before it has passed fence e (a word that reached e + 1 then
-    still means that fence e's earlier work is done)."""
+    different streams are chained, so that a member never passes fence
+    n + 1 before fence n (a flag set for fence n + 1 then still means
+    that fence n's earlier work is done)."""
+    slots: dict[Any, int] = field(default_factory=dict)
+    """Program -> its block of indexed words (assigned in the order
+    programs first fence, the same on every member)."""
+
+    @staticmethod
+    def words(size: int) -> int:
+        return size * (1 + FENCE_SLOTS * INDEXED_FENCES)
+
+    def slot(self, owner: Any) -> int | None:
+        """The indexed-word slot of `owner` (a new one at its first fence;
+        None when all are taken)."""
+        found = self.slots.get(owner)
+        if found is None:
+            free = sorted(set(range(FENCE_SLOTS)) - set(self.slots.values()))
+            if not free:
+                return None
+            found = self.slots[owner] = free[0]
+        return found
+
+    def offset(self, pos: int, slot: int | None = None, index: int = 0) -> int:
+        """Byte offset of member `pos`'s word: the epoch word, or the word
+        of fence `index` of `slot`."""
+        block = 0 if slot is None else 1 + slot * INDEXED_FENCES + index
+        return 4 * (block * self.size + pos)
 
 
 class IpcMappings:
@@ -268,6 +316,7 @@ class Communicators:
         self._p2p_stream: Any = None
         self._fence: torch.Tensor | None = None  # the byte `fence` reduces
         self._pads: dict[Team, SignalPad | None] = {}  # ipc_fence flags per team (None: NCCL)
+        self.capturing = False  # a graph capture is under way (CudaBackend.capture)
         self.ipc = IpcMappings()
 
     # ---- creation -----------------------------------------------------------
@@ -357,7 +406,9 @@ class Communicators:
                     comm.recv(op.ptr, op.nbytes, NCCL_UINT8, op.peer, stream.ptr)
         finally:
             nccl.groupEnd()
-        event = cupy.cuda.Event(block=False)  # with timing: a trace ends the send/recv spans here
+        # with timing (a trace ends the send/recv spans here), but not in a
+        # graph capture, which records no timestamps
+        event = cupy.cuda.Event(block=False, disable_timing=self.capturing)
         event.record(stream)
         self._last = (event, stream.ptr)
         for op in ops:
@@ -406,35 +457,66 @@ class Communicators:
 
         return self.launch(stream, body)
 
-    def ipc_fence(self, team: Team, stream: Any) -> Any:
+    def ipc_fence(self, team: Team, stream: Any, indexed: tuple[Any, int] | None = None) -> tuple[Any, bool]:
         """`hir.barrier ... backend = cuda_ipc`: the same fence as `fence`,
         made of stream memory operations on IPC-shared flags (SignalPad),
         so it takes no SMs from the GEMMs it overlaps and joins no NCCL
-        launch order. Falls back to `fence` where a member's driver lacks
-        them (decided by the whole team at the first use)."""
+        launch order. `indexed`: (program, fence index in its run) to use
+        that program's indexed flags, else epoch flags. Falls back to
+        `fence` where a member's driver lacks stream memory operations
+        (decided by the whole team at the first use). Returns the event
+        after the fence and whether a graph can repeat it."""
         import cupy
 
         pad = self._pads.get(team, False)
         if pad is False:
             pad = self._pads[team] = self._make_pad(team)
         if pad is None:
-            return self.fence(team, stream)
+            return self.fence(team, stream), True
         assert isinstance(pad, SignalPad)
         self.flush()
         if pad.last is not None and pad.last[1] != stream.ptr:
             stream.wait_event(pad.last[0])
-        pad.epoch += 1
-        for pos, ptr in enumerate(pad.handle.ptrs):
-            if pos != pad.me:
-                pad.ops.write(stream.ptr, ptr + 4 * pad.me, pad.epoch)
-        mine = pad.handle.ptrs[pad.me]
-        for pos in range(len(team)):
-            if pos != pad.me:
-                pad.ops.wait_geq(stream.ptr, mine + 4 * pos, pad.epoch)
+        slot = pad.slot(indexed[0]) if indexed is not None and indexed[1] < INDEXED_FENCES else None
+        ptrs, me, ops = pad.handle.ptrs, pad.me, pad.ops
+        if slot is None:
+            pad.epoch += 1
+            value, word = pad.epoch, pad.offset
+        else:
+            assert indexed is not None
+            value, word = 1, functools.partial(pad.offset, slot=slot, index=indexed[1])
+        for pos, ptr in enumerate(ptrs):
+            if pos != me:
+                ops.write(stream.ptr, ptr + word(me), value)
+        for pos in range(pad.size):
+            if pos != me:
+                ops.wait_geq(stream.ptr, ptrs[me] + word(pos), value)
+        if slot is not None:  # reset for the next run (see SignalPad)
+            for pos in range(pad.size):
+                if pos != me:
+                    ops.write(stream.ptr, ptrs[me] + word(pos), 0)
         event = cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
         pad.last = (event, stream.ptr)
-        return event
+        return event, slot is not None
+
+    def forget_owner(self, owner: Any) -> None:
+        """Free a closed program's indexed-flag slots (its words are all 0:
+        each of its fences reset what it waited for)."""
+        for pad in self._pads.values():
+            if pad is not None:
+                pad.slots.pop(owner, None)
+
+    def forget_order(self) -> None:
+        """Drop the events that chain NCCL launches and fences: at the
+        start and end of a graph capture, where an event recorded outside
+        the capture (or inside it) must not be waited on. The caller has
+        ordered everything before (the streams were synchronized, or the
+        work joined into the main stream)."""
+        self._last = None
+        for pad in self._pads.values():
+            if pad is not None:
+                pad.last = None
 
     def _make_pad(self, team: Team) -> SignalPad | None:
         """Zeroed flags, shared with the team (collective over it); None on
@@ -447,10 +529,10 @@ class Communicators:
             if self.env.rank == team[0]:
                 warnings.warn(f"team {list(team)}: cuda_ipc fences use NCCL ({next(r for r in reasons if r)})")
             return None
-        flags = torch.zeros(len(team), dtype=torch.int32, device=torch.device("cuda", self.device))
+        flags = torch.zeros(SignalPad.words(len(team)), dtype=torch.int32, device=torch.device("cuda", self.device))
         cupy.cuda.runtime.deviceSynchronize()  # zeroed before any peer can write
         assert ops is not None
-        return SignalPad(self.share(flags, team), team.index(self.env.rank), ops)
+        return SignalPad(self.share(flags, team), team.index(self.env.rank), len(team), ops)
 
     def fence(self, team: Team, stream: Any) -> Any:
         """`hir.barrier`: a one-byte allreduce (max) on `stream`. Each member

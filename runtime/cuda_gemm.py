@@ -131,8 +131,13 @@ class GemmChooser:
             names = [n for n in names if n == self.mode] or ["torch"]
         return names
 
-    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        """`torch.matmul(a, b)` into `out` on the current stream."""
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, tune: bool = True) -> None:
+        """`torch.matmul(a, b)` into `out` on the current stream. Without
+        `tune` (in a graph capture, where the host may not wait for the GPU
+        and CuPy's workspace would not outlive the capture) torch runs it."""
+        if not tune:
+            torch_gemm(a, b, out)
+            return
         key = (tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), tuple(out.shape), out.stride(), a.dtype)
         name = self.choices.get(key)
         if name is None:

@@ -26,6 +26,7 @@ be tested end to end.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable, Hashable, Sequence
@@ -44,11 +45,15 @@ from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp, sharding_of
 from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry
 from fuserc.runtime.backend import Array, Backend, Handle, Team, reduce_op_name
+from fuserc.runtime.graphs import CAPTURE, GRAPH, OPS, REPLAY, Captured, InputKey, Replays
 from fuserc.runtime.reference import torch_dtype
 from fuserc.sharding import Mesh, Sharding
 
 FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
 """Testing hook: the rank that raises at the first op of a run."""
+
+
+_OWNERS = itertools.count()
 
 
 class InjectedFailure(RuntimeError):
@@ -181,6 +186,8 @@ class Program:
         self.last_flops = 0
         self.runs = 0
         self.tracer: Any = None  # a runtime.trace.Tracer while a run is traced
+        self._owner = next(_OWNERS)  # names this program's runs to the backend
+        self.replays = Replays(backend.graphs_unavailable, backend.span)
 
     @staticmethod
     def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":
@@ -229,16 +236,38 @@ class Program:
         main stream, and the caller synchronizes before reading them on the
         host. A timing loop uses it to measure device time as PyTorch's
         stream-ordered baselines are measured; a program that shares
-        buffers must then end with a fence (stream-pipeline's do)."""
+        buffers must then end with a fence (stream-pipeline's do). Runs
+        with the same inputs are replayed as a captured graph where the
+        backend can (runtime/graphs.py)."""
         interp = self._interp
         if interp is None:
             interp = self._start()
         fail = _fail_rank()
         fail_now = fail is not None and fail.strip() == str(self.backend.rank)
         synchronize = synchronize or copy_outputs
+        replays, b = self.replays, self.backend
+        key = replays.key(inputs, plain=self.tracer is None and not fail_now)
+        action = replays.next(key)
+        timed = replays.timed(action, key)
+        temp_handles: list[Handle] = []
         try:
-            results = interp.run(inputs, fail_now)
-            temp_handles = interp.temp_handles
+            if timed:  # a trial run starts on an idle device: the host's latency counts
+                b.synchronize()
+            captured = replays.captured if action == REPLAY else None
+            if action == CAPTURE:
+                captured = self._capture(interp, inputs, key)
+            if captured is not None:
+                start = b.mark() if timed else None
+                b.replay(captured.graph)
+                replays.replays += action == REPLAY
+                if start is not None:
+                    replays.sample(GRAPH, start, b.mark(join=True))
+                results, flops = captured.results, captured.flops
+            else:
+                start = b.mark() if timed and action == OPS else None
+                results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key)
+                if start is not None:
+                    replays.sample(OPS, start, b.mark(join=True))
             if synchronize or temp_handles:
                 self.backend.synchronize()
             if copy_outputs:
@@ -250,9 +279,50 @@ class Program:
             self.backend.release_handle(h)
         if self._shares and synchronize:
             self.backend.barrier()  # one-sided copies into this rank are done
-        self.last_flops = interp.flops
+        self.last_flops = flops
         self.runs += 1
         return results
+
+    def _run_ops(
+        self, interp: "_Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None
+    ) -> tuple[list[Any], int, list[Handle]]:
+        """One run op by op: its results, flops and handles shared for it alone."""
+        b = self.backend
+        b.begin_run(self._owner)
+        try:
+            results = interp.run(inputs, fail_now)
+        finally:
+            blockers = b.end_run()
+        if interp.temp_handles:
+            blockers.append("a buffer from outside the allocation cache shared for one run")
+        self.replays.ran(key, blockers)
+        return results, interp.flops, interp.temp_handles
+
+    def _capture(self, interp: "_Interpreter", inputs: Sequence[Array | None], key: InputKey | None) -> Captured | None:
+        """Capture one run as a graph (not launched yet); None (graphs off
+        for this program, the run to be made op by op) when the capture
+        fails."""
+        assert key is not None
+        b = self.backend
+        b.begin_run(self._owner)
+        try:
+            graph, results = b.capture(lambda: interp.run(inputs, False))
+        except Exception as e:  # noqa: BLE001 - any capture failure falls back to running op by op
+            b.end_run()
+            self.replays.failed(e, f"@{self.func.sym_name.data} on rank {b.rank}")
+            interp.env = []
+            self.cache.release_all()
+            return None
+        blockers = b.end_run()
+        if interp.temp_handles or blockers:
+            for h in interp.temp_handles:
+                b.release_handle(h)
+            what = "; ".join(blockers) or "a buffer shared for one run"
+            self.replays.failed(RuntimeError(f"the captured run had {what}"), f"@{self.func.sym_name.data} on rank {b.rank}")
+            interp.env = []
+            self.cache.release_all()
+            return None
+        return self.replays.keep(key, graph, list(results), interp.flops)
 
     def _start(self) -> _Interpreter:
         """At the first run (after the input checks): make the teams, plan
@@ -278,6 +348,8 @@ class Program:
         """Release the shared handles of cached buffers and drop the cache
         (collective: every rank closes its programs in the same order)."""
         self.backend.synchronize()
+        self.replays.drop()
+        self.backend.forget_owner(self._owner)
         self.cache.clear(self.backend.release_handle)
         self._entries.clear()
 

@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", choices=("ag", "rs", "both"), default="both")
     p.add_argument("--shapes", type=parse_shapes, default=None, help=f"comma-separated MxKxN (default {DEFAULT_SHAPES}; with --small {SMALL_SHAPES})")
-    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 3; --small: 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 5: fuserc's replay trial; --small: 1)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per figure (default 10; --small: 3)")
     p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="fuserc's backend and the device of the baselines")
     p.add_argument("--pipeline", default="default", help="fuserc's pass pipeline (default: default)")
@@ -123,7 +123,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.shapes is None:
         args.shapes = parse_shapes(SMALL_SHAPES if args.small else DEFAULT_SHAPES)
     if args.warmup is None:
-        args.warmup = 1 if args.small else 3
+        args.warmup = 1 if args.small else 5
     if args.iters is None:
         args.iters = 3 if args.small else 10
     if args.warmup < 0 or args.iters < 1:
@@ -235,6 +235,7 @@ class Row:
     fuserc_rel_err: float | None = None
     async_tp_rel_err: float | None = None
     plan: str = ""
+    replay: str = ""  # how fuserc's runs went: replayed as a graph or op by op, and the trial's times
 
 
 @dataclass
@@ -453,7 +454,7 @@ class Bench:
             del a, out
         return times
 
-    def fuserc(self, pattern: str, shape: Shape, x: Any, w: Any, chunks: int) -> tuple[list[float], Any, str]:
+    def fuserc(self, pattern: str, shape: Shape, x: Any, w: Any, chunks: int) -> tuple[list[float], Any, str, str]:
         from fuserc.runtime.program import compile_text
 
         text = program_text(pattern, shape, self.d, chunks)
@@ -468,7 +469,8 @@ class Bench:
             times = self.timed(lambda: p.run_prepared(local, synchronize=sync), Clock(b.synchronize, b.timer_start, b.timer_stop))
             out = p.run_prepared(local)[0].clone()  # the program's buffer, reused by the next run
             b.synchronize()
-            return times, out, pipeline_plan(program.compiled.host)
+            replayed = ", replayed" if p.replays.prefer_graph else ""
+            return times, out, pipeline_plan(program.compiled.host) + replayed, p.replays.mode()
         finally:
             program.close()
 
@@ -534,7 +536,7 @@ class Bench:
         got, why = agreed(self.comm, lambda: self.fuserc(pattern, shape, x, w, chunks))
         row.fuserc = figure(got[0], flops) if got else Figure(reason=why)
         if got:
-            row.plan = got[2]
+            row.plan, row.replay = got[2], got[3]
         ref, why = agreed(self.comm, lambda: self.eager(pattern, shape, x, w))
         row.eager = figure(ref[0], flops) if ref else Figure(reason=why)
         if self.async_tp_reason:

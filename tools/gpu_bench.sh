@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH -x PYTHONSAFEPATH"
 [ "$SHAPES" = none ] || timeout -k 5 ${BENCH_LIMIT_S:-240} $MPIRUN -n 4 python3 tools/bench.py --pattern both --shapes "$SHAPES" \
-  --warmup 3 --iters 10 --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+  --warmup 5 --iters 10 --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
 echo "bench rc=$?" >>"$OUT/bench.txt"
 : >"$OUT/trace.txt"
 for pattern in ag:allgather_matmul_large rs:matmul_reduce_scatter_large; do

@@ -685,3 +685,21 @@ def test_trace_marks_are_cuda_events(backend) -> None:
     streams = set(tracer.stream_names.values())
     assert len(streams) >= 2  # main and the worker streams of the loops
     prog.close()
+
+
+@pytest.mark.parametrize("n,mode", [(2, "always"), (4, "always"), (4, "auto")])
+def test_runs_replayed_as_cuda_graphs_under_mpiexec(n: int, mode: str) -> None:
+    """Each algorithm and ring form captured once and replayed, its inputs
+    changed in place before every run, every result checked
+    (cuda_graph_runs.py); `auto` measures both ways and keeps one."""
+    if _gpu_count() < n:
+        pytest.skip(f"needs {n} GPUs")
+    if harness.MPIEXEC is None:
+        pytest.skip("mpiexec is not installed")
+    import os
+
+    script = Path(__file__).with_name("cuda_graph_runs.py")
+    cmd = ["timeout", "-k", "5", "300", harness.MPIEXEC, "-n", str(n), sys.executable, str(script)]
+    env = {**os.environ, **harness.MPI_ENV, "FUSERC_CUDA_GRAPHS": mode}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "all ok" in proc.stdout, proc.stdout + proc.stderr

@@ -1,0 +1,191 @@
+"""Replaying a program's run as a captured graph (CUDA graphs on cuda).
+
+Every run of a host program with the same input buffers enqueues the same
+device work: the evaluator's decisions (loops, rank conditionals, views,
+cached buffers, streams) depend on nothing else. The host's share of a run
+(Python issuing each op: the GPU idles until the first kernel, and small
+chunks wait for the host) can then be paid once: the run is captured as a
+graph, and later runs launch it whole.
+
+A graph is not always faster: its branches run on streams the driver picks,
+which measured slower than the program's own streams for the copy-engine
+AllGather ring. So the choice is measured, per program, as GEMMs are
+chosen per shape (cuda_gemm.py):
+- run 1 runs op by op (first-use costs: GEMM choice, kernel compilation,
+  memory handles) and tells what in it a graph could not repeat
+  (`Backend.end_run`: a region run op by op with torch, a fence whose flag
+  values change every run, a buffer shared for one run only);
+- runs 2 and 3 (with the same inputs: the same addresses, shapes, strides
+  and dtypes, since a graph reads them where they were) are timed op by
+  op; run 4 is captured, and runs 4 and 5 are timed replays;
+- from run 6 on, the faster way (best of each) is kept for every run of the
+  program: replays (re-captured once whenever the inputs change) or runs op
+  by op.
+Each timed run starts on an idle device (the host waits for it first), so
+that its time counts the host's latency before the first kernel and any
+wait for the host inside the run, what a caller that synchronizes between
+runs sees; a caller running back to back hides some of it, but a graph is
+then no slower either, except where its streams are, which the trial
+sees too. Timing marks are events on the device. A traced run, or one with an injected failure, runs op by op.
+
+Ranks need not agree: a replay enqueues exactly what a run op by op would,
+fences included (their flags are the same every run). A capture that fails
+(a CUDA error while capturing) turns graphs off for the program, with a
+warning, and the run goes on op by op. `FUSERC_CUDA_GRAPHS=always` replays
+from the second run without measuring; `FUSERC_CUDA_GRAPHS=0` never.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GRAPHS_ENV = "FUSERC_CUDA_GRAPHS"
+OPS, CAPTURE, REPLAY, GRAPH = "ops", "capture", "replay", "graph"
+
+InputKey = tuple[Hashable, ...]
+
+
+AUTO, ALWAYS, OFF = "auto", "always", "off"
+
+
+def graphs_mode() -> str:
+    """$FUSERC_CUDA_GRAPHS: `auto` (the default: replay where measured
+    faster), `always` (replay without measuring), or `0`/`off` (never)."""
+    value = os.environ.get(GRAPHS_ENV, AUTO).strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return OFF
+    return ALWAYS if value == ALWAYS else AUTO
+
+
+def graphs_enabled() -> bool:
+    return graphs_mode() != OFF
+
+
+def input_key(inputs: Sequence[Any]) -> InputKey:
+    """What a captured run depends on in its inputs: where each one lies."""
+    key: list[Hashable] = []
+    for t in inputs:
+        if t is None:
+            key.append(None)
+        else:
+            key.append((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device)))
+    return tuple(key)
+
+
+@dataclass
+class Captured:
+    """A captured run: its graph, and what the run returned (the program's
+    cached result buffers, which every replay writes again)."""
+
+    key: InputKey
+    graph: Any
+    results: list[Any]
+    flops: int
+
+
+TRIALS = 2
+"""Timed runs of each way (op by op, replayed) before the faster is kept."""
+
+Mark = Any
+"""A point in the device's work (`Backend.mark`)."""
+
+
+class Replays:
+    """When a program's runs are captured and replayed (see the module)."""
+
+    def __init__(self, why_not: str | None, span: Callable[[Mark, Mark], float]):
+        self.off = why_not
+        """Why runs are not replayed (None: they may be)."""
+        self._span = span
+        self.captured: Captured | None = None
+        self.candidate: InputKey | None = None
+        """The inputs of the last run op by op, when a graph could repeat it."""
+        self.blockers: list[str] = []
+        """What the last run op by op had that a graph could not repeat."""
+        self.samples: dict[str, list[tuple[Mark, Mark]]] = {OPS: [], GRAPH: []}
+        always = graphs_mode() == ALWAYS
+        self.prefer_graph: bool | None = True if always else None
+        """Whether replays measured faster than runs op by op (None: not yet)."""
+        self.verdict = f"{GRAPHS_ENV}={ALWAYS}" if always else ""
+        """The measured times behind `prefer_graph`."""
+        self.replays = 0
+        self.captures = 0
+
+    def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
+        """The run's key, or None when it must run op by op (graphs off, or
+        not a `plain` run: traced, or failing on purpose)."""
+        if self.off is not None or not plain:
+            return None
+        return input_key(inputs)
+
+    def next(self, key: InputKey | None) -> str:
+        """What a run with `key` does: REPLAY, CAPTURE or OPS."""
+        self._decide()
+        if key is None or self.off is not None:
+            return OPS
+        if self.captured is not None and self.captured.key != key:
+            self.captured = None  # other inputs: a graph for them is made anew
+        if self.captured is not None:
+            return REPLAY
+        trial_done = self.prefer_graph or len(self.samples[OPS]) >= TRIALS
+        return CAPTURE if self.candidate == key and trial_done else OPS
+
+    def timed(self, action: str, key: InputKey | None) -> bool:
+        """Whether this run is one of the trial's timed runs: op by op with
+        the inputs of the last run op by op, or replayed."""
+        if self.prefer_graph is not None or key is None:
+            return False
+        if action == OPS:
+            return self.candidate == key and len(self.samples[OPS]) < TRIALS
+        return len(self.samples[GRAPH]) < TRIALS
+
+    def sample(self, kind: str, start: Mark, end: Mark) -> None:
+        self.samples[kind].append((start, end))
+
+    def _decide(self) -> None:
+        """Once both ways have their timed runs: keep the faster (the best
+        of each), for every later run of the program."""
+        ops, graph = self.samples[OPS], self.samples[GRAPH]
+        if self.prefer_graph is not None or len(ops) < TRIALS or len(graph) < TRIALS:
+            return
+        t_ops = min(self._span(a, b) for a, b in ops)
+        t_graph = min(self._span(a, b) for a, b in graph)
+        self.prefer_graph = t_graph < t_ops
+        self.samples = {OPS: [], GRAPH: []}
+        self.verdict = f"{t_graph * 1e3:.3f} ms replayed, {t_ops * 1e3:.3f} ms op by op"
+        if not self.prefer_graph:
+            self.off = f"runs op by op measured faster ({self.verdict})"
+            self.captured = self.candidate = None
+
+    def ran(self, key: InputKey | None, blockers: list[str]) -> None:
+        """A run op by op ended."""
+        self.blockers = blockers
+        self.candidate = key if not blockers else None
+
+    def keep(self, key: InputKey, graph: Any, results: list[Any], flops: int) -> Captured:
+        self.captures += 1
+        self.candidate = None
+        self.captured = Captured(key, graph, results, flops)
+        return self.captured
+
+    def failed(self, error: BaseException, where: str) -> None:
+        """A capture failed: no more graphs for this program."""
+        self.off = f"the capture of a run failed: {error}"
+        self.candidate = self.captured = None
+        warnings.warn(f"{where}: runs are not replayed as graphs ({self.off})", RuntimeWarning, stacklevel=3)
+
+    def mode(self) -> str:
+        """How the program's runs go now, in words."""
+        if self.prefer_graph:
+            return f"replayed as a graph ({self.verdict})"
+        if self.off is not None:
+            return f"op by op: {self.off}"
+        return "op by op" + (f" ({'; '.join(self.blockers)})" if self.blockers else "")
+
+    def drop(self) -> None:
+        self.captured = None
+        self.candidate = None

@@ -1,0 +1,315 @@
+"""Runs replayed as captured graphs (runtime/graphs.py): when a program's
+run is captured, replayed, or run op by op (MPI singleton, in-process, on a
+cpu backend that pretends to capture: its "graph" runs the captured body
+again); the cuda backend's choice of fence flags per program (from its first
+run), what it reports as unrepeatable, and the indexed-flag layout, on fakes
+that need no GPU. The real CUDA graphs run in the GPU tests
+(test_cuda_backend.py) and every e2e test with `--iters` on cuda."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from fuserc.runtime import cuda
+from fuserc.runtime.cpu import CpuBackend
+from fuserc.runtime.cuda_comm import FENCE_SLOTS, INDEXED_FENCES, Communicators, SignalPad
+from fuserc.runtime.graphs import GRAPHS_ENV, graphs_enabled, graphs_mode, input_key
+from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.trace import tracing
+
+from test_evaluator import _close_programs, load  # noqa: F401  (the fixture closes loaded programs)
+from test_evaluator_speed import BLOCKS
+
+SHARES_ITS_INPUT = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %c0 = hir.constant 0 : index
+  %h = hir.share %x team = [0] : tensor<4x2xf32> -> !hir.handle
+  %out = hir.alloc "out" : tensor<4x2xf32>
+  %t = hir.get %h, %c0, %out backend = cuda_ipc : (!hir.handle, index, tensor<4x2xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  func.return %out : tensor<4x2xf32>
+}
+"""
+
+
+class _Pretend(CpuBackend):
+    """The cpu backend with pretend graphs: `capture` runs the body (and
+    keeps it as the graph), `replay` runs it again; a run op by op takes
+    `ops_s` seconds and a replay `graph_s` (what `span` reports)."""
+
+    graphs_unavailable = None
+
+    def __init__(self, blockers: tuple[str, ...] = (), fail: bool = False, ops_s: float = 2.0, graph_s: float = 1.0):
+        super().__init__(mpi_env())
+        self.log: list[str] = []
+        self.extra = list(blockers)
+        self.fail = fail
+        self.forgotten: list[Any] = []
+        self.seconds = {"ops": ops_s, "graph": graph_s}
+        self._last = "ops"
+
+    def begin_run(self, owner: Any) -> None:
+        self.log.append("begin")
+        self._last = "ops"
+
+    def end_run(self) -> list[str]:
+        self.log.append("end")
+        return list(self.extra)
+
+    def capture(self, body: Callable[[], Any]) -> tuple[Any, Any]:
+        self.log.append("capture")
+        if self.fail:
+            raise RuntimeError("capture broke")
+        return body, body()
+
+    def replay(self, graph: Any) -> None:
+        self.log.append("replay")
+        self._last = "graph"
+        graph()
+
+    def mark(self, join: bool = False) -> Any:
+        self.log.append("mark")
+        return self._last
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+        super().synchronize()
+
+    def span(self, start: Any, end: Any) -> float:
+        return self.seconds[end]
+
+    def forget_owner(self, owner: Any) -> None:
+        self.forgotten.append(owner)
+
+
+def _runs(prog: Any, x: torch.Tensor, n: int) -> list[list[str]]:
+    """`n` runs on the prepared `x`; each run's backend log (and its result checked)."""
+    logs = []
+    for _ in range(n):
+        prog.backend.log.clear()
+        (out,) = prog.run_prepared([x])
+        torch.testing.assert_close(out, x)
+        logs.append(list(prog.backend.log))
+    return logs
+
+
+# each run ends with the backend synchronized (run_prepared's default); a
+# timed run of the trial also starts with it
+OP_BY_OP = ["begin", "end", "sync"]
+TIMED_OPS = ["sync", "mark", "begin", "end", "mark", "sync"]
+CAPTURED = ["begin", "capture", "end", "replay", "sync"]
+TIMED_CAPTURED = ["sync", "begin", "capture", "end", "mark", "replay", "mark", "sync"]
+REPLAY = ["replay", "sync"]
+TIMED_REPLAY = ["sync", "mark", "replay", "mark", "sync"]
+TRIAL = [OP_BY_OP, TIMED_OPS, TIMED_OPS, TIMED_CAPTURED, TIMED_REPLAY]
+
+
+def test_replays_kept_when_measured_faster() -> None:
+    """Runs 2 and 3 are timed op by op, run 4 is captured, 4 and 5 are
+    timed replays; from run 6 on the faster way (here the graph) is kept."""
+    prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 7) == TRIAL + [REPLAY, REPLAY]
+    r = prog.replays
+    assert (r.captures, r.replays, r.prefer_graph) == (1, 3, True)
+    assert r.mode() == "replayed as a graph (1.000 ms replayed, 2.000 ms op by op)"
+    assert prog.runs == 7
+
+
+def test_runs_op_by_op_when_measured_faster() -> None:
+    prog = load(BLOCKS, _Pretend(ops_s=1e-3, graph_s=2e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 7) == TRIAL + [OP_BY_OP, OP_BY_OP]
+    r = prog.replays
+    assert r.prefer_graph is False and r.captured is None
+    assert r.mode() == "op by op: runs op by op measured faster (2.000 ms replayed, 1.000 ms op by op)"
+
+
+def test_other_inputs_run_op_by_op_and_drop_the_graph() -> None:
+    prog = load(BLOCKS, _Pretend())
+    x, y = (prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(2))
+    assert input_key([x]) != input_key([y])
+    _runs(prog, x, 6)
+    assert _runs(prog, y, 3) == [OP_BY_OP, CAPTURED, REPLAY]  # measured already: no second trial
+    assert _runs(prog, x, 2) == [OP_BY_OP, CAPTURED]  # x's graph was dropped for y's
+    assert prog.replays.captures == 3
+
+
+def test_a_run_with_blockers_is_never_captured() -> None:
+    prog = load(BLOCKS, _Pretend(blockers=("a fence with new flags",)))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 5) == [OP_BY_OP] * 5
+    assert prog.replays.blockers == ["a fence with new flags"]
+    assert prog.replays.mode() == "op by op (a fence with new flags)"
+
+
+def test_a_buffer_shared_for_one_run_blocks_capture() -> None:
+    prog = load(SHARES_ITS_INPUT, _Pretend())
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 5) == [OP_BY_OP] * 5
+    assert prog.replays.blockers == ["a buffer from outside the allocation cache shared for one run"]
+
+
+def test_a_failed_capture_runs_op_by_op_and_turns_graphs_off() -> None:
+    prog = load(BLOCKS, _Pretend(fail=True))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    _runs(prog, x, 3)
+    prog.backend.log.clear()
+    with pytest.warns(RuntimeWarning, match="capture broke"):
+        (out,) = prog.run_prepared([x])
+    torch.testing.assert_close(out, x)
+    assert prog.backend.log == ["sync", "begin", "capture", "end"] + OP_BY_OP
+    assert "capture broke" in (prog.replays.off or "")
+    assert _runs(prog, x, 2) == [OP_BY_OP] * 2
+
+
+def test_traced_runs_run_op_by_op() -> None:
+    prog = load(BLOCKS, _Pretend())
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    _runs(prog, x, 6)
+    with tracing(prog) as tracer:
+        assert _runs(prog, x, 1) == [OP_BY_OP]
+    assert any(e["name"] == "hir.get" for e in tracer.events())
+    assert _runs(prog, x, 1) == [REPLAY]  # the graph is still the inputs'
+
+
+def test_close_forgets_the_program() -> None:
+    backend = _Pretend()
+    prog = load(BLOCKS, backend)
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    _runs(prog, x, 5)
+    assert prog.replays.captured is not None
+    prog.close()
+    assert backend.forgotten == [prog._owner] and prog.replays.captured is None
+
+
+def test_the_cpu_backend_runs_op_by_op() -> None:
+    prog = load(BLOCKS)
+    assert prog.replays.off
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    for _ in range(3):
+        torch.testing.assert_close(prog.run_prepared([x])[0], x)
+    assert prog.replays.captures == 0
+
+
+def test_input_key_is_where_the_inputs_lie() -> None:
+    a = torch.zeros(4, 4)
+    assert input_key([a, None]) == input_key([a, None])
+    assert input_key([a]) != input_key([a.t()])  # strides
+    assert input_key([a]) != input_key([a.view(16)])  # shape
+    assert input_key([a]) != input_key([a[1:]])  # address
+    assert input_key([a]) != input_key([a.view(torch.int32)])  # dtype
+
+
+def test_env_sets_the_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert graphs_mode() == "auto"
+    for off in ("0", "off", "false"):
+        monkeypatch.setenv(GRAPHS_ENV, off)
+        assert graphs_mode() == "off" and not graphs_enabled()
+        assert cuda._graphs_unavailable() == f"{GRAPHS_ENV}=0"
+    monkeypatch.setenv(GRAPHS_ENV, "1")
+    assert graphs_mode() == "auto" and graphs_enabled()
+
+
+def test_always_replays_from_the_second_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(GRAPHS_ENV, "always")
+    prog = load(BLOCKS, _Pretend(ops_s=1e-3, graph_s=2e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 4) == [OP_BY_OP, CAPTURED, REPLAY, REPLAY]
+    assert prog.replays.mode() == f"replayed as a graph ({GRAPHS_ENV}=always)"
+
+
+# ---- the cuda backend's fences, on fakes -------------------------------------------
+
+
+class _Comms:
+    """Records the flags each cuda_ipc fence asks for."""
+
+    capturing = False
+
+    def __init__(self) -> None:
+        self.fences: list[tuple[Any, int] | None] = []
+
+    def flush(self) -> None:
+        pass
+
+    def ipc_fence(self, team: Any, stream: Any, indexed: tuple[Any, int] | None) -> tuple[Any, bool]:
+        self.fences.append(indexed)
+        return object(), indexed is not None
+
+    def forget_owner(self, owner: Any) -> None:
+        pass
+
+
+def _fake_cuda() -> Any:
+    b = object.__new__(cuda.CudaBackend)
+    b.comms = _Comms()
+    b._current = SimpleNamespace(cupy=None)
+    b._activate = lambda stream: None
+    b.graphs_unavailable = None
+    b._owner, b._fences, b._fences_per_run, b._blockers, b._capturing = None, {}, {}, [], False
+    return b
+
+
+def _run(b: Any, owner: Any, fences: int, team: tuple[int, ...] = (0, 1)) -> list[str]:
+    b.begin_run(owner)
+    for _ in range(fences):
+        b.team_barrier(team, "cuda_ipc")
+    return b.end_run()
+
+
+def test_fences_of_a_run_use_indexed_flags() -> None:
+    b = _fake_cuda()
+    for _ in range(2):
+        b.comms.fences.clear()
+        assert _run(b, "p", 3) == []
+        assert b.comms.fences == [("p", 0), ("p", 1), ("p", 2)]
+
+
+def test_one_fence_per_run_uses_epoch_flags_after_the_first_run() -> None:
+    """Indexed flags need two fences per run (SignalPad): a program with one
+    uses them in its first run only, then epoch flags, which a graph cannot
+    repeat."""
+    b = _fake_cuda()
+    assert _run(b, "p", 1) == [] and b.comms.fences == [("p", 0)]
+    blockers = _run(b, "p", 1)
+    assert b.comms.fences[-1] is None
+    assert blockers == ["a cuda_ipc fence on team [0, 1] with new flag values every run (one fence per run on it)"]
+    assert _run(b, "q", 2) == []  # another program keeps its own count
+    b.forget_owner("p")
+    assert _run(b, "p", 1) == [] and b.comms.fences[-1] == ("p", 0)  # a closed program's count is forgotten
+
+
+def test_fences_outside_a_run_and_nccl_fences() -> None:
+    b = _fake_cuda()
+    b.comms.fence = lambda team, stream: object()
+    b.team_barrier((0, 1), "cuda_ipc")
+    assert b.comms.fences == [None]  # no program: epoch flags
+    assert _run(b, "p", 0) == []
+    b.begin_run("p")
+    b.team_barrier((0, 1), "nccl")  # an NCCL fence repeats as it is
+    assert b.end_run() == [] and b.comms.fences == [None]
+
+
+def test_indexed_flag_layout_and_slots() -> None:
+    pad = SignalPad(handle=None, me=1, size=4, ops=None)  # type: ignore[arg-type]
+    assert SignalPad.words(4) == 4 * (1 + FENCE_SLOTS * INDEXED_FENCES)
+    assert [pad.offset(p) for p in range(4)] == [0, 4, 8, 12]  # epoch words
+    assert pad.offset(2, slot=0, index=0) == 4 * (4 + 2)
+    assert pad.offset(3, slot=1, index=5) == 4 * ((1 + INDEXED_FENCES + 5) * 4 + 3)
+    last = pad.offset(3, slot=FENCE_SLOTS - 1, index=INDEXED_FENCES - 1)
+    assert last == 4 * (SignalPad.words(4) - 1)
+    owners = [f"p{i}" for i in range(FENCE_SLOTS)]
+    assert [pad.slot(o) for o in owners] == list(range(FENCE_SLOTS))
+    assert pad.slot("late") is None and pad.slot("p3") == 3
+    comms = object.__new__(Communicators)
+    comms._pads = {(0, 1, 2, 3): pad, (0, 1): None}
+    comms.forget_owner("p3")
+    assert pad.slot("late") == 3
