@@ -247,8 +247,7 @@ class Program:
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
         key = replays.key(inputs, plain=self.tracer is None and not fail_now)
-        action = replays.next(key)
-        timed = replays.timed(action, key)
+        action, timed = replays.next(key)
         temp_handles: list[Handle] = []
         try:
             if timed:  # a trial run starts on an idle device: the host's latency counts
@@ -264,7 +263,7 @@ class Program:
                     replays.sample(GRAPH, start, b.mark(join=True))
                 results, flops = captured.results, captured.flops
             else:
-                start = b.mark() if timed and action == OPS else None
+                start = b.mark() if timed and action == OPS else None  # not a failed capture
                 results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key)
                 if start is not None:
                     replays.sample(OPS, start, b.mark(join=True))

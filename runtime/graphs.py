@@ -15,12 +15,12 @@ chosen per shape (cuda_gemm.py):
   memory handles) and tells what in it a graph could not repeat
   (`Backend.end_run`: a region run op by op with torch, a fence whose flag
   values change every run, a buffer shared for one run only);
-- runs 2 and 3 (with the same inputs: the same addresses, shapes, strides
-  and dtypes, since a graph reads them where they were) are timed op by
-  op; run 4 is captured, and runs 4 and 5 are timed replays;
-- from run 6 on, the faster way (best of each) is kept for every run of the
-  program: replays (re-captured once whenever the inputs change) or runs op
-  by op.
+- runs 2 to 5 (with the same inputs: the same addresses, shapes, strides
+  and dtypes, since a graph reads them where they were) are timed: run 2
+  op by op, run 3 captured and replayed, run 4 replayed, run 5 op by op;
+- from run 6 on, the faster way (by the mean of each) is kept for every run
+  of the program: replays (re-captured once whenever the inputs change) or
+  runs op by op.
 Each timed run starts on an idle device (the host waits for it first), so
 that its time counts the host's latency before the first kernel and any
 wait for the host inside the run, what a caller that synchronizes between
@@ -87,8 +87,10 @@ class Captured:
     flops: int
 
 
-TRIALS = 2
-"""Timed runs of each way (op by op, replayed) before the faster is kept."""
+TRIAL = ("ops", "graph", "graph", "ops")
+"""The order of the trial's timed runs: each way first and last in turn, so
+that a drift of the device's speed over the trial (a GPU heating up under
+long GEMMs) weighs on both ways alike when their means are compared."""
 
 Mark = Any
 """A point in the device's work (`Backend.mark`)."""
@@ -122,38 +124,35 @@ class Replays:
             return None
         return input_key(inputs)
 
-    def next(self, key: InputKey | None) -> str:
-        """What a run with `key` does: REPLAY, CAPTURE or OPS."""
+    def next(self, key: InputKey | None) -> tuple[str, bool]:
+        """What a run with `key` does (REPLAY, CAPTURE or OPS), and whether
+        it is one of the trial's timed runs."""
         self._decide()
         if key is None or self.off is not None:
-            return OPS
+            return OPS, False
         if self.captured is not None and self.captured.key != key:
             self.captured = None  # other inputs: a graph for them is made anew
+        warm = self.candidate == key  # the last run op by op had these inputs
+        if self.prefer_graph is not None:  # decided (or always): replay
+            return (REPLAY, False) if self.captured is not None else (CAPTURE if warm else OPS, False)
+        wanted = TRIAL[len(self.samples[OPS]) + len(self.samples[GRAPH])]
+        if wanted == OPS:
+            return OPS, warm  # a first run with new inputs warms up untimed
         if self.captured is not None:
-            return REPLAY
-        trial_done = self.prefer_graph or len(self.samples[OPS]) >= TRIALS
-        return CAPTURE if self.candidate == key and trial_done else OPS
-
-    def timed(self, action: str, key: InputKey | None) -> bool:
-        """Whether this run is one of the trial's timed runs: op by op with
-        the inputs of the last run op by op, or replayed."""
-        if self.prefer_graph is not None or key is None:
-            return False
-        if action == OPS:
-            return self.candidate == key and len(self.samples[OPS]) < TRIALS
-        return len(self.samples[GRAPH]) < TRIALS
+            return REPLAY, True
+        return (CAPTURE, True) if warm else (OPS, False)
 
     def sample(self, kind: str, start: Mark, end: Mark) -> None:
         self.samples[kind].append((start, end))
 
     def _decide(self) -> None:
-        """Once both ways have their timed runs: keep the faster (the best
-        of each), for every later run of the program."""
+        """Once the trial's runs are timed: keep the faster way (by the
+        mean of each) for every later run of the program."""
         ops, graph = self.samples[OPS], self.samples[GRAPH]
-        if self.prefer_graph is not None or len(ops) < TRIALS or len(graph) < TRIALS:
+        if self.prefer_graph is not None or len(ops) + len(graph) < len(TRIAL):
             return
-        t_ops = min(self._span(a, b) for a, b in ops)
-        t_graph = min(self._span(a, b) for a, b in graph)
+        t_ops = sum(self._span(a, b) for a, b in ops) / len(ops)
+        t_graph = sum(self._span(a, b) for a, b in graph) / len(graph)
         self.prefer_graph = t_graph < t_ops
         self.samples = {OPS: [], GRAPH: []}
         self.verdict = f"{t_graph * 1e3:.3f} ms replayed, {t_ops * 1e3:.3f} ms op by op"
@@ -168,7 +167,6 @@ class Replays:
 
     def keep(self, key: InputKey, graph: Any, results: list[Any], flops: int) -> Captured:
         self.captures += 1
-        self.candidate = None
         self.captured = Captured(key, graph, results, flops)
         return self.captured
 

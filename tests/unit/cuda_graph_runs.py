@@ -5,7 +5,7 @@ change in place before each of six runs (so a replay that read stale or
 unsynchronized data would be caught), every run's gathered result is
 compared with torch, and the program must have captured once and replayed
 (with FUSERC_CUDA_GRAPHS=always: every run from the third; by default:
-runs 4 and 5 of the trial, then the faster way chosen); then a traced run
+runs 3 and 4 of the trial, then the faster way chosen); then a traced run
 and a run on new input buffers (op by op) are checked too. Rank 0 prints `ok <case> captures=C replays=R` per
 case and `all ok` at the end."""
 
