@@ -511,6 +511,12 @@ class CudaBackend(Backend):
         cupy.cuda.runtime.deviceSynchronize()
         self.set_current_stream(self._main)
 
+    def _join_workers(self) -> None:
+        """The main stream waits for all work enqueued so far on every
+        worker stream (device-side)."""
+        for s in self._streams()[1:]:
+            self._main.cupy.wait_event(_recorded(s))
+
     # ---- runs and graphs -----------------------------------------------------
     def _block(self, why: str) -> None:
         if why not in self._blockers:
@@ -562,8 +568,7 @@ class CudaBackend(Backend):
             result = body()
             self.comms.flush()
             self.set_current_stream(main)
-            for s in self._streams()[1:]:
-                main.cupy.wait_event(_recorded(s))
+            self._join_workers()
             done = True
         finally:
             self._capturing = self.comms.capturing = False
@@ -581,11 +586,9 @@ class CudaBackend(Backend):
 
     def mark(self, join: bool = False) -> Any:
         self.comms.flush()
-        main = self._main
         if join:
-            for s in self._streams()[1:]:
-                main.cupy.wait_event(_recorded(s))
-        return _recorded(main, timing=True)
+            self._join_workers()
+        return _recorded(self._main, timing=True)
 
     def span(self, start: Any, end: Any) -> float:
         import cupy
@@ -612,8 +615,7 @@ class CudaBackend(Backend):
         import cupy
 
         self.comms.flush()
-        for s in self._streams()[1:]:
-            self._main.cupy.wait_event(_recorded(s))
+        self._join_workers()
         end = cupy.cuda.Event()
         end.record(self._main.cupy)
         end.synchronize()

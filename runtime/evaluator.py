@@ -304,20 +304,19 @@ class Program:
         assert key is not None
         b = self.backend
         b.begin_run(self._owner)
+        error: Exception | None = None
         try:
             graph, results = b.capture(lambda: interp.run(inputs, False))
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to running op by op
-            b.end_run()
-            self.replays.failed(e, f"@{self.func.sym_name.data} on rank {b.rank}")
-            interp.env = []
-            self.cache.release_all()
-            return None
+            error = e
         blockers = b.end_run()
-        if interp.temp_handles or blockers:
+        if error is None and (interp.temp_handles or blockers):
             for h in interp.temp_handles:
                 b.release_handle(h)
             what = "; ".join(blockers) or "a buffer shared for one run"
-            self.replays.failed(RuntimeError(f"the captured run had {what}"), f"@{self.func.sym_name.data} on rank {b.rank}")
+            error = RuntimeError(f"the captured run had {what}")
+        if error is not None:
+            self.replays.failed(error, f"@{self.func.sym_name.data} on rank {b.rank}")
             interp.env = []
             self.cache.release_all()
             return None

@@ -87,7 +87,7 @@ class Captured:
     flops: int
 
 
-TRIAL = ("ops", "graph", "graph", "ops")
+TRIAL = (OPS, GRAPH, GRAPH, OPS)
 """The order of the trial's timed runs: each way first and last in turn, so
 that a drift of the device's speed over the trial (a GPU heating up under
 long GEMMs) weighs on both ways alike when their means are compared."""
@@ -158,7 +158,7 @@ class Replays:
         self.verdict = f"{t_graph * 1e3:.3f} ms replayed, {t_ops * 1e3:.3f} ms op by op"
         if not self.prefer_graph:
             self.off = f"runs op by op measured faster ({self.verdict})"
-            self.captured = self.candidate = None
+            self.drop()
 
     def ran(self, key: InputKey | None, blockers: list[str]) -> None:
         """A run op by op ended."""
@@ -173,7 +173,7 @@ class Replays:
     def failed(self, error: BaseException, where: str) -> None:
         """A capture failed: no more graphs for this program."""
         self.off = f"the capture of a run failed: {error}"
-        self.candidate = self.captured = None
+        self.drop()
         warnings.warn(f"{where}: runs are not replayed as graphs ({self.off})", RuntimeWarning, stacklevel=3)
 
     def mode(self) -> str:
@@ -185,5 +185,6 @@ class Replays:
         return "op by op" + (f" ({'; '.join(self.blockers)})" if self.blockers else "")
 
     def drop(self) -> None:
+        """Forget the graph and the inputs it could be captured for."""
         self.captured = None
         self.candidate = None
