@@ -12,8 +12,9 @@ reference evaluator and the passes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -21,6 +22,7 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     BoolAttr,
     DenseArrayBase,
+    FloatAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -32,6 +34,7 @@ from xdsl.dialects.builtin import (
     SymbolNameConstraint,
     SymbolRefAttr,
     TensorType,
+    f64,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, OpResult, ParametrizedAttribute, SSAValue
@@ -53,6 +56,7 @@ from xdsl.traits import HasParent, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.dialects.interfaces import EvalContext, Math, OpMap
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split, format_axis
 
 # --------------------------------------------------------------------------
@@ -255,45 +259,90 @@ def _parse_int_list(parser: Parser | AttrParser) -> list[int]:
 
 FLOATS = (Float32Type, Float16Type, BFloat16Type, Float64Type)
 
+Shape = tuple[int, ...]
 
-def _elem_ok(t: Attribute, allowed: str) -> bool:
-    """`allowed`: 'float' (f32/f16/bf16/f64), 'num' (+ i64), 'any' (+ i1)."""
+ELEMENT_KINDS = ("float", "num", "any", "i64", "i1")
+"""What an operand may hold: floats (f32/f16/bf16/f64), 'num' (floats or
+i64), 'any' (num or i1), or exactly i64 / i1."""
+
+
+def elem_ok(t: Attribute, allowed: str) -> bool:
+    """Whether element type `t` is of kind `allowed` (ELEMENT_KINDS)."""
     if isinstance(t, FLOATS):
-        return True
+        return allowed in ("float", "num", "any")
     if isinstance(t, IntegerType):
         w = t.width.data
-        return (allowed in ("num", "any") and w == 64) or (allowed == "any" and w in (1, 64))
+        if allowed == "i64" or allowed == "num":
+            return w == 64
+        if allowed == "i1":
+            return w == 1
+        return allowed == "any" and w in (1, 64)
     return False
 
 
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, FLOATS)
+
+
 class FusionOp(IRDLOperation):
-    """Base of the tensor ops: custom parse/print and common verification.
+    """Base of the tensor ops: the custom syntax, verification, and the
+    defaults of the interfaces of `fuserc.dialects.interfaces`.
 
-    Subclasses set KEYWORDS = ((name, kind), ...) with kind 'ints', 'int' or
-    'bool', ELEMENTS ('float'|'num'|'any') and implement `infer_shape`."""
+    Class facts a subclass sets:
+    - OPERANDS: operand names in order (`name?` optional, `*name` variadic),
+      as the Python builder takes them;
+    - KEYWORDS: ((name, kind), ...) printed in this order, kind 'ints',
+      'int', 'bool' or 'float'; DEFAULTS the values of the optional ones;
+      LEADING: one keyword printed as a bare literal right after the op
+      name (a constant's value);
+    - ELEMENTS: the element kind of every operand, or one per operand;
+    - RESULT: what the result type needs besides the operands ('' inferred,
+      'shape', 'dtype' or 'shape,dtype': the builder asks for them);
+    - POINTWISE: one result element from the same-index elements of the
+      (broadcast) operands, so the op fuses into elementwise kernels;
+    - INDEXED: the op depends on where its local blocks lie in the global
+      tensors (an iota, dropout's mask): lowering records the global types
+      (`GLOBAL_ATTR`) and `reference` reads them through its EvalContext.
+    """
 
+    OPERANDS: ClassVar[tuple[str, ...]] = ()
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = ()
-    ELEMENTS: ClassVar[str] = "float"
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+    LEADING: ClassVar[str | None] = None
+    ELEMENTS: ClassVar[str | tuple[str, ...]] = "float"
+    RESULT: ClassVar[str] = ""
+    POINTWISE: ClassVar[bool] = False
+    INDEXED: ClassVar[bool] = False
+    PY_ARGS: ClassVar[tuple[str, ...] | None] = None
+    """The Python builder's positional arguments after the operands
+    (default: the keywords in order, then the RESULT items)."""
+    ATTRS: ClassVar[tuple[str, ...]] = ()
+    """String attributes (in the attribute dictionary) the builder takes."""
+    DEFAULT_DTYPE: ClassVar[str | None] = None
+    """The result element type the builder uses when none is given."""
 
     # -- syntax ---------------------------------------------------------------
     @classmethod
     def parse(cls, parser: Parser):
         pos = parser.pos
         unresolved = []
-        first = parser.parse_optional_unresolved_operand()
-        if first is not None:
-            unresolved.append(first)
-            while parser.parse_optional_punctuation(","):
-                unresolved.append(parser.parse_unresolved_operand())
         props: dict[str, Attribute] = {}
         kinds = dict(cls.KEYWORDS)
+        if cls.LEADING is not None:
+            props[cls.LEADING] = _parse_keyword_value(parser, cls.LEADING, kinds[cls.LEADING])
+        else:
+            first = parser.parse_optional_unresolved_operand()
+            if first is not None:
+                unresolved.append(first)
+                while parser.parse_optional_punctuation(","):
+                    unresolved.append(parser.parse_unresolved_operand())
         while True:
             key_pos = parser.pos
             key = parser.parse_optional_identifier()
             if key is None:
                 break
-            if key not in kinds:
-                expected = ", ".join(kinds) if kinds else "none"
+            if key not in kinds or key == cls.LEADING:
+                expected = ", ".join(k for k in kinds if k != cls.LEADING) or "none"
                 parser.raise_error(
                     f"unknown keyword '{key}' for {cls.name} (keywords: {expected})",
                     key_pos,
@@ -331,39 +380,100 @@ class FusionOp(IRDLOperation):
 
     @classmethod
     def group_operands(cls, operands: Sequence[SSAValue]) -> list:
-        """Operands grouped as the op's operand definitions expect them;
-        raises VerifyException when their number cannot fit."""
-        return list(operands)
+        """Operands grouped as the op's operand definitions expect them (an
+        optional one as a list of 0 or 1); raises VerifyException when their
+        number cannot fit `OPERANDS`."""
+        names = cls.OPERANDS
+        if any(n.startswith("*") for n in names):
+            return [list(operands)]
+        required = [n for n in names if not n.endswith("?")]
+        if not len(required) <= len(operands) <= len(names):
+            counts = f"{len(required)}" if len(required) == len(names) else f"{len(required)} or {len(names)}"
+            listing = ", ".join(n.rstrip("?") + ("?" if n.endswith("?") else "") for n in names)
+            raise VerifyException(f"{cls.name} takes {counts} operands ({listing}), got {len(operands)}")
+        out: list = []
+        for i, n in enumerate(names):
+            if n.endswith("?"):
+                out.append(list(operands[i : i + 1]))
+            else:
+                out.append(operands[i])
+        return out
 
     def print(self, printer: Printer) -> None:
-        if self.operands:
+        if self.LEADING is not None:
+            value = self.properties.get(self.LEADING)
+            assert value is not None
+            printer.print_string(" " + _format_keyword_value(value, dict(self.KEYWORDS)[self.LEADING]))
+        elif self.operands:
             printer.print_string(" ")
             printer.print_list(self.operands, printer.print_operand)
         for key, kind in self.KEYWORDS:
             value = self.properties.get(key)
-            if value is not None:
+            if value is not None and key != self.LEADING:
                 printer.print_string(f" {key} = {_format_keyword_value(value, kind)}")
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_operation_type(self)
 
-    # -- semantics helpers ----------------------------------------------------
-    def keyword(self, key: str):
-        """Python value of a keyword attribute (None when absent)."""
+    # -- keywords -------------------------------------------------------------
+    def keyword(self, key: str) -> Any:
+        """Python value of a keyword attribute (its DEFAULTS entry, or None,
+        when absent)."""
         value = self.properties.get(key)
         if value is None:
-            return None
-        if isinstance(value, ArrayAttr):
-            return [a.value.data for a in value.data]
-        if isinstance(value, IntegerAttr):
-            return bool(value.value.data) if value.type == IntegerType(1) else value.value.data
-        return value
+            return self.DEFAULTS.get(key)
+        return keyword_value(value)
 
-    def infer_shape(self, shapes_in: list[tuple[int, ...]]) -> tuple[int, ...]:
+    def keywords(self) -> dict[str, Any]:
+        """Every keyword given on this op, as Python values."""
+        return {k: keyword_value(v) for k, v in self.properties.items() if k in dict(self.KEYWORDS)}
+
+    # -- types (shared by the verifier and the builders) -------------------------
+    @classmethod
+    def element_kinds(cls, n: int) -> tuple[str, ...]:
+        kinds = cls.ELEMENTS
+        if isinstance(kinds, str):
+            return (kinds,) * n
+        return tuple(kinds[:n])
+
+    @classmethod
+    def infer(
+        cls, operands: Sequence[TensorType], kw: dict[str, Any], result: TensorType | None = None
+    ) -> tuple[Shape, Attribute]:
+        """(shape, element type) of the result of this op on `operands` with
+        keywords `kw` (missing ones take DEFAULTS); `result` is the declared
+        result type, which ops with RESULT need. Raises ShapeError or
+        VerifyException."""
+        kw = {**cls.DEFAULTS, **{k: v for k, v in kw.items() if v is not None}}
+        elems = [t.element_type for t in operands]
+        for i, (e, kind) in enumerate(zip(elems, cls.element_kinds(len(elems)))):
+            if not elem_ok(e, kind):
+                what = {"float": "a float", "num": "a float or i64", "any": "a float, i64 or i1",
+                        "i64": "i64", "i1": "i1"}[kind]
+                raise VerifyException(f"operand #{i} has element type {e}; it must be {what}")
+        cls.check_elements(elems, kw)
+        shape = tuple(cls.result_shape([tuple(t.get_shape()) for t in operands], kw, result))
+        return shape, cls.result_element(elems, kw, result)
+
+    @classmethod
+    def result_shape(cls, shapes: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
         raise NotImplementedError
 
-    def infer_element_type(self) -> Attribute:
-        return _tensor(self.operands[0]).element_type
+    @classmethod
+    def check_elements(cls, elems: list[Attribute], kw: dict[str, Any]) -> None:
+        """Operands of the same kind share one element type (no implicit
+        promotion: a `cast` says it)."""
+        kinds = cls.element_kinds(len(elems))
+        shared = [e for e, k in zip(elems, kinds) if k in ("float", "num", "any")]
+        if len(set(shared)) > 1:
+            raise VerifyException(
+                "operands must have one element type, got " + ", ".join(str(e) for e in shared)
+            )
+
+    @classmethod
+    def result_element(cls, elems: list[Attribute], kw: dict[str, Any], result: TensorType | None) -> Attribute:
+        kinds = cls.element_kinds(len(elems))
+        return next(e for e, k in zip(elems, kinds) if k in ("float", "num", "any"))
 
     # -- verification ---------------------------------------------------------
     def verify_(self) -> None:
@@ -377,23 +487,16 @@ class FusionOp(IRDLOperation):
                 raise VerifyException(
                     f"a tensor's encoding must be a #fusion.sharding, got {t.encoding}"
                 )
-        elems = [_tensor(v).element_type for v in self.operands]
-        for e in elems:
-            if not _elem_ok(e, self.ELEMENTS):
-                raise VerifyException(f"element type {e} is not supported")
-        self.verify_elements(elems)
-        in_shapes = [tuple(_tensor(v).get_shape()) for v in self.operands]
+        res = _tensor(self.results[0])
         try:
-            expected = tuple(self.infer_shape(in_shapes))
+            expected, want = self.infer([_tensor(v) for v in self.operands], self.keywords(), res)
         except shapes.ShapeError as e:
             raise VerifyException(str(e)) from None
-        res = _tensor(self.results[0])
         if tuple(res.get_shape()) != expected:
             raise VerifyException(
                 f"result shape {list(res.get_shape())} does not match "
                 f"the expected {list(expected)}"
             )
-        want = self.infer_element_type()
         if res.element_type != want:
             raise VerifyException(
                 f"result element type {res.element_type} does not match {want}"
@@ -402,12 +505,63 @@ class FusionOp(IRDLOperation):
         for err in alloc_order_errors(self):
             raise VerifyException(err)
 
-    def verify_elements(self, elems: list[Attribute]) -> None:
-        if len(set(elems)) > 1:
-            raise VerifyException(
-                "operands must have one element type, got "
-                + ", ".join(str(e) for e in elems)
-            )
+    # -- interfaces (fuserc.dialects.interfaces) ------------------------------
+    def sharding_map(self) -> OpMap | str:
+        """How operand dimensions relate to the result's (an OpMap, or
+        RESHAPE)."""
+        raise NotImplementedError(f"{self.name} has no sharding rule")
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        """The result on torch tensors `args` (PyTorch's semantics), in
+        `ctx.accumulate` for floats when set, else in the declared dtypes."""
+        raise NotImplementedError(f"{self.name} has no reference semantics")
+
+    def kernel(self, m: Math, *args: Any) -> Any:
+        """The formula of a POINTWISE op over `m`'s values."""
+        raise NotImplementedError(f"{self.name} is not pointwise")
+
+    def vjp(self, g: Any, cotangent: SSAValue) -> list[SSAValue | None]:
+        """The vector-Jacobian product: one gradient per operand (None where
+        there is none), built with `g` (a fusion builder) at global shapes."""
+        from fuserc.diagnostics import error_at
+
+        raise error_at(self, f"'{self.name}' has no derivative rule")
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        """The range [low, high) operand i must lie in for the op to be
+        defined (an embedding's ids, log's argument), so that random inputs
+        (`fuserc run` without -i) keep programs well defined; None: any."""
+        return None
+
+    def expand(self, b: Any) -> SSAValue | None:
+        """The op in simpler ops built with `b` (a fusion builder before the
+        op), where its operands' shardings need statistics across devices;
+        None when it has no such form."""
+        return None
+
+
+def keyword_value(value: Attribute) -> Any:
+    """The Python value of a keyword attribute."""
+    if isinstance(value, ArrayAttr):
+        return [a.value.data for a in value.data]
+    if isinstance(value, FloatAttr):
+        return value.value.data
+    if isinstance(value, IntegerAttr):
+        return bool(value.value.data) if value.type == IntegerType(1) else value.value.data
+    return value
+
+
+def keyword_attr(value: Any, kind: str) -> Attribute:
+    """A keyword's attribute from its Python value (the builders' side)."""
+    if kind == "ints":
+        return _int_array([int(v) for v in ([value] if isinstance(value, int) else value)])
+    if kind == "int":
+        return IntegerAttr(int(value), i64)
+    if kind == "bool":
+        return IntegerAttr(int(bool(value)), IntegerType(1))
+    if kind == "float":
+        return FloatAttr(float(value), f64)
+    raise AssertionError(kind)
 
 
 def _tensor(v: SSAValue) -> TensorType:
@@ -454,6 +608,9 @@ def _type_text(t: TensorType) -> str:
     return f"tensor<{dims}{t.element_type}>"
 
 
+_SPECIAL_FLOATS = {"inf": math.inf, "nan": math.nan}
+
+
 def _parse_keyword_value(parser: Parser, key: str, kind: str) -> Attribute:
     if kind == "ints":
         return _int_array(_parse_int_list(parser))
@@ -461,264 +618,46 @@ def _parse_keyword_value(parser: Parser, key: str, kind: str) -> Attribute:
         return IntegerAttr(parser.parse_integer(allow_boolean=False), i64)
     if kind == "bool":
         return IntegerAttr(int(parser.parse_boolean()), IntegerType(1))
+    if kind == "float":
+        negative = parser.parse_optional_punctuation("-") is not None
+        word = parser.parse_optional_identifier()
+        if word is not None:
+            if word not in _SPECIAL_FLOATS:
+                parser.raise_error(f"expected a number, inf or nan for '{key}', got '{word}'")
+            value = _SPECIAL_FLOATS[word]
+        else:
+            value = float(parser.parse_number(allow_boolean=True, context_msg=f" for '{key}'"))
+        return FloatAttr(-value if negative else value, f64)
     raise AssertionError(kind)
+
+
+def format_float(v: float) -> str:
+    """A float as MLIR reads it back exactly (`1.0e-05`, `0.125`, `inf`)."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    text = repr(float(v))
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + ("e" + exponent if exponent else "")
 
 
 def _format_keyword_value(value: Attribute, kind: str) -> str:
     if kind == "ints":
         assert isinstance(value, ArrayAttr)
         return _fmt_ints(value)
+    if kind == "float":
+        assert isinstance(value, FloatAttr)
+        return format_float(value.value.data)
     assert isinstance(value, IntegerAttr)
     if kind == "bool":
         return "true" if value.value.data else "false"
     return str(value.value.data)
 
 
-_TENSOR = TensorType.constr()
-
-
-# ---- contractions ----------------------------------------------------------
-
-
-@irdl_op_definition
-class MatmulOp(FusionOp):
-    """`torch.matmul`: 1-D and N-D operands with broadcast batch dims."""
-
-    name = "fusion.matmul"
-    lhs = operand_def(_TENSOR)
-    rhs = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-
-    def infer_shape(self, s):
-        return shapes.matmul(s[0], s[1])
-
-
-@irdl_op_definition
-class LinearOp(FusionOp):
-    """`torch.nn.functional.linear`: x @ w^T (+ bias), w is [out, in]."""
-
-    name = "fusion.linear"
-    input = operand_def(_TENSOR)
-    weight = operand_def(_TENSOR)
-    bias = opt_operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-
-    @classmethod
-    def group_operands(cls, operands):
-        if len(operands) not in (2, 3):
-            raise VerifyException("fusion.linear takes 2 or 3 operands (input, weight, bias?)")
-        return [operands[0], operands[1], list(operands[2:])]
-
-    def infer_shape(self, s):
-        return shapes.linear(s[0], s[1], s[2] if len(s) > 2 else None)
-
-
-# ---- elementwise -------------------------------------------------------------
-
-
-class BinaryOp(FusionOp):
-    ELEMENTS: ClassVar[str] = "num"
-    lhs = operand_def(_TENSOR)
-    rhs = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-
-    def infer_shape(self, s):
-        return shapes.same(s[0], s[1])
-
-
-@irdl_op_definition
-class AddOp(BinaryOp):
-    name = "fusion.add"
-
-
-@irdl_op_definition
-class SubOp(BinaryOp):
-    name = "fusion.sub"
-
-
-@irdl_op_definition
-class MulOp(BinaryOp):
-    name = "fusion.mul"
-
-
-@irdl_op_definition
-class DivOp(BinaryOp):
-    name = "fusion.div"
-    ELEMENTS: ClassVar[str] = "float"
-
-
-@irdl_op_definition
-class MaximumOp(BinaryOp):
-    name = "fusion.maximum"
-
-
-class UnaryOp(FusionOp):
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-
-    def infer_shape(self, s):
-        return s[0]
-
-
-@irdl_op_definition
-class ReluOp(UnaryOp):
-    name = "fusion.relu"
-    ELEMENTS: ClassVar[str] = "num"
-
-
-@irdl_op_definition
-class NegOp(UnaryOp):
-    name = "fusion.neg"
-    ELEMENTS: ClassVar[str] = "num"
-
-
-@irdl_op_definition
-class ExpOp(UnaryOp):
-    name = "fusion.exp"
-
-
-@irdl_op_definition
-class TanhOp(UnaryOp):
-    name = "fusion.tanh"
-
-
-@irdl_op_definition
-class SigmoidOp(UnaryOp):
-    name = "fusion.sigmoid"
-
-
-@irdl_op_definition
-class SiluOp(UnaryOp):
-    name = "fusion.silu"
-
-
-@irdl_op_definition
-class GeluOp(UnaryOp):
-    """Erf form by default; `{approximate = "tanh"}` selects the tanh form."""
-
-    name = "fusion.gelu"
-    approximate = opt_attr_def(StringAttr)
-
-    def verify_(self) -> None:
-        if self.approximate is not None and self.approximate.data not in ("none", "tanh"):
-            raise VerifyException(
-                f'approximate must be "none" or "tanh", got "{self.approximate.data}"'
-            )
-        super().verify_()
-
-
-@irdl_op_definition
-class CastOp(UnaryOp):
-    name = "fusion.cast"
-    ELEMENTS: ClassVar[str] = "any"
-
-    def infer_element_type(self) -> Attribute:
-        res = _tensor(self.results[0]).element_type
-        if not _elem_ok(res, "any"):
-            raise VerifyException(f"cannot cast to element type {res}")
-        return res
-
-
-@irdl_op_definition
-class SetOp(UnaryOp):
-    """A copy; a different sharding on the result is a reshard."""
-
-    name = "fusion.set"
-    ELEMENTS: ClassVar[str] = "any"
-
-
-# ---- reductions -------------------------------------------------------------
-
-
-class ReductionOp(FusionOp):
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("keepdim", "bool"))
-    ELEMENTS: ClassVar[str] = "num"
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
-    keepdim = opt_prop_def(BoolAttr)
-
-    def infer_shape(self, s):
-        return shapes.reduce(s[0], self.keyword("dims"), bool(self.keyword("keepdim")))
-
-
-@irdl_op_definition
-class SumOp(ReductionOp):
-    name = "fusion.sum"
-
-
-@irdl_op_definition
-class MaxOp(ReductionOp):
-    name = "fusion.max"
-
-
-# ---- layout --------------------------------------------------------------------
-
-
-@irdl_op_definition
-class PermuteOp(FusionOp):
-    name = "fusion.permute"
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"),)
-    ELEMENTS: ClassVar[str] = "any"
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
-
-    def infer_shape(self, s):
-        return shapes.permute(s[0], self.keyword("dims"))
-
-
-@irdl_op_definition
-class ReshapeOp(FusionOp):
-    name = "fusion.reshape"
-    ELEMENTS: ClassVar[str] = "any"
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-
-    def infer_shape(self, s):
-        return shapes.reshape(s[0], tuple(_tensor(self.results[0]).get_shape()))
-
-
-@irdl_op_definition
-class BroadcastInDimOp(FusionOp):
-    """Operand dim i becomes result dim dims[i] (equal extent, or 1 expanded)."""
-
-    name = "fusion.broadcast_in_dim"
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"),)
-    ELEMENTS: ClassVar[str] = "any"
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
-
-    def infer_shape(self, s):
-        return shapes.broadcast_in_dim(s[0], tuple(_tensor(self.results[0]).get_shape()), self.keyword("dims"))
-
-
-@irdl_op_definition
-class SliceOp(FusionOp):
-    name = "fusion.slice"
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("starts", "ints"), ("limits", "ints"))
-    ELEMENTS: ClassVar[str] = "any"
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-    starts = prop_def(ArrayAttr[IntegerAttr[I64]])
-    limits = prop_def(ArrayAttr[IntegerAttr[I64]])
-
-    def infer_shape(self, s):
-        return shapes.slice_(s[0], self.keyword("starts"), self.keyword("limits"))
-
-
-@irdl_op_definition
-class SoftmaxOp(FusionOp):
-    name = "fusion.softmax"
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
-    input = operand_def(_TENSOR)
-    result = result_def(_TENSOR)
-    dim = prop_def(IntegerAttr[I64])
-
-    def infer_shape(self, s):
-        shapes.check_dim(s[0], self.keyword("dim"))
-        return s[0]
+TENSOR = TensorType.constr()
 
 
 # ---- memory layout ---------------------------------------------------------
@@ -764,16 +703,20 @@ def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
     return ident
 
 
-TENSOR_OPS: tuple[type[FusionOp], ...] = (
-    MatmulOp, LinearOp, AddOp, SubOp, MulOp, DivOp, MaximumOp,
-    ReluOp, NegOp, ExpOp, TanhOp, SigmoidOp, SiluOp, GeluOp, CastOp, SetOp,
-    SumOp, MaxOp, PermuteOp, ReshapeOp, BroadcastInDimOp, SliceOp, SoftmaxOp,
-)  # fmt: skip
 
-ELEMENTWISE_OPS: tuple[type[FusionOp], ...] = (
-    AddOp, SubOp, MulOp, DivOp, MaximumOp,
-    ReluOp, NegOp, ExpOp, TanhOp, SigmoidOp, SiluOp, GeluOp, CastOp,
-)  # fmt: skip
-"""Pointwise ops: one output element from the same-index input elements."""
+GLOBAL_ATTR = "fusion.global"
+"""Discardable attribute on an INDEXED op computing on local blocks (inside
+a `hir.launch`): `[T0, ..., Tn, R]`, the global types (with shardings) of
+its operands and result, from which each rank knows where its blocks lie."""
 
-Fusion = Dialect("fusion", [MeshOp, *TENSOR_OPS], [ShardingAttr])
+
+# The op classes live in their families' modules (fusion_*.py), which import
+# this one; `fuserc.dialects.fusion.AddOp`, `TENSOR_OPS` and the dialect
+# `Fusion` are found through the registry module on first use.
+def __getattr__(name: str) -> Any:
+    from fuserc.dialects import fusion_ops
+
+    try:
+        return getattr(fusion_ops, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

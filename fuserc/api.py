@@ -31,12 +31,16 @@ DTYPES = ("f32", "f16", "bf16", "f64", "i64", "i1")
 
 @dataclass(eq=False)
 class Tensor:
-    """A value of the definition: global shape, element type, sharding."""
+    """A value of the definition: global shape, element type, sharding.
+
+    Arithmetic operators build ops of its definition: `x @ w`, `x * y`,
+    `x + 1`, `-x`, `x / 2` (Python numbers become rank-0 constants)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     sharding: Sharding | None = None
+    fd: "FusionDefinition | None" = field(default=None, repr=False)
 
     def type_text(self) -> str:
         dims = "x".join(str(d) for d in self.shape)
@@ -45,6 +49,43 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor(%{self.name}: {self.type_text()})"
+
+    def _op(self, name: str, *operands: Any) -> "Tensor":
+        assert self.fd is not None
+        return self.fd.ops.op(name, *operands)
+
+    def __add__(self, other: Any) -> "Tensor":
+        return self._op("add", self, other)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return self._op("add", other, self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return self._op("sub", self, other)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return self._op("sub", other, self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return self._op("mul", self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return self._op("mul", other, self)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return self._op("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return self._op("div", other, self)
+
+    def __matmul__(self, other: Any) -> "Tensor":
+        return self._op("matmul", self, other)
+
+    def __rmatmul__(self, other: Any) -> "Tensor":
+        return self._op("matmul", other, self)
+
+    def __neg__(self) -> "Tensor":
+        return self._op("neg", self)
 
 
 @dataclass
@@ -57,113 +98,130 @@ class _Op:
 
 
 class _Ops:
-    """`fd.ops.NAME(...)`: one method per fusion op, result type inferred."""
+    """`fd.ops.NAME(...)`: one builder per fusion op, made from the op
+    class's own facts (`fuserc.dialects.fusion_ops`): its operands first
+    (`OPERANDS`; a list for concat's; Python numbers become rank-0
+    constants of the other operands' element type), then its keywords in
+    order (`KEYWORDS`, an int where dims are expected), then what its result
+    needs (`RESULT`: shape, dtype), positionally or by name; gelu takes
+    `approximate`. `help(fd.ops.layer_norm)` shows the op's documentation."""
 
     def __init__(self, fd: "FusionDefinition"):
         self._fd = fd
 
-    def _add(self, name, operands, shape, dtype=None, keywords=None, attrs=None) -> Tensor:
+    def __dir__(self) -> list[str]:
+        from fuserc.dialects.fusion_ops import BY_NAME
+
+        return sorted(set(super().__dir__()) | set(BY_NAME))
+
+    def __getattr__(self, name: str) -> Any:
+        from fuserc.dialects.fusion_ops import BY_NAME
+
+        if name.startswith("_") or name not in BY_NAME:
+            raise AttributeError(f"fusion has no op '{name}' (ops: {', '.join(sorted(BY_NAME))})")
+
+        def build(*args: Any, **kwargs: Any) -> Tensor:
+            return self.op(name, *args, **kwargs)
+
+        build.__name__ = name
+        build.__doc__ = BY_NAME[name].__doc__
+        return build
+
+    def op(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
+        """`fusion.<name>` on `args` (see the class docstring)."""
+        from fuserc.dialects.fusion_ops import BY_NAME
+
+        cls = BY_NAME[name]
+        where = f"fusion.{name}"
+        args = list(args)
+        operands: list[Any] = []
+        for n in cls.OPERANDS:
+            if n.startswith("*"):  # concat([a, b], 0) or concat(a, b, dim=0)
+                if args and isinstance(args[0], (list, tuple)):
+                    operands = list(args.pop(0))
+                else:
+                    while args and isinstance(args[0], Tensor):
+                        operands.append(args.pop(0))
+                break
+            key, optional = n.rstrip("?"), n.endswith("?")
+            if args and (isinstance(args[0], (Tensor, int, float)) or (optional and args[0] is None)):
+                value = args.pop(0)
+            else:
+                value = kwargs.pop(key, None)
+            if value is None:
+                if optional:
+                    continue
+                raise Diagnostic(f"{where}: missing operand '{key}'")
+            operands.append(value)
+        kinds = dict(cls.KEYWORDS)
+        params = list(cls.PY_ARGS or [*kinds, *[r for r in cls.RESULT.split(",") if r]])
+        values: dict[str, Any] = {}
+        for p, v in zip(params, args):
+            values[p] = v
+        if len(args) > len(params):
+            raise Diagnostic(f"{where}: too many arguments ({len(args)} after the operands; takes {', '.join(params)})")
+        for k, v in kwargs.items():
+            if k in values:
+                raise Diagnostic(f"{where}: '{k}' given twice")
+            values[k] = v
+        attrs = {a: values.pop(a) for a in cls.ATTRS if a in values}
+        shape = values.pop("shape", None)
+        dtype = values.pop("dtype", None) or cls.DEFAULT_DTYPE
+        unknown = [k for k in values if k not in kinds]
+        if unknown:
+            raise Diagnostic(f"{where}: unknown argument {', '.join(unknown)} (takes {', '.join(params) or 'no keywords'})")
+        keywords = {k: _kw_value(v, kinds[k]) for k, v in values.items() if v is not None and v != cls.DEFAULTS.get(k)}
+        kinds_of = cls.element_kinds(len(operands))
+        tensors = self._operands(where, operands, kinds_of)
+        result = self._infer(where, cls, tensors, keywords, shape, dtype)
+        return self._add(name, tensors, result, keywords, {k: f'"{v}"' for k, v in attrs.items() if v != "none"})
+
+    def _operands(self, where: str, operands: list[Any], kinds: Sequence[str]) -> list[Tensor]:
+        """Tensors of this definition; a number becomes a rank-0 constant:
+        i64 or i1 where the operand must be, else of the element type of the
+        op's tensor operands of the same kind."""
         fd = self._fd
-        for t in operands:
-            if not isinstance(t, Tensor) or t not in fd._known:
-                raise Diagnostic(f"fusion.{name}: operand {t!r} is not a tensor of this definition")
-        result = fd._new_tensor(tuple(shape), dtype or operands[0].dtype)
-        fd._ops.append(_Op(name, list(operands), result, keywords or {}, attrs or {}))
-        return result
+        out: list[Tensor] = []
+        for t, kind in zip(operands, kinds):
+            if isinstance(t, bool) or not isinstance(t, (Tensor, int, float)):
+                raise Diagnostic(f"{where}: operand {t!r} is not a tensor of this definition or a number")
+            if not isinstance(t, Tensor):
+                like = kind if kind in ("i64", "i1") else next(
+                    (o.dtype for o, k in zip(operands, kinds) if isinstance(o, Tensor) and k == kind), None
+                )
+                if like is None:
+                    raise Diagnostic(f"{where}: a number operand needs a tensor operand to take its type from")
+                t = self.op("constant", float(t), dtype=like)
+            elif t not in fd._known:
+                raise Diagnostic(f"{where}: operand {t!r} is not a tensor of this definition")
+            out.append(t)
+        return out
 
-    def _shape(self, name: str, fn, *args):
+    def _infer(self, where: str, cls: Any, operands: list[Tensor], keywords: dict[str, Any],
+               shape: Any, dtype: Any) -> Tensor:
+        from xdsl.dialects.builtin import TensorType
+        from xdsl.utils.exceptions import VerifyException
+
+        from fuserc.dialects.fusion_builder import element_attr
+
+        types = [TensorType(element_attr(t.dtype), list(t.shape)) for t in operands]
+        given = None
+        if shape is not None or dtype is not None:
+            elem = element_attr(_dtype(dtype)) if dtype is not None else (types[0].element_type if types else None)
+            if elem is None:
+                raise Diagnostic(f"{where}: give its dtype")
+            given = TensorType(elem, [int(e) for e in (shape if shape is not None else [])])
         try:
-            return fn(*args)
-        except shapes.ShapeError as e:
-            raise Diagnostic(f"fusion.{name}: {e}") from None
+            rshape, elem = cls.infer(types, keywords, given)
+        except (shapes.ShapeError, VerifyException, KeyError, ValueError) as e:
+            what = f"missing keyword {e}" if isinstance(e, KeyError) else str(e)
+            raise Diagnostic(f"{where}: {what}") from None
+        return self._fd._new_tensor(tuple(rshape), _dtype_of(elem))
 
-    # contractions
-    def matmul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._add("matmul", [a, b], self._shape("matmul", shapes.matmul, a.shape, b.shape))
-
-    def linear(self, x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
-        ops = [x, w] + ([bias] if bias is not None else [])
-        shape = self._shape("linear", shapes.linear, x.shape, w.shape, bias.shape if bias else None)
-        return self._add("linear", ops, shape)
-
-    # elementwise
-    def _binary(self, name: str, a: Tensor, b: Tensor) -> Tensor:
-        return self._add(name, [a, b], self._shape(name, shapes.same, a.shape, b.shape))
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("add", a, b)
-
-    def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("sub", a, b)
-
-    def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("mul", a, b)
-
-    def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("div", a, b)
-
-    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("maximum", a, b)
-
-    def relu(self, x: Tensor) -> Tensor:
-        return self._add("relu", [x], x.shape)
-
-    def neg(self, x: Tensor) -> Tensor:
-        return self._add("neg", [x], x.shape)
-
-    def exp(self, x: Tensor) -> Tensor:
-        return self._add("exp", [x], x.shape)
-
-    def tanh(self, x: Tensor) -> Tensor:
-        return self._add("tanh", [x], x.shape)
-
-    def sigmoid(self, x: Tensor) -> Tensor:
-        return self._add("sigmoid", [x], x.shape)
-
-    def silu(self, x: Tensor) -> Tensor:
-        return self._add("silu", [x], x.shape)
-
-    def gelu(self, x: Tensor, approximate: str = "none") -> Tensor:
-        attrs = {"approximate": f'"{approximate}"'} if approximate != "none" else {}
-        return self._add("gelu", [x], x.shape, attrs=attrs)
-
-    def cast(self, x: Tensor, dtype: str) -> Tensor:
-        return self._add("cast", [x], x.shape, _dtype(dtype))
-
-    def set(self, x: Tensor) -> Tensor:
-        """A copy; shard its result differently to reshard."""
-        return self._add("set", [x], x.shape)
-
-    # reductions
-    def sum(self, x: Tensor, dims: Sequence[int], keepdim: bool = False) -> Tensor:
-        shape = self._shape("sum", shapes.reduce, x.shape, list(dims), keepdim)
-        kw: dict[str, Any] = {"dims": list(dims)} | ({"keepdim": True} if keepdim else {})
-        return self._add("sum", [x], shape, keywords=kw)
-
-    def max(self, x: Tensor, dims: Sequence[int], keepdim: bool = False) -> Tensor:
-        shape = self._shape("max", shapes.reduce, x.shape, list(dims), keepdim)
-        kw: dict[str, Any] = {"dims": list(dims)} | ({"keepdim": True} if keepdim else {})
-        return self._add("max", [x], shape, keywords=kw)
-
-    # layout
-    def permute(self, x: Tensor, dims: Sequence[int]) -> Tensor:
-        shape = self._shape("permute", shapes.permute, x.shape, list(dims))
-        return self._add("permute", [x], shape, keywords={"dims": list(dims)})
-
-    def reshape(self, x: Tensor, shape: Sequence[int]) -> Tensor:
-        return self._add("reshape", [x], self._shape("reshape", shapes.reshape, x.shape, tuple(shape)))
-
-    def broadcast_in_dim(self, x: Tensor, shape: Sequence[int], dims: Sequence[int]) -> Tensor:
-        out = self._shape("broadcast_in_dim", shapes.broadcast_in_dim, x.shape, tuple(shape), list(dims))
-        return self._add("broadcast_in_dim", [x], out, keywords={"dims": list(dims)})
-
-    def slice(self, x: Tensor, starts: Sequence[int], limits: Sequence[int]) -> Tensor:
-        out = self._shape("slice", shapes.slice_, x.shape, list(starts), list(limits))
-        return self._add("slice", [x], out, keywords={"starts": list(starts), "limits": list(limits)})
-
-    def softmax(self, x: Tensor, dim: int) -> Tensor:
-        self._shape("softmax", shapes.check_dim, x.shape, dim)
-        return self._add("softmax", [x], x.shape, keywords={"dim": dim})
+    def _add(self, name: str, operands: list[Tensor], result: Tensor, keywords: dict[str, Any],
+             attrs: dict[str, str]) -> Tensor:
+        self._fd._ops.append(_Op(name, list(operands), result, keywords, attrs))
+        return result
 
 
 class _Schedule:
@@ -226,7 +284,7 @@ class FusionDefinition:
 
     # -- definition ----------------------------------------------------------
     def _new_tensor(self, shape: tuple[int, ...], dtype: str, name: str | None = None) -> Tensor:
-        t = Tensor(name or f"t{next(self._counter)}", shape, dtype)
+        t = Tensor(name or f"t{next(self._counter)}", shape, dtype, fd=self)
         self._known.add(t)
         return t
 
@@ -265,9 +323,19 @@ class FusionDefinition:
         args = ", ".join(f"%{t.name}: {t.type_text()}" for t in self._inputs)
         res = ", ".join(t.type_text() for t in self._outputs)
         lines.append(f"func.func @{self.name}({args}) -> ({res}) {{")
+        from fuserc.dialects.fusion_ops import BY_NAME
+
         for op in self._ops:
-            operands = ", ".join(f"%{t.name}" for t in op.operands)
-            kws = "".join(f" {k} = {_kw_text(v)}" for k, v in op.keywords.items())
+            cls = BY_NAME[op.name]
+            kinds = dict(cls.KEYWORDS)
+            if cls.LEADING is not None:
+                operands = _kw_text(op.keywords[cls.LEADING], kinds[cls.LEADING])
+            else:
+                operands = ", ".join(f"%{t.name}" for t in op.operands)
+            kws = "".join(
+                f" {k} = {_kw_text(op.keywords[k], kind)}" for k, kind in cls.KEYWORDS
+                if k in op.keywords and k != cls.LEADING
+            )
             attrs = (
                 " {" + ", ".join(f"{k} = {v}" for k, v in op.attrs.items()) + "}" if op.attrs else ""
             )
@@ -296,7 +364,7 @@ class FusionDefinition:
         from xdsl.dialects.builtin import TensorType
         from xdsl.dialects.func import FuncOp, ReturnOp
 
-        from fuserc.dialects.fusion import FusionOp, GeluOp, MeshOp, sharding_of
+        from fuserc.dialects.fusion import FusionOp, MeshOp, sharding_of
         from fuserc.ir import parse
 
         module = parse(text, filename)
@@ -328,10 +396,8 @@ class FusionDefinition:
             if not isinstance(op, FusionOp):
                 raise Diagnostic(f"unsupported op {op.name} in a fusion definition")
             result = tensor_of(op.results[0], None)
-            kws = {k: op.keyword(k) for k, _ in op.KEYWORDS if op.keyword(k) is not None}
-            attrs = {}
-            if isinstance(op, GeluOp) and op.approximate is not None:
-                attrs["approximate"] = f'"{op.approximate.data}"'
+            kws = op.keywords()
+            attrs = {k: str(v) for k, v in op.attributes.items()}
             fd._ops.append(
                 _Op(op.name.removeprefix("fusion."), [env[v] for v in op.operands], result, kws, attrs)
             )
@@ -361,12 +427,28 @@ class FusionDefinition:
         return self.compile(**compile_options).execute(inputs, local=local, gather=gather)
 
 
-def _kw_text(v: Any) -> str:
-    if isinstance(v, bool):
+def _kw_text(v: Any, kind: str) -> str:
+    """A keyword's value as the IR spells it."""
+    from fuserc.dialects.fusion import format_float
+
+    if kind == "bool":
         return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
+    if kind == "ints":
         return "[" + ", ".join(str(x) for x in v) + "]"
+    if kind == "float":
+        return format_float(float(v))
     return str(v)
+
+
+def _kw_value(v: Any, kind: str) -> Any:
+    """A builder argument as the keyword's Python value (an int for dims)."""
+    if kind == "ints":
+        return [int(x) for x in ([v] if isinstance(v, int) else v)]
+    if kind == "int":
+        return int(v)
+    if kind == "bool":
+        return bool(v)
+    return float(v)
 
 
 _DTYPE_ALIASES = {

@@ -46,7 +46,7 @@ the 16-bit types."""
 
 
 def _dtype_name(dtype: "torch.dtype") -> str:
-    from fuserc.runtime.reference import element_type
+    from fuserc.dialects.interfaces import element_type
 
     return str(element_type(dtype))
 
@@ -212,7 +212,7 @@ def _run(o: _Options) -> int:
         if o.inputs:
             globals_ = io.load_inputs(o.inputs, program.params)
         else:
-            globals_ = io.random_inputs(program.params, o.seed)
+            globals_ = program.random_inputs(o.seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
     if o.iters is not None:
         _time(program, local, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)

@@ -74,11 +74,7 @@ def check_dim(shape: Shape, dim: int) -> int:
 def reduce(shape: Shape, dims: Sequence[int], keepdim: bool) -> Shape:
     # PyTorch reads an empty dim list as "reduce everything" in some ops and
     # as "nothing" in others; fuserc refuses it rather than guess.
-    if not dims:
-        raise ShapeError("dims = [] is ambiguous: list the dimensions to reduce")
-    norm = [check_dim(shape, d) for d in dims]
-    if len(set(norm)) != len(norm):
-        raise ShapeError(f"repeated dimension in dims = {list(dims)}")
+    norm = check_dims(shape, dims)
     if keepdim:
         return tuple(1 if i in norm else e for i, e in enumerate(shape))
     return tuple(e for i, e in enumerate(shape) if i not in norm)
@@ -121,3 +117,89 @@ def slice_(shape: Shape, starts: Sequence[int], limits: Sequence[int]) -> Shape:
         if not 0 <= s <= l <= e:
             raise ShapeError(f"slice [{s}, {l}) of dimension {i} is out of bounds for extent {e}")
     return tuple(l - s for s, l in zip(starts, limits))
+
+
+def broadcast(*shapes_: Shape) -> Shape:
+    """PyTorch broadcasting: shapes align from the right; an extent of 1 (or
+    a missing dimension) expands to the other's."""
+    rank = max((len(s) for s in shapes_), default=0)
+    out = []
+    for i in range(rank):
+        extents = {s[len(s) - rank + i] for s in shapes_ if len(s) - rank + i >= 0}
+        big = extents - {1}
+        if len(big) > 1:
+            listing = " and ".join(str(list(s)) for s in shapes_)
+            raise ShapeError(f"operand shapes {listing} do not broadcast (dimension {i - rank} differs)")
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+def check_dims(shape: Shape, dims: Sequence[int]) -> list[int]:
+    """Dimensions normalized (negative ones count from the end), distinct."""
+    if not dims:
+        raise ShapeError("dims = [] is ambiguous: list the dimensions")
+    norm = [check_dim(shape, d) for d in dims]
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"repeated dimension in dims = {list(dims)}")
+    return norm
+
+
+def trailing_dims(shape: Shape, dims: Sequence[int], what: str) -> list[int]:
+    """`dims` normalized; they must be the last len(dims) dimensions (as a
+    normalization's `normalized_shape`)."""
+    norm = sorted(check_dims(shape, dims))
+    if norm != list(range(len(shape) - len(norm), len(shape))):
+        raise ShapeError(
+            f"{what} normalizes trailing dimensions: dims = {list(dims)} must be the last "
+            f"{len(norm)} of rank {len(shape)} (e.g. {list(range(len(shape) - len(norm), len(shape)))})"
+        )
+    return norm
+
+
+def concat(shapes_: Sequence[Shape], dim: int) -> Shape:
+    """torch.cat: equal ranks and extents but along `dim`."""
+    if not shapes_:
+        raise ShapeError("concat needs at least one operand")
+    first = shapes_[0]
+    d = check_dim(first, dim) if first else None
+    if d is None:
+        raise ShapeError("concat operands must have rank >= 1")
+    for s in shapes_[1:]:
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != d):
+            raise ShapeError(
+                f"concat operands {list(first)} and {list(s)} must agree except in dimension {dim}"
+            )
+    return tuple(sum(s[d] for s in shapes_) if i == d else e for i, e in enumerate(first))
+
+
+def sdpa(q: Shape, k: Shape, v: Shape) -> Shape:
+    """scaled_dot_product_attention on [batch, heads, seq, head_dim]; the
+    heads of k and v divide q's (grouped-query attention)."""
+    for name, s in (("q", q), ("k", k), ("v", v)):
+        if len(s) != 4:
+            raise ShapeError(f"sdpa: {name} must be [batch, heads, seq, head_dim], got {list(s)}")
+    if k[:3] != v[:3]:
+        raise ShapeError(f"sdpa: k {list(k)} and v {list(v)} must agree in batch, heads and seq")
+    if q[0] != k[0]:
+        raise ShapeError(f"sdpa: batch of q ({q[0]}) and k ({k[0]}) differ")
+    if q[3] != k[3]:
+        raise ShapeError(f"sdpa: head_dim of q ({q[3]}) and k ({k[3]}) differ")
+    if k[1] == 0 or q[1] % k[1]:
+        raise ShapeError(
+            f"sdpa: the heads of k and v ({k[1]}) must divide the heads of q ({q[1]}) (grouped-query attention)"
+        )
+    return (q[0], q[1], q[2], v[3])
+
+
+def embedding(ids: Shape, table: Shape) -> Shape:
+    if len(table) != 2:
+        raise ShapeError(f"embedding table must be [vocab, dim], got {list(table)}")
+    return tuple(ids) + (table[1],)
+
+
+def cross_entropy(logits: Shape, labels: Shape) -> Shape:
+    if len(logits) != 2:
+        raise ShapeError(f"cross_entropy logits must be [rows, classes], got {list(logits)}")
+    if tuple(labels) != (logits[0],):
+        raise ShapeError(f"cross_entropy labels must be [{logits[0]}] (one per row), got {list(labels)}")
+    return ()

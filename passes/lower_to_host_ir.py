@@ -61,7 +61,7 @@ from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     ALLOC_ORDER,
-    ELEMENTWISE_OPS,
+    GLOBAL_ATTR,
     alloc_order_of,
     FusionOp,
     LinearOp,
@@ -558,10 +558,10 @@ class _FunctionLowering:
             self.values[op.results[0]] = out
             return i + 1
         chain = [op]
-        if isinstance(op, ELEMENTWISE_OPS):
+        if op.POINTWISE:
             while i + len(chain) < len(ops):
                 nxt = ops[i + len(chain)]
-                if not isinstance(nxt, ELEMENTWISE_OPS) or chain[-1].results[0].get_user_of_unique_use() is not nxt:
+                if not (isinstance(nxt, FusionOp) and nxt.POINTWISE) or chain[-1].results[0].get_user_of_unique_use() is not nxt:
                     break
                 if is_resharding(nxt):
                     break
@@ -648,11 +648,14 @@ class _FunctionLowering:
                     limits[d] = loc[d]
             props["starts"] = hir.int_array(starts)
             props["limits"] = hir.int_array(limits)
+        attrs = {k: v for k, v in op.attributes.items() if k != ALLOC_ORDER}
+        if op.INDEXED:  # where its local blocks lie: the global types
+            attrs[GLOBAL_ATTR] = ArrayAttr([v.type for v in (*op.operands, op.results[0])])
         new = type(op).create(
             operands=operands,
             result_types=[self.local(op, op.results[0])],
             properties=props,
-            attributes={k: v for k, v in op.attributes.items() if k != ALLOC_ORDER},
+            attributes=attrs,
         )
         new.location = op.location
         try:

@@ -131,6 +131,7 @@ class MakeReshardingContiguous(ModulePass):
             if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
                 continue
             _require_shardings(func)
+            _expand_nonlocal(func, meshes)
             _Decomposer(meshes).run(func)
             _split_multi_step_sets(func, meshes)
             _Layouts(meshes).run(func)
@@ -202,7 +203,49 @@ def _where(op: Operation, message: str) -> str:
 
 
 # --------------------------------------------------------------------------
-# 1. Resharding ops -> local compute + reshard sets
+# 1. Ops that need statistics across devices -> their expanded forms
+# --------------------------------------------------------------------------
+
+_MAX_EXPANSION_ROUNDS = 8
+"""An expansion may make ops that expand in turn (a layer_norm's means);
+each round expands what the last one made."""
+
+
+def _expand_nonlocal(func: FuncOp, meshes: Meshes) -> None:
+    """Replace each resharding op that has an expanded form for its
+    operands' shardings (`FusionOp.expand`: a layer_norm over a split hidden
+    dimension, a linear with a bias and a split contraction, a cross_entropy
+    over a split vocabulary, ...) by that form, whose ops then compute
+    locally or reduce across devices; the new values get shardings as
+    propagate-shardings gives them, the result keeps the op's."""
+    from fuserc.dialects.fusion_builder import FusionBuilder
+    from fuserc.passes.propagate_shardings import propagate_function
+
+    for _ in range(_MAX_EXPANSION_ROUNDS):
+        expanded = False
+        for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
+            if any(sharding_of(v) is None for v in (*op.operands, *op.results)) or not rules.is_resharding(op):
+                continue
+            b = FusionBuilder(op, meshes.get)
+            value = op.expand(b)
+            if value is None:
+                continue
+            old = op.results[0]
+            assert isinstance(value.type, TensorType) and shape_of(value) == shape_of(old)
+            value = Rewriter.replace_value_with_new_type(value, old.type)
+            value.name_hint = old.name_hint
+            old.replace_all_uses_with(value)
+            op.detach()
+            op.erase()
+            expanded = True
+        if not expanded:
+            return
+        propagate_function(func)
+    raise error_at(func, "make-resharding-contiguous: op expansions do not terminate")
+
+
+# --------------------------------------------------------------------------
+# 2. Resharding ops -> local compute + reshard sets
 # --------------------------------------------------------------------------
 
 
@@ -255,8 +298,6 @@ class _Decomposer:
 
     def decompose(self, op: FusionOp) -> None:
         if not rules.is_resharding(op):
-            return
-        if isinstance(op, LinearOp) and len(op.operands) == 3 and self.peel_bias(op):
             return
         result = sharding_of(op.results[0])
         assert result is not None
@@ -387,45 +428,9 @@ class _Decomposer:
         out = local.with_dims(dims)
         return out if self.valid(out, shape) else local
 
-    def peel_bias(self, op: LinearOp) -> bool:
-        """linear(x, w, b) with a split contraction -> linear(x, w) (a partial
-        sum), then add(broadcast(b)): the bias is added once, after the
-        reduction. False (nothing done) when that does not apply."""
-        x, w, bias = op.operands
-        result = sharding_of(op.results[0])
-        assert result is not None
-        if result.partial:
-            return False
-        rtype = op.results[0].type
-        assert isinstance(rtype, TensorType)
-        lin = LinearOp.create(operands=[x, w], result_types=[rtype], attributes=dict(op.attributes), location=op.location)
-        local = rules.local_result(lin, [sharding_of(x), sharding_of(w)], self.mesh_of)  # type: ignore[list-item]
-        if local is None or local.partial is None:
-            return False
-        shape = shape_of(rtype)
-        btype = bias.type
-        assert isinstance(btype, TensorType)
-        bdims = [len(shape) - 1] if len(btype.get_shape()) == 1 else []
-        bb = BroadcastInDimOp.create(
-            operands=[bias],
-            result_types=[_typed(btype.element_type, shape, result)],
-            properties={"dims": _ints(bdims)},
-            location=op.location,
-        )
-        add = AddOp.create(operands=[lin.results[0], bb.results[0]], result_types=[rtype], location=op.location)
-        hint = op.results[0].name_hint
-        lin.results[0].name_hint = f"{hint}_nobias" if hint else None
-        bb.results[0].name_hint = f"{hint}_bias" if hint else None
-        _insert_before(op, lin, bb, add)
-        op.results[0].replace_all_uses_with(add.results[0])
-        Rewriter.erase_op(op)
-        for new in (lin, bb, add):
-            self.decompose(new)
-        return True
-
 
 # --------------------------------------------------------------------------
-# 2. Multi-step sets -> chains of single steps
+# 3. Multi-step sets -> chains of single steps
 # --------------------------------------------------------------------------
 
 
@@ -453,7 +458,7 @@ def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
 
 
 # --------------------------------------------------------------------------
-# 3. Layouts
+# 4. Layouts
 # --------------------------------------------------------------------------
 
 

@@ -63,9 +63,16 @@ class PropagateShardings(ModulePass):
         for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
             if func.is_declaration or "hir.host" in func.attributes:
                 continue
-            scope = func.parent_block()
-            meshes = [m.sym_name.data for m in scope.ops if isinstance(m, MeshOp)] if scope else []
-            _FunctionPropagation(func, meshes).run()
+            propagate_function(func)
+
+
+def propagate_function(func: FuncOp) -> None:
+    """Give every tensor of `func` without a sharding one (the pass, on one
+    function; make-resharding-contiguous reuses it for the ops an expansion
+    adds)."""
+    scope = func.parent_block()
+    meshes = [m.sym_name.data for m in scope.ops if isinstance(m, MeshOp)] if scope else []
+    _FunctionPropagation(func, meshes).run()
 
 
 class _FunctionPropagation:
@@ -177,7 +184,7 @@ class _FunctionPropagation:
                 )
 
     def check_meshes(self, op: FusionOp) -> None:
-        if isinstance(op, SetOp):
+        if isinstance(op, SetOp) or not op.operands:
             return
         operands = [self.known[v] for v in op.operands]
         for i, s in enumerate(operands[1:], 1):

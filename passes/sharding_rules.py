@@ -1,28 +1,21 @@
 """How shardings flow through each fusion op.
 
-One description per op (`OpMap`) says how each operand dimension relates to
-the op's result:
-
-- `MAP r`: it becomes result dimension r; a split on it stays a split there;
-- `DROP r`: it lines up with result dimension r (or with none) but cannot stay
-  split through the op: a softmax dimension, a sliced dimension, a reduced
-  dimension of `max`, a broadcast dimension of extent 1;
-- `CONTRACT`: it is summed over (matmul's and linear's K, `sum`'s reduced
-  dimensions); a split there makes the local result a partial sum.
-
-Reshape relates groups of dimensions, not single ones: `reshape_sharding`.
-
-From these come the three rules the passes share, so that they agree:
+Each op says how its operand dimensions relate to its result in its
+`sharding_map()` (an `interfaces.OpMap`: MAP, DROP, CONTRACT or STAT per
+operand dimension, see `fuserc.dialects.interfaces.Target`); reshape relates
+groups of dimensions, not single ones (`reshape_sharding`). From those maps
+come the three rules the passes share, so that they agree:
 
 - `local_result`: the placement the op computes from its operands with no
   communication, or None when the operands do not fit together (a contracted
   dimension split on one operand only, two operands split differently, a
-  parallel type landing twice on the result, a split on a DROP dimension);
+  parallel type landing twice on the result, a split on a DROP dimension, or
+  on a STAT dimension: the op then expands into ops that communicate);
 - `forward`: the sharding propagation gives an undecided result. Operands are
   taken in priority order (matmul: rhs, then lhs; linear: weight, bias, input,
   as nvFuser; elementwise: the operand with the most device splits, ties to
   the first), each adding its splits to result dimensions still whole with
-  parallel types not yet used;
+  parallel types not yet used (a STAT dimension's split stays, as MAP's);
 - `required_operands`: the operand placements under which the op computes a
   given result locally (backward propagation, and what a resharding op's
   operands must be resharded to).
@@ -31,175 +24,38 @@ From these come the three rules the passes share, so that they agree:
 broadcast creates may be split any way); `is_resharding(op)` is its negation
 on the op's own types: communication must be inserted.
 
-Partial sums: matmul, linear without bias and sum make one when a contracted
-dimension is split (`contracts`). Linear ops carry a partial operand to their
-result (`carries`): ALL (add, sub, neg, cast, set, permute, reshape,
-broadcast_in_dim, slice, sum: every operand partial over the same type) or
-ONE (matmul, linear without bias: at most one operand partial). Any other op
-needs its partial operands reduced first.
+Partial sums: an op makes one when a contracted dimension is split
+(`OpMap.contracts`: matmul, linear without bias, sum, embedding). Linear
+ops carry partial operands to their result (`OpMap.carries`): ALL (add,
+sub, neg, cast, set, permute, reshape, broadcast_in_dim, slice, concat,
+sum: every operand partial over the same type) or ONE (matmul, linear
+without bias, mul: at most one operand partial). Any other op needs its
+partial operands reduced first.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from xdsl.ir import Operation
 
-from fuserc.dialects.fusion import (
-    AddOp,
-    BroadcastInDimOp,
-    CastOp,
-    ELEMENTWISE_OPS,
-    FusionOp,
-    LinearOp,
-    MatmulOp,
-    MaxOp,
-    NegOp,
-    PermuteOp,
-    ReshapeOp,
-    SetOp,
-    SliceOp,
-    SoftmaxOp,
-    SubOp,
-    SumOp,
-    lookup_mesh,
-    sharding_of,
-)
+from fuserc.dialects.fusion import FusionOp, lookup_mesh, shape_of, sharding_of
+from fuserc.dialects.interfaces import ALL, CONTRACT, DROP, MAP, NONE, ONE, RESHAPE, STAT, OpMap, Target
 from fuserc.sharding import Mesh, Sharding, Split
-from fuserc.dialects.fusion import shape_of
 
 Shape = tuple[int, ...]
 MeshLookup = Callable[[str], "Mesh | None"]
 
-MAP, DROP, CONTRACT = "map", "drop", "contract"
-ALL, ONE, NONE = "all", "one", "none"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where one operand dimension goes (see the module docstring)."""
-
-    kind: str
-    dim: int | None = None
-
-
-@dataclass(frozen=True)
-class OpMap:
-    """An op's dimension map: one Target per dimension of each operand."""
-
-    operands: tuple[tuple[Target, ...], ...]
-    result_rank: int
-    priority: tuple[int, ...] | None  # operand order for `forward`; None: by splits
-    carries: str  # ALL | ONE | NONE
-    contracts: bool  # a split CONTRACT dimension may make the result partial
-
-    def free_dims(self) -> list[int]:
-        """Result dimensions no operand dimension lines up with (broadcast
-        dimensions): a device makes any block of them locally."""
-        taken = {t.dim for ts in self.operands for t in ts if t.dim is not None}
-        return [r for r in range(self.result_rank) if r not in taken]
-
-
-def _identity(rank: int) -> tuple[Target, ...]:
-    return tuple(Target(MAP, d) for d in range(rank))
-
-
-def _norm(dims: Sequence[int], rank: int) -> list[int]:
-    return [d % max(1, rank) for d in dims]
-
-
-def _matmul_map(a: Shape, b: Shape, r: Shape) -> tuple[tuple[Target, ...], tuple[Target, ...]]:
-    """torch.matmul: a[..., M, K] @ b[..., K, N] (1-D operands have no M / N)."""
-    ra, rb, rr = len(a), len(b), len(r)
-    nbatch = rr - (ra >= 2) - (rb >= 2)
-
-    def side(shape: Shape, is_lhs: bool) -> tuple[Target, ...]:
-        n = len(shape)
-        if n == 1:
-            return (Target(CONTRACT),)
-        out: list[Target] = []
-        for j in range(n - 2):  # batch dims align right with the result's
-            rd = nbatch - (n - 2) + j
-            out.append(Target(MAP, rd) if shape[j] == r[rd] else Target(DROP))
-        if is_lhs:
-            out += [Target(MAP, rr - 2 if rb >= 2 else rr - 1), Target(CONTRACT)]
-        else:
-            out += [Target(CONTRACT), Target(MAP, rr - 1)]
-        return tuple(out)
-
-    return side(a, True), side(b, False)
-
 
 def op_map(op: FusionOp) -> OpMap | None:
     """The dimension map of `op` (None for reshape, see `reshape_sharding`)."""
-    shapes = [shape_of(v) for v in op.operands]
-    res = shape_of(op.results[0])
-    rr = len(res)
-    if isinstance(op, ReshapeOp):
-        return None
-    if isinstance(op, MatmulOp):
-        ta, tb = _matmul_map(shapes[0], shapes[1], res)
-        return OpMap((ta, tb), rr, (1, 0), ONE, True)
-    if isinstance(op, LinearOp):
-        x, w = shapes[0], shapes[1]
-        tx = (*(Target(MAP, d) for d in range(len(x) - 1)), Target(CONTRACT))
-        tw = (Target(MAP, rr - 1), Target(CONTRACT)) if len(w) == 2 else (Target(CONTRACT),)
-        if len(shapes) == 3:
-            tbias = (Target(MAP, rr - 1),) if len(shapes[2]) == 1 else ()
-            # A partial sum with a bias would add the bias once per device.
-            return OpMap((tx, tw, tbias), rr, (1, 2, 0), NONE, False)
-        return OpMap((tx, tw), rr, (1, 0), ONE, True)
-    if isinstance(op, (SumOp, MaxOp)):
-        (shape,) = shapes
-        reduced = set(_norm(op.keyword("dims"), len(shape)))
-        keep = bool(op.keyword("keepdim"))
-        targets: list[Target] = []
-        r = 0
-        for d in range(len(shape)):
-            if d in reduced:
-                if isinstance(op, SumOp):
-                    targets.append(Target(CONTRACT))
-                else:
-                    targets.append(Target(DROP, r if keep else None))
-                r += keep
-            else:
-                targets.append(Target(MAP, r))
-                r += 1
-        if isinstance(op, SumOp):
-            return OpMap((tuple(targets),), rr, (0,), ALL, True)
-        return OpMap((tuple(targets),), rr, (0,), NONE, False)
-    if isinstance(op, PermuteOp):
-        perm = _norm(op.keyword("dims"), rr)
-        inverse = {d: r for r, d in enumerate(perm)}
-        return OpMap((tuple(Target(MAP, inverse[d]) for d in range(rr)),), rr, (0,), ALL, False)
-    if isinstance(op, BroadcastInDimOp):
-        (shape,) = shapes
-        dims = op.keyword("dims")
-        ts = tuple(
-            Target(MAP, dims[i]) if shape[i] == res[dims[i]] else Target(DROP)
-            for i in range(len(shape))
-        )
-        return OpMap((ts,), rr, (0,), ALL, False)
-    if isinstance(op, SliceOp):
-        (shape,) = shapes
-        starts, limits = op.keyword("starts"), op.keyword("limits")
-        ts = tuple(
-            Target(MAP, d) if (starts[d], limits[d]) == (0, shape[d]) else Target(DROP, d)
-            for d in range(len(shape))
-        )
-        return OpMap((ts,), rr, (0,), ALL, False)
-    if isinstance(op, SoftmaxOp):
-        sd = _norm([op.keyword("dim")], rr)[0]
-        ts = tuple(Target(DROP, d) if d == sd else Target(MAP, d) for d in range(rr))
-        return OpMap((ts,), rr, (0,), NONE, False)
-    if isinstance(op, SetOp):
-        return OpMap((_identity(rr),), rr, (0,), ALL, False)
-    if isinstance(op, ELEMENTWISE_OPS):
-        carries = ALL if isinstance(op, (AddOp, SubOp, NegOp, CastOp)) else NONE
-        return OpMap(tuple(_identity(rr) for _ in shapes), rr, None, carries, False)
-    raise ValueError(f"no sharding rule for {op.name}")
+    m = op.sharding_map()
+    return None if m == RESHAPE else m  # type: ignore[return-value]
+
+
+def is_reshape(op: FusionOp) -> bool:
+    return op.sharding_map() == RESHAPE
 
 
 # --------------------------------------------------------------------------
@@ -302,7 +158,7 @@ def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup
     if len({s.mesh for s in ops}) != 1:
         return None
     mesh_name = ops[0].mesh
-    if isinstance(op, ReshapeOp):
+    if is_reshape(op):
         mesh = mesh_of(mesh_name)
         if mesh is None:
             return None
@@ -318,6 +174,8 @@ def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup
             if t.kind == CONTRACT:
                 mine += splits
                 continue
+            if t.kind == STAT and splits:  # statistics across devices: `expand`
+                return None
             if t.kind == DROP:
                 if splits:
                     return None
@@ -376,7 +234,7 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     whenever that exists."""
     ops = [s.placement() if s is not None else None for s in operands]
     res_shape = shape_of(op.results[0])
-    if isinstance(op, ReshapeOp):
+    if is_reshape(op):
         src = ops[0]
         mesh = mesh_of(src.mesh) if src is not None else None
         if src is None or mesh is None:
@@ -403,7 +261,7 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
             types = {sp.ptype for sp in splits}
             if not splits or types & used:
                 continue
-            if t.kind == MAP and t.dim is not None and not dims[t.dim]:
+            if t.kind in (MAP, STAT) and t.dim is not None and not dims[t.dim]:
                 dims[t.dim] = splits
                 used |= types
             elif t.kind == CONTRACT and m.contracts and partial is None and len(splits) == 1:
@@ -419,7 +277,7 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
     r = result.placement()
     shapes = [shape_of(v) for v in op.operands]
     mesh = mesh_of(r.mesh)
-    if isinstance(op, ReshapeOp):
+    if is_reshape(op):
         if mesh is None:
             return [Sharding.replicated(r.mesh, len(shapes[0]))]
         back = reshape_sharding(r, shape_of(op.results[0]), shapes[0], mesh, False)
@@ -434,7 +292,7 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
         dims: list[tuple[Split, ...]] = []
         placed = False
         for d, t in enumerate(targets):
-            if t.kind == MAP and t.dim is not None:
+            if t.kind in (MAP, STAT) and t.dim is not None:
                 dims.append(r.dims[t.dim])
             elif t.kind == CONTRACT and contract and not placed and _divides(shape[d], contract, mesh):
                 dims.append((Split(contract),))
@@ -458,7 +316,7 @@ def can_make_partial(op: FusionOp, ptype: str, mesh: Mesh | None) -> bool:
     """`op` can contract a dimension into a partial sum over `ptype` (after
     resharding its operands): matmul, linear without bias and sum, with a
     contracted dimension the mesh axis divides."""
-    if isinstance(op, ReshapeOp):
+    if is_reshape(op):
         return False
     m = op_map(op)
     return m is not None and _can_contract(m, [shape_of(v) for v in op.operands], ptype, mesh)
@@ -475,7 +333,7 @@ def _can_contract(m: OpMap, shapes: Sequence[Shape], ptype: str, mesh: Mesh | No
 
 def carries_partial(op: FusionOp) -> str:
     """ALL, ONE or NONE: how `op` passes partial operands to its result."""
-    if isinstance(op, ReshapeOp):
+    if is_reshape(op):
         return ALL
     m = op_map(op)
     assert m is not None
@@ -517,6 +375,8 @@ def computes_locally(
     """`op` makes `result` (its `Sharding.placement`) from operands placed as
     `operands` with no communication. Broadcast dimensions of the result may
     be split any way: each device makes its block of them itself."""
+    if not operands:  # a constant, an iota: each device makes its block itself
+        return True
     res = result.placement()
     local = local_result(op, operands, mesh_of)
     if local is None:

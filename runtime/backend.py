@@ -8,7 +8,7 @@ streams and events, shared memory handles, and timing.
 Conventions shared by every backend:
 - An *array* is the backend's buffer type (a CPU torch tensor on cpu; a
   device array on cuda). Element types are given as torch dtypes (the IR
-  mapping is `fuserc.runtime.reference.torch_dtype`).
+  mapping is `fuserc.dialects.interfaces.torch_dtype`).
 - A *team* is a tuple of MPI ranks in team order; positions (`root`,
   `peer`) are indices into it. Every team a program uses is given to
   `prepare_teams` once, at program load, on every rank in the same order,
@@ -24,14 +24,19 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
-from xdsl.ir import Block
+from xdsl.ir import Block, Operation
+
+from fuserc.dialects.interfaces import EvalContext
 
 from fuserc.runtime.mpi_env import MpiEnv
 
 Array = Any
+Contexts = Mapping[Operation, EvalContext]
+"""Per INDEXED op of a launch region: where its local blocks lie."""
 """A backend buffer (torch.Tensor on cpu)."""
 
 Team = tuple[int, ...]
@@ -136,9 +141,12 @@ class Backend(ABC):
         as in `matmul`)."""
 
     @abstractmethod
-    def launch(self, body: Block, ins: Sequence[Array], outs: Sequence[Array]) -> None:
+    def launch(
+        self, body: Block, ins: Sequence[Array], outs: Sequence[Array], contexts: Contexts | None = None
+    ) -> None:
         """Run a region of fusion ops on local tensors: `body`'s arguments
-        are `ins`, the values its `hir.yield` yields go into `outs`."""
+        are `ins`, the values its `hir.yield` yields go into `outs`;
+        `contexts` says where the local blocks of its INDEXED ops lie."""
 
     # ---- communication (returns a token; ranks outside `team` never call) --
     @abstractmethod

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from xdsl.ir import Block, SSAValue
 
-from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.dialects.interfaces import EvalContext
+from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work
 from fuserc.runtime.mpi_env import MpiEnv
 from fuserc.runtime.spans import overlaps, same_view, span
 
@@ -94,18 +95,23 @@ class CpuHandle(Handle):
     buffer: torch.Tensor
 
 
-def launch_with_torch(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+def launch_with_torch(
+    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+) -> None:
     """Run a `hir.launch` region op by op with torch in the declared dtypes
-    (the reference evaluator's ops), writing the yielded values into `outs`."""
+    (each op's `reference`), writing the yielded values into `outs`."""
     from fuserc.runtime.reference import reference_op
 
     env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
+    device = outs[0].device if outs else None
     for op in body.ops:
         if op.name == "hir.yield":
             for out, v in zip(outs, op.operands, strict=True):
                 out.copy_(env[v])
             return
-        env[op.results[0]] = reference_op(op, [env[v] for v in op.operands], None)
+        ctx = contexts.get(op) if contexts else None
+        ctx = EvalContext(ctx.accumulate, ctx.shapes, ctx.indices, device) if ctx else EvalContext(device=device)
+        env[op.results[0]] = reference_op(op, [env[v] for v in op.operands], ctx)
     raise AssertionError("hir.launch region without hir.yield")
 
 
@@ -183,9 +189,11 @@ class CpuBackend(Backend):
         y = torch.nn.functional.linear(x, w, bias)
         out.copy_(y.add_(acc) if acc is not None else y)
 
-    def launch(self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+    def launch(
+        self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+    ) -> None:
         self._order(reads=list(ins), writes=list(outs))
-        launch_with_torch(body, ins, outs)
+        launch_with_torch(body, ins, outs, contexts)
 
     # ---- communication ------------------------------------------------------
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:

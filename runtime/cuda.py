@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from xdsl.ir import Block
 
-from fuserc.runtime.backend import Backend, Event, Handle, ReduceOp, Stream, T, Team, Work
+from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work
 from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
@@ -226,7 +226,9 @@ class CudaBackend(Backend):
         else:
             torch.addmm(bias, x2, w.t(), out=out2)
 
-    def launch(self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> None:
+    def launch(
+        self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+    ) -> None:
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
 
@@ -237,7 +239,7 @@ class CudaBackend(Backend):
             return
         self.fallback_launches += 1
         self._block("a region run op by op with torch (not one fused kernel)")
-        launch_with_torch(body, ins, outs)
+        launch_with_torch(body, ins, outs, contexts)
 
     # ---- communication ------------------------------------------------------
     def _work(self, event: Any, *keep: Any) -> CudaWork:

@@ -1,6 +1,6 @@
 """Fused elementwise kernels for `hir.launch` regions on the cuda backend.
 
-A region that is a chain of elementwise fusion ops (`ELEMENTWISE_OPS`) runs
+A region that is a chain of pointwise fusion ops (`FusionOp.POINTWISE`) runs
 as ONE CuPy `ElementwiseKernel`, not one launch per op. Layout ops that only
 re-index a region argument (permute, broadcast_in_dim, reshape, set) become
 strided views of the input, and a permute or reshape of a yielded value
@@ -28,9 +28,11 @@ import torch
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
+from fuserc import shapes
 from fuserc.dialects import fusion, hir
-from fuserc.runtime.reference import torch_dtype
-from fuserc.dialects.fusion import shape_of
+from fuserc.dialects.fusion import FusionOp, shape_of
+from fuserc.dialects.fusion_layout import VIEW_OPS
+from fuserc.dialects.interfaces import Math, torch_dtype
 from fuserc.runtime.spans import overlaps, same_view
 
 # --------------------------------------------------------------------------
@@ -96,42 +98,60 @@ def _round(dtype: torch.dtype, value: str) -> str:
     return _load(dtype, _store(dtype, value))
 
 
-def _expression(op: Operation, args: Sequence[str], ct: str) -> str:
-    """The C expression of one elementwise op on operands in compute type `ct`."""
-    a = args[0]
-    b = args[1] if len(args) > 1 else ""
-    one, zero = f"(({ct})1)", f"(({ct})0)"
-    if isinstance(op, fusion.AddOp):
-        return f"({a} + {b})"
-    if isinstance(op, fusion.SubOp):
-        return f"({a} - {b})"
-    if isinstance(op, fusion.MulOp):
-        return f"({a} * {b})"
-    if isinstance(op, fusion.DivOp):
-        return f"({a} / {b})"
-    if isinstance(op, fusion.MaximumOp):  # NaN propagates, as torch.maximum
-        return f"(({a} > {b} || {a} != {a}) ? {a} : {b})"
-    if isinstance(op, fusion.ReluOp):  # NaN stays NaN, as torch.relu
-        return f"(({a} < {zero}) ? {zero} : {a})"
-    if isinstance(op, fusion.NegOp):
-        return f"(-{a})"
-    if isinstance(op, fusion.ExpOp):
-        return f"exp({a})"
-    if isinstance(op, fusion.TanhOp):
-        return f"tanh({a})"
-    if isinstance(op, fusion.SigmoidOp):
-        return f"({one} / ({one} + exp(-{a})))"
-    if isinstance(op, fusion.SiluOp):
-        return f"({a} / ({one} + exp(-{a})))"
-    if isinstance(op, fusion.GeluOp):
-        approx = op.approximate.data if op.approximate is not None else "none"
-        if approx == "tanh":
-            inner = f"(({ct})0.7978845608028654 * ({a} + ({ct})0.044715 * {a} * {a} * {a}))"
-            return f"(({ct})0.5 * {a} * ({one} + tanh({inner})))"
-        return f"(({ct})0.5 * {a} * ({one} + erf({a} * ({ct})0.7071067811865476)))"
-    if isinstance(op, fusion.CastOp):
-        return _round(_dtype_of(op.results[0]), a)
-    raise AssertionError(f"not an elementwise op: {op.name}")
+class CMath(Math):
+    """`interfaces.Math` printing CUDA C expressions in compute type `ct`:
+    the kernel formula each pointwise op gives (`FusionOp.kernel`)."""
+
+    def __init__(self, ct: str):
+        self.ct = ct
+
+    def const(self, v: float) -> str:
+        ct = self.ct
+        if ct == "long long":
+            return f"((long long){int(v)})"
+        if ct == "bool":
+            return "true" if v else "false"
+        if v != v:
+            return "__int_as_float(0x7fffffff)" if ct == "float" else "__longlong_as_double(0x7ff8000000000000LL)"
+        if v in (float("inf"), float("-inf")):
+            sign = "-" if v < 0 else ""
+            inf = "__int_as_float(0x7f800000)" if ct == "float" else "__longlong_as_double(0x7ff0000000000000LL)"
+            return f"({sign}{inf})"
+        return f"(({ct}){float(v)!r})"
+
+    def add(self, a, b): return f"({a} + {b})"
+    def sub(self, a, b): return f"({a} - {b})"
+    def mul(self, a, b): return f"({a} * {b})"
+    def div(self, a, b): return f"({a} / {b})"
+    def neg(self, a): return f"(-{a})"
+    def exp(self, a): return f"exp({a})"
+    def log(self, a): return f"log({a})"
+    def tanh(self, a): return f"tanh({a})"
+    def erf(self, a): return f"erf({a})"
+    def sqrt(self, a): return f"sqrt({a})"
+    def rsqrt(self, a): return f"rsqrt({a})"
+    def abs(self, a): return f"llabs({a})" if self.ct == "long long" else f"fabs({a})"
+    def sin(self, a): return f"sin({a})"
+    def cos(self, a): return f"cos({a})"
+    def pow(self, a, b): return f"pow({a}, {b})"
+    def maximum(self, a, b): return f"(({a} > {b} || {a} != {a}) ? {a} : {b})"  # NaN propagates
+    def minimum(self, a, b): return f"(({a} < {b} || {a} != {a}) ? {a} : {b})"
+    def lt(self, a, b): return f"({a} < {b})"
+    def le(self, a, b): return f"({a} <= {b})"
+    def gt(self, a, b): return f"({a} > {b})"
+    def ge(self, a, b): return f"({a} >= {b})"
+    def eq(self, a, b): return f"({a} == {b})"
+    def ne(self, a, b): return f"({a} != {b})"
+    def where(self, c, a, b): return f"({c} ? {a} : {b})"
+    def isnan(self, a): return f"({a} != {a})"
+    def cast(self, a, dtype): return _round(dtype, a)
+
+
+def _expression(op: FusionOp, args: Sequence[str]) -> str:
+    """The C expression of one pointwise op on operands held in their
+    compute types: the op's own kernel formula."""
+    kind = op.operands[0] if op.operands else op.results[0]
+    return op.kernel(CMath(COMPUTE_TYPES[_dtype_of(kind)]), *args)
 
 
 def _dtype_of(v: SSAValue) -> torch.dtype:
@@ -311,9 +331,6 @@ def _vectorizable(views: Sequence[torch.Tensor], lanes: int) -> bool:
         t.is_contiguous() and t.numel() == n and t.data_ptr() % VECTOR_BYTES == 0 for t in views
     ) and n % lanes == 0
 
-_VIEW_OPS = (fusion.PermuteOp, fusion.BroadcastInDimOp, fusion.ReshapeOp, fusion.SetOp)
-
-
 def _view_step(op: Operation) -> Step | None:
     """The input-side view step of a layout op (None for a plain copy)."""
     if isinstance(op, fusion.PermuteOp):
@@ -342,9 +359,9 @@ def plan_region(body: Block) -> FusedPlan | None:
     lines: list[str] = []
     shape: tuple[int, ...] | None = None
 
-    def input_var(v: SSAValue) -> str:
+    def input_var(v: SSAValue, extra: tuple[Step, ...] = ()) -> str:
         arg, steps = sources[v]
-        view = InputView(arg, steps)
+        view = InputView(arg, steps + extra)
         if view not in inputs:
             inputs.append(view)
             k = len(inputs) - 1
@@ -352,8 +369,12 @@ def plan_region(body: Block) -> FusedPlan | None:
             lines.append(f"const {COMPUTE_TYPES[dtype]} a{k} = {_load(dtype, f'in{k}')};")
         return f"a{inputs.index(view)}"
 
+    pointwise = [op for op in ops if isinstance(op, FusionOp) and op.POINTWISE]
+    # The shape every element of the kernel has: that of its first value
+    # of rank > 0; rank-0 values (constants) are scalars inside it.
+    shape = next((shape_of(op.results[0]) for op in pointwise if shape_of(op.results[0])), None)
     for op in ops:
-        if isinstance(op, _VIEW_OPS):
+        if isinstance(op, VIEW_OPS):
             src = op.operands[0]
             res = op.results[0]
             step = _view_step(op)
@@ -369,26 +390,35 @@ def plan_region(body: Block) -> FusedPlan | None:
             else:
                 return None
             continue
-        if not isinstance(op, fusion.ELEMENTWISE_OPS):
+        if op not in pointwise or shape is None:
             return None
         res = op.results[0]
-        if shape is None:
-            shape = shape_of(res)
-        if shape_of(res) != shape:
+        scalar = shape_of(res) == ()
+        if not scalar and shape_of(res) != shape:
             return None
         args: list[str] = []
         for v in op.operands:
+            vshape = shape_of(v)
+            if scalar and vshape != ():
+                return None
             if v in sources:
-                if shape_of(v) != shape:
-                    return None
-                args.append(input_var(v))
-            elif v in exprs:
+                if vshape == shape or scalar:
+                    args.append(input_var(v))
+                else:
+                    try:
+                        if shapes.broadcast(vshape, shape) != shape:
+                            return None
+                    except shapes.ShapeError:
+                        return None
+                    dims = tuple(range(len(shape) - len(vshape), len(shape)))
+                    args.append(input_var(v, (("broadcast", dims, shape),)))
+            elif v in exprs and (vshape == shape or vshape == ()):
                 args.append(exprs[v])
             else:
                 return None
         ct = COMPUTE_TYPES[_dtype_of(res)]
         var = f"v{len(exprs)}"
-        lines.append(f"const {ct} {var} = {_expression(op, args, ct)};")
+        lines.append(f"const {ct} {var} = {_expression(op, args)};")
         exprs[res] = var
     if shape is None:
         return None  # layout only: torch copies it as well as a kernel would
@@ -422,9 +452,8 @@ def plan_region(body: Block) -> FusedPlan | None:
     out_params = ", ".join(f"{PARAM_TYPES[d]} out{i}" for i, d in enumerate(out_dtypes))
     operation = "\n".join(lines + stores)
     digest = hashlib.sha1(f"{in_params}|{out_params}|{operation}".encode()).hexdigest()[:12]
-    n_elementwise = sum(isinstance(op, fusion.ELEMENTWISE_OPS) for op in ops)
     return FusedPlan(
-        tuple(inputs), tuple(outputs), in_params, out_params, operation, f"fuserc_ew_{digest}", n_elementwise
+        tuple(inputs), tuple(outputs), in_params, out_params, operation, f"fuserc_ew_{digest}", len(pointwise)
     )
 
 

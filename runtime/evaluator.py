@@ -46,7 +46,8 @@ from fuserc.dialects.fusion import MeshOp, sharding_of
 from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry
 from fuserc.runtime.backend import Array, Backend, Handle, Team, reduce_op_name
 from fuserc.runtime.graphs import CAPTURE, GRAPH, OPS, REPLAY, Captured, InputKey, Replays
-from fuserc.runtime.reference import torch_dtype
+from fuserc.dialects.interfaces import torch_dtype
+from fuserc.runtime.reference import block_context
 from fuserc.sharding import Mesh, Sharding
 
 FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
@@ -1121,10 +1122,12 @@ def _copy(pl: _Planner, op: hir.CopyOp) -> Run:
 @_prepares(hir.LaunchOp)
 def _launch(pl: _Planner, op: hir.LaunchOp) -> Run:
     body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
+    meshes = _meshes(pl.program.module)
+    contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
 
     def run(it: _Interpreter) -> None:
         env = it.env
-        b.launch(body, [env[s] for s in ins], [env[s] for s in outs])
+        b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
 
     return run
 

@@ -93,21 +93,61 @@ def load_inputs(paths: Sequence[str], params: Sequence[ValueSpec]) -> list[torch
     return out
 
 
-def random_inputs(params: Sequence[ValueSpec], seed: int) -> list[torch.Tensor]:
+def random_inputs(
+    params: Sequence[ValueSpec], seed: int, domains: Sequence[tuple[float, float] | None] | None = None
+) -> list[torch.Tensor]:
     """Global inputs drawn from `seed`, identical on every rank: standard
     normal floats (rounded to the argument's dtype), integers in [-8, 8),
-    booleans; argument i uses the generator seeded with seed + i."""
+    booleans; argument i uses the generator seeded with seed + i. Where
+    `domains[i]` gives a range [low, high) (`input_domains`), argument i is
+    drawn uniformly from it instead."""
     out = []
     for spec in params:
         g = torch.Generator().manual_seed(seed + spec.index)
         shape = spec.global_shape
+        domain = domains[spec.index] if domains is not None else None
         if spec.dtype.is_floating_point:
-            t = torch.randn(shape, generator=g, dtype=torch.float32).to(spec.dtype)
+            if domain is None:
+                t = torch.randn(shape, generator=g, dtype=torch.float32)
+            else:
+                t = torch.rand(shape, generator=g, dtype=torch.float32) * (domain[1] - domain[0]) + domain[0]
+            t = t.to(spec.dtype)
         elif spec.dtype == torch.bool:
             t = torch.randint(0, 2, shape, generator=g).to(torch.bool)
         else:
-            t = torch.randint(-8, 8, shape, generator=g, dtype=spec.dtype)
+            low, high = (int(domain[0]), int(domain[1])) if domain is not None else (-8, 8)
+            t = torch.randint(low, max(high, low + 1), shape, generator=g, dtype=spec.dtype)
         out.append(t)
+    return out
+
+
+def input_domains(func: Any) -> list[tuple[float, float] | None]:
+    """Per argument of a fusion function, the range its values must lie in
+    for the ops using it to be defined (`FusionOp.operand_domain`: ids of an
+    embedding, labels of a cross_entropy, arguments of log), followed
+    through ops that only move elements (reshape, permute, set, ...); the
+    intersection where several uses say one; None where none does."""
+    from fuserc.dialects.fusion import FusionOp
+    from fuserc.dialects.fusion_layout import MOVES_ELEMENTS
+
+    out: list[tuple[float, float] | None] = []
+    for arg in func.body.block.args:
+        domain: tuple[float, float] | None = None
+        todo, seen = [arg], set()
+        while todo:
+            value = todo.pop()
+            for use in value.uses:
+                op = use.operation
+                if not isinstance(op, FusionOp) or (op, use.index) in seen:
+                    continue
+                seen.add((op, use.index))
+                if isinstance(op, MOVES_ELEMENTS):
+                    todo.append(op.results[0])
+                    continue
+                d = op.operand_domain(use.index)
+                if d is not None:
+                    domain = d if domain is None else (max(domain[0], d[0]), min(domain[1], d[1]))
+        out.append(domain)
     return out
 
 

@@ -127,6 +127,15 @@ class CompiledProgram:
             outs = list(results)
         return [_to_kind(o, kind, tensors) for o in outs]
 
+    def random_inputs(self, seed: int) -> list[torch.Tensor]:
+        """Global inputs drawn from `seed` (the same on every rank), each in
+        the range the ops using it need (`io.input_domains`)."""
+        from fuserc.runtime import io
+
+        func = self.compiled.source_function()
+        domains = io.input_domains(func) if func is not None else None
+        return io.random_inputs(self.params, seed, domains)
+
     def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The fusion function run unsharded in float64 (runtime/reference.py)."""
         from fuserc.runtime.reference import evaluate

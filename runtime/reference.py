@@ -4,11 +4,10 @@ It runs a function unsharded on one process with torch on the CPU, at global
 shapes, ignoring every sharding; `fuserc run --check` and the tests compare
 against it. With `accumulate=torch.float64` (the default) every floating
 value is computed in float64, so the reference is free of the rounding of the
-program's own element types. `reference_op` computes one op on given tensors
-and is reused by the host evaluator for compute launches on local tensors.
-
-This module is also the single home of the mapping between IR element types
-and torch dtypes (`torch_dtype`, `element_type`).
+program's own element types. Each op computes through its own `reference`
+(PyTorch's function of the same name); `reference_op` runs one op on given
+tensors and is reused by both backends for regions computed op by op on
+local blocks, where `block_context` says where the blocks lie.
 """
 
 from __future__ import annotations
@@ -17,72 +16,27 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    ModuleOp,
-    TensorType,
-    bf16,
-    f16,
-    f32,
-    f64,
-    i1,
-    i64,
-)
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, TensorType
 from xdsl.dialects.func import CallOp, FuncOp, ReturnOp
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
 from fuserc.dialects import fusion
-from fuserc.dialects.fusion import shape_of
-
-# --------------------------------------------------------------------------
-# Element types <-> torch dtypes
-# --------------------------------------------------------------------------
-
-_DTYPES: tuple[tuple[Attribute, torch.dtype], ...] = (
-    (f32, torch.float32),
-    (f16, torch.float16),
-    (bf16, torch.bfloat16),
-    (f64, torch.float64),
-    (i64, torch.int64),
-    (i1, torch.bool),
-)
-
-
-def torch_dtype(element_type: Attribute) -> torch.dtype:
-    """The torch dtype holding values of an IR element type."""
-    for attr, dtype in _DTYPES:
-        if element_type == attr:
-            return dtype
-    raise Diagnostic(f"element type {element_type} has no torch dtype (f32, f16, bf16, f64, i64, i1)")
-
-
-def element_type(dtype: torch.dtype) -> Attribute:
-    """The IR element type of a torch dtype."""
-    for attr, d in _DTYPES:
-        if d == dtype:
-            return attr
-    raise Diagnostic(f"torch dtype {dtype} has no fuserc element type (f32, f16, bf16, f64, i64, i1)")
+from fuserc.dialects.fusion import GLOBAL_ATTR, sharding_of
+from fuserc.dialects.interfaces import EvalContext, dtype_table, is_float_type, torch_dtype
+from fuserc.sharding import Mesh
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     """The IR spelling of a dtype where it has one (`f32`), else torch's."""
-    return next((str(a) for a, d in _DTYPES if d == dtype), str(dtype))
+    return next((str(a) for a, d in dtype_table() if d == dtype), str(dtype))
 
 
-def _is_float(element: Attribute) -> bool:
-    return isinstance(element, (Float32Type, Float16Type, BFloat16Type, Float64Type))
-
-
-def _compute_dtype(element: Attribute, accumulate: torch.dtype | None) -> torch.dtype:
+def _compute_dtype(element, accumulate: torch.dtype | None) -> torch.dtype:
     """The dtype a value of `element` is computed in: floats in `accumulate`
     when given, everything else as declared."""
-    if accumulate is not None and _is_float(element):
+    if accumulate is not None and is_float_type(element):
         return accumulate
     return torch_dtype(element)
 
@@ -96,90 +50,48 @@ def _tensor_type(v: SSAValue) -> TensorType:
 # One op
 # --------------------------------------------------------------------------
 
-_Impl = Callable[[fusion.FusionOp, list[torch.Tensor], torch.dtype | None], torch.Tensor]
 
-
-def _linear(op, a, acc):
-    return F.linear(a[0], a[1], a[2] if len(a) > 2 else None)
-
-
-def _gelu(op, a, acc):
-    approx = op.approximate.data if op.approximate is not None else "none"
-    return F.gelu(a[0], approximate=approx)
-
-
-def _cast(op, a, acc):
-    return a[0].to(_compute_dtype(_tensor_type(op.results[0]).element_type, acc))
-
-
-def _reduction(fn: Callable[..., torch.Tensor]) -> _Impl:
-    def impl(op, a, acc):
-        dims = op.keyword("dims")
-        if not dims:  # torch would reduce over everything for dim=()
-            return a[0]
-        return fn(a[0], dim=tuple(dims), keepdim=bool(op.keyword("keepdim")))
-
-    return impl
-
-
-def _broadcast_in_dim(op, a, acc):
-    out_shape = shape_of(op.results[0])
-    view = [1] * len(out_shape)
-    for i, d in enumerate(op.keyword("dims")):
-        view[d] = a[0].shape[i]
-    return a[0].reshape(view).expand(out_shape)
-
-
-def _slice(op, a, acc):
-    index = tuple(slice(s, l) for s, l in zip(op.keyword("starts"), op.keyword("limits")))
-    return a[0][index]
-
-
-_IMPLS: dict[type[fusion.FusionOp], _Impl] = {
-    fusion.MatmulOp: lambda op, a, acc: torch.matmul(a[0], a[1]),
-    fusion.LinearOp: _linear,
-    fusion.AddOp: lambda op, a, acc: torch.add(a[0], a[1]),
-    fusion.SubOp: lambda op, a, acc: torch.sub(a[0], a[1]),
-    fusion.MulOp: lambda op, a, acc: torch.mul(a[0], a[1]),
-    fusion.DivOp: lambda op, a, acc: torch.div(a[0], a[1]),
-    fusion.MaximumOp: lambda op, a, acc: torch.maximum(a[0], a[1]),
-    fusion.ReluOp: lambda op, a, acc: torch.relu(a[0]),
-    fusion.NegOp: lambda op, a, acc: torch.neg(a[0]),
-    fusion.ExpOp: lambda op, a, acc: torch.exp(a[0]),
-    fusion.TanhOp: lambda op, a, acc: torch.tanh(a[0]),
-    fusion.SigmoidOp: lambda op, a, acc: torch.sigmoid(a[0]),
-    fusion.SiluOp: lambda op, a, acc: F.silu(a[0]),
-    fusion.GeluOp: _gelu,
-    fusion.CastOp: _cast,
-    fusion.SetOp: lambda op, a, acc: a[0],
-    fusion.SumOp: _reduction(torch.sum),
-    fusion.MaxOp: _reduction(torch.amax),
-    fusion.PermuteOp: lambda op, a, acc: a[0].permute(op.keyword("dims")),
-    fusion.ReshapeOp: lambda op, a, acc: a[0].reshape(shape_of(op.results[0])),
-    fusion.BroadcastInDimOp: _broadcast_in_dim,
-    fusion.SliceOp: _slice,
-    fusion.SoftmaxOp: lambda op, a, acc: torch.softmax(a[0], dim=op.keyword("dim")),
-}
-
-
-def reference_op(
-    op: Operation, args: list[torch.Tensor], accumulate: torch.dtype | None = None
-) -> torch.Tensor:
-    """Compute one fusion op on `args` with PyTorch's semantics.
-
-    Uses nothing but the op, its keywords and its result type (for reshape,
-    broadcast_in_dim and cast), so it works on local tensors as well as
-    global ones. With `accumulate`, a cast to a floating type yields that
-    dtype instead. The result is a fresh contiguous tensor, never a view of
-    an argument, so a caller may write into it."""
-    impl = _IMPLS.get(type(op))
-    if impl is None:
+def reference_op(op: Operation, args: list[torch.Tensor], ctx: EvalContext | None = None) -> torch.Tensor:
+    """Compute one fusion op on `args` with PyTorch's semantics (the op's
+    `reference`), in `ctx.accumulate` for floats when set, else in the
+    declared dtypes; `ctx` also says where local blocks lie (INDEXED ops).
+    The result is a fresh contiguous tensor, never a view of an argument,
+    so a caller may write into it."""
+    if not isinstance(op, fusion.FusionOp):
         raise error_at(op, f"the reference evaluator cannot run '{op.name}'")
-    assert isinstance(op, fusion.FusionOp)
-    out = impl(op, args, accumulate).contiguous()
+    ctx = ctx if ctx is not None else EvalContext()
+    if ctx.device is None and args:
+        ctx.device = args[0].device
+    out = op.reference(args, ctx).contiguous()
     if any(out.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in args):
         out = out.clone()
     return out
+
+
+def block_context(op: Operation, rank: int, mesh_of: Callable[[str], Mesh | None]) -> EvalContext | None:
+    """Where the local blocks of an INDEXED op lowered to local types lie on
+    `rank`: global shapes and, along split dimensions, the global indices of
+    the local elements (from its `fusion.global` types). None for other ops."""
+    types = op.attributes.get(GLOBAL_ATTR)
+    if not isinstance(types, ArrayAttr):
+        return None
+    ctx = EvalContext()
+    values = [*op.operands, *op.results]
+    for k, (value, gtype) in enumerate(zip(values, types.data)):
+        key = k if k < len(op.operands) else -1
+        assert isinstance(gtype, TensorType)
+        gshape = tuple(gtype.get_shape())
+        ctx.shapes[key] = gshape
+        s = sharding_of(gtype)
+        mesh = mesh_of(s.mesh) if s is not None else None
+        if s is None or mesh is None:
+            continue
+        for d, extent in enumerate(gshape):
+            if any(not sp.is_stream for sp in s.dims[d]) or s.has_outer_stream():
+                idx = s.dim_indices(d, extent, mesh, rank)
+                ctx.indices[(key, d)] = torch.tensor(idx, dtype=torch.int64)
+        assert tuple(_tensor_type(value).get_shape()) == s.local_shape(gshape, mesh)
+    return ctx
 
 
 # --------------------------------------------------------------------------
@@ -278,7 +190,7 @@ def _run(func: FuncOp, args: list[torch.Tensor], accumulate: torch.dtype | None)
                 raise error_at(op, f"no function {op.callee} with a body to call")
             results = _run(callee, operands, accumulate)
         else:
-            results = [reference_op(op, operands, accumulate)]
+            results = [reference_op(op, operands, EvalContext(accumulate))]
         for res, value in zip(op.results, results, strict=True):
             _expect(op, res, value, accumulate)
             env[res] = value

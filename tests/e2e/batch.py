@@ -79,9 +79,9 @@ def run_case(program: Any, env: Any, seed: int) -> tuple[str, str]:
     from fuserc.runtime import io
 
     try:
-        first = io.random_inputs(program.params, seed + FIRST_RUN_SEED_OFFSET)
+        first = program.random_inputs(seed + FIRST_RUN_SEED_OFFSET)
         program.program.run_prepared(program.program.prepare_inputs(io.shard_inputs(first, program.params, env.rank)))
-        globals_ = io.random_inputs(program.params, seed)
+        globals_ = program.random_inputs(seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
         results = program.program.run_prepared(local, copy_outputs=True)
         gathered = io.gather_outputs(results, program.results, env)

@@ -288,7 +288,7 @@ def test_vectorized_kernel_matches_torch(t: str, tmp_path: Path) -> None:
 
 
 def cuda_dtype(v) -> torch.dtype:
-    from fuserc.runtime.reference import torch_dtype
+    from fuserc.dialects.interfaces import torch_dtype
 
     return torch_dtype(v.type.element_type)
 
@@ -389,7 +389,7 @@ func.func @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %w: tensor<{n}
 @pytest.mark.parametrize("t", ["f32", "f16", "bf16"])
 def test_gemms(backend, t: str) -> None:
     from fuserc.runtime.evaluator import Program
-    from fuserc.runtime.reference import torch_dtype
+    from fuserc.dialects.interfaces import torch_dtype
     from xdsl.dialects.builtin import bf16, f16, f32
 
     dtype = torch_dtype({"f32": f32, "f16": f16, "bf16": bf16}[t])
@@ -446,7 +446,7 @@ def test_gemms_with_acc(backend, t: str) -> None:
     """GEMMs adding an accumulator: the output itself (a running sum over a
     loop), another buffer, with and without bias, batched operands."""
     from fuserc.runtime.evaluator import Program
-    from fuserc.runtime.reference import torch_dtype
+    from fuserc.dialects.interfaces import torch_dtype
     from xdsl.dialects.builtin import bf16, f16, f32
 
     dtype = torch_dtype({"f32": f32, "f16": f16, "bf16": bf16}[t])

@@ -16,7 +16,7 @@ from fuserc.runtime import io
 from fuserc.runtime.backend import make_backend
 from fuserc.runtime.evaluator import ValueSpec
 from fuserc.runtime.mpi_env import MpiEnv, failure_message, mpi_env, prefixed
-from fuserc.runtime.reference import element_type
+from fuserc.dialects.interfaces import element_type
 from fuserc.sharding import Mesh, Sharding
 from xdsl.dialects.builtin import TensorType
 

@@ -16,7 +16,7 @@ from fuserc.runtime.cpu import CpuBackend
 from fuserc.runtime.cuda_gemm import gemm_acc, linear_acc
 from fuserc.runtime.evaluator import Program
 from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.reference import torch_dtype
+from fuserc.dialects.interfaces import torch_dtype
 
 M, K, N = 6, 5, 4
 

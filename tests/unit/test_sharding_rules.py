@@ -132,7 +132,7 @@ def test_required_operands_compute_the_result(op_text: str, operands: list[str],
     assert res is not None
     mesh_of = lambda name: lookup_mesh(op, name)  # noqa: E731
     m = rules.op_map(op)
-    needs_whole = {t.dim for ts in m.operands for t in ts if t.kind == rules.DROP} if m else set()
+    needs_whole = {t.dim for ts in m.operands for t in ts if t.kind in (rules.DROP, rules.STAT)} if m else set()
     if any(res.dims[d] for d in needs_whole if d is not None):
         return
     if res.partial and not rules.can_make_partial(op, res.partial, mesh_of(res.mesh)) and rules.carries_partial(op) != rules.ALL:

@@ -90,10 +90,10 @@ func.func @undefined(%x: tensor<8x4xf32>) {
 
 // Without --split-input-file the first diagnostic ends the run; nothing is printed.
 // SINGLE-NOT: builtin.module
-// SINGLE: bad_shape.mlir:2:3: error: 'fusion.add' op operand shapes [8, 4] and [4, 8] differ (use broadcast_in_dim)
+// SINGLE: bad_shape.mlir:2:3: error: 'fusion.add' op operand shapes [8, 4] and [4, 8] do not broadcast (dimension -2 differs)
 // SINGLE-NOT: builtin.module
 // SINGLE-NOT: Traceback
 // SINGLE: exit code: 1
 
-// STDIN: <stdin>:2:3: error: 'fusion.add' op operand shapes [8, 4] and [4, 8] differ
+// STDIN: <stdin>:2:3: error: 'fusion.add' op operand shapes [8, 4] and [4, 8] do not broadcast
 // STDIN: exit code: 1

@@ -133,7 +133,7 @@ func.func @f(%x: tensor<?x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xi32>) {
-  // expected-error @+1 {{'fusion.add' op element type i32 is not supported}}
+  // expected-error @+1 {{'fusion.add' op operand #0 has element type i32; it must be a float or i64}}
   %y = fusion.add %x, %x : (tensor<8x4xi32>, tensor<8x4xi32>) -> tensor<8x4xi32>
   func.return
 }
@@ -142,7 +142,7 @@ func.func @f(%x: tensor<8x4xi32>) {
 
 // Arithmetic takes i64 but not i1.
 func.func @f(%x: tensor<8x4xi1>) {
-  // expected-error @+1 {{'fusion.mul' op element type i1 is not supported}}
+  // expected-error @+1 {{'fusion.mul' op operand #0 has element type i1; it must be a float or i64}}
   %y = fusion.mul %x, %x : (tensor<8x4xi1>, tensor<8x4xi1>) -> tensor<8x4xi1>
   func.return
 }
@@ -151,7 +151,7 @@ func.func @f(%x: tensor<8x4xi1>) {
 
 // Transcendental ops, division, softmax and contractions are float-only.
 func.func @f(%x: tensor<8x4xi64>) {
-  // expected-error @+1 {{'fusion.exp' op element type i64 is not supported}}
+  // expected-error @+1 {{'fusion.exp' op operand #0 has element type i64; it must be a float}}
   %y = fusion.exp %x : (tensor<8x4xi64>) -> tensor<8x4xi64>
   func.return
 }
@@ -159,7 +159,7 @@ func.func @f(%x: tensor<8x4xi64>) {
 // -----
 
 func.func @f(%x: tensor<8x4xi64>) {
-  // expected-error @+1 {{'fusion.div' op element type i64 is not supported}}
+  // expected-error @+1 {{'fusion.div' op operand #0 has element type i64; it must be a float}}
   %y = fusion.div %x, %x : (tensor<8x4xi64>, tensor<8x4xi64>) -> tensor<8x4xi64>
   func.return
 }
@@ -167,7 +167,7 @@ func.func @f(%x: tensor<8x4xi64>) {
 // -----
 
 func.func @f(%x: tensor<8x4xi64>) {
-  // expected-error @+1 {{'fusion.softmax' op element type i64 is not supported}}
+  // expected-error @+1 {{'fusion.softmax' op operand #0 has element type i64; it must be a float}}
   %y = fusion.softmax %x dim = 1 : (tensor<8x4xi64>) -> tensor<8x4xi64>
   func.return
 }
@@ -175,7 +175,7 @@ func.func @f(%x: tensor<8x4xi64>) {
 // -----
 
 func.func @f(%x: tensor<4x4xi64>) {
-  // expected-error @+1 {{'fusion.matmul' op element type i64 is not supported}}
+  // expected-error @+1 {{'fusion.matmul' op operand #0 has element type i64; it must be a float}}
   %y = fusion.matmul %x, %x : (tensor<4x4xi64>, tensor<4x4xi64>) -> tensor<4x4xi64>
   func.return
 }
@@ -255,7 +255,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xi32>) {
-  // expected-error @+1 {{'fusion.cast' op element type i32 is not supported}}
+  // expected-error @+1 {{'fusion.cast' op operand #0 has element type i32; it must be a float, i64 or i1}}
   %y = fusion.cast %x : (tensor<8x4xi32>) -> tensor<8x4xf32>
   func.return
 }

@@ -3,17 +3,18 @@
 // RUN: %fuserc opt --split-input-file --verify-diagnostics %s
 
 func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x8xf32>) {
-  // expected-error @+1 {{'fusion.add' op operand shapes [8, 4] and [4, 8] differ (use broadcast_in_dim)}}
+  // expected-error @+1 {{'fusion.add' op operand shapes [8, 4] and [4, 8] do not broadcast (dimension -2 differs)}}
   %y = fusion.add %a, %b : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x4xf32>
   func.return
 }
 
 // -----
 
-// Elementwise ops do not broadcast, even from extent 1.
+// Elementwise ops broadcast (extent 1 expands): the result has the
+// broadcast shape.
 func.func @f(%a: tensor<8x4xf32>, %b: tensor<1x4xf32>) {
-  // expected-error @+1 {{'fusion.maximum' op operand shapes [8, 4] and [1, 4] differ}}
-  %y = fusion.maximum %a, %b : (tensor<8x4xf32>, tensor<1x4xf32>) -> tensor<8x4xf32>
+  // expected-error @+1 {{'fusion.maximum' op result shape [1, 4] does not match the expected [8, 4]}}
+  %y = fusion.maximum %a, %b : (tensor<8x4xf32>, tensor<1x4xf32>) -> tensor<1x4xf32>
   func.return
 }
 

@@ -63,13 +63,12 @@ func.func @row_parallel(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, 
 // -----
 
 // Row-parallel linear with a bias: local linear without the bias, the
-// reduction, then the bias added once.
+// reduction, then the bias added (broadcast) once.
 fusion.mesh @tp shape = [4]
 // CHECK-LABEL: func.func @row_parallel_bias
 // CHECK-NEXT: [[P:%[^ ]+]] = fusion.linear %x, %w : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>
 // CHECK-NEXT: [[R:%[^ ]+]] = fusion.set [[P]] : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
-// CHECK-NEXT: [[B:%[^ ]+]] = fusion.broadcast_in_dim %b dims = [1] : (tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
-// CHECK-NEXT: %y = fusion.add [[R]], [[B]] : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
+// CHECK-NEXT: %y = fusion.add [[R]], %b : (tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>, tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
 // CHECK-NEXT: func.return %y
 func.func @row_parallel_bias(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, %w: tensor<16x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, %b: tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>> {
   %y = fusion.linear %x, %w, %b : (tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
@@ -79,13 +78,12 @@ func.func @row_parallel_bias(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx
 // -----
 
 // Sequence-parallel row-parallel linear with a bias: reduce-scatter of
-// dim 0, then the bias broadcast to the scattered rows.
+// dim 0, then the bias added (broadcast) to the scattered rows.
 fusion.mesh @tp shape = [4]
 // CHECK-LABEL: func.func @row_parallel_bias_scattered
 // CHECK-NEXT: [[P:%[^ ]+]] = fusion.linear %x, %w : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>
 // CHECK-NEXT: [[R:%[^ ]+]] = fusion.set [[P]] : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
-// CHECK-NEXT: [[B:%[^ ]+]] = fusion.broadcast_in_dim %b dims = [1] : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
-// CHECK-NEXT: %y = fusion.add [[R]], [[B]] : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
+// CHECK-NEXT: %y = fusion.add [[R]], %b : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
 // CHECK-NEXT: func.return %y
 func.func @row_parallel_bias_scattered(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, %w: tensor<16x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, %b: tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>> {
   %y = fusion.linear %x, %w, %b : (tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16x64xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16xf32, #fusion.sharding<@tp, [-]>>) -> tensor<8x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
@@ -169,11 +167,15 @@ func.func @sum_sharded_dim(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>
 
 // -----
 
-// Max over a sharded dim cannot be partial: the input is gathered first.
+// Max over a sharded dim cannot be partial: each device reduces its block
+// (the dim seen as [devices, block]), the per-device maxima are gathered
+// and reduced; the input itself is never gathered.
 fusion.mesh @tp shape = [4]
 // CHECK-LABEL: func.func @max_sharded_dim
-// CHECK-NEXT: [[G:%[^ ]+]] = fusion.set %x : (tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x8xf32, #fusion.sharding<@tp, [-, -]>>
-// CHECK-NEXT: %y = fusion.max [[G]] dims = [0]
+// CHECK-NEXT: [[R:%[^ ]+]] = fusion.reshape %x : (tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<4x16x8xf32, #fusion.sharding<@tp, [DIDx, -, -]>>
+// CHECK-NEXT: [[M:%[^ ]+]] = fusion.max [[R]] dims = [1] : {{.*}} -> tensor<4x8xf32, #fusion.sharding<@tp, [DIDx, -]>>
+// CHECK-NEXT: [[G:%[^ ]+]] = fusion.set [[M]] : (tensor<4x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<4x8xf32, #fusion.sharding<@tp, [-, -]>>
+// CHECK-NEXT: %y = fusion.max [[G]] dims = [0] : {{.*}} -> tensor<8xf32, #fusion.sharding<@tp, [-]>>
 // CHECK-NEXT: func.return %y
 func.func @max_sharded_dim(%x: tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8xf32, #fusion.sharding<@tp, [-]>> {
   %y = fusion.max %x dims = [0] : (tensor<64x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8xf32, #fusion.sharding<@tp, [-]>>

@@ -338,8 +338,8 @@ func.func @pipeline(%x: tensor<8x16xf32, #fusion.sharding<@stage0, [DIDx, -]>>, 
 
 // -----
 
-// Softmax over a sharded dimension: that dimension becomes whole; over
-// another dimension the split stays.
+// Softmax keeps every split: over a sharded dimension it expands later
+// into reductions across devices (make-resharding-contiguous).
 fusion.mesh @tp shape = [4]
 func.func @softmax(%x: tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
   %a = fusion.softmax %x dim = 1 : (tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>) -> tensor<8x16xf32>
@@ -347,7 +347,7 @@ func.func @softmax(%x: tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>) -> (t
   func.return %a, %b : tensor<8x16xf32>, tensor<8x16xf32>
 }
 // CHECK-LABEL: func.func @softmax(
-// CHECK: %a = fusion.softmax %x dim = 1 : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, -]>>
+// CHECK: %a = fusion.softmax %x dim = 1 : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>
 // CHECK: %b = fusion.softmax %x dim = 0 : {{.*}} -> tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>
 
 // -----

@@ -1,6 +1,6 @@
 // Sum over a sharded dimension (a partial sum, reduced before the return)
 // and over an unsharded one (local); with keepdim; max over a sharded one
-// (gathered first); a sum over both dimensions.
+// (per-device maxima, gathered and reduced); a sum over both dimensions.
 !rows = tensor<24x12x${T}, #fusion.sharding<@tp, [DIDx, -]>>
 !cols = tensor<24x12x${T}, #fusion.sharding<@tp, [-, DIDx]>>
 fusion.mesh @tp shape = [${N}]

@@ -1,0 +1,356 @@
+"""The neural-network ops of the fusion dialect: `softmax`, `log_softmax`,
+`layer_norm`, `rms_norm`, `sdpa`, `embedding` and `cross_entropy`, with
+PyTorch's semantics (`torch.nn.functional`).
+
+Their sharding: batch-like dimensions map to the result; a normalized (or
+softmax) dimension may stay split, and the op then expands into reductions
+whose partial sums are reduced across devices, so the tensor is never
+gathered (`expand`); attention is local over batch and heads; an embedding
+table split over its vocabulary makes a partial sum (each device looks up
+the ids of its rows, others give zero), and cross_entropy over a split
+vocabulary reduces per-device maxima and sums of exponentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from xdsl.dialects.builtin import I64, ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, TensorType
+from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def, result_def
+from xdsl.utils.exceptions import VerifyException
+
+from fuserc import shapes
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.interfaces import (
+    CONTRACT,
+    DROP,
+    MAP,
+    NONE,
+    STAT,
+    EvalContext,
+    OpMap,
+    Target,
+    normalized,
+    torch_dtype,
+)
+
+# ---- softmax -------------------------------------------------------------------
+
+
+class SoftmaxLikeOp(FusionOp):
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    input = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        shapes.check_dim(s[0], kw["dim"])
+        return s[0]
+
+    def axis(self) -> int:
+        return normalized([self.keyword("dim")], len(shape_of(self.input)))[0]
+
+    def sharding_map(self) -> OpMap:
+        rr = len(shape_of(self.results[0]))
+        sd = self.axis()
+        ts = tuple(Target(STAT, d) if d == sd else Target(MAP, d) for d in range(rr))
+        return OpMap((ts,), rr, (0,), NONE, False)
+
+    def split_axis(self, b: Any) -> bool:
+        s = b.sharding(self.input)
+        return s is not None and bool(s.placement().dims[self.axis()])
+
+    def shifted(self, b: Any) -> tuple[Any, Any]:
+        """(x - max(x), log(sum(exp(x - max(x))))) along the axis, in f32 for
+        16-bit inputs: max and sum reduce across devices when it is split."""
+        x = b.stat(self.input)
+        d = self.keyword("dim")
+        xs = b.op("sub", x, b.op("max", x, dims=[d], keepdim=True))
+        lse = b.op("log", b.op("sum", b.op("exp", xs), dims=[d], keepdim=True))
+        return xs, lse
+
+
+@irdl_op_definition
+class SoftmaxOp(SoftmaxLikeOp):
+    name = "fusion.softmax"
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.softmax(args[0], dim=self.keyword("dim"))
+
+    def expand(self, b: Any) -> Any:
+        if not self.split_axis(b):
+            return None
+        xs, lse = self.shifted(b)
+        return b.unstat(b.op("exp", b.op("sub", xs, lse)), self.input)
+
+
+@irdl_op_definition
+class LogSoftmaxOp(SoftmaxLikeOp):
+    name = "fusion.log_softmax"
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.log_softmax(args[0], dim=self.keyword("dim"))
+
+    def expand(self, b: Any) -> Any:
+        if not self.split_axis(b):
+            return None
+        xs, lse = self.shifted(b)
+        return b.unstat(b.op("sub", xs, lse), self.input)
+
+
+# ---- normalizations --------------------------------------------------------------
+
+
+class NormOp(FusionOp):
+    """Normalization over the trailing `dims`; the weight (and bias) have
+    those dimensions' shape."""
+
+    ELEMENTS: ClassVar[str] = "float"
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        x = s[0]
+        norm = shapes.trailing_dims(x, kw["dims"], cls.name)
+        want = tuple(x[d] for d in norm)
+        for name, shape in zip(cls.OPERANDS[1:], s[1:]):
+            if tuple(shape) != want:
+                raise shapes.ShapeError(
+                    f"{cls.name}: {name.rstrip('?')} has shape {list(shape)}, expected {list(want)} "
+                    f"(the normalized dimensions' extents)"
+                )
+        eps = kw.get("eps")
+        if eps is not None and not eps >= 0:
+            raise VerifyException(f"eps = {eps} must be >= 0")
+        return x
+
+    def normalized_dims(self) -> list[int]:
+        x = shape_of(self.operands[0])
+        return sorted(normalized(self.keyword("dims"), len(x)))
+
+    def normalized_shape(self) -> list[int]:
+        x = shape_of(self.operands[0])
+        return [x[d] for d in self.normalized_dims()]
+
+    def sharding_map(self) -> OpMap:
+        rr = len(shape_of(self.results[0]))
+        norm = self.normalized_dims()
+        tx = tuple(Target(STAT, d) if d in norm else Target(MAP, d) for d in range(rr))
+        tw = tuple(Target(MAP, d) for d in norm)
+        return OpMap((tx, *(tw for _ in self.operands[1:])), rr, (0,), NONE, False)
+
+    def split_normalized(self, b: Any) -> bool:
+        s = b.sharding(self.operands[0])
+        return s is not None and any(s.placement().dims[d] for d in self.normalized_dims())
+
+    def epsilon(self) -> float:
+        eps = self.keyword("eps")
+        if eps is None:  # as torch: the machine epsilon of the input's dtype
+            import torch
+
+            return torch.finfo(torch_dtype(self.operands[0].type.element_type)).eps  # type: ignore[attr-defined]
+        return eps
+
+    def affine(self, b: Any, y: Any, weight: Any, bias: Any) -> Any:
+        """y * weight (+ bias) in y's type, cast back to the input's."""
+        y = b.op("mul", y, b.stat(weight))
+        if bias is not None:
+            y = b.op("add", y, b.stat(bias))
+        return b.unstat(y, self.operands[0])
+
+
+@irdl_op_definition
+class LayerNormOp(NormOp):
+    name = "fusion.layer_norm"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias?")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("eps", "float"))
+    DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
+    input = operand_def(TENSOR)
+    weight = operand_def(TENSOR)
+    bias = opt_operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
+    eps = opt_prop_def(FloatAttr)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch.nn.functional as F
+
+        return F.layer_norm(args[0], self.normalized_shape(), args[1], args[2] if len(args) > 2 else None, self.epsilon())
+
+    def expand(self, b: Any) -> Any:
+        if not self.split_normalized(b):
+            return None
+        dims = self.keyword("dims")
+        x = b.stat(self.input)
+        centered = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
+        var = b.op("mean", b.op("mul", centered, centered), dims=dims, keepdim=True)
+        rstd = b.op("rsqrt", b.op("add", var, b.constant(self.epsilon(), like=x)))
+        return self.affine(b, b.op("mul", centered, rstd), self.weight, self.bias)
+
+
+@irdl_op_definition
+class RmsNormOp(NormOp):
+    """`torch.nn.functional.rms_norm`; without `eps`, torch's default (the
+    machine epsilon of the input's element type)."""
+
+    name = "fusion.rms_norm"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("eps", "float"))
+    input = operand_def(TENSOR)
+    weight = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dims = prop_def(ArrayAttr[IntegerAttr[I64]])
+    eps = opt_prop_def(FloatAttr)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch.nn.functional as F
+
+        return F.rms_norm(args[0], self.normalized_shape(), args[1], self.epsilon())
+
+    def expand(self, b: Any) -> Any:
+        if not self.split_normalized(b):
+            return None
+        x = b.stat(self.input)
+        ms = b.op("mean", b.op("mul", x, x), dims=self.keyword("dims"), keepdim=True)
+        rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
+        return self.affine(b, b.op("mul", x, rstd), self.weight, None)
+
+
+# ---- attention ---------------------------------------------------------------------
+
+
+@irdl_op_definition
+class SdpaOp(FusionOp):
+    """`scaled_dot_product_attention` on [batch, heads, seq, head_dim];
+    `scale` defaults to 1/sqrt(head_dim); grouped-query attention when the
+    heads of k and v divide the heads of q. Local when batch or heads are
+    split (k and v heads split like q's); a split sequence or head_dim of q
+    or k is gathered first."""
+
+    name = "fusion.sdpa"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("scale", "float"), ("causal", "bool"))
+    DEFAULTS: ClassVar[dict[str, Any]] = {"causal": False}
+    query = operand_def(TENSOR)
+    key = operand_def(TENSOR)
+    value = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    scale = opt_prop_def(FloatAttr)
+    causal = opt_prop_def(BoolAttr)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        return shapes.sdpa(s[0], s[1], s[2])
+
+    def sharding_map(self) -> OpMap:
+        q = (Target(MAP, 0), Target(MAP, 1), Target(DROP, 2), Target(DROP))
+        k = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(DROP))
+        v = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(MAP, 3))
+        return OpMap((q, k, v), 4, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch.nn.functional as F
+
+        q, k, v = args
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=bool(self.keyword("causal")), scale=self.keyword("scale"),
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
+
+
+# ---- vocabulary-parallel ops ---------------------------------------------------------
+
+
+@irdl_op_definition
+class EmbeddingOp(FusionOp):
+    """`torch.nn.functional.embedding(ids, table)`: rows of `table` looked up
+    by `ids`. A table split over its vocabulary (dimension 0) makes a partial
+    sum: each device looks up the ids in its block of rows, zeros elsewhere."""
+
+    name = "fusion.embedding"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("ids", "table")
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("i64", "float")
+    INDEXED: ClassVar[bool] = True
+    ids = operand_def(TENSOR)
+    table = operand_def(TENSOR)
+    result = result_def(TENSOR)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        return shapes.embedding(s[0], s[1])
+
+    def sharding_map(self) -> OpMap:
+        ni = len(shape_of(self.ids))
+        ids = tuple(Target(MAP, d) for d in range(ni))
+        table = (Target(CONTRACT), Target(MAP, ni))
+        return OpMap((ids, table), ni + 1, (1, 0), NONE, True)
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return (0, shape_of(self.table)[0]) if i == 0 else None
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        ids, table = args
+        if ctx.is_whole(1):
+            return F.embedding(ids, table)
+        rows = ctx.global_index(1, 0, table.shape[0]).to(ids.device)  # vocabulary ids of the local rows
+        pos = torch.searchsorted(rows, ids).clamp(max=max(0, rows.numel() - 1))
+        mine = rows[pos] == ids if rows.numel() else torch.zeros_like(ids, dtype=torch.bool)
+        out = F.embedding(pos, table)
+        return torch.where(mine.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+@irdl_op_definition
+class CrossEntropyOp(FusionOp):
+    """`torch.nn.functional.cross_entropy(logits, labels)`: the mean over
+    rows of -log_softmax(logits)[label]; labels in [0, classes). Split rows
+    or classes expand into local log-sum-exps and label picks whose partial
+    sums are reduced across devices (the logits are never gathered)."""
+
+    name = "fusion.cross_entropy"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("logits", "labels")
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("float", "i64")
+    logits = operand_def(TENSOR)
+    labels = operand_def(TENSOR)
+    result = result_def(TENSOR)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        return shapes.cross_entropy(s[0], s[1])
+
+    def sharding_map(self) -> OpMap:
+        return OpMap(((Target(STAT), Target(STAT)), (Target(STAT),)), 0, None, NONE, False)
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return (0, shape_of(self.logits)[1]) if i == 1 else None
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch.nn.functional as F
+
+        return F.cross_entropy(args[0], args[1])
+
+    def expand(self, b: Any) -> Any:
+        s = b.sharding(self.logits)
+        if s is None or not any(s.placement().dims):
+            return None
+        n, c = shape_of(self.logits)
+        x = b.stat(self.logits)
+        m = b.op("max", x, dims=[1], keepdim=True)
+        lse = b.op("add", b.op("log", b.op("sum", b.op("exp", b.op("sub", x, m)), dims=[1], keepdim=True)), m)
+        classes = b.op("iota", dim=1, shape=[n, c], dtype="i64", placed_as=self.logits)
+        hit = b.op("eq", classes, b.op("reshape", self.labels, shape=[n, 1]))
+        picked = b.op("sum", b.op("where", hit, x, b.constant(0, like=x)), dims=[1], keepdim=True)
+        total = b.op("sum", b.op("sub", lse, picked), dims=[0, 1])
+        return b.unstat(b.op("div", total, b.constant(n, like=x)), self.logits)
+
+
+OPS: tuple[type[FusionOp], ...] = (
+    SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp, SdpaOp, EmbeddingOp, CrossEntropyOp,
+)  # fmt: skip
