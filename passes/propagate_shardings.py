@@ -32,8 +32,11 @@ satisfy them):
   mesh (only fusion.set moves a tensor between meshes);
 - a value connected to no sharded tensor in a function that uses several
   meshes (nothing decides its mesh).
-A function with no mesh at all (none declared, no sharding) is left as is, as
-are host programs (`hir.host`).
+A module with no mesh at all (none declared, no sharding anywhere) runs on
+one device: the pass declares the implicit one-device mesh
+`fusion.mesh @implicit shape = [1]` (another name if that one is taken) and
+every tensor is replicated on it. Host programs (`hir.host`) are left as
+they are.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType, i64
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -60,9 +63,11 @@ class PropagateShardings(ModulePass):
     name = "propagate-shardings"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
-            if func.is_declaration or "hir.host" in func.attributes:
-                continue
+        funcs = [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration and "hir.host" not in f.attributes]
+        if any(_is_fusion_program(f) for f in funcs) and not any(isinstance(o, MeshOp) for o in op.walk()):
+            _declare_implicit_mesh(op)
+            funcs = [f for f in funcs if _is_fusion_program(f)]
+        for func in funcs:
             propagate_function(func)
 
 
@@ -73,6 +78,35 @@ def propagate_function(func: FuncOp) -> None:
     scope = func.parent_block()
     meshes = [m.sym_name.data for m in scope.ops if isinstance(m, MeshOp)] if scope else []
     _FunctionPropagation(func, meshes).run()
+
+
+def _is_fusion_program(func: FuncOp) -> bool:
+    """A function of fusion ops (not a host program, marked or not)."""
+    return not any(o.name.startswith("hir.") for o in func.walk())
+
+
+IMPLICIT_MESH = "implicit"
+"""The name of the one-device mesh of a program that declares none."""
+
+
+def _declare_implicit_mesh(module: ModuleOp) -> None:
+    """`fusion.mesh @implicit shape = [1]` at the top of a module without
+    meshes (a name no symbol of the module uses)."""
+    taken = {
+        o.properties["sym_name"].data
+        for o in module.walk()
+        if isinstance(o.properties.get("sym_name"), StringAttr)
+    } | {o.sym_name.data for o in module.walk() if isinstance(o, FuncOp)}
+    name, k = IMPLICIT_MESH, 1
+    while name in taken:
+        name, k = f"{IMPLICIT_MESH}_{k}", k + 1
+    mesh = MeshOp.build(properties={"sym_name": StringAttr(name), "shape": ArrayAttr([IntegerAttr(1, i64)])})
+    mesh.location = module.location
+    block = module.body.block
+    if block.first_op is None:
+        block.add_op(mesh)
+    else:
+        block.insert_op_before(mesh, block.first_op)
 
 
 class _FunctionPropagation:

@@ -440,12 +440,16 @@ func.func @unannotated(%x: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
+// A module without any mesh runs on one device: the implicit mesh is
+// declared (under a name no symbol takes) and everything is replicated on it.
 func.func @no_mesh(%x: tensor<8xf32>) -> tensor<8xf32> {
   %y = fusion.relu %x : (tensor<8xf32>) -> tensor<8xf32>
   func.return %y : tensor<8xf32>
 }
-// CHECK-LABEL: func.func @no_mesh(%x: tensor<8xf32>) -> tensor<8xf32>
-// CHECK: %y = fusion.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+func.func private @implicit(tensor<8xf32>) -> tensor<8xf32>
+// CHECK: fusion.mesh @implicit_1 shape = [1]
+// CHECK-LABEL: func.func @no_mesh(%x: tensor<8xf32, #fusion.sharding<@implicit_1, [-]>>) -> tensor<8xf32, #fusion.sharding<@implicit_1, [-]>>
+// CHECK: %y = fusion.relu %x : (tensor<8xf32, #fusion.sharding<@implicit_1, [-]>>) -> tensor<8xf32, #fusion.sharding<@implicit_1, [-]>>
 
 // -----
 
