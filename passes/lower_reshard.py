@@ -10,6 +10,9 @@ new buffer. Equal placements (Stream splits aside) are a `hir.copy`.
 per mesh slice (`Mesh.teams(p)`), each followed by its wait in the
 `hir.if_rank` of its team:
 
+A step over a mesh axis of one device (teams of one) communicates nothing
+and copies nothing: the result is the operand's buffer.
+
 | step | host IR |
 | --- | --- |
 | local_slice (`-` to p on dim j) | per team: `hir.team_index`, `hir.chunk` dim j, `hir.copy` into a new buffer; behind Stream splits (to `Stream(S)*p`): both buffers seen (`hir.view`) with dim j split in (S, extent / S), the chunk taken along j + 1 |
@@ -72,6 +75,7 @@ from fuserc.passes.reshard_util import (
     LOCAL_SLICE,
     REDUCE_SCATTER,
     Step,
+    chunked_dim,
     plan_reshard,
     reshard_step,
 )
@@ -123,6 +127,11 @@ def _split_dim(shape: Shape, dim: int, outer: int) -> Shape:
 def _outermost(shape: Shape, dim: int) -> bool:
     """Blocks along `dim` are contiguous in a row-major buffer of `shape`."""
     return math.prod(shape[:dim]) == 1
+
+
+def _chunk_shape(shape: Shape, dim: int, chunks: int) -> Shape:
+    """The shape of one of `chunks` chunks of `shape` along `dim`."""
+    return tuple(e // chunks if d == dim else e for d, e in enumerate(shape))
 
 
 def blocks_in(em: Emitter, src: SSAValue, dim: int, n: int, site: str, tag: tuple[int, ...]) -> SSAValue:
@@ -313,6 +322,8 @@ class _Reshard:
         mesh = self.mesh(t.mesh)
         assert step.ptype is not None
         n = mesh.axis_size(step.ptype)
+        if n == 1:  # teams of one device: the blocks are the buffers, unchanged
+            return cur
         teams = mesh.teams(step.ptype)
         backend = em.backend
         self.mark(self.marker(step))
@@ -330,7 +341,10 @@ class _Reshard:
                 src, dst = (em.view(v, _split_dim(shape_of(v), dim, chunks), team) for v in (cur, out))
                 em.copy(em.chunk(src, pos, dim + 1, n, team), dst, team)
         elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
-            self.allgather_chunks(cur, out, s, step.gather_dim, teams)
+            chunks = math.prod(sp.factor for sp in s.dims[step.gather_dim] if sp.is_stream)
+            self.collective_chunks(step, cur, out, step.gather_dim, chunks, teams)
+        elif (chunked := self.chunked(step, cur, out, t)) is not None:
+            self.collective_chunks(step, cur, out, *chunked, teams)
         elif step.kind == ALLGATHER:
             assert step.gather_dim is not None
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
@@ -356,40 +370,60 @@ class _Reshard:
             raise ReshardError(f"step {step.kind} does not stay on one mesh")
         return out
 
-    def allgather_chunks(self, cur: SSAValue, out: SSAValue, s: Sharding, dim: int, teams: list[tuple[int, ...]]) -> None:
-        """The allgather of an interleaved dimension (`Stream(S)*DIDx`): the
-        local buffer holds one block of each of the S stream chunks, in chunk
-        order, so per chunk c one allgather of chunk c of the buffer into
-        chunk c of the result (`hir.for`; the loop stream-pipeline runs on
-        rotating streams). `dim` must be outermost in memory up to extent-1
-        dimensions (make-resharding-contiguous sees to it)."""
+    def chunked(self, step: Step, cur: SSAValue, out: SSAValue, t: Sharding) -> tuple[int, int] | None:
+        """(dim, S) when `step`'s result has a Stream(S) split on a dimension
+        laid out before the one it communicates along, in chunks of extent 1
+        (`reshard_util.chunked_dim`): the blocks are contiguous in each
+        chunk, not in the whole buffer, so the collective runs per chunk."""
+        dim = step.gather_dim if step.kind == ALLGATHER else step.scatter_dim
+        if dim is None or self.b.placement() != t.placement():
+            return None
+        sd = chunked_dim(step, self.b, shape_of(out))
+        if sd is None or _outermost(shape_of(cur), dim) or sd > dim:
+            return None
+        if not _outermost(_chunk_shape(shape_of(cur), sd, shape_of(cur)[sd]), dim):
+            return None
+        return sd, shape_of(out)[sd]
+
+    def collective_chunks(self, step: Step, cur: SSAValue, out: SSAValue, dim: int, chunks: int, teams: list[tuple[int, ...]]) -> None:
+        """One collective per chunk along `dim` (`hir.for %c = 0 to S`; the
+        loop stream-pipeline runs on rotating streams): chunk c of the
+        buffer into chunk c of the result, each seen without the dimensions
+        before the communicated one, which have extent 1 in a chunk. For
+        an interleaved dimension (`Stream(S)*DIDx`, `dim` the gathered one)
+        the local buffer holds one block of each of the S stream chunks, in
+        chunk order; for a Stream split on another dimension (`chunked`),
+        the chunks are its indices."""
         em = self.em
-        chunks = math.prod(sp.factor for sp in s.dims[dim] if sp.is_stream)
-        src_shape, out_shape = shape_of(cur), shape_of(out)
-        if len(teams[0]) == 1:  # one block: the buffers hold the same rows
-            for team in teams:
-                em.copy(cur, out, team)
-            return
-        if not _outermost(src_shape, dim):
-            raise ReshardError(f"the gathered dimension {dim} of an interleaved block is not outermost in memory")
+        comm_dim = step.gather_dim if step.kind == ALLGATHER else step.scatter_dim
+        assert comm_dim is not None
+        for v in (cur, out):
+            if not _outermost(_chunk_shape(shape_of(v), dim, chunks), comm_dim):
+                raise ReshardError(f"the dimension {comm_dim} it communicates along is not outermost in memory in a chunk")
         for team in teams:
-            x, xg = cur, out
-            if dim != 0:  # only extent-1 dimensions before it: drop them
-                x = em.view(cur, src_shape[dim:], team)
-                xg = em.view(out, out_shape[dim:], team)
             loop = hir.ForOp(0, chunks)
             c = loop.induction_var
             c.name_hint = "c"
-            ca, cb = hir.ChunkOp(x, c, 0, chunks), hir.ChunkOp(xg, c, 0, chunks)
-            ag = hir.AllgatherOp(ca.result, cb.result, team, em.backend)
+            body: list[Operation] = []
+            views = []
+            for v in (cur, out):
+                view = hir.ChunkOp(v, c, dim, chunks)
+                body.append(view)
+                if comm_dim:  # only extent-1 dimensions before it: drop them
+                    body.append(hir.ViewOp(view.result, list(shape_of(view.result)[comm_dim:])))
+                views.append(body[-1].results[0])
+            if step.kind == ALLGATHER:
+                comm: Operation = hir.AllgatherOp(views[0], views[1], team, em.backend)
+            else:
+                comm = hir.ReduceScatterOp(views[0], views[1], team, "sum", em.backend)
             for k, v in em.marks.items():
-                ag.attributes[k] = v
-            ag.results[0].name_hint = "tok"
-            body = loop.body.block
-            terminator = body.last_op
+                comm.attributes[k] = v
+            comm.results[0].name_hint = "tok"
+            block = loop.body.block
+            terminator = block.last_op
             assert terminator is not None
-            for o in (ca, cb, ag, hir.WaitOp(ag.results[0])):
-                body.insert_op_before(o, terminator)
+            for o in (*body, comm, hir.WaitOp(comm.results[0])):
+                block.insert_op_before(o, terminator)
             em.emit(loop, team)
 
     # ---- two meshes ---------------------------------------------------------------
@@ -428,6 +462,8 @@ class _Reshard:
         team = ma.teams(a.partial)[0]
         dest = mb.devices[0]
         root = dest if dest in team else team[0]
+        if len(team) == 1:  # one summand: it is the sum
+            return src if root == dest else self.transfer(src, {root: tuple((0, e) for e in self.shape)}, b, mb, site)
         out = self.alloc(site if root == dest else f"{aux}/reduced", self.shape, (root,))
         self.mark(f"partial@{ma.name}->@{mb.name}")
         pos = em.constant(team.index(root), team)
@@ -455,6 +491,8 @@ class _Reshard:
         (the input exists on the root only)."""
         em, sender = self.em, ma.devices[0]
         team = mb.teams(p)[0]
+        if len(team) == 1:  # the sender is the only receiver: the data is there
+            return src
         send = blocks_in(em, src, dim, len(team), f"{aux}/in", (sender,))
         out = self.alloc(site, self.local(b), mb.devices)
         pos = em.constant(team.index(sender), team)
@@ -466,6 +504,8 @@ class _Reshard:
         output exists on the root only)."""
         em, receiver = self.em, mb.devices[0]
         team = ma.teams(p)[0]
+        if len(team) == 1:  # the receiver is the only sender: the data is there
+            return src
         out = self.alloc(site, self.shape, (receiver,))
         buf, finish = blocks_out(em, out, dim, len(team), f"{aux}/out", (receiver,))
         pos = em.constant(team.index(receiver), team)

@@ -97,7 +97,9 @@ from fuserc.dialects.fusion import (
 )
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
+    ALLTOALL,
     SCATTER,
+    chunked_dim,
     Meshes,
     Shape,
     Step,
@@ -255,12 +257,17 @@ class _Cost:
     leaves a GEMM's weight where the user placed it (0) or moves it (1: as
     in nvFuser, a matmul/linear follows its weight's sharding, so a
     row-parallel layer stays a GEMM + ReduceScatter, which stream-pipeline
-    can overlap, instead of gathering the weights), communicated bytes,
+    can overlap, instead of gathering the weights), sums over a device
+    split by a reduction (0) or by moving the split off the summed
+    dimension with an alltoall first (1: the same bytes, but nvFuser and
+    MLIR reduce-scatter the partial sum; an alltoall is for a transpose of
+    a split), communicated bytes,
     number of reshard steps (each a collective's latency), local result
     elements (redundant compute), order tried."""
 
     stream: int
     weight: int
+    transpose: int
     traffic: float
     steps: int
     compute: int
@@ -353,6 +360,7 @@ class _Decomposer:
             cost = _Cost(
                 0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
                 1 if isinstance(op, (MatmulOp, LinearOp)) and wanted[1] != current[1] else 0,
+                self.transposes_summed(op, before),  # type: ignore[arg-type]
                 total,
                 steps,
                 local_elements(cand, rshape, self.meshes),
@@ -362,19 +370,41 @@ class _Decomposer:
                 best = (cost, cand, wanted)
         return None if best is None else (best[1], best[2])
 
+    @staticmethod
+    def transposes_summed(op: FusionOp, plans: list[list[tuple[Step, Sharding]]]) -> int:
+        """1 when an operand's reshard moves a device split off a dimension
+        the op contracts (an alltoall whose gathered dimension is summed)."""
+        m = rules.op_map(op)
+        if m is None or not m.contracts:
+            return 0
+        for targets, plan in zip(m.operands, plans):
+            for step, _ in plan:
+                if step.kind == ALLTOALL and targets[step.gather_dim].kind == rules.CONTRACT:  # type: ignore[index]
+                    return 1
+        return 0
+
     def stream_targets(self, op: FusionOp, k: int, current: Sharding, wanted: Sharding, result: Sharding) -> list[int]:
         """Dimensions of operand k mapped to the result's Stream dimension
-        whose device split the reshard of operand k gathers (not when the
-        Stream split interleaves device blocks: that is placement)."""
+        when the reshard of operand k gathers their device split (the
+        AllGather + GEMM of `x [DIDx, -]` to `[Stream(S), -]`) or gathers
+        another dimension while these have a chunk of extent 1 (nvFuser's
+        explicit device dimension, `x [S, DIDx, m, K]` to `[Stream(S), -,
+        -, -]`: one allgather per chunk). Not when the Stream split
+        interleaves device blocks: that is placement."""
         sd = result.stream_dim()
         m = rules.op_map(op)
         if sd is None or m is None or sd[0] in result.interleaved_dims():
             return []
-        return [
-            d
-            for d, t in enumerate(m.operands[k])
-            if t.kind == rules.MAP and t.dim == sd[0] and len(wanted.dims[d]) < len(current.dims[d])
-        ]
+        targets = m.operands[k]
+        mapped = [d for d, t in enumerate(targets) if t.kind == rules.MAP and t.dim == sd[0]]
+        gathered = [d for d in range(wanted.rank) if len(wanted.dims[d]) < len(current.dims[d])]
+        if any(d in gathered for d in mapped):
+            return [d for d in mapped if d in gathered]
+        only_gathers = all(len(w) <= len(c) for w, c in zip(wanted.dims, current.dims)) and not current.partial
+        if gathered and only_gathers and all(targets[d].kind == rules.MAP for d in gathered):
+            local = current.local_shape(shape_of(op.operands[k]), self.meshes[current.mesh])
+            return [d for d in mapped if not current.dims[d] and local[d] == sd[1]]
+        return []
 
     def gathers_stream_dim(self, op: FusionOp, current: list[Sharding], wanted: list[Sharding], result: Sharding) -> bool:
         return any(self.stream_targets(op, k, c, w, result) for k, (c, w) in enumerate(zip(current, wanted)))
@@ -462,19 +492,26 @@ def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
 # --------------------------------------------------------------------------
 
 
-def _constraints(step: Step, src: SSAValue, dst: SSAValue, meshes: Meshes) -> list[tuple[SSAValue, int]]:
-    """(value, dim): dim must be outermost in value's buffer (up to local
-    extent-1 dimensions). None over a mesh axis of one device (no blocks)."""
+Constraint = tuple[SSAValue, int, "int | None"]
+"""(value, dim, chunked): dim must be outermost in value's buffer, up to
+dimensions of local extent 1 and the Stream-split dimension `chunked`
+(`reshard_util.outermost`)."""
+
+
+def _constraints(step: Step, src: SSAValue, dst: SSAValue, meshes: Meshes) -> list[Constraint]:
+    """What `step` asks of the layouts of its operand and result. None over
+    a mesh axis of one device (no blocks)."""
     s_operand, s_result = sharding_of(src), sharding_of(dst)
     assert s_operand is not None and s_result is not None
     mesh = meshes[s_result.mesh if step.kind == SCATTER else s_operand.mesh]
     if step.ptype is not None and mesh.axis_size(step.ptype) == 1:
         return []
-    out: list[tuple[SSAValue, int]] = []
+    chunked = chunked_dim(step, s_result, s_result.local_shape(shape_of(dst), meshes[s_result.mesh]))
+    out: list[Constraint] = []
     if step.scatter_dim is not None:
-        out.append((src, step.scatter_dim))
+        out.append((src, step.scatter_dim, chunked))
     if step.gather_dim is not None:
-        out.append((dst, step.gather_dim))
+        out.append((dst, step.gather_dim, chunked))
     return out
 
 
@@ -489,7 +526,7 @@ class _Layouts:
         self.parent: dict[SSAValue, SSAValue] = {}
         self.order: dict[SSAValue, tuple[int, ...]] = {}
         self.fixed: dict[SSAValue, bool] = {}
-        self.cons: dict[SSAValue, list[tuple[SSAValue, int]]] = {}
+        self.cons: dict[SSAValue, list[Constraint]] = {}
 
     # ---- classes ----------------------------------------------------------
     def find(self, v: SSAValue) -> SSAValue:
@@ -514,22 +551,22 @@ class _Layouts:
         assert s is not None
         return s.local_shape(shape_of(v), self.meshes[s.mesh])
 
-    def satisfies(self, order: tuple[int, ...], cons: list[tuple[SSAValue, int]]) -> bool:
-        return all(outermost(order, d, self.local_shape(v)) for v, d in cons)
+    def satisfies(self, order: tuple[int, ...], cons: list[Constraint]) -> bool:
+        return all(outermost(order, d, self.local_shape(v), c) for v, d, c in cons)
 
-    def candidates(self, rank: int, cons: list[tuple[SSAValue, int]], current: tuple[int, ...]) -> list[tuple[int, ...]]:
+    def candidates(self, rank: int, cons: list[Constraint], current: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Orders to try, least change first: the current one, row-major,
         then constrained dimensions first (after dims of local extent 1)."""
         ident = tuple(range(rank))
-        dims = list(dict.fromkeys(d for _, d in cons))
-        units = [d for d in ident if cons and all(self.local_shape(v)[d] == 1 for v, _ in cons)]
+        dims = list(dict.fromkeys(d for _, d, _ in cons))
+        units = [d for d in ident if cons and all(self.local_shape(v)[d] == 1 for v, _, _ in cons)]
         out = [current, ident]
         for perm in itertools.permutations(dims):
             for head in (list(perm), [u for u in units if u not in perm] + list(perm)):
                 out.append(tuple(head + [d for d in ident if d not in head]))
         return list(dict.fromkeys(out))
 
-    def pick(self, a: SSAValue, b: SSAValue, cons: list[tuple[SSAValue, int]]) -> tuple[int, ...] | None:
+    def pick(self, a: SSAValue, b: SSAValue, cons: list[Constraint]) -> tuple[int, ...] | None:
         fixed = [x for x in (a, b) if self.fixed[x]]
         if len(fixed) == 2 and self.order[a] != self.order[b]:
             return None
@@ -688,8 +725,8 @@ def _check_set(s: SetOp, meshes: Meshes) -> list[str]:
     if osrc != odst:
         out.append(_where(s, f"'fusion.set' op {step.kind}: operand alloc_order {list(osrc)} differs from result's {list(odst)}"))
     layouts = _Layouts(meshes)
-    for v, d in _constraints(step, src, dst, meshes):
-        if not outermost(alloc_order_of(v), d, layouts.local_shape(v)):
+    for v, d, c in _constraints(step, src, dst, meshes):
+        if not outermost(alloc_order_of(v), d, layouts.local_shape(v), c):
             side = "operand" if v is src else "result"
             out.append(_where(s, f"'fusion.set' op {step.kind} over dim {d} of its {side}: dim {d} is not outermost in memory"))
     return out

@@ -45,10 +45,28 @@ Meshes = Mapping[str, Mesh]
 # --------------------------------------------------------------------------
 
 
-def outermost(order: Sequence[int], dim: int, local_shape: Shape) -> bool:
+def outermost(order: Sequence[int], dim: int, local_shape: Shape, chunked: int | None = None) -> bool:
     """`dim` is outermost in memory up to dimensions of local extent 1, so
-    that its blocks are contiguous chunks of the buffer."""
-    return all(local_shape[d] == 1 for d in order[: list(order).index(dim)])
+    that its blocks are contiguous chunks of the buffer. With `chunked`, a
+    dimension cut into chunks of extent 1 (a Stream split whose collective
+    runs chunk by chunk) may also come first: the blocks are contiguous
+    within each chunk."""
+    return all(local_shape[d] == 1 or d == chunked for d in order[: list(order).index(dim)])
+
+
+def chunked_dim(step: Step, result: Sharding, local_shape: Shape) -> int | None:
+    """The dimension whose Stream split makes `step` run chunk by chunk
+    with its blocks contiguous in each chunk whatever comes first in
+    memory: an allgather or reduce-scatter whose result has Stream(S) on
+    another, not interleaved, dimension of local extent S (chunks of
+    extent 1, nvFuser's `[S, d, M/(S*d), K]`). None otherwise."""
+    sd = result.stream_dim()
+    if sd is None or step.kind not in (ALLGATHER, REDUCE_SCATTER):
+        return None
+    dim, chunks = sd
+    if dim in (step.gather_dim, step.scatter_dim) or dim in result.interleaved_dims():
+        return None
+    return dim if local_shape[dim] == chunks else None
 
 
 def inverse(perm: Sequence[int]) -> tuple[int, ...]:
