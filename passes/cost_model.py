@@ -29,11 +29,36 @@ from typing import Any
 
 LINKS_ENV = "FUSERC_LINKS"
 """Environment variable naming a links JSON file (overrides the default path)."""
+GPUS_PER_NODE_ENV = "FUSERC_GPUS_PER_NODE"
+"""Environment variable giving the ranks per node, for the cost model (over
+the links file) and for the runtime's grouping of ranks into nodes (over
+the ranks sharing memory): `FUSERC_GPUS_PER_NODE=2 mpiexec -n 4 ...` runs
+as 2 nodes of 2 ranks."""
+
+
+def gpus_per_node_override() -> int | None:
+    """$FUSERC_GPUS_PER_NODE as a positive int (None when unset)."""
+    text = os.environ.get(GPUS_PER_NODE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{GPUS_PER_NODE_ENV}={text!r}: expected a positive number of ranks per node")
+    return value
 
 DEFAULT_LINKS_PATH = Path("~/.cache/fuserc/links.json")
 
 NONE, COLLECTIVE, RING = "none", "collective", "ring"
-ALLGATHER, ALLGATHER_OUTER, REDUCE_SCATTER = "allgather", "allgather_outer", "reduce_scatter"
+ALLGATHER, REDUCE_SCATTER, ALLREDUCE, ALLTOALL = "allgather", "reduce_scatter", "allreduce", "alltoall"
+CHUNKS = "chunks"
+"""A site whose collective runs chunk by chunk along a dimension it does not
+communicate along (`Site.comm` names the collective)."""
+BEFORE, AFTER = "before", "after"
+"""Where a CHUNKS site's compute is: making the collective's input in the
+same chunks, or reading its output in them."""
 ALGORITHMS: tuple[str, ...] = (NONE, COLLECTIVE, RING)
 SUM, PULL = "sum", "pull"
 RING_FORMS: tuple[str, ...] = (SUM, PULL)
@@ -76,8 +101,14 @@ class Machine:
     """A GEMM overlapping an NCCL kernel runs this much slower (shared SMs)."""
     hbm_gbps: float = 3000.0
     """Device memory bandwidth (local copies and adds)."""
+    net_gbps: float = 50.0
+    """Between nodes, per rank (a 400 Gb/s NIC): NCCL send/recv of the rings,
+    and the bus bandwidth of a collective whose team spans nodes."""
+    net_latency_us: float = 15.0
+    """Latency of one transfer between nodes."""
     gpus_per_node: int = 8
-    """Ranks r and q are on one node when r // gpus_per_node == q // gpus_per_node."""
+    """Ranks r and q are on one node when r // gpus_per_node == q //
+    gpus_per_node ($FUSERC_GPUS_PER_NODE overrides it)."""
     source: str = "defaults"
     """Where the numbers come from (a path, or `defaults`)."""
 
@@ -97,18 +128,40 @@ class Machine:
         """A `hir.barrier` over cuda_ipc: flags written and waited for."""
         return self.copy_engine_latency_us * 1e-6
 
-    def nccl(self, bus_bytes: float) -> float:
+    def nccl(self, bus_bytes: float, spans_nodes: bool = False) -> float:
         """One NCCL collective moving `bus_bytes` per rank over the bus
         (allgather/reduce-scatter: (n-1)/n of the large buffer; broadcast
-        and reduce: the buffer)."""
-        return self.nccl_latency_us * 1e-6 + bus_bytes / (self.nccl_busbw_gbps * 1e9)
+        and reduce: the buffer); over a team spanning nodes the network
+        bounds it."""
+        gbps = min(self.nccl_busbw_gbps, self.net_gbps) if spans_nodes else self.nccl_busbw_gbps
+        latency = max(self.nccl_latency_us, self.net_latency_us) if spans_nodes else self.nccl_latency_us
+        return latency * 1e-6 + bus_bytes / (gbps * 1e9)
+
+    def net(self, nbytes: float) -> float:
+        """One NCCL send/recv of `nbytes` between nodes."""
+        return self.net_latency_us * 1e-6 + nbytes / (self.net_gbps * 1e9)
+
+    def link(self, nbytes: float, remote: bool) -> float:
+        """One ring transfer: a copy-engine copy within a node, a send/recv
+        between nodes."""
+        return self.net(nbytes) if remote else self.copy_engine(nbytes)
 
     def local(self, nbytes: float) -> float:
         """A kernel moving `nbytes` through device memory (copy, add)."""
         return self.launch_us * 1e-6 + nbytes / (self.hbm_gbps * 1e9)
 
+    def node_of(self, rank: int) -> int:
+        return rank // max(1, self.gpus_per_node)
+
     def one_node(self, team: Sequence[int]) -> bool:
-        return len({r // max(1, self.gpus_per_node) for r in team}) == 1
+        return len({self.node_of(r) for r in team}) == 1
+
+    def ring_links(self, team: Sequence[int]) -> tuple[bool, ...]:
+        """Per ring offset o = 1 .. d - 1: whether some rank's transfer from
+        position p + o crosses nodes (every rank waits for that step)."""
+        d = len(team)
+        nodes = [self.node_of(r) for r in team]
+        return tuple(any(nodes[p] != nodes[(p + o) % d] for p in range(d)) for o in range(1, d))
 
 
 def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
@@ -118,9 +171,14 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
     is an error (a stale description must not be trusted silently)."""
     named = path or os.environ.get(LINKS_ENV)
     if named:
-        return _read(Path(named).expanduser())
-    default = DEFAULT_LINKS_PATH.expanduser()
-    return _read(default) if default.is_file() else Machine()
+        machine = _read(Path(named).expanduser())
+    else:
+        default = DEFAULT_LINKS_PATH.expanduser()
+        machine = _read(default) if default.is_file() else Machine()
+    node = gpus_per_node_override()
+    if node is None:
+        return machine
+    return replace(machine, gpus_per_node=node, source=f"{machine.source}, {GPUS_PER_NODE_ENV}={node}")
 
 
 def _read(file: Path) -> Machine:
@@ -175,11 +233,34 @@ class Site:
     of the partial product (ReduceScatter) on this rank, the element type
     and the team size."""
 
-    kind: str  # ALLGATHER | ALLGATHER_OUTER (an allgather per chunk) | REDUCE_SCATTER
+    kind: str  # ALLGATHER | REDUCE_SCATTER | CHUNKS
     flops: float
     nbytes: float
     elem: str
     team: int
+    comm: str = ""
+    """CHUNKS: the collective (ALLGATHER, REDUCE_SCATTER, ALLREDUCE, ALLTOALL);
+    nbytes is then its larger buffer (the gathered output, the partial
+    input)."""
+    compute: str = ""  # CHUNKS: BEFORE, AFTER, or "" (the collective alone)
+    links: tuple[bool, ...] = ()
+    """Per ring offset 1 .. d - 1, whether that step crosses nodes
+    (`Machine.ring_links`); empty: the team is on one node."""
+
+    @property
+    def spans_nodes(self) -> bool:
+        return any(self.links)
+
+    def remote(self, offset: int) -> bool:
+        """Whether the ring's transfers at `offset` (mod d) cross nodes."""
+        o = offset % self.team
+        return bool(self.links) and o > 0 and self.links[o - 1]
+
+    def bus(self, nbytes: float) -> float:
+        """The bytes one rank moves over the bus for a collective of a
+        buffer of `nbytes` (the larger one)."""
+        d = self.team
+        return nbytes * (d - 1) / d * (2 if self.comm == ALLREDUCE else 1)
 
 
 def _serial(ready: Sequence[float], each: float, start: float = 0.0) -> float:
@@ -195,32 +276,29 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
     `form`: the GEMM+ReduceScatter ring's (SUM when not given)."""
     d, s = site.team, chunks
     if algorithm == NONE:
-        whole = site.nbytes * (d - 1) / d
-        return Estimate(NONE, 1, m.gemm(site.flops, site.elem) + m.nccl(whole))
+        whole = site.bus(site.nbytes) if site.kind == CHUNKS else site.nbytes * (d - 1) / d
+        return Estimate(NONE, 1, m.gemm(site.flops, site.elem) + m.nccl(whole, site.spans_nodes))
     g = m.gemm(site.flops / s, site.elem) + m.chunk_us * 1e-6
     piece = site.nbytes / s
     k = max(1, s // d)
-    if site.kind == ALLGATHER_OUTER:
-        if algorithm == COLLECTIVE:
-            ready = [(c + 1) * m.nccl(piece * (d - 1) / d) for c in range(s)]
-            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
-        fence = m.local(2 * site.nbytes / d) + m.ipc_fence()
-        per_chunk = (d - 1) * m.copy_engine(piece / d) + m.local(2 * piece / d)
-        ready = [fence + (c + 1) * per_chunk for c in range(s)]
-        return Estimate(algorithm, s, _serial(ready, g) + m.ipc_fence())
+    if site.kind == CHUNKS:
+        return _chunks(m, site, algorithm, s, g, piece)
     if site.kind == ALLGATHER:
         own = m.local(2 * site.nbytes / d)  # the local block copied (collective) or shared (ring)
         if algorithm == COLLECTIVE:
-            b = m.nccl(piece)
+            b = m.nccl(piece, site.spans_nodes)
             ready = [own + (c + 1) * b for c in range(s)]
             return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
         fence = own + m.ipc_fence()  # the copy overlaps the local GEMMs
-        ready = [0.0] * k + [fence + (c + 1) * m.copy_engine(piece) for c in range(s - k)]
+        ready, t = [0.0] * k, fence
+        for c in range(k, s):  # chunk c from the device c // k positions on
+            t += m.link(piece, site.remote(c // k))
+            ready.append(t)
         return Estimate(algorithm, s, _serial(ready, g) + m.ipc_fence())
     # reduce_scatter
     if algorithm == COLLECTIVE:
         t_comm, t_gemm = 0.0, 0.0
-        r = m.nccl(piece)
+        r = m.nccl(piece, site.spans_nodes)
         for _ in range(s):
             t_gemm += g * (1 + m.nccl_sm_slowdown)
             t_comm = max(t_comm, t_gemm) + r
@@ -234,7 +312,7 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         for t in range(d - 1):
             for j in range(k):
                 ready = (t * k + j + 1) * g + m.ipc_fence()
-                landed[j] = max(landed[j], ready) + m.copy_engine(piece)
+                landed[j] = max(landed[j], ready) + m.link(piece, site.remote(d - 1 - t))
         end = 0.0
         for j in range(k):
             own = ((d - 1) * k + j + 1) * g
@@ -243,13 +321,37 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
     # sum: a running sum per destination block passed along the ring, k
     # sub-rings in turn; GEMM (t, j) adds the sum put by the next device at
     # step t - 1 of sub-ring j, so it waits for that put and its fence
-    transfer = m.copy_engine(piece) + m.ipc_fence()
+    transfer = m.link(piece, site.remote(1)) + m.ipc_fence()
     end, landed = 0.0, [0.0] * k
     for step in range(d):
         for j in range(k):
             end = max(end, landed[j]) + g if step else end + g
             landed[j] = end + transfer
     return Estimate(algorithm, s, end + m.ipc_fence(), SUM)
+
+
+def _chunks(m: Machine, site: Site, algorithm: str, s: int, g: float, piece: float) -> Estimate:
+    """A collective per chunk (CHUNKS), with its compute before or after it
+    in the same chunks, or alone (then each chunk only adds its latency)."""
+    d = site.team
+    if algorithm == COLLECTIVE:
+        comm = m.nccl(site.bus(piece), site.spans_nodes)
+        if site.compute == BEFORE:  # chunk c's collective once its compute is done
+            t_gemm = t_comm = 0.0
+            for _ in range(s):
+                t_gemm += g * (1 + m.nccl_sm_slowdown)
+                t_comm = max(t_comm, t_gemm) + comm
+            return Estimate(algorithm, s, t_comm)
+        ready = [(c + 1) * comm for c in range(s)]
+        if site.compute == AFTER:
+            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
+        return Estimate(algorithm, s, ready[-1] + s * m.chunk_us * 1e-6)
+    # ring (an allgather per chunk): the shard shared once, a fence, then per
+    # chunk the own block copied and d - 1 blocks pulled
+    fence = m.local(2 * site.nbytes / d) + m.ipc_fence()
+    per_chunk = sum(m.link(piece / d, site.remote(t)) for t in range(1, d)) + m.local(2 * piece / d)
+    ready = [fence + (c + 1) * per_chunk for c in range(s)]
+    return Estimate(algorithm, s, _serial(ready, g) + m.ipc_fence())
 
 
 def candidates(

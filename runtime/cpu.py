@@ -13,6 +13,12 @@ when a later op touches memory it writes (or writes memory it reads), so
 that results never depend on how streams were interleaved. Put/get use MPI
 one-sided windows created by `share` (passive-target lock/unlock, so each
 copy is complete at the target when it returns).
+
+Nodes: MPI reaches every rank, but the cuda backend's peer copies and
+copy-engine fences (CUDA IPC) reach only the ranks of one node, so this
+backend refuses them across nodes too (`MpiEnv.nodes`; with
+$FUSERC_GPUS_PER_NODE a one-machine job is several nodes): a program that
+runs here keeps within a node what must, and moves the rest by send/recv.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 import torch
 from xdsl.ir import Block, SSAValue
 
+from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work
 from fuserc.runtime.mpi_env import MpiEnv
@@ -127,6 +134,7 @@ class CpuBackend(Backend):
         self._main = CpuStream("main")
         self._current = self._main
         self._pools: dict[int, list[CpuStream]] = {}
+        self.nodes = env.nodes()  # collective: every rank builds its backend at the same point
 
     # ---- program load -------------------------------------------------------
     def prepare_teams(self, teams: Sequence[Team]) -> None:
@@ -324,6 +332,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
+        self._same_node(handle.team, peer, "hir.put")
         _check_peer_copy(src, handle, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
@@ -336,6 +345,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
+        self._same_node(handle.team, peer, "hir.get")
         _check_peer_copy(dst, handle, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
@@ -350,6 +360,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
+        self._same_node(handle.team, peer, "hir.put")
         offset, nbytes = _block_span(src, handle, index, chunks, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
@@ -362,6 +373,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
+        self._same_node(handle.team, peer, "hir.get")
         offset, nbytes = _block_span(dst, handle, index, chunks, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
@@ -375,7 +387,10 @@ class CpuBackend(Backend):
     def team_barrier(self, team: Team, backend: str = "nccl") -> Work:
         """Ops run when the host reaches them, so the fence completes this
         rank's pending communications, then meets the team (over MPI,
-        whatever `backend` names)."""
+        whatever `backend` names; a cuda_ipc fence only within a node)."""
+        if backend == "cuda_ipc":
+            for peer in range(len(team)):
+                self._same_node(team, peer, "a cuda_ipc hir.barrier")
         while self._pending:
             self._complete(self._pending[0])
         self._comm(team).Barrier()
@@ -402,6 +417,17 @@ class CpuBackend(Backend):
         self._comms.clear()
 
     # ---- internals ----------------------------------------------------------
+    def _same_node(self, team: Team, peer: int, what: str) -> None:
+        """Refuse a copy-engine transfer between nodes (as CUDA IPC does)."""
+        other = team[peer]
+        if self.nodes[other] != self.nodes[self.rank]:
+            raise Diagnostic(
+                f"{what} between rank {self.rank} (node {self.nodes[self.rank]}) and rank {other} "
+                f"(node {self.nodes[other]}) of team {list(team)}: peer copies and cuda_ipc fences "
+                "stay within a node (across nodes: hir.send/hir.recv; nodes by $FUSERC_GPUS_PER_NODE, else "
+                "the ranks sharing memory)"
+            )
+
     def _order(self, reads: Sequence[torch.Tensor] = (), writes: Sequence[torch.Tensor] = ()) -> None:
         """Complete the pending communications this op depends on: those
         writing memory it touches, and those reading memory it writes."""

@@ -118,7 +118,9 @@ class CudaBackend(Backend):
         torch.cuda.set_device(self.device)
         leader = node.allreduce(env.rank, op=_mpi_min())
         gpus = env.comm.allgather((leader, self.device))
-        self.comms = Communicators(env, self.device, [g[0] for g in gpus], gpus)
+        # peer copies keep within env.nodes() (which $FUSERC_GPUS_PER_NODE may
+        # cut finer than the machines); GPUs are shared within a machine
+        self.comms = Communicators(env, self.device, env.nodes(), gpus)
         self.gemm = GemmChooser()
         self._main = self._new_stream("main")
         self._current = self._main
@@ -461,7 +463,7 @@ class CudaBackend(Backend):
         self._begin()
         offset, n = _block_span(src, handle, index, chunks, "put")
         staged = self._staged_in(src)
-        self._memcpy(handle.ptrs[peer] + offset, staged.data_ptr(), n)
+        self._memcpy(handle.peer_ptr(peer, "hir.put") + offset, staged.data_ptr(), n)
         return self._work(self._record(), staged)
 
     def get_block(self, handle: Handle, peer: int, dst: torch.Tensor, index: int, chunks: int) -> Work:
@@ -470,7 +472,7 @@ class CudaBackend(Backend):
         self._begin()
         offset, n = _block_span(dst, handle, index, chunks, "get")
         staged = self._staged_out(dst)
-        self._memcpy(staged.data_ptr(), handle.ptrs[peer] + offset, n)
+        self._memcpy(staged.data_ptr(), handle.peer_ptr(peer, "hir.get") + offset, n)
         self._unstage(staged, dst)
         return self._work(self._record(), staged)
 

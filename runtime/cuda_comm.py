@@ -20,9 +20,12 @@ segments), its memory handle and the buffer's offset in it are exchanged
 over the team's MPI communicator, and each member maps the others'
 allocations once (cudaIpcOpenMemHandle is allowed once per allocation and
 process, so mappings are reference counted). Only ranks of one node share
-memory: a team spanning nodes is refused, with send/recv (NCCL) as the way
-across nodes. A put or get is one cudaMemcpyAsync (device to device, copy
-engines, no SMs) on the current stream.
+memory: over a team spanning nodes (`MpiEnv.nodes`), each member maps the
+buffers of the members on its node, and a put or get to a member of
+another node is refused (send/recv, NCCL, is the way across nodes; the
+rings of stream-pipeline use it there). A put or get is one
+cudaMemcpyAsync (device to device, copy engines, no SMs) on the current
+stream.
 
 Cross-rank ordering of peer copies: a put or get is ordered after earlier
 work on its stream and completes asynchronously; what the peer has written,
@@ -54,6 +57,7 @@ from typing import Any
 
 import torch
 
+from fuserc.diagnostics import Diagnostic
 from fuserc.runtime.backend import Handle, ReduceOp, Team
 from fuserc.runtime.mpi_env import MpiEnv
 
@@ -182,10 +186,21 @@ class CudaHandle(Handle):
     (the peers' through their IPC mappings)."""
 
     team: Team
-    ptrs: list[int]
+    ptrs: list[int | None]
+    """Per member, its buffer's address here (None: a member on another node)."""
     nbytes: int
     buffer: torch.Tensor
     opened: list[bytes] = field(default_factory=list)
+
+    def peer_ptr(self, peer: int, what: str) -> int:
+        """Member `peer`'s buffer, refused when it is on another node."""
+        ptr = self.ptrs[peer]
+        if ptr is None:
+            raise Diagnostic(
+                f"{what} to rank {self.team[peer]} of team {list(self.team)}: it is on another node, "
+                "which CUDA IPC does not reach (across nodes: hir.send/hir.recv)"
+            )
+        return ptr
 
 
 FENCE_SLOTS = 16
@@ -468,6 +483,11 @@ class Communicators:
         after the fence and whether a graph can repeat it."""
         import cupy
 
+        if len({self.node_of[r] for r in team}) > 1:
+            raise Diagnostic(
+                f"a cuda_ipc hir.barrier over team {list(team)}, which spans nodes: copy-engine fences stay "
+                "within a node (one per node, or backend = nccl)"
+            )
         pad = self._pads.get(team, False)
         if pad is False:
             pad = self._pads[team] = self._make_pad(team)
@@ -478,23 +498,24 @@ class Communicators:
         if pad.last is not None and pad.last[1] != stream.ptr:
             stream.wait_event(pad.last[0])
         slot = pad.slot(indexed[0]) if indexed is not None and indexed[1] < INDEXED_FENCES else None
-        ptrs, me, ops = pad.handle.ptrs, pad.me, pad.ops
+        me, ops = pad.me, pad.ops
         if slot is None:
             pad.epoch += 1
             value, word = pad.epoch, pad.offset
         else:
             assert indexed is not None
             value, word = 1, functools.partial(pad.offset, slot=slot, index=indexed[1])
-        for pos, ptr in enumerate(ptrs):
-            if pos != me:
-                ops.write(stream.ptr, ptr + word(me), value)
+        here = pad.handle.peer_ptr(me, "a cuda_ipc fence")
         for pos in range(pad.size):
             if pos != me:
-                ops.wait_geq(stream.ptr, ptrs[me] + word(pos), value)
+                ops.write(stream.ptr, pad.handle.peer_ptr(pos, "a cuda_ipc fence") + word(me), value)
+        for pos in range(pad.size):
+            if pos != me:
+                ops.wait_geq(stream.ptr, here + word(pos), value)
         if slot is not None:  # reset for the next run (see SignalPad)
             for pos in range(pad.size):
                 if pos != me:
-                    ops.write(stream.ptr, ptrs[me] + word(pos), 0)
+                    ops.write(stream.ptr, here + word(pos), 0)
         event = cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
         pad.last = (event, stream.ptr)
@@ -557,13 +578,8 @@ class Communicators:
         if size:
             base, _ = allocation_of(buf.data_ptr())
             handle, offset = runtime.ipcGetMemHandle(base), buf.data_ptr() - base
-        infos = comm.allgather((self.node_of[self.env.rank], handle, offset, size))
-        nodes = {info[0] for info in infos}
-        if len(nodes) > 1:
-            raise RuntimeError(
-                f"hir.share over team {list(team)}: CUDA IPC needs every member on one node, but the team "
-                "spans nodes (use send/recv across nodes)"
-            )
+        mine = self.node_of[self.env.rank]
+        infos = comm.allgather((mine, handle, offset, size))
         sizes = {info[3] for info in infos}
         if len(sizes) > 1:
             raise RuntimeError(
@@ -572,12 +588,14 @@ class Communicators:
             )
         me = team.index(self.env.rank)
         shared = CudaHandle(team, [], size, buf)
-        for pos, (_, h, off, _) in enumerate(infos):
-            if pos == me or not size:
+        for pos, (node, h, off, _) in enumerate(infos):
+            if node != mine:  # another node: no mapping, no copy
+                shared.ptrs.append(None)
+            elif pos == me or not size:
                 shared.ptrs.append(buf.data_ptr())
-                continue
-            shared.ptrs.append(self.ipc.open(h) + off)
-            shared.opened.append(h)
+            else:
+                shared.ptrs.append(self.ipc.open(h) + off)
+                shared.opened.append(h)
         return shared
 
     def release(self, handle: CudaHandle) -> None:

@@ -38,11 +38,13 @@ class MpiEnv:
     rank: int
     size: int
     _node_comm: Any = field(default=None, repr=False)
+    _nodes: list[int] | None = field(default=None, repr=False)
 
     @property
     def node_comm(self) -> Any:
-        """The ranks sharing this node (created on first use; collective
-        over the world, so every rank must ask at the same point)."""
+        """The ranks sharing this node's memory (created on first use;
+        collective over the world, so every rank must ask at the same
+        point). It decides which GPU a rank uses."""
         if self._node_comm is None:
             from mpi4py import MPI
 
@@ -52,6 +54,32 @@ class MpiEnv:
     @property
     def node_rank(self) -> int:
         return self.node_comm.Get_rank()
+
+    def nodes(self) -> list[int]:
+        """World rank -> node, the grouping peer copies and fences keep
+        within (ranks of one node share memory over CUDA IPC; others talk
+        by send/recv): rank // G with $FUSERC_GPUS_PER_NODE=G (a job on one
+        machine then behaves as several nodes), else the ranks sharing
+        memory. Collective over the world on first use without the
+        variable, so every rank must ask at the same point."""
+        if self._nodes is None:
+            from fuserc.passes.cost_model import gpus_per_node_override
+
+            try:
+                g = gpus_per_node_override()
+            except ValueError as e:
+                raise Diagnostic(str(e)) from None
+            if g is not None:
+                self._nodes = [r // g for r in range(self.size)]
+            elif self.comm is None:  # a job without MPI (tests): one node
+                self._nodes = [0] * self.size
+            else:
+                from mpi4py import MPI
+
+                leaders = self.comm.allgather(self.node_comm.allreduce(self.rank, op=MPI.MIN))
+                ids = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
+                self._nodes = [ids[leader] for leader in leaders]
+        return self._nodes
 
 
 _ENV: MpiEnv | None = None

@@ -1,6 +1,6 @@
 // stream-pipeline on ops whose Stream split needs no communication: the op
 // runs in S chunks of its output, each on its own stream, reading the
-// matching chunks of its operands.
+// matching chunks of its operands (a launch's region on chunk types).
 // RUN: %fuserc opt -p stream-pipeline %s | filecheck %s
 // RUN: %fuserc opt -p 'stream-pipeline{num-streams=3}' %s | filecheck %s --check-prefix=POOL
 // RUN: %fuserc opt -p 'stream-pipeline{algorithm=none}' %s | filecheck %s --check-prefix=NONE
@@ -36,9 +36,21 @@
 // CHECK: %7 = hir.chunk %x [%c_6] dim = 0 chunks = 2 : (tensor<16x8xf32>, index) -> tensor<8x8xf32>
 // CHECK-NEXT: %8 = hir.chunk %k [%c_6] dim = 0 chunks = 2 : (tensor<16x8xbf16>, index) -> tensor<8x8xbf16>
 // CHECK-NEXT: hir.copy %7, %8 : tensor<8x8xf32>, tensor<8x8xbf16>
-// A launch is not cut: it runs whole, as it was.
-// CHECK: hir.launch ins(%x : tensor<16x8xf32>) outs(%g : tensor<16x8xf32>) {
-// CHECK: } {hir.stream = [0 : i64, 2 : i64]}
+// A launch of elementwise ops: its region on chunks of its operands.
+// CHECK: hir.for %c_8 = 0 to 2 {
+// CHECK: %9 = hir.chunk %x [%c_8] dim = 0 chunks = 2 : (tensor<16x8xf32>, index) -> tensor<8x8xf32>
+// CHECK-NEXT: %10 = hir.chunk %g [%c_8] dim = 0 chunks = 2 : (tensor<16x8xf32>, index) -> tensor<8x8xf32>
+// CHECK-NEXT: hir.launch ins(%9, %b8 : tensor<8x8xf32>, tensor<8xf32>) outs(%10 : tensor<8x8xf32>) {
+// CHECK-NEXT: ^bb0(%a: tensor<8x8xf32>, %bias: tensor<8xf32>):
+// CHECK-NEXT: %bb = fusion.broadcast_in_dim %bias dims = [1] : (tensor<8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %r = fusion.add %a, %bb : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %q = fusion.relu %r : (tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: hir.yield %q : tensor<8x8xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: } {hir.pipeline = {algorithm = "local", chunks = 2 : i64
+// A launch whose region reduces the chunked dimension runs whole, and says why.
+// CHECK: hir.launch ins(%x : tensor<16x8xf32>) outs(%o : tensor<16x8xf32>) {
+// CHECK: } {hir.stream = [0 : i64, 2 : i64], hir.pipeline = {algorithm = "none", chunks = 1 : i64, streams = 0 : i64, reason = "not pipelined: the launch of fusion.softmax is not computed by chunks of dim 0
 // CHECK-NEXT: func.return
 
 // POOL: hir.for %c_2 = 0 to 4 {
@@ -48,8 +60,8 @@
 // POOL-NEXT: hir.sync_stream %s_3 : !hir.stream
 
 // NONE-NOT: hir.for
-func.func @local(%x: tensor<16x8xf32>, %w: tensor<8x4xf32>, %wl: tensor<4x8xf32>, %b: tensor<4xf32>)
-    -> (tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x8xbf16>, tensor<16x8xf32>) attributes {hir.host} {
+func.func @local(%x: tensor<16x8xf32>, %w: tensor<8x4xf32>, %wl: tensor<4x8xf32>, %b: tensor<4xf32>, %b8: tensor<8xf32>)
+    -> (tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x8xbf16>, tensor<16x8xf32>, tensor<16x8xf32>) attributes {hir.host} {
   %y = hir.alloc "local/0" : tensor<16x4xf32>
   hir.matmul %x, %w, %y {hir.stream = [1, 2]} : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
   %l = hir.alloc "local/1" : tensor<16x4xf32>
@@ -59,10 +71,18 @@ func.func @local(%x: tensor<16x8xf32>, %w: tensor<8x4xf32>, %wl: tensor<4x8xf32>
   %k = hir.alloc "local/3" : tensor<16x8xbf16>
   hir.copy %x, %k {hir.stream = [0, 2]} : tensor<16x8xf32>, tensor<16x8xbf16>
   %g = hir.alloc "local/4" : tensor<16x8xf32>
-  hir.launch ins(%x : tensor<16x8xf32>) outs(%g : tensor<16x8xf32>) {
-  ^bb0(%a: tensor<16x8xf32>):
-    %r = fusion.relu %a : (tensor<16x8xf32>) -> tensor<16x8xf32>
-    hir.yield %r : tensor<16x8xf32>
+  hir.launch ins(%x, %b8 : tensor<16x8xf32>, tensor<8xf32>) outs(%g : tensor<16x8xf32>) {
+  ^bb0(%a: tensor<16x8xf32>, %bias: tensor<8xf32>):
+    %bb = fusion.broadcast_in_dim %bias dims = [1] : (tensor<8xf32>) -> tensor<16x8xf32>
+    %r = fusion.add %a, %bb : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+    %q = fusion.relu %r : (tensor<16x8xf32>) -> tensor<16x8xf32>
+    hir.yield %q : tensor<16x8xf32>
   } {hir.stream = [0, 2]}
-  func.return %y, %l, %m, %k, %g : tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x8xbf16>, tensor<16x8xf32>
+  %o = hir.alloc "local/5" : tensor<16x8xf32>
+  hir.launch ins(%x : tensor<16x8xf32>) outs(%o : tensor<16x8xf32>) {
+  ^bb0(%a: tensor<16x8xf32>):
+    %p = fusion.softmax %a dim = 0 : (tensor<16x8xf32>) -> tensor<16x8xf32>
+    hir.yield %p : tensor<16x8xf32>
+  } {hir.stream = [0, 2]}
+  func.return %y, %l, %m, %k, %g, %o : tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x8xbf16>, tensor<16x8xf32>, tensor<16x8xf32>
 }

@@ -12,12 +12,12 @@
 // COLL-NEXT: %s = hir.stream_for %c mod 2 : !hir.stream
 // COLL-NEXT: hir.set_current_stream %s : !hir.stream
 // COLL-NEXT: hir.sync_stream %main : !hir.stream
-// COLL-NEXT: %xc = hir.chunk %xg [%c] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
 // COLL-NEXT: %mine = hir.chunk %x [%c] dim = 0 chunks = 2 : (tensor<32x16xf32>, index) -> tensor<16x16xf32>
+// COLL-NEXT: %xc = hir.chunk %xg [%c] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
 // COLL-NEXT: %tok = hir.allgather %mine, %xc team = [0, 1] backend = nccl {hir.reshard = "DIDx->Stream"} : (tensor<16x16xf32>, tensor<32x16xf32>) -> !hir.token
 // COLL-NEXT: hir.wait %tok : !hir.token
-// COLL-NEXT: %yc = hir.chunk %y1 [%c] dim = 0 chunks = 2 : (tensor<64x8xf32>, index) -> tensor<32x8xf32>
-// COLL-NEXT: hir.matmul %xc, %w, %yc : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
+// COLL-NEXT: %0 = hir.chunk %y1 [%c] dim = 0 chunks = 2 : (tensor<64x8xf32>, index) -> tensor<32x8xf32>
+// COLL-NEXT: hir.matmul %xc, %w, %0 : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
 // COLL-NEXT: } {hir.pipeline = {algorithm = "collective", chunks = 2 : i64, streams = 2 : i64
 
 // Ring: per chunk c, the own block copied into place and block c of each
@@ -31,8 +31,8 @@
 // RING-NEXT: %s = hir.stream_for %c mod 2 : !hir.stream
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
-// RING-NEXT: %xc = hir.chunk %xg [%c] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
 // RING-NEXT: %mine = hir.chunk %x [%c] dim = 0 chunks = 2 : (tensor<32x16xf32>, index) -> tensor<16x16xf32>
+// RING-NEXT: %xc = hir.chunk %xg [%c] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
 // RING-NEXT: %own = hir.chunk %xc [%pos] dim = 0 chunks = 2 : (tensor<32x16xf32>, index) -> tensor<16x16xf32>
 // RING-NEXT: hir.copy %mine, %own : tensor<16x16xf32>, tensor<16x16xf32>
 // RING-NEXT: hir.for %t = 1 to 2 {
@@ -45,16 +45,17 @@
 // RING-NEXT: hir.for %c_1 = 0 to 2 {
 // RING-NEXT: %s_1 = hir.stream_for %c_1 mod 2 : !hir.stream
 // RING-NEXT: hir.set_current_stream %s_1 : !hir.stream
-// RING-NEXT: %xc_1 = hir.chunk %xg [%c_1] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
-// RING-NEXT: %yc = hir.chunk %y1 [%c_1] dim = 0 chunks = 2 : (tensor<64x8xf32>, index) -> tensor<32x8xf32>
-// RING-NEXT: hir.matmul %xc_1, %w, %yc : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
+// RING-NEXT: %0 = hir.chunk %xg [%c_1] dim = 0 chunks = 2 : (tensor<64x16xf32>, index) -> tensor<32x16xf32>
+// RING-NEXT: %1 = hir.chunk %y1 [%c_1] dim = 0 chunks = 2 : (tensor<64x8xf32>, index) -> tensor<32x8xf32>
+// RING-NEXT: hir.matmul %0, %w, %1 : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
 // RING-NEXT: }
 // RING: %fence_1 = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 
+// With algorithm = none the loop and the GEMM stay, each saying why.
 // NONE: hir.for %c = 0 to 2 {
 // NONE: hir.allgather %a, %b
-// NONE: hir.matmul %xg, %w, %y1 {hir.stream = [0 : i64, 2 : i64]}
-// NONE-NOT: hir.pipeline
+// NONE: } {hir.pipeline = {algorithm = "none", chunks = 1 : i64, streams = 0 : i64, reason = "algorithm = none requested"}}
+// NONE: hir.matmul %xg, %w, %y1 {hir.stream = [0 : i64, 2 : i64], hir.pipeline = {algorithm = "none", {{.*}}reason = "algorithm = none requested"}}
 fusion.mesh @tp shape = [2]
 func.func @main(%x: tensor<32x16xf32> {hir.global = tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>},
                 %w: tensor<16x8xf32> {hir.global = tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>})

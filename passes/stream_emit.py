@@ -1,0 +1,812 @@
+"""What stream-pipeline writes: the host IR of each pipeline (docs/passes.md
+has it algorithm by algorithm).
+
+`SiteLowering` emits one site's pipeline before its anchor and erases the
+ops it replaces. Transfers of the rings go through `Ring`: one-sided
+copy-engine gets and puts over CUDA IPC between the ranks of one node, and
+NCCL send/recv pairs (MPI on the cpu backend) between ranks of different
+nodes; a ring whose team spans nodes (by the cost model's `gpus_per_node`)
+unrolls its steps, each step's ranks in `hir.if_rank` regions by the link
+each of them uses, and passes its copy-engine fences node by node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, LocationAttr, StringAttr, TensorType, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from fuserc.dialects import hir
+from fuserc.dialects.fusion import AddOp, element_type_of, shape_of
+from fuserc.passes.cost_model import CHUNKS, COLLECTIVE, PULL, REDUCE_SCATTER
+from fuserc.passes.stream_sites import (
+    LOCAL,
+    PIPELINE_ATTR,
+    RESHARD_ATTR,
+    LaunchChunks,
+    Site,
+    alloc_in,
+    chunk_dims,
+    root,
+    _sole_users,
+)
+
+IPC = "cuda_ipc"
+"""The rings' transport within a node: copy-engine puts/gets and fences of
+stream memory operations (no SMs)."""
+NET = "nccl"
+"""The rings' transport between nodes: send/recv pairs."""
+
+
+class Emitter:
+    """Builds a list of ops at one location; `loop` nests a body."""
+
+    def __init__(self, location: LocationAttr, root_: "Emitter | None" = None):
+        self.location = location
+        self.ops: list[Operation] = []
+        self.root = root_ or self
+        self.consts: dict[int, SSAValue] = {}
+        self.views: dict[tuple[SSAValue, SSAValue, int, int], SSAValue] = {}
+
+    def add(self, op: Operation, hint: str | None = None) -> Operation:
+        for o in op.walk():
+            o.location = self.location
+        self.ops.append(op)
+        if hint is not None and op.results:
+            op.results[0].name_hint = hint
+        return op
+
+    def value(self, op: Operation, hint: str | None = None) -> SSAValue:
+        return self.add(op, hint).results[0]
+
+    def const(self, n: int) -> SSAValue:
+        """`hir.constant n`, made once, before the outermost loop."""
+        root_ = self.root
+        if n not in root_.consts:
+            root_.consts[n] = root_.value(hir.ConstantOp(n), f"c{n}")
+        return root_.consts[n]
+
+    def chunk(self, src: SSAValue, index: SSAValue, chunks: int, dim: int = 0, hint: str | None = None) -> SSAValue:
+        if chunks == 1:
+            return src
+        key = (src, index, chunks, dim)
+        if key not in self.views:  # one view per chunk in a block
+            self.views[key] = self.value(hir.ChunkOp(src, index, dim, chunks), hint)
+        return self.views[key]
+
+    def nested(self) -> "Emitter":
+        return Emitter(self.location, self.root)
+
+    def loop(self, lb: int, ub: int, body: Callable[["Emitter", SSAValue], None], hint: str = "c") -> hir.ForOp | None:
+        """`hir.for %c = lb to ub` with `body`; nothing when the range is empty."""
+        if ub <= lb:
+            return None
+        op = hir.ForOp(lb, ub)
+        op.induction_var.name_hint = hint
+        inner = self.nested()
+        body(inner, op.induction_var)
+        _fill(op.body.block, inner.ops)
+        self.add(op)
+        return op
+
+    def on_ranks(self, ranks: Sequence[int], body: Callable[["Emitter"], None]) -> None:
+        """`hir.if_rank [ranks] { body }`."""
+        op = hir.IfRankOp(ranks)
+        inner = self.nested()
+        body(inner)
+        _fill(op.body.block, inner.ops)
+        self.add(op)
+
+    def on_stream(self, index: SSAValue, pool: int, main: SSAValue | None) -> SSAValue:
+        """Make worker stream `index mod pool` current; it first waits for
+        the main stream's work so far when `main` is given."""
+        s = self.value(hir.StreamForOp(index, pool), "s")
+        self.add(hir.SetCurrentStreamOp(s))
+        if main is not None:
+            self.add(hir.SyncStreamOp(main))
+        return s
+
+    def join(self, main: SSAValue, pool: int, used: int) -> None:
+        """Back on the main stream, which waits for the worker streams."""
+        self.add(hir.SetCurrentStreamOp(main))
+
+        def body(e: Emitter, c: SSAValue) -> None:
+            e.add(hir.SyncStreamOp(e.value(hir.StreamForOp(c, pool), "s")))
+
+        self.loop(0, min(pool, used), body)
+
+    def fence(self, team: Sequence[int], backend: str) -> None:
+        token = self.value(hir.BarrierOp(team, backend), "fence")
+        self.add(hir.WaitOp(token))
+
+
+def _fill(block: Block, ops: Sequence[Operation]) -> None:
+    terminator = block.last_op
+    assert terminator is not None
+    for o in ops:
+        block.insert_op_before(o, terminator)
+
+
+def rebuild(op: Operation, replaced: dict[int, SSAValue], acc: SSAValue | None = None) -> Operation:
+    """`op` (matmul, linear or copy) on new operands, without its markers;
+    a GEMM adds `acc` into its result when given (out = GEMM + acc)."""
+    ops = [replaced.get(i, v) for i, v in enumerate(op.operands)]
+    if isinstance(op, hir.MatmulOp):
+        return hir.MatmulOp(ops[0], ops[1], ops[2], acc)
+    if isinstance(op, hir.LinearOp):
+        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None, acc)
+    assert isinstance(op, hir.CopyOp) and acc is None
+    return hir.CopyOp(*ops)
+
+
+def compute_chunk(b: Emitter, op: Operation, c: SSAValue, chunks: int, out_dim: int) -> None:
+    """Chunk c (of `chunks` along output dim `out_dim`) of a GEMM, copy or
+    launch, on chunks of the operands it cuts (`chunk_dims`)."""
+    cut = chunk_dims(op, out_dim, chunks)
+    assert cut is not None
+    views = {i: b.chunk(op.operands[i], c, chunks, dim) for i, dim in sorted(cut.items())}
+    if isinstance(op, hir.LaunchOp):
+        lc = LaunchChunks.of(op, out_dim, chunks)
+        assert lc is not None
+        n = len(op.ins)
+        b.add(lc.build([views.get(i, v) for i, v in enumerate(op.ins)], views[n]))
+        return
+    b.add(rebuild(op, views))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a site runs: algorithm, S = chunks, the stream pool, and why."""
+
+    algorithm: str
+    chunks: int
+    streams: int
+    reason: str
+    form: str = ""  # the GEMM+ReduceScatter ring's form (cost_model.RING_FORMS)
+
+    def attr(self) -> DictionaryAttr:
+        fields: dict[str, Attribute] = {
+            "algorithm": StringAttr(self.algorithm),
+            "chunks": IntegerAttr(self.chunks, i64),
+            "streams": IntegerAttr(self.streams, i64),
+        }
+        if self.form:
+            fields["form"] = StringAttr(self.form)
+        fields["reason"] = StringAttr(self.reason)
+        return DictionaryAttr(fields)
+
+
+NodeOf = Callable[[int], int]
+"""Rank -> node (the cost model's `gpus_per_node`)."""
+
+
+class Ring:
+    """The transfers of a ring over `team`. Within one node: the one-sided
+    copy (a copy-engine `hir.get`/`hir.put` through a shared handle) as
+    given. Across nodes: step by step (`offset` known), each rank whose
+    peer is on its node makes the one-sided copy, the others a NCCL
+    `hir.send`/`hir.recv` pair, in `hir.if_rank` regions, one per way of
+    taking part."""
+
+    def __init__(self, team: tuple[int, ...], node_of: NodeOf, pos: SSAValue):
+        self.team = team
+        self.node_of = node_of
+        self.pos = pos
+        self.nodes = [node_of(r) for r in team]
+
+    @property
+    def spans_nodes(self) -> bool:
+        return len(set(self.nodes)) > 1
+
+    @property
+    def d(self) -> int:
+        return len(self.team)
+
+    def node_teams(self) -> list[tuple[int, ...]]:
+        """The ranks of the team on each node, in team order."""
+        out: dict[int, list[int]] = {}
+        for r, n in zip(self.team, self.nodes):
+            out.setdefault(n, []).append(r)
+        return [tuple(v) for v in out.values()]
+
+    def fence(self, b: Emitter) -> None:
+        """A copy-engine fence: over the team on one node, else one per node
+        (only ranks of one node read each other's shared buffers)."""
+        if not self.spans_nodes:
+            b.fence(self.team, IPC)
+            return
+        for ranks in self.node_teams():
+            if len(ranks) > 1:
+                b.on_ranks(ranks, lambda e, ranks=ranks: e.fence(ranks, IPC))
+
+    def move(
+        self,
+        b: Emitter,
+        offset: int | None,
+        one_sided: Callable[[Emitter], Operation],
+        send: Callable[[Emitter], SSAValue],
+        recv: Callable[[Emitter], SSAValue],
+        pull: bool,
+        mark: Callable[[Operation], Operation],
+    ) -> None:
+        """One transfer of the ring: each rank receives from position
+        `pos + offset` and sends to `pos - offset`. `one_sided` builds the
+        copy-engine get (`pull`) or put; `send`/`recv` the views a NCCL pair
+        moves. `offset` is None in a loop (the team on one node)."""
+        if offset is None or not self.spans_nodes:
+            b.add(hir.WaitOp(b.value(mark(one_sided(b)), "tok")))
+            return
+        d = self.d
+        roles: dict[tuple[bool, bool, bool], list[int]] = {}
+        for p, rank in enumerate(self.team):
+            recv_local = self.nodes[p] == self.nodes[(p + offset) % d]
+            send_local = self.nodes[p] == self.nodes[(p - offset) % d]
+            role = (recv_local if pull else send_local, not send_local, not recv_local)
+            roles.setdefault(role, []).append(rank)
+        for (local, sends, recvs), ranks in roles.items():
+
+            def body(e: Emitter, local: bool = local, sends: bool = sends, recvs: bool = recvs) -> None:
+                tokens = []
+                if sends:
+                    to = e.value(hir.AddModOp(self.pos, e.const((d - offset) % d), d), "to")
+                    tokens.append(e.value(mark(hir.SendOp(send(e), to, self.team, NET)), "tok"))
+                if recvs:
+                    src = e.value(hir.AddModOp(self.pos, e.const(offset % d), d), "from")
+                    tokens.append(e.value(mark(hir.RecvOp(recv(e), src, self.team, NET)), "tok"))
+                if local:
+                    tokens.append(e.value(mark(one_sided(e)), "tok"))
+                for t in tokens:
+                    e.add(hir.WaitOp(t))
+
+            b.on_ranks(ranks, body)
+
+    def steps(self, b: Emitter, lb: int, ub: int, body: Callable[[Emitter, SSAValue, int | None], None], hint: str = "c") -> hir.ForOp | None:
+        """Steps lb..ub - 1 of the ring: a host loop within one node (the
+        body sees no step number), one after the other across nodes (the
+        body sees each step's number: its ranks' links differ)."""
+        if not self.spans_nodes:
+            return b.loop(lb, ub, lambda e, c: body(e, c, None), hint)
+        for t in range(lb, ub):
+            body(b, b.const(t), t)
+        return None
+
+
+class SiteLowering:
+    """Emits the pipeline of one site (docs/passes.md has the host IR of each)."""
+
+    def __init__(self, site: Site, plan: Plan, node_of: NodeOf):
+        self.site = site
+        self.plan = plan
+        self.node_of = node_of
+        self.e = Emitter(site.anchor.location)
+        self.first_loop: hir.ForOp | None = None
+        self.marked = False
+
+    def loop(self, lb: int, ub: int, body: Callable[[Emitter, SSAValue], None], e: Emitter | None = None, hint: str = "c") -> None:
+        op = (e or self.e).loop(lb, ub, body, hint)
+        if op is not None:
+            self.mark_plan(op)
+
+    def mark_plan(self, op: Operation) -> None:
+        """The plan goes on the pipeline's first loop (or first op)."""
+        if not self.marked:
+            op.attributes[PIPELINE_ATTR] = self.plan.attr()
+            self.marked = True
+
+    def site_name(self, suffix: str) -> str:
+        base = alloc_in(root(self.site.buffer), self.site.anchor.parent_block())  # type: ignore[arg-type]
+        if base is None:
+            base = alloc_in(root(self.site.comm.operands[-1]), self.site.anchor.parent_block())  # type: ignore[union-attr, arg-type]
+        assert base is not None
+        return f"{base.site}/{suffix}"
+
+    def run(self) -> None:
+        site, algorithm = self.site, self.plan.algorithm
+        if site.kind == LOCAL:
+            self.local()
+        elif site.kind == CHUNKS:
+            self.chunks_collective() if algorithm == COLLECTIVE else self.chunks_ring()
+        elif site.kind == REDUCE_SCATTER:
+            if algorithm == COLLECTIVE:
+                self.reduce_scatter_collective()
+            else:
+                self.reduce_scatter_pull() if self.plan.form == PULL else self.reduce_scatter_ring()
+        else:
+            self.allgather_collective() if algorithm == COLLECTIVE else self.allgather_ring()
+        if not self.marked and self.e.ops:  # unrolled across nodes: no loop
+            self.mark_plan(next(o for o in self.e.ops if not isinstance(o, hir.ConstantOp)))
+        block = site.anchor.parent_block()
+        assert block is not None
+        late = _deallocs_in_the_way(site, block)
+        block.insert_ops_before(self.e.ops, site.anchor)
+        for op in late:  # the pipeline still reads these buffers
+            op.detach()
+            block.insert_op_before(op, site.anchor)
+        for op in site.erase:
+            op.detach()
+            op.erase()
+
+    # ---- helpers -------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        return self.plan.chunks // self.site.d
+
+    def reshard(self, op: Operation) -> Operation:
+        """Carry the site's `hir.reshard` marker onto a new communication."""
+        assert self.site.comm is not None
+        mark = self.site.comm.attributes.get(RESHARD_ATTR)
+        if mark is not None:
+            op.attributes[RESHARD_ATTR] = mark
+        return op
+
+    def ring(self, e: Emitter) -> tuple[Ring, SSAValue]:
+        pos = e.value(hir.TeamIndexOp(self.site.team), "pos")
+        return Ring(self.site.team, self.node_of, pos), pos
+
+    def owner_and_sub(self, e: Emitter, c: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(device c // k, sub-chunk c mod k) of chunk c."""
+        if self.k == 1:
+            return c, c
+        return e.value(hir.DivOp(c, self.k), "dev"), e.value(hir.AddModOp(c, e.const(0), self.k), "sub")
+
+    def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue, acc: SSAValue | None = None) -> None:
+        """The site's GEMM on a block of rows of its input into `out` (plus
+        `acc`, added in the GEMM's epilogue, when given)."""
+        gemm = self.site.gemm  # never one that accumulates already (chunk_dims)
+        assert gemm is not None
+        e.add(rebuild(gemm, {0: rows, len(gemm.operands) - 1: out}, acc))
+
+    # ---- local ----------------------------------------------------------------
+    def local(self) -> None:
+        site, plan, e = self.site, self.plan, self.e
+        assert site.gemm is not None
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            compute_chunk(b, site.gemm, c, plan.chunks, site.dim)  # type: ignore[arg-type]
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    # ---- AllGather + GEMM ------------------------------------------------------
+    def allgather_collective(self) -> None:
+        """Own block copied into the gathered buffer; per chunk c on stream
+        c mod N: Broadcast from device c // k, then the GEMM of the chunk."""
+        site, plan, e = self.site, self.plan, self.e
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg = ag.input, ag.output
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        pos = e.value(hir.TeamIndexOp(site.team), "pos")
+        e.add(hir.CopyOp(x, e.chunk(xg, pos, site.d, hint="mine")))
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            root_, _ = self.owner_and_sub(b, c)
+            xc = b.chunk(xg, c, plan.chunks, hint="xc")
+            token = b.value(self.reshard(hir.BroadcastOp(xc, root_, site.team, ag.backend)), "tok")
+            b.add(hir.WaitOp(token))
+            if site.gemm is not None:
+                self.gemm_on(b, xc, b.chunk(site.gemm.operands[-1], c, plan.chunks, hint="yc"))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def allgather_ring(self) -> None:
+        """The local chunks' GEMMs first, on the compute stream (worker 0),
+        with no wait. On the main stream the shard is copied into a shared
+        buffer (issued just before them) and a copy-engine fence (no SMs)
+        passed; every peer chunk is then pulled (a copy-engine get within
+        the node, a NCCL send/recv pair across nodes) on a transfer stream
+        (workers 1..), all issued ahead, and the GEMMs follow one after the
+        other on the compute stream, each after its own transfer. A final
+        fence before a later run may overwrite the shared buffer. Without
+        a GEMM the chunks are only gathered."""
+        site, plan, e, k, d = self.site, self.plan, self.e, self.k, self.site.d
+        ag = site.comm
+        assert isinstance(ag, hir.AllgatherOp)
+        x, xg = ag.input, ag.output
+        gemm = site.gemm
+        y = gemm.operands[-1] if gemm is not None else None
+        read_later = gemm is None or bool(_sole_users(xg, set(site.erase)))
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        ring, pos = self.ring(e)
+        y_mine = e.chunk(y, pos, d, hint="ymine") if y is not None else None
+        compute = self.compute_stream(e, main) if y is not None else main
+        # The copy into the shared buffer and the fence run on the main
+        # stream: every pull below waits for main, so no get reads a peer's
+        # buffer before that peer has written it in this run. The copy is
+        # issued before the local GEMMs (which do not wait for it), so that
+        # it is not starved of SMs by them.
+        e.add(hir.SetCurrentStreamOp(main))
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
+        e.add(hir.CopyOp(x, shared))
+        handle = e.value(hir.ShareOp(shared, site.team), "h")
+        if y_mine is not None:
+            e.add(hir.SetCurrentStreamOp(compute))
+
+            def local(b: Emitter, c: SSAValue) -> None:
+                self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))  # type: ignore[arg-type]
+
+            self.loop(0, k, local)
+        e.add(hir.SetCurrentStreamOp(main))
+        ring.fence(e)
+
+        def slot(b: Emitter, c: SSAValue, static: int | None) -> tuple[SSAValue, SSAValue, SSAValue]:
+            if static is not None:  # the chunk's device and sub-chunk, known
+                step, sub = b.const(static // k), b.const(static % k)
+            else:
+                step, sub = self.owner_and_sub(b, c)
+            peer = b.value(hir.AddModOp(pos, step, d), "peer")
+            return peer, sub, b.chunk(b.chunk(xg, peer, d, hint="blk"), sub, k, hint="xc")
+
+        def pull(b: Emitter, c: SSAValue, static: int | None) -> None:
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))
+            b.add(hir.SyncStreamOp(main))
+
+            def get(bb: Emitter) -> Operation:
+                peer, sub, dst = slot(bb, c, static)
+                return hir.GetOp(handle, peer, dst, IPC, *((sub, k) if k > 1 else (None, None)))
+
+            sub = b.const(static % k) if static is not None else None
+            ring.move(
+                b, static // k if static is not None else None, get,
+                send=lambda bb: bb.chunk(x, sub, k, hint="xc") if sub is not None else x,
+                recv=lambda bb: slot(bb, c, static)[2],
+                pull=True, mark=self.reshard,
+            )
+
+        def gemm_chunk(b: Emitter, c: SSAValue, static: int | None) -> None:
+            b.add(hir.SyncStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))  # after its transfer
+            peer, sub, xc = slot(b, c, static)
+            assert y is not None
+            self.gemm_on(b, xc, b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
+
+        self.mark_loop(ring.steps(e, k, plan.chunks, pull))
+        if y is not None:
+            e.add(hir.SetCurrentStreamOp(compute))
+            self.mark_loop(ring.steps(e, k, plan.chunks, gemm_chunk))
+        if read_later:  # the gathered buffer must hold this device's block too
+            e.add(hir.SetCurrentStreamOp(main))
+            e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
+        e.join(main, plan.streams, plan.chunks)
+        ring.fence(e)
+        e.add(hir.DeallocOp(shared))
+
+    def mark_loop(self, op: Operation | None) -> None:
+        if op is not None:
+            self.mark_plan(op)
+
+    # ---- a collective per chunk ------------------------------------------------
+    def chunks_collective(self) -> None:
+        """Per chunk c on stream c mod N: the producers of chunk c, the
+        collective of chunk c, then the consumer GEMM of chunk c."""
+        site, plan, e = self.site, self.plan, self.e
+        pc = site.chunked
+        assert pc is not None
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            for op, dim in zip(site.producers, site.producer_dims):
+                compute_chunk(b, op, c, plan.chunks, dim)
+            inp, out = pc.views(b, c)
+            b.add(hir.WaitOp(b.value(pc.comm_on(inp, out), "tok")))
+            if site.gemm is not None:
+                compute_chunk(b, site.gemm, c, plan.chunks, pc.dims[1])
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def chunks_ring(self) -> None:
+        """An allgather per chunk, by the ring: the shard in a shared buffer,
+        one fence; per chunk c on stream c mod N: this device's block of
+        chunk c copied into place and the blocks of the d - 1 peers pulled
+        (block c of their shards), all issued ahead of the GEMMs; then each
+        GEMM after its chunk's copies."""
+        site, plan, e, d = self.site, self.plan, self.e, self.site.d
+        pc = site.chunked
+        assert pc is not None
+        x = pc.sources[0]
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        ring, pos = self.ring(e)
+        block = pc.view_shape(0)  # the shard as its S chunks stacked: block c is chunk c
+        stacked = [plan.chunks * block[0], *block[1:]]
+        shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), stacked)), "xs")
+        e.add(hir.CopyOp(e.value(hir.ViewOp(x, stacked)) if list(shape_of(x)) != stacked else x, shared))
+        handle = e.value(hir.ShareOp(shared, site.team), "h")
+        ring.fence(e)
+
+        def pull(b: Emitter, c: SSAValue, static: int | None) -> None:
+            b.on_stream(c, plan.streams, main)
+            mine, xc = pc.views(b, c)
+            b.add(hir.CopyOp(mine, b.chunk(xc, pos, d, hint="own")))
+
+            def peer_block(bb: Emitter, t: SSAValue, step: int | None) -> None:
+                def piece(e3: Emitter, offset: SSAValue) -> SSAValue:
+                    return e3.chunk(xc, e3.value(hir.AddModOp(pos, offset, d), "peer"), d, hint="piece")
+
+                def get(e3: Emitter) -> Operation:
+                    peer = e3.value(hir.AddModOp(pos, t, d), "peer")
+                    return hir.GetOp(handle, peer, e3.chunk(xc, peer, d, hint="piece"), IPC, c, plan.chunks)
+
+                ring.move(bb, step, get, send=lambda _: mine, recv=lambda e3: piece(e3, t), pull=True, mark=self.reshard)
+
+            ring.steps(b, 1, d, peer_block, hint="t")
+
+        def compute(b: Emitter, c: SSAValue, static: int | None) -> None:
+            b.on_stream(c, plan.streams, None)  # after its copies, on the same stream
+            assert site.gemm is not None
+            compute_chunk(b, site.gemm, c, plan.chunks, pc.dims[1])
+
+        self.mark_loop(ring.steps(e, 0, plan.chunks, pull))
+        if site.gemm is not None:
+            self.mark_loop(ring.steps(e, 0, plan.chunks, compute))
+        e.join(main, plan.streams, plan.chunks)
+        ring.fence(e)
+        e.add(hir.DeallocOp(shared))
+
+    # ---- GEMM + ReduceScatter --------------------------------------------------
+    def reduce_scatter_collective(self) -> None:
+        """Per chunk c on stream c mod N: the GEMM of rows chunk c into the
+        partial buffer, then a Reduce of it to device c // k."""
+        site, plan, e, k = self.site, self.plan, self.e, self.k
+        rs = site.comm
+        assert isinstance(rs, hir.ReduceScatterOp)
+        p, y = rs.input, rs.output
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+
+        def body(b: Emitter, c: SSAValue) -> None:
+            b.on_stream(c, plan.streams, main)
+            pc = b.chunk(p, c, plan.chunks, hint="pc")
+            if site.gemm is not None:
+                self.gemm_on(b, b.chunk(site.gemm.operands[0], c, plan.chunks, hint="xc"), pc)
+            root_, sub = self.owner_and_sub(b, c)
+            red = hir.ReduceOp(pc, b.chunk(y, sub, k, hint="yc"), root_, site.team, "sum", rs.backend)
+            b.add(hir.WaitOp(b.value(self.reshard(red), "tok")))
+
+        self.loop(0, plan.chunks, body)
+        e.join(main, plan.streams, plan.chunks)
+
+    def ring_start(self) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue, Ring, SSAValue, SSAValue]:
+        """What both ReduceScatter ring forms begin with: the GEMM's input,
+        the partial and output buffers, the main stream, the ring, this
+        device's position and the next one's."""
+        e, rs = self.e, self.site.comm
+        assert isinstance(rs, hir.ReduceScatterOp) and self.site.gemm is not None
+        main = e.value(hir.GetCurrentStreamOp(), "main")
+        ring, pos = self.ring(e)
+        nxt = e.value(hir.AddModOp(pos, e.const(1), self.site.d), "next")
+        return self.site.gemm.operands[0], rs.input, rs.output, main, ring, pos, nxt
+
+    def sub_block(
+        self, b: Emitter, v: SSAValue, q: SSAValue, j: SSAValue | int, hint: str, blocks: int | None = None
+    ) -> SSAValue:
+        """Sub-chunk j (of k) of block q (of `blocks`, default d) of `v`
+        (the block when k = 1)."""
+        block = b.chunk(v, q, blocks or self.site.d, hint=hint if self.k == 1 else f"{hint}blk")
+        return block if isinstance(j, int) else b.chunk(block, j, self.k, hint=hint)
+
+    def reduce_scatter_ring(self) -> None:
+        """A running sum per destination passed along the ring, added in
+        the GEMMs' epilogues (no add kernels). Rows block q (of d) is summed
+        by devices q + 1, q + 2, ..., q: at step t device pos computes the
+        block of q = pos + 1 + t, plus (t > 0) the sum device pos + 1 put
+        there at step t - 1; for t < d - 1 it puts the result into device
+        pos - 1's buffer and passes a copy-engine fence (across nodes: a
+        NCCL send to pos - 1, which receives it into that place); the last
+        step (q = pos) writes the result. Each block is cut into k
+        sub-chunks (S = k * d), k independent rings in turn, so a GEMM
+        waits for a transfer issued k GEMMs earlier. GEMMs run in order on
+        the compute stream, the transfers and fences of sub-ring j on
+        transfer stream j.
+
+        Every GEMM writes where its running sum landed, so that the sum is
+        read and written in place (an epilogue with C = D: a GEMM writing
+        elsewhere would first copy the sum into its output). The sums land
+        in the partial buffer, shared (each block is put there once, by the
+        next device, and read once), and at step d - 2 straight into the
+        output of the device that finishes the block."""
+        site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
+        s = plan.chunks
+        x, p, y, main, ring, pos, nxt = self.ring_start()
+        prv = e.value(hir.AddModOp(pos, e.const(d - 1), d), "prev")
+        handle = e.value(hir.ShareOp(p, site.team), "h")
+        y_handle = e.value(hir.ShareOp(y, site.team), "hy")
+        compute = self.compute_stream(e, main)
+        sub = self.sub_block
+
+        def step(b: Emitter, q: SSAValue, t: int | None) -> None:
+            """Step t (None: a middle step, 0 < t < d - 2, in a host loop)."""
+            first, last = t == 0, t == d - 1
+
+            def chunk(bb: Emitter, j: SSAValue | int) -> None:
+                if not first:  # the running sum of step t - 1 of this sub-ring has landed
+                    bb.add(hir.SyncStreamOp(self.transfer_stream(bb, j, 0, k)))
+                if last:
+                    out = y if isinstance(j, int) else bb.chunk(y, j, k, hint="yc")
+                else:
+                    out = sub(bb, p, q, j, "pc")
+                self.gemm_on(bb, sub(bb, x, q, j, "xc"), out, None if first else out)
+                if last:
+                    return
+                bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
+                bb.add(hir.SyncStreamOp(compute))
+                into_y = t == d - 2
+                if into_y and d == 2:  # (no fence yet in this run: pos - 1 may still read its last output)
+                    ring.fence(bb)
+
+                def put(e3: Emitter) -> Operation:
+                    if into_y:  # into the output of device pos - 1, which finishes block q
+                        return hir.PutOp(out, y_handle, prv, IPC, *((j, k) if k > 1 else (None, None)))
+                    index = q if k == 1 else e3.value(hir.AddModOp(self.times(e3, q, k, s), j, s), "slot")
+                    return hir.PutOp(out, handle, prv, IPC, index, s)
+
+                def landing(e3: Emitter) -> SSAValue:
+                    """Where the sum from pos + 1 lands here: the block this
+                    device computes at step t + 1 (its output at t = d - 2)."""
+                    if into_y:
+                        return y if isinstance(j, int) else e3.chunk(y, j, k, hint="yc")
+                    assert t is not None
+                    return sub(e3, p, e3.value(hir.AddModOp(pos, e3.const((t + 2) % d), d), "dest"), j, "pc")
+
+                ring.move(bb, 1 if ring.spans_nodes else None, put, send=lambda _: out, recv=landing, pull=False, mark=self.reshard)
+                ring.fence(bb)
+                bb.add(hir.SetCurrentStreamOp(compute))
+
+            if k == 1:
+                chunk(b, 0)
+            else:
+                b.loop(0, k, chunk, hint="j")
+
+        def at(t: int | None) -> Callable[[Emitter, SSAValue], None]:
+            return lambda b, c: step(b, b.value(hir.AddModOp(nxt, c, d), "dest"), t)
+
+        self.loop(0, 1, at(0))
+        if ring.spans_nodes:  # each step's ranks take their own links
+            for t in range(1, d - 2):
+                self.loop(t, t + 1, at(t))
+        else:
+            self.loop(1, d - 2, at(None))
+        if d > 2:
+            self.loop(d - 2, d - 1, at(d - 2))
+        step(e, pos, d - 1)
+        e.join(main, plan.streams, plan.chunks)
+        ring.fence(e)
+
+    def reduce_scatter_pull(self) -> None:
+        """Every device computes its d partial blocks back to back on the
+        compute stream, never waiting: at step t the block of q = pos + 1 +
+        t into the shared partial buffer, the last step (q = pos) into the
+        output. Each destination pulls its block's partials as they are
+        done: after step t, on transfer stream j (sub-chunk j of k), a
+        copy-engine fence then a get of block pos from device pos - 1 - t
+        (which computed it at its step t) into slot t of a local buffer
+        (across nodes that device sends it). Once its own GEMM of sub-chunk
+        j is done, stream j adds the d - 1 pulled partials into the output
+        (one launch; it overlaps the next own GEMM when k > 1). Unlike the
+        running sum, no GEMM waits for a transfer: the price is the final
+        add."""
+        site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
+        s = plan.chunks
+        x, p, y, main, ring, pos, nxt = self.ring_start()
+        handle = e.value(hir.ShareOp(p, site.team), "h")
+        rows, cols = shape_of(y)[0], list(shape_of(y)[1:])
+        pulled = e.value(hir.AllocOp(self.site_name("pulled"), TensorType(element_type_of(y), [(d - 1) * rows, *cols])), "pulled")
+        compute = self.compute_stream(e, main)
+        sub = self.sub_block
+
+        def step(t: int) -> Callable[[Emitter, SSAValue], None]:
+            """Step t, in a loop of one iteration (%c = t), so that the peer
+            pos - 1 - t is an addition of a constant."""
+
+            def body(b: Emitter, c: SSAValue) -> None:
+                q = b.value(hir.AddModOp(nxt, c, d), "dest")
+                peer = b.value(hir.AddModOp(pos, b.const((d - 1 - t) % d), d), "from")
+
+                def chunk(bb: Emitter, j: SSAValue | int) -> None:
+                    self.gemm_on(bb, sub(bb, x, q, j, "xc"), sub(bb, p, q, j, "pc"))
+                    bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
+                    bb.add(hir.SyncStreamOp(compute))
+                    ring.fence(bb)  # every device's GEMM (t, j) is done
+
+                    def get(e3: Emitter) -> Operation:
+                        index = pos if k == 1 else e3.value(hir.AddModOp(self.times(e3, pos, k, s), j, s), "blk")
+                        return hir.GetOp(handle, peer, slot(e3, c, j), IPC, index, s)
+
+                    ring.move(
+                        bb, (d - 1 - t) if ring.spans_nodes else None, get,
+                        send=lambda e3: sub(e3, p, q, j, "pc"), recv=lambda e3: slot(e3, c, j),
+                        pull=True, mark=self.reshard,
+                    )
+                    bb.add(hir.SetCurrentStreamOp(compute))
+
+                if k == 1:
+                    chunk(b, 0)
+                else:
+                    b.loop(0, k, chunk, hint="j")
+
+            return body
+
+        def slot(b: Emitter, t: SSAValue, j: SSAValue | int) -> SSAValue:
+            """Sub-chunk j of slot t of the pulled partials."""
+            return sub(b, pulled, t, j, "slot", d - 1)
+
+        for t in range(d - 1):
+            self.loop(t, t + 1, step(t))
+
+        def own(b: Emitter, j: SSAValue | int) -> None:
+            yc = y if isinstance(j, int) else b.chunk(y, j, k, hint="yc")
+            self.gemm_on(b, sub(b, x, pos, j, "xc"), yc)
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, j, 0, k)))
+            b.add(hir.SyncStreamOp(compute))
+            b.add(_sum_launch(yc, [slot(b, b.const(t), j) for t in range(d - 1)]))
+            b.add(hir.SetCurrentStreamOp(compute))
+
+        if k == 1:
+            own(e, 0)
+        else:
+            e.loop(0, k, own, hint="j")
+        e.join(main, plan.streams, plan.chunks)
+        ring.fence(e)  # no device pulls from this one's partials any more
+        e.add(hir.DeallocOp(pulled))
+
+    @staticmethod
+    def times(b: Emitter, q: SSAValue, k: int, modulus: int) -> SSAValue:
+        """q * k (mod `modulus`) by k - 1 additions (k is 2 or 4 here)."""
+        out = q
+        for _ in range(k - 1):
+            out = b.value(hir.AddModOp(out, q, modulus), "qk")
+        return out
+
+    # ---- streams of the rings -------------------------------------------------
+    def compute_stream(self, e: Emitter, main: SSAValue) -> SSAValue:
+        """Worker 0, made current after the main stream's work so far: the
+        rings run their GEMMs there, one after the other."""
+        return e.on_stream(e.const(0), self.plan.streams, main)
+
+    def transfer_stream(self, b: Emitter, c: SSAValue | int, first: int, count: int) -> SSAValue:
+        """The stream of transfer c (c = first, ..., first + count - 1; an
+        int when known here): workers 1 to N - 1 in turn, never the compute
+        stream (worker 0, the only one when N = 1)."""
+        n = self.plan.streams
+        if n <= 2:  # one transfer stream, or none
+            return b.value(hir.StreamForOp(b.const(n - 1), n), "st")
+        if isinstance(c, int):
+            return b.value(hir.StreamForOp(b.const(1 + (c - first) % (n - 1)), n), "st")
+        shift = (1 - first) % n
+        if count <= n - 1:  # c - first + 1 < N: no wrap-around
+            index = c if shift == 0 else b.value(hir.AddModOp(c, b.const(shift), n), "w")
+        else:
+            j = b.value(hir.AddModOp(c, b.const((-first) % (n - 1)), n - 1), "j")
+            index = b.value(hir.AddModOp(j, b.const(1), n), "w")
+        return b.value(hir.StreamForOp(index, n), "st")
+
+
+def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:
+    """hir.dealloc ops between the site's first op and its anchor that give
+    back a buffer the site reads: the pipeline runs at the anchor, so they
+    move after it."""
+    used = {root(v) for op in site.erase for o in op.walk() for v in o.operands}
+    ops = list(block.ops)
+    start = min(ops.index(op) for op in site.erase if op.parent_block() is block)
+    end = ops.index(site.anchor)
+    return [op for op in ops[start:end] if isinstance(op, hir.DeallocOp) and op.buffer in used]
+
+
+def _sum_launch(out: SSAValue, parts: Sequence[SSAValue]) -> hir.LaunchOp:
+    """`out += parts[0] + parts[1] + ...` as one launch (one fused kernel)."""
+    op = hir.LaunchOp([out, *parts], [out])
+    args = op.body.block.args
+    args[0].name_hint = "sum"
+    total: SSAValue = args[0]
+    for a in args[1:]:
+        a.name_hint = "part"
+        add = AddOp.create(operands=[total, a], result_types=[out.type])
+        op.body.block.add_op(add)
+        total = add.results[0]
+    op.body.block.add_op(hir.YieldOp(total))
+    return op
