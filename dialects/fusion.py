@@ -13,6 +13,7 @@ reference evaluator and the passes.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -80,19 +81,26 @@ class ShardingAttr(ParametrizedAttribute):
 
     @staticmethod
     def get(sharding: Sharding) -> "ShardingAttr":
-        return ShardingAttr(
+        attr = ShardingAttr(
             SymbolRefAttr(sharding.mesh),
             ArrayAttr([StringAttr(a) for a in sharding.axes_text()]),
             StringAttr(sharding.partial or ""),
         )
+        attr.__dict__["_model"] = sharding
+        return attr
 
     @property
     def model(self) -> Sharding:
-        return Sharding.from_axes(
-            self.mesh.root_reference.data,
-            [a.data for a in self.axes.data],
-            self.partial.data or None,
-        )
+        """The sharding, parsed once per attribute (attributes are immutable;
+        passes and verifiers ask for it many times)."""
+        model = self.__dict__.get("_model")
+        if model is None:
+            model = self.__dict__["_model"] = Sharding.from_axes(
+                self.mesh.root_reference.data,
+                [a.data for a in self.axes.data],
+                self.partial.data or None,
+            )
+        return model
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
@@ -229,10 +237,27 @@ class MeshOp(IRDLOperation):
                 )
 
 
+_MESHES: "weakref.WeakKeyDictionary[Operation, dict[str, tuple[MeshOp, Mesh]]]" = weakref.WeakKeyDictionary()
+"""Symbol table op -> meshes found in it by name (with their op, checked
+on every hit: a mesh op moved or renamed is looked up again)."""
+
+
 def lookup_mesh(op: Operation, name: str) -> Mesh | None:
     """The mesh `@name` visible from `op`, or None."""
+    table: Operation | None = op
+    while table is not None and not isinstance(table, ModuleOp):
+        table = table.parent_op()
+    if table is not None:
+        hit = _MESHES.get(table, {}).get(name)
+        if hit is not None and hit[0].parent_op() is table and hit[0].sym_name.data == name:
+            return hit[1]
     found = SymbolTable.lookup_symbol(op, name)
-    return found.model if isinstance(found, MeshOp) else None
+    if not isinstance(found, MeshOp):
+        return None
+    model = found.model
+    if table is not None and found.parent_op() is table:
+        _MESHES.setdefault(table, {})[name] = (found, model)
+    return model
 
 
 def _int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:

@@ -267,20 +267,21 @@ class AllocOp(HirOp):
     def site(self) -> str:
         return self.site_attr.data
 
-    def verify_op(self) -> None:
+    def verify_sites(self, seen: dict[tuple[Operation | None, str], "AllocOp"]) -> None:
+        """That no earlier hir.alloc of its function uses its site; `seen`
+        holds the allocations met so far, in program order (the module
+        verifier, `fuserc.ir.verify`, passes it: one walk of the program
+        instead of one per allocation)."""
         scope = self.parent_op()
         while scope is not None and not isinstance(scope, FuncOp):
             scope = scope.parent_op()
-        if scope is None:
-            return
-        for other in scope.walk():
-            if other is self:
-                return
-            if isinstance(other, AllocOp) and other.site == self.site:
-                raise VerifyException(
-                    f'allocation site "{self.site}" is already used by another hir.alloc '
-                    "of this program"
-                )
+        key = (scope, self.site)
+        if key in seen and seen[key] is not self:
+            raise VerifyException(
+                f'allocation site "{self.site}" is already used by another hir.alloc '
+                "of this program"
+            )
+        seen[key] = self
 
 
 @irdl_op_definition

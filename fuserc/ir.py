@@ -136,13 +136,18 @@ def split_input(text: str) -> Iterator[tuple[int, str]]:
 
 def verify(module: ModuleOp) -> None:
     """Verify every op; the first failure becomes a Diagnostic at its op."""
+    from fuserc.dialects.hir import AllocOp
+
     order: dict[Block, dict[Operation, int]] = {}
+    sites: dict = {}
     for op in module.walk():
         try:
             if op.has_trait(SymbolTable):
                 _verify_unique_symbols(op)
             _verify_defined_before_use(op, order)
             op.verify(verify_nested_ops=False)
+            if isinstance(op, AllocOp):
+                op.verify_sites(sites)
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
         except VerifyException as e:

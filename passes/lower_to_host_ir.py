@@ -77,7 +77,7 @@ from fuserc.dialects.fusion import (
 from fuserc.passes import lower_reshard
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
-from fuserc.passes.sharding_rules import is_resharding
+from fuserc.passes.reshard_util import Resharding, mesh_table
 from fuserc.sharding import Mesh
 
 Tag = tuple[int, ...] | None
@@ -382,7 +382,11 @@ class _FunctionLowering:
 
     func: FuncOp
     backend: str
+    meshes: dict[str, Mesh]
+    resharding: Resharding
     values: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    local_types: dict[tuple[Attribute, str], TensorType] = field(default_factory=dict)
+    """(global type, mesh) -> local type: programs repeat their types."""
 
     def __post_init__(self) -> None:
         self.em = Emitter(self.func.sym_name.data, self.backend)
@@ -391,7 +395,7 @@ class _FunctionLowering:
     def mesh(self, op: Operation, value: SSAValue | Attribute) -> Mesh:
         s = sharding_of(value)
         assert s is not None
-        mesh = lookup_mesh(op, s.mesh)
+        mesh = self.meshes.get(s.mesh) or lookup_mesh(op, s.mesh)
         assert mesh is not None, "the verifier checks that meshes exist"
         return mesh
 
@@ -401,7 +405,11 @@ class _FunctionLowering:
     def local(self, op: Operation, value: SSAValue) -> TensorType:
         t = value.type
         assert isinstance(t, TensorType)
-        return local_type(t, self.mesh(op, value))
+        mesh = self.mesh(op, value)
+        key = (t, mesh.name)
+        if key not in self.local_types:
+            self.local_types[key] = local_type(t, mesh)
+        return self.local_types[key]
 
     def buffer_type(self, op: Operation, value: SSAValue) -> TensorType:
         """The local block in the buffer's memory order."""
@@ -532,7 +540,7 @@ class _FunctionLowering:
                 src = self.relayout(src, perm, self.em.site(i, 0, "relayout"), self.devices(op, op.operands[0]))
             self.values[op.results[0]] = lower_reshard.lower_set(self.em, op, src, i, order)
             return i + 1
-        if is_resharding(op):
+        if self.resharding(op):
             raise error_at(
                 op,
                 f"'{op.name}' is a resharding op ({_sharding_text(op)}): "
@@ -563,7 +571,7 @@ class _FunctionLowering:
                 nxt = ops[i + len(chain)]
                 if not (isinstance(nxt, FusionOp) and nxt.POINTWISE) or chain[-1].results[0].get_user_of_unique_use() is not nxt:
                     break
-                if is_resharding(nxt):
+                if self.resharding(nxt):
                     break
                 chain.append(nxt)
         self.lower_launch(chain, i)
@@ -688,8 +696,9 @@ class LowerToHostIR(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         rewriter = Rewriter()
+        meshes, resharding = mesh_table(op), Resharding()
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp)]:
             if func.is_declaration or hir.is_host_program(func):
                 continue
-            new = _FunctionLowering(func, self.backend).run()
+            new = _FunctionLowering(func, self.backend, meshes, resharding).run()
             rewriter.replace_op(func, new, new_results=[])

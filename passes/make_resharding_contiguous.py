@@ -98,6 +98,7 @@ from fuserc.dialects.fusion import (
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
     ALLTOALL,
+    Resharding,
     SCATTER,
     chunked_dim,
     Meshes,
@@ -129,15 +130,16 @@ class MakeReshardingContiguous(ModulePass):
             if errs:
                 raise error_at(o, f"'{o.name}' op {errs[0]}")
         meshes = mesh_table(op)
+        resharding = Resharding()
         for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
             if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
                 continue
             _require_shardings(func)
             _expand_nonlocal(func, meshes)
-            _Decomposer(meshes).run(func)
+            _Decomposer(meshes, resharding).run(func)
             _split_multi_step_sets(func, meshes)
             _Layouts(meshes).run(func)
-        problems = check_contract(op)
+        problems = check_contract(op, resharding)
         if problems:  # a bug of this pass, not of the program
             raise Diagnostic("make-resharding-contiguous broke its contract: " + "; ".join(problems))
 
@@ -278,8 +280,9 @@ class _Decomposer:
     """Rewrites each resharding op of a function into reshard sets around
     the op, which then computes locally (module docstring: the choice)."""
 
-    def __init__(self, meshes: Meshes):
+    def __init__(self, meshes: Meshes, resharding: Resharding):
         self.meshes = meshes
+        self.resharding = resharding
 
     def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
@@ -304,7 +307,7 @@ class _Decomposer:
         return cand if self.valid(cand, shape_of(op.results[0])) else local
 
     def decompose(self, op: FusionOp) -> None:
-        if not rules.is_resharding(op):
+        if not self.resharding(op):
             return
         result = sharding_of(op.results[0])
         assert result is not None
@@ -679,10 +682,11 @@ class _Layouts:
 # --------------------------------------------------------------------------
 
 
-def check_contract(module: ModuleOp) -> list[str]:
+def check_contract(module: ModuleOp, resharding: Resharding | None = None) -> list[str]:
     """Every way `module` breaks the output contract of this pass (module
     docstring), one message each, located; empty when it holds."""
     meshes = mesh_table(module)
+    resharding = resharding or Resharding()
     problems: list[str] = []
     for op in module.walk():
         problems += [_where(op, f"'{op.name}' op {e}") for e in alloc_order_errors(op)]
@@ -700,7 +704,7 @@ def check_contract(module: ModuleOp) -> list[str]:
                 continue
             if isinstance(op, SetOp):
                 problems += _check_set(op, meshes)
-            elif rules.is_resharding(op):
+            elif resharding(op):
                 ins = ", ".join(str(sharding_of(v)) for v in op.operands)
                 problems.append(_where(op, f"'{op.name}' op is resharding ({ins} -> {sharding_of(op.results[0])})"))
     return problems

@@ -308,3 +308,26 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
 
 
+class Resharding:
+    """`sharding_rules.is_resharding`, remembered by op signature (name,
+    operand and result types, properties) for one pass over one module
+    (whose meshes do not change meanwhile): programs repeat the same ops on
+    the same types, layer after layer."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, bool] = {}
+
+    def __call__(self, op: Operation) -> bool:
+        from fuserc.passes.sharding_rules import is_resharding
+
+        key = (
+            op.name,
+            tuple(v.type for v in op.operands),
+            tuple(r.type for r in op.results),
+            tuple(op.properties.items()),
+        )
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = is_resharding(op)
+        return found
+
