@@ -77,7 +77,7 @@ from fuserc.dialects.fusion import (
 from fuserc.passes import lower_reshard
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
-from fuserc.passes.reshard_util import Resharding, mesh_table
+from fuserc.passes.reshard_util import Resharding, mesh_table, signature
 from fuserc.sharding import Mesh
 
 Tag = tuple[int, ...] | None
@@ -387,6 +387,8 @@ class _FunctionLowering:
     values: dict[SSAValue, SSAValue] = field(default_factory=dict)
     local_types: dict[tuple[Attribute, str], TensorType] = field(default_factory=dict)
     """(global type, mesh) -> local type: programs repeat their types."""
+    local_ops: set[tuple] = field(default_factory=set)
+    """Signatures of local forms already verified."""
 
     def __post_init__(self) -> None:
         self.em = Emitter(self.func.sym_name.data, self.backend)
@@ -666,12 +668,15 @@ class _FunctionLowering:
             attributes=attrs,
         )
         new.location = op.location
-        try:
-            new.verify_()
-        except VerifyException as e:
-            raise error_at(
-                op, f"'{op.name}' cannot be computed on local blocks ({_sharding_text(op)}): {e}"
-            ) from None
+        key = (signature(new), signature(op))
+        if key not in self.local_ops:  # ops of one signature verify alike
+            try:
+                new.verify_()
+            except VerifyException as e:
+                raise error_at(
+                    op, f"'{op.name}' cannot be computed on local blocks ({_sharding_text(op)}): {e}"
+                ) from None
+            self.local_ops.add(key)
         return new
 
 

@@ -99,6 +99,7 @@ from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
     ALLTOALL,
     Resharding,
+    signature,
     SCATTER,
     chunked_dim,
     Meshes,
@@ -283,6 +284,8 @@ class _Decomposer:
     def __init__(self, meshes: Meshes, resharding: Resharding):
         self.meshes = meshes
         self.resharding = resharding
+        self.chosen: dict[tuple, tuple[Sharding, list[Sharding]] | None] = {}
+        """Op signature -> its choice (the same ops recur layer after layer)."""
 
     def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
@@ -312,7 +315,10 @@ class _Decomposer:
         result = sharding_of(op.results[0])
         assert result is not None
         current = [sharding_of(v).placement() for v in op.operands]  # type: ignore[union-attr]
-        choice = self.choose(op, current, result)
+        key = signature(op)
+        if key not in self.chosen:
+            self.chosen[key] = self.choose(op, current, result)
+        choice = self.chosen[key]
         if choice is None:
             raise error_at(op, self.failure(op, result))
         local, wanted = choice
