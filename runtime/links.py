@@ -7,8 +7,11 @@ writes ~/.cache/fuserc/links.json (or PATH) from rank 0. Measured, through
 the Backend interface (so on the GPUs with the cuda backend): GEMM peak
 throughput per element type and the work at which a GEMM reaches half of
 it, the launch latency, device memory bandwidth, copy-engine peer copies
-(`get` through a shared handle, to the next rank) and NCCL collectives
-(allgather bus bandwidth; a barrier's latency), and the ranks per node.
+(`get` through a shared handle, from the next rank of the node), the
+network when the job spans nodes (a send/recv between the first ranks of
+two nodes; nodes as `MpiEnv.nodes` groups them, so $FUSERC_GPUS_PER_NODE
+applies) and NCCL collectives (allgather bus bandwidth; a barrier's
+latency), and the ranks per node.
 Kept at the documented default: `nccl_sm_slowdown` (it needs a GEMM and a
 collective overlapped, which depends on the GEMM). Each figure is the best
 of a few timed repetitions, taken by the slowest rank.
@@ -76,37 +79,55 @@ def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 
     dst = backend.empty((n,), torch.bfloat16)
     hbm = 2 * nbytes / _best(backend, lambda: backend.copy(src, dst))
 
+    size, rank = backend.size, backend.rank
+    nodes = backend.env.nodes()
+    node_teams = sorted({tuple(r for r in range(size) if nodes[r] == k) for k in nodes})
     values: dict[str, Any] = {
         "gemm_tflops": tflops,
         "launch_us": launch * 1e6,
         "hbm_gbps": hbm / 1e9,
-        "gpus_per_node": backend.env.node_comm.Get_size(),
+        "gpus_per_node": max(len(t) for t in node_teams),
     }
     if half_gflop:
         values["gemm_half_gflop"] = sorted(half_gflop)[len(half_gflop) // 2]
-    size = backend.size
     if size > 1:
         team = tuple(range(size))
-        backend.prepare_teams([team])
-        peer = (backend.rank + 1) % size
-        shared = backend.empty((n,), torch.bfloat16)
-        tiny = backend.empty((8,), torch.bfloat16)
-        tiny_dst = backend.empty((8,), torch.bfloat16)
-        handle = backend.share(shared, team)
-        small_handle = backend.share(tiny, team)
-        backend.barrier()
-        ce = _best(backend, lambda: backend.wait(backend.get(handle, peer, dst)))
-        ce_lat = _best(backend, lambda: backend.wait(backend.get(small_handle, peer, tiny_dst)))
-        backend.barrier()
-        backend.release_handle(handle)
-        backend.release_handle(small_handle)
+        backend.prepare_teams([team, *node_teams])
+        if all(len(t) > 1 for t in node_teams):  # copy engines: a get from the next rank of the node
+            mine = next(t for t in node_teams if rank in t)
+            peer = (mine.index(rank) + 1) % len(mine)
+            shared = backend.empty((n,), torch.bfloat16)
+            tiny = backend.empty((8,), torch.bfloat16)
+            tiny_dst = backend.empty((8,), torch.bfloat16)
+            handle = backend.share(shared, mine)
+            small_handle = backend.share(tiny, mine)
+            backend.barrier()
+            ce = _best(backend, lambda: backend.wait(backend.get(handle, peer, dst)))
+            ce_lat = _best(backend, lambda: backend.wait(backend.get(small_handle, peer, tiny_dst)))
+            backend.barrier()
+            backend.release_handle(handle)
+            backend.release_handle(small_handle)
+            values |= {"copy_engine_gbps": nbytes / ce / 1e9, "copy_engine_latency_us": ce_lat * 1e6}
+        if len(node_teams) > 1:  # the network: a send from the first rank of node 0 to that of node 1
+            pair = (node_teams[0][0], node_teams[1][0])
+            backend.prepare_teams([pair])
+            tiny_src = backend.empty((8,), torch.bfloat16)
+            tiny_dst2 = backend.empty((8,), torch.bfloat16)
+
+            def move(a: Any, b: Any) -> None:
+                if rank == pair[0]:
+                    backend.wait(backend.send(a, 1, pair))
+                elif rank == pair[1]:
+                    backend.wait(backend.recv(b, 0, pair))
+
+            net = _best(backend, lambda: move(src, dst))
+            net_lat = _best(backend, lambda: move(tiny_src, tiny_dst2))
+            values |= {"net_gbps": nbytes / net / 1e9, "net_latency_us": net_lat * 1e6}
         gathered = backend.empty(((n // size) * size,), torch.bfloat16)
         piece = backend.from_host(torch.zeros(n // size, dtype=torch.bfloat16))
         ag = _best(backend, lambda: backend.wait(backend.allgather(piece, gathered, team)))
         fence = _best(backend, lambda: backend.wait(backend.team_barrier(team)))
         values |= {
-            "copy_engine_gbps": nbytes / ce / 1e9,
-            "copy_engine_latency_us": ce_lat * 1e6,
             "nccl_busbw_gbps": nbytes * (size - 1) / size / ag / 1e9,
             "nccl_latency_us": fence * 1e6,
         }
