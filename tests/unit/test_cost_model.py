@@ -102,3 +102,60 @@ def test_links_file_overrides_and_rejects_unknown_keys(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"chunk_ms": 1}))
     with pytest.raises(ValueError, match="unknown keys: chunk_ms"):
         cm.load_machine(bad)
+
+
+# --------------------------------------------------------------------------
+# Two links: within a node and between nodes
+# --------------------------------------------------------------------------
+
+
+def test_ring_links_per_offset() -> None:
+    """4 ranks as 2 nodes of 2: offsets 1 and 3 cross nodes for some ranks,
+    offset 2 for all; a team on one node crosses none."""
+    m = cm.Machine(gpus_per_node=2)
+    assert m.ring_links((0, 1, 2, 3)) == (True, True, True)
+    assert m.ring_links((0, 1)) == (False,)
+    assert cm.Machine().ring_links((0, 1, 2, 3)) == (False, False, False)
+    assert m.node_of(3) == 1 and not m.one_node((1, 2))
+
+
+def test_the_network_slows_rings_and_collectives_across_nodes() -> None:
+    """The same AllGather + GEMM spanning 2 nodes: every ring step and the
+    collective pay the network (net_gbps), so each takes longer than on one
+    node; with a network as fast as NVLink they match again."""
+    site = allgather(32768, 16384, 8192)
+    across = cm.Machine(gpus_per_node=2)
+    links = across.ring_links((0, 1, 2, 3))
+    for algorithm in (cm.RING, cm.COLLECTIVE):
+        one = cm.estimate(cm.Machine(), site, algorithm, D).seconds
+        two = cm.estimate(across, cm.Site(**{**site.__dict__, "links": links}), algorithm, D).seconds
+        assert two > 1.5 * one, (algorithm, one, two)
+    fast = cm.Machine(gpus_per_node=2, net_gbps=350.0, net_latency_us=10.0, nccl_busbw_gbps=300.0)
+    ring = cm.estimate(fast, cm.Site(**{**site.__dict__, "links": links}), cm.RING, D).seconds
+    assert ring == pytest.approx(cm.estimate(cm.Machine(), site, cm.RING, D).seconds)
+
+
+def test_gpus_per_node_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$FUSERC_GPUS_PER_NODE overrides the links file, and says so in the
+    source the reasons name; a bad value is an error."""
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps({"gpus_per_node": 8}))
+    monkeypatch.setenv(cm.GPUS_PER_NODE_ENV, "2")
+    m = cm.load_machine(path)
+    assert m.gpus_per_node == 2 and m.source == f"{path}, FUSERC_GPUS_PER_NODE=2"
+    monkeypatch.setenv(cm.GPUS_PER_NODE_ENV, "zero")
+    with pytest.raises(ValueError, match="FUSERC_GPUS_PER_NODE='zero': expected a positive number"):
+        cm.load_machine(path)
+
+
+@pytest.mark.parametrize("compute", [cm.BEFORE, cm.AFTER])
+def test_a_collective_per_chunk_pays_with_its_compute_only(compute: str) -> None:
+    """A collective per chunk with a GEMM's worth of compute around it
+    overlaps the two at large shapes; the collective alone only adds a
+    latency per chunk, so the unpipelined one is faster."""
+    big = cm.Site(cm.CHUNKS, 2.0 * 8192**3, 8192 * 8192 * 2, "bf16", D, cm.ALLREDUCE, compute)
+    best, reason = cm.choose(cm.Machine(), big, ALL[:2], [8], requested=True)
+    assert best.algorithm == cm.COLLECTIVE, reason
+    alone = cm.Site(cm.CHUNKS, 0.0, 8192 * 8192 * 2, "bf16", D, cm.ALLREDUCE, "")
+    best, reason = cm.choose(cm.Machine(), alone, ALL[:2], [8], requested=True)
+    assert best.algorithm == cm.NONE, reason
