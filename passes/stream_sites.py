@@ -168,7 +168,9 @@ class LaunchChunks:
     dimension (`sharding_rules.op_map`: an op computes a chunk of a
     dimension its operands map onto from the chunks of theirs, as it
     computes a device's block); a value that does not map onto it (a
-    broadcast operand, a weight) is used whole."""
+    broadcast operand, a weight) is used whole. A region with an INDEXED
+    op (iota, dropout: values that depend on where the block lies) is not
+    cut."""
 
     op: hir.LaunchOp
     chunks: int
@@ -204,8 +206,8 @@ class LaunchChunks:
             return None
         need: dict[SSAValue, int | None] = {last.operands[0]: dim}
         for o in reversed(list(block.ops)[:-1]):
-            if not isinstance(o, FusionOp) or len(o.results) != 1:
-                return None
+            if not isinstance(o, FusionOp) or len(o.results) != 1 or o.INDEXED:
+                return None  # (an INDEXED op, iota or dropout, places its block by its global types)
             if o.results[0] not in need:
                 return None  # a value no one reads
             operands = _operand_dims(o, need[o.results[0]])
