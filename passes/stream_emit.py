@@ -30,7 +30,7 @@ from fuserc.passes.stream_sites import (
     alloc_in,
     chunk_dims,
     root,
-    _sole_users,
+    sole_users,
 )
 
 IPC = "cuda_ipc"
@@ -411,7 +411,7 @@ class SiteLowering:
         x, xg = ag.input, ag.output
         gemm = site.gemm
         y = gemm.operands[-1] if gemm is not None else None
-        read_later = gemm is None or bool(_sole_users(xg, set(site.erase)))
+        read_later = gemm is None or bool(sole_users(xg, set(site.erase)))
         main = e.value(hir.GetCurrentStreamOp(), "main")
         ring, pos = self.ring(e)
         y_mine = e.chunk(y, pos, d, hint="ymine") if y is not None else None
