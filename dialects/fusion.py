@@ -58,7 +58,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
 from fuserc.dialects.interfaces import EvalContext, Math, OpMap
-from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split, format_axis
+from fuserc.sharding import DEVICE_TYPES, MAX_MESH_DEVICES, Mesh, Sharding, Split, format_axis
 
 # --------------------------------------------------------------------------
 # The sharding attribute
@@ -222,11 +222,14 @@ class MeshOp(IRDLOperation):
             )
         if any(s <= 0 for s in shape):
             raise VerifyException(f"mesh @{self.sym_name.data} shape {shape} must be positive")
+        n = math.prod(shape)
+        if n > MAX_MESH_DEVICES:
+            raise VerifyException(
+                f"mesh @{self.sym_name.data} of shape {shape} has {n} devices; a mesh has at most "
+                f"{MAX_MESH_DEVICES}"
+            )
         if self.devices is not None:
             devs = [a.value.data for a in self.devices.data]
-            n = 1
-            for s in shape:
-                n *= s
             if len(devs) != n:
                 raise VerifyException(
                     f"mesh @{self.sym_name.data} of shape {shape} needs {n} devices, got {len(devs)}"

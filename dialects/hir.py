@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
+    BytesAttr,
+    DenseArrayBase,
     DictionaryAttr,
     IndexType,
     IntegerAttr,
@@ -113,11 +115,24 @@ class HandleType(ParametrizedAttribute, TypeAttribute):
 
 
 def int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
-    """`[0 : i64, 1 : i64, ...]`: how teams and rank lists are stored."""
+    """`[0 : i64, 1 : i64, ...]`: short int lists (dims, starts, limits)."""
     return ArrayAttr([IntegerAttr(v, i64) for v in values])
 
 
-def _ints(attr: ArrayAttr[IntegerAttr]) -> tuple[int, ...]:
+def rank_array(values: Sequence[int]) -> DenseArrayBase:
+    """`array<i64: 0, 1, ...>`: how teams and rank lists are stored, packed
+    (a team of a million ranks is one attribute of 8 MB, built in a blink,
+    not a million attributes)."""
+    values = tuple(values)
+    bad = [v for v in values if not -(1 << 63) <= v < 1 << 63]
+    if bad:
+        raise VerifyException(f"rank {bad[0]} is out of the range of i64")
+    return DenseArrayBase(i64, BytesAttr(i64.pack(values)))
+
+
+def _ints(attr: ArrayAttr[IntegerAttr] | DenseArrayBase) -> tuple[int, ...]:
+    if isinstance(attr, DenseArrayBase):
+        return attr.get_values()  # type: ignore[return-value]
     return tuple(a.value.data for a in attr.data)
 
 
@@ -138,13 +153,13 @@ class RankList(CustomDirective):
     ranks: AttributeVariable
 
     def parse(self, parser: Parser, state: ParsingState) -> bool:
-        self.ranks.set(state, int_array(_parse_int_list(parser)))
+        self.ranks.set(state, rank_array(_parse_int_list(parser)))
         return True
 
     def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
         state.print_whitespace(printer)
         attr = self.ranks.get(op)
-        assert isinstance(attr, ArrayAttr)
+        assert isinstance(attr, DenseArrayBase)
         printer.print_string(_fmt_ints(_ints(attr)))
 
 
@@ -436,7 +451,7 @@ class IfRankOp(HirOp):
     Without results the ending hir.yield is implicit."""
 
     name = "hir.if_rank"
-    ranks_attr = prop_def(ArrayAttr[IntegerAttr], prop_name="ranks")
+    ranks_attr = prop_def(DenseArrayBase.constr(i64), prop_name="ranks")
     res = var_result_def()
     body = region_def("single_block")
 
@@ -454,7 +469,7 @@ class IfRankOp(HirOp):
         if not result_types:
             _ensure_yield(region)
         super().__init__(
-            properties={"ranks": int_array(ranks)}, result_types=[list(result_types)], regions=[region]
+            properties={"ranks": rank_array(ranks)}, result_types=[list(result_types)], regions=[region]
         )
 
     @property
@@ -524,7 +539,7 @@ class ConstantOp(HirOp):
 class TeamOp(HirOp):
     """Ops with a `team = [R, ...]` property."""
 
-    team_attr = prop_def(ArrayAttr[IntegerAttr], prop_name="team")
+    team_attr = prop_def(DenseArrayBase.constr(i64), prop_name="team")
 
     @property
     def team(self) -> tuple[int, ...]:
@@ -549,7 +564,7 @@ class TeamIndexOp(TeamOp):
     assembly_format = "`team` `=` custom<RankList>($team) attr-dict `:` type($result)"
 
     def __init__(self, team: Sequence[int]):
-        super().__init__(properties={"team": int_array(team)}, result_types=[_INDEX])
+        super().__init__(properties={"team": rank_array(team)}, result_types=[_INDEX])
 
 
 @irdl_op_definition
@@ -563,7 +578,7 @@ class TeamRankOp(TeamOp):
     assembly_format = "$position `team` `=` custom<RankList>($team) attr-dict `:` type($result)"
 
     def __init__(self, position: SSAValue | Operation, team: Sequence[int]):
-        super().__init__(operands=[position], properties={"team": int_array(team)}, result_types=[_INDEX])
+        super().__init__(operands=[position], properties={"team": rank_array(team)}, result_types=[_INDEX])
 
     def verify_team_op(self) -> None:
         _check_position(self.position, len(self.team), "position")
@@ -777,7 +792,7 @@ class CommunicationOp(TeamOp):
 
     @staticmethod
     def _props(team: Sequence[int], backend: str, op: str | None = None) -> dict[str, Attribute]:
-        props: dict[str, Attribute] = {"team": int_array(team), "backend": StringAttr(backend)}
+        props: dict[str, Attribute] = {"team": rank_array(team), "backend": StringAttr(backend)}
         if op is not None:
             props["op"] = StringAttr(op)
         return props
@@ -1382,7 +1397,7 @@ class ShareOp(TeamOp):
     assembly_format = "$buffer `team` `=` custom<RankList>($team) attr-dict `:` type($buffer) `->` type($handle)"
 
     def __init__(self, buffer: SSAValue | Operation, team: Sequence[int]):
-        super().__init__(operands=[buffer], properties={"team": int_array(team)}, result_types=[HandleType()])
+        super().__init__(operands=[buffer], properties={"team": rank_array(team)}, result_types=[HandleType()])
 
 
 class _PeerCopyOp(HirOp):

@@ -197,7 +197,7 @@ def _run(o: _Options) -> int:
     env = mpi_env()
     with same_on_all_ranks():
         text, name = read_source(o.file)
-        compiled = compile_module(text, name, o.entry, o.pipeline)
+        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size)
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "

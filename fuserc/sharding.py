@@ -19,31 +19,68 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
 """Device-parallel types; DIDx names the last mesh axis, DIDy the one before."""
 
 
+MAX_MESH_DEVICES = 1 << 22
+"""The most devices a mesh may have (4,194,304): far beyond any job, small
+enough that a program lowered for it stays within a host's memory (host
+programs list every team). Checked arithmetically, before any list of
+devices is made."""
+
+
 @dataclass(frozen=True)
 class Mesh:
-    """A named, row-major mesh of device ids (MPI ranks)."""
+    """A named, row-major mesh of device ids (MPI ranks).
+
+    `ids` are the explicit `devices = [...]` of the declaration; empty means
+    the default ids 0..N-1 (an explicit list equal to those is the same
+    mesh and is stored empty). Nothing here lists the devices of a mesh
+    unless asked to (`devices`, `teams`): coordinates, positions and teams
+    are computed arithmetically, so a mesh of millions of devices costs
+    what the program uses of it."""
 
     name: str
     shape: tuple[int, ...]
-    devices: tuple[int, ...] = ()
+    ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.devices:
-            object.__setattr__(self, "devices", tuple(range(math.prod(self.shape))))
+        if self.ids and self.ids == tuple(range(len(self.ids))):
+            object.__setattr__(self, "ids", ())
 
-    @property
+    @cached_property
     def size(self) -> int:
-        return len(self.devices)
+        return math.prod(self.shape)
 
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @cached_property
+    def devices(self) -> tuple[int, ...]:
+        """Every device id in row-major order (made on first use: only what
+        lists a whole mesh, such as a host program's rank sets, asks)."""
+        return self.ids or tuple(range(self.size))
+
+    @property
+    def max_device(self) -> int:
+        """The largest device id: a job needs this many ranks plus one."""
+        return max(self.ids) if self.ids else self.size - 1
+
+    @cached_property
+    def _positions(self) -> dict[int, int]:
+        return {d: i for i, d in enumerate(self.ids)}
+
+    @cached_property
+    def _strides(self) -> tuple[int, ...]:
+        out = [1] * self.rank
+        for a in range(self.rank - 2, -1, -1):
+            out[a] = out[a + 1] * self.shape[a + 1]
+        return tuple(out)
 
     def axis_of(self, ptype: str) -> int:
         """Mesh axis named by a device-parallel type (DIDx is the last axis)."""
@@ -58,43 +95,59 @@ class Mesh:
     def axis_size(self, ptype: str) -> int:
         return self.shape[self.axis_of(ptype)]
 
+    def position(self, device: int) -> int:
+        """Row-major position of `device` on the mesh (ValueError if absent)."""
+        if self.ids:
+            pos = self._positions.get(device)
+            if pos is not None:
+                return pos
+        elif 0 <= device < self.size:
+            return device
+        raise ValueError(f"device {device} is not on mesh @{self.name}")
+
+    def at(self, pos: int) -> int:
+        """The device at row-major position `pos`."""
+        return self.ids[pos] if self.ids else pos
+
     def has(self, device: int) -> bool:
-        return device in self.devices
+        return device in self._positions if self.ids else 0 <= device < self.size
 
     def coords(self, device: int) -> tuple[int, ...]:
         """Coordinates of `device` on the mesh (row-major over `devices`)."""
-        pos = self.devices.index(device)
-        out: list[int] = []
-        for extent in reversed(self.shape):
-            out.append(pos % extent)
-            pos //= extent
-        return tuple(reversed(out))
+        pos = self.position(device)
+        return tuple((pos // st) % n for st, n in zip(self._strides, self.shape))
 
     def device_at(self, coords: Sequence[int]) -> int:
-        pos = 0
-        for c, extent in zip(coords, self.shape):
-            pos = pos * extent + c
-        return self.devices[pos]
+        return self.at(sum(c * st for c, st in zip(coords, self._strides)))
 
     def team(self, device: int, ptype: str) -> tuple[int, ...]:
         """Devices sharing all coordinates of `device` but the `ptype` axis,
         ordered by that axis: the team of a collective over `ptype`."""
         axis = self.axis_of(ptype)
-        base = list(self.coords(device))
-        team = []
-        for c in range(self.shape[axis]):
-            base[axis] = c
-            team.append(self.device_at(base))
-        return tuple(team)
+        pos, stride, n = self.position(device), self._strides[axis], self.shape[axis]
+        base = pos - (pos // stride) % n * stride
+        return self._team_at(base, stride, n)
+
+    def _team_at(self, base: int, stride: int, n: int) -> tuple[int, ...]:
+        if self.ids:
+            return self.ids[base : base + n * stride : stride]
+        return tuple(range(base, base + n * stride, stride))
+
+    def team_count(self, ptype: str) -> int:
+        """How many teams (mesh slices) there are over `ptype`."""
+        return self.size // self.axis_size(ptype)
 
     def teams(self, ptype: str) -> list[tuple[int, ...]]:
-        """All teams over `ptype`, one per slice of the mesh, in device order."""
-        seen: list[tuple[int, ...]] = []
-        for d in self.devices:
-            t = self.team(d, ptype)
-            if t not in seen:
-                seen.append(t)
-        return seen
+        """All teams over `ptype`, one per slice of the mesh, in device
+        order (of their first devices): time and memory linear in the mesh."""
+        axis = self.axis_of(ptype)
+        stride, n = self._strides[axis], self.shape[axis]
+        block = stride * n
+        return [
+            self._team_at(outer + inner, stride, n)
+            for outer in range(0, self.size, block)
+            for inner in range(stride)
+        ]
 
 
 @dataclass(frozen=True)
@@ -292,21 +345,29 @@ class Sharding:
             out.append(extent // f)
         return tuple(out)
 
-    def dim_indices(self, dim: int, extent: int, mesh: Mesh, device: int) -> list[int]:
-        """Global indices along `dim` held by `device`, in local order."""
+    def dim_indices(self, dim: int, extent: int, mesh: Mesh, device: int) -> Sequence[int]:
+        """Global indices along `dim` held by `device`, in local order: a
+        `range` when they are one contiguous block (no Stream split outside
+        a device split), else a list."""
         splits = self.dims[dim]
         sizes = [s.size(mesh) for s in splits]
         inner = extent // max(1, math.prod(sizes))
-        coords = mesh.coords(device)
+        coords = mesh.coords(device) if any(not s.is_stream for s in splits) else ()
+        if self.is_contiguous_block(dim):
+            # Stream splits only inside the device splits: one block.
+            start, width = 0, extent
+            for s, n in zip(splits, sizes):
+                if s.is_stream:
+                    break
+                width //= n
+                start += coords[mesh.axis_of(s.ptype)] * width
+            return range(start, start + width)
         # For each split, the positions this device takes along it.
-        choices: list[list[int]] = []
+        choices: list[Sequence[int]] = []
         for s, n in zip(splits, sizes):
-            if s.is_stream:
-                choices.append(list(range(n)))
-            else:
-                choices.append([coords[mesh.axis_of(s.ptype)]])
+            choices.append(range(n) if s.is_stream else (coords[mesh.axis_of(s.ptype)],))
         idx = [0]
-        for (ch, n) in zip(choices, sizes):
+        for ch, n in zip(choices, sizes):
             idx = [base * n + c for base in idx for c in ch]
         return [base * inner + j for base in idx for j in range(inner)]
 
@@ -331,29 +392,29 @@ def shard_array(array, sharding: Sharding, mesh: Mesh, device: int):
         if not any(not s.is_stream for s in sharding.dims[dim]):
             continue
         idx = sharding.dim_indices(dim, extent, mesh, device)
-        if idx == list(range(idx[0], idx[0] + len(idx))):
+        if isinstance(idx, range):
             sl = [slice(None)] * array.ndim
-            sl[dim] = slice(idx[0], idx[0] + len(idx))
+            sl[dim] = slice(idx.start, idx.stop)
             out = out[tuple(sl)]
         else:
             out = _take(out, dim, idx)
     return out
 
 
-def _take(array, dim: int, idx: list[int]):
+def _take(array, dim: int, idx: Sequence[int]):
     try:
         import torch
 
         if isinstance(array, torch.Tensor):
-            return torch.index_select(array, dim, torch.tensor(idx, device=array.device))
+            return torch.index_select(array, dim, torch.tensor(list(idx), dtype=torch.long, device=array.device))
     except ImportError:  # pragma: no cover
         pass
     import numpy as np
 
-    return np.take(array, idx, axis=dim)
+    return np.take(array, np.asarray(idx, dtype=np.intp), axis=dim)
 
 
-def global_slots(sharding: Sharding, shape: Sequence[int], mesh: Mesh, device: int) -> list[list[int]]:
+def global_slots(sharding: Sharding, shape: Sequence[int], mesh: Mesh, device: int) -> list[Sequence[int]]:
     """Per dimension, the global indices a device's shard covers (for
     assembling a global tensor from shards)."""
     return [sharding.dim_indices(i, e, mesh, device) for i, e in enumerate(shape)]

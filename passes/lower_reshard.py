@@ -57,6 +57,8 @@ meshes), `copy`.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -223,6 +225,32 @@ def _contiguous(view: Shape, full: Shape) -> bool:
         if all(view[d] == 1 for d in range(k)) and all(view[d] == full[d] for d in range(k + 1, len(view))):
             return True
     return False
+
+
+class _BlockIndex:
+    """The blocks of a sharding (a grid: per dimension, disjoint intervals),
+    found by the box they meet in time proportional to the answer, not to
+    the number of blocks (transfers between big meshes stay linear)."""
+
+    def __init__(self, blocks: list[Box]):
+        self.order = {b: i for i, b in enumerate(blocks)}
+        rank = len(blocks[0]) if blocks else 0
+        self.dims = [sorted({b[d] for b in blocks}) for d in range(rank)]
+        self.ends = [[s + n for s, n in iv] for iv in self.dims]
+
+    def meeting(self, box: Box) -> list[Box]:
+        """The blocks that share an element with `box`, in the given order."""
+        per_dim = []
+        for (start, size), intervals, ends in zip(box, self.dims, self.ends):
+            i = bisect.bisect_right(ends, start)
+            hit = []
+            while i < len(intervals) and intervals[i][0] < start + size:
+                if intervals[i][1]:
+                    hit.append(intervals[i])
+                i += 1
+            per_dim.append(hit)
+        found = [b for b in itertools.product(*per_dim) if b in self.order]
+        return sorted(found, key=self.order.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -524,10 +552,13 @@ class _Reshard:
             coords = mesh.coords(d)
             return tuple(coords[mesh.axis_of(t)] for t in types)
 
+        by_key: dict[tuple[int, ...], list[int]] = {}
+        for d in ma.devices:
+            by_key.setdefault(key(ma, d), []).append(d)
         transfers = []
         for pos, r in enumerate(mb.devices):
-            devices = [d for d in ma.devices if key(ma, d) == key(mb, r)]
-            sender = r if r in devices else devices[pos % len(devices)]
+            devices = by_key[key(mb, r)]
+            sender = r if ma.has(r) and key(ma, r) == key(mb, r) else devices[pos % len(devices)]
             transfers.append(_Transfer(sender, r, (), ()))
         out = self.alloc(site, self.local(b), mb.devices)
         self.emit_transfers(transfers, src, out, site)
@@ -542,10 +573,12 @@ class _Reshard:
         by_block: dict[Box, list[int]] = {}
         for d, blk in holders.items():
             by_block.setdefault(blk, []).append(d)
+        overlapping = _BlockIndex(list(by_block))
         transfers: list[_Transfer] = []
         for pos, r in enumerate(mb.devices):
             want = _block(b, self.shape, mb, r)
-            for have, devices in by_block.items():
+            for have in overlapping.meeting(want):
+                devices = by_block[have]
                 common = _intersect(want, have)
                 if common is None:
                     continue
@@ -562,9 +595,12 @@ class _Reshard:
 
     def emit_transfers(self, transfers: list[_Transfer], src: SSAValue, out: SSAValue, site: str) -> None:
         """Each rank's part in its own `hir.if_rank [r]`."""
-        ranks = list(dict.fromkeys(x for t in transfers for x in (t.sender, t.receiver)))
-        for x in ranks:
-            self.transfers_of(x, [t for t in transfers if x in (t.sender, t.receiver)], src, out, site)
+        by_rank: dict[int, list[_Transfer]] = {}
+        for t in transfers:
+            for x in dict.fromkeys((t.sender, t.receiver)):
+                by_rank.setdefault(x, []).append(t)
+        for x, mine in by_rank.items():
+            self.transfers_of(x, mine, src, out, site)
 
     def sub_view(self, buf: SSAValue, spec: Spec, tag: tuple[int, ...], const: Callable[[int], SSAValue]) -> SSAValue:
         for dim, index, chunks in spec:

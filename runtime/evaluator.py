@@ -170,12 +170,7 @@ class Program:
         meshes = _meshes(module)
         self.params, self.results = signature(module, func)
         self.required_ranks, why = _required_ranks(func, meshes)
-        if self.required_ranks > backend.size:
-            raise error_at(
-                func,
-                f"the program needs {self.required_ranks} ranks ({why}) but the job has "
-                f"{backend.size}; run it with mpiexec -n {self.required_ranks}",
-            )
+        require_ranks(func, self.required_ranks, why, backend.size)
         self.devices = _used_devices(meshes, self.required_ranks)
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
@@ -364,13 +359,28 @@ def collect_teams(func: FuncOp) -> list[Team]:
     return sorted(teams, key=lambda t: (len(t), t))
 
 
-def _required_ranks(func: FuncOp, meshes: dict[str, Mesh]) -> tuple[int, str]:
-    """The ranks the job needs (the largest device id used + 1), and why."""
+def mesh_ranks(meshes: dict[str, Mesh]) -> tuple[int, str]:
+    """The ranks the meshes need (the largest device id + 1), and why;
+    arithmetic, whatever the size of the meshes."""
     best, why = 1, "one rank"
     for mesh in meshes.values():
-        top = max(mesh.devices) + 1
+        top = mesh.max_device + 1
         if top > best:
             best, why = top, f"mesh @{mesh.name} uses device {top - 1}"
+    return best, why
+
+
+def require_ranks(anchor: Operation, needed: int, why: str, size: int) -> None:
+    """A diagnostic at `anchor` when a job of `size` ranks is too small."""
+    if needed > size:
+        raise error_at(
+            anchor, f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed}"
+        )
+
+
+def _required_ranks(func: FuncOp, meshes: dict[str, Mesh]) -> tuple[int, str]:
+    """The ranks the job needs (the largest device id used + 1), and why."""
+    best, why = mesh_ranks(meshes)
     for op in func.walk():
         ranks = getattr(op, "team", None) if isinstance(op, hir.TeamOp) else None
         if isinstance(op, hir.IfRankOp):

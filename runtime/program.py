@@ -23,7 +23,7 @@ from xdsl.traits import SymbolTable
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import fusion, hir
 from fuserc.runtime.backend import Backend, make_backend
-from fuserc.runtime.evaluator import Program, find_host_program, matmul_flops
+from fuserc.runtime.evaluator import Program, find_host_program, matmul_flops, mesh_ranks, require_ranks
 from fuserc.runtime.mpi_env import MpiEnv, mpi_env
 
 
@@ -59,19 +59,32 @@ class Compiled:
         return total
 
 
-def compile_module(text: str, filename: str, entry: str = "main", pipeline: str = "default") -> Compiled:
-    """Parse, verify and lower `text`; every failure is a Diagnostic."""
+def compile_module(
+    text: str, filename: str, entry: str = "main", pipeline: str = "default", ranks: int | None = None
+) -> Compiled:
+    """Parse, verify and lower `text`; every failure is a Diagnostic. With
+    `ranks` (the job's size), a mesh needing more ranks is refused before
+    any pass runs: lowering for a mesh takes work in its size."""
     from fuserc import ir
     from fuserc import pipeline as pl
 
     passes = pl.build(pipeline)
     ctx = ir.make_context()
     module = ir.parse(text, filename, ctx)
+    if ranks is not None:
+        _check_meshes_fit(module, ranks)
     source = module.clone()
     runner = pl.PassRunner(passes)
     runner.run(ctx, module)
     find_host_program(module, entry)
     return Compiled(source, module, entry, runner.timings)
+
+
+def _check_meshes_fit(module: ModuleOp, ranks: int) -> None:
+    meshes = [op for op in module.walk() if isinstance(op, fusion.MeshOp)]
+    needed, why = mesh_ranks({m.sym_name.data: m.model for m in meshes})
+    anchor = next((m for m in meshes if m.model.max_device + 1 == needed), module)
+    require_ranks(anchor, needed, why, ranks)
 
 
 class CompiledProgram:
@@ -210,8 +223,13 @@ def compile_text(
 ) -> CompiledProgram:
     """Compile `text` and load it on this rank (collective: every rank of
     the job compiles the same program)."""
-    compiled = compile_module(text, filename, entry, pipeline)
     be = backend if isinstance(backend, Backend) else make_backend(backend, mpi_env())
+    try:
+        compiled = compile_module(text, filename, entry, pipeline, ranks=be.size)
+    except BaseException:
+        if be is not backend:
+            be.close()
+        raise
     return CompiledProgram(compiled, be)
 
 

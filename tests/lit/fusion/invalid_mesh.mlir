@@ -103,3 +103,14 @@ fusion.mesh @a shape = [2] devices [0, 1]
 
 // expected-error @+1 {{Expected integer literal}}
 fusion.mesh @a shape = [two]
+
+// -----
+
+// The size is checked arithmetically: no list of 10^22 devices is made.
+// expected-error @+1 {{'fusion.mesh' op mesh @a of shape [99999999999, 99999999999] has 9999999999800000000001 devices; a mesh has at most 4194304}}
+fusion.mesh @a shape = [99999999999, 99999999999]
+
+// -----
+
+// expected-error @+1 {{mesh @a of shape [2048, 4096] has 8388608 devices; a mesh has at most 4194304}}
+fusion.mesh @a shape = [2048, 4096]

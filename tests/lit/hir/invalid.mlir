@@ -146,7 +146,7 @@ func.func @f() {
 
 func.func @f() {
   // expected-error @+1 {{'hir.if_rank' op body takes no arguments}}
-  "hir.if_rank"() <{ranks = [0 : i64]}> ({
+  "hir.if_rank"() <{ranks = array<i64: 0>}> ({
   ^bb0(%i: index):
     "hir.yield"() : () -> ()
   }) : () -> ()

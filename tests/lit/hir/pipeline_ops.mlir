@@ -17,7 +17,7 @@
 // CHECK-NEXT: %t2 = hir.get %h, %c1, %a backend = cuda_ipc : (!hir.handle, index, tensor<8x4xf32>) -> !hir.token
 // CHECK-NEXT: %f2 = hir.barrier team = [1, 0] backend = mpi {note = "x"} : !hir.token
 // GENERIC: %q = "hir.div"(%c5) <{divisor = 2 : i64}> : (index) -> index
-// GENERIC: %f = "hir.barrier"() <{team = [0 : i64, 1 : i64], backend = "nccl"}> : () -> !hir.token
+// GENERIC: %f = "hir.barrier"() <{team = array<i64: 0, 1>, backend = "nccl"}> : () -> !hir.token
 // GENERIC: %t0 = "hir.get"(%h, %c1, %b, %q) <{chunks = 4 : i64, backend = "cuda_ipc"}> : (!hir.handle, index, tensor<2x4xf32>, index) -> !hir.token
 // GENERIC: %t2 = "hir.get"(%h, %c1, %a) <{backend = "cuda_ipc"}> : (!hir.handle, index, tensor<8x4xf32>) -> !hir.token
 func.func @ops(%a: tensor<8x4xf32>, %b: tensor<2x4xf32>) attributes {hir.host} {

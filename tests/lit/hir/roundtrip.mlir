@@ -37,17 +37,17 @@ func.func @allocation() {
 // implicit in the custom form only.
 // GENERIC-LABEL: "func.func"() <{sym_name = "control"
 // GENERIC: %c0 = "hir.constant"() <{value = 0 : index}> : () -> index
-// GENERIC: %p = "hir.team_index"() <{team = [4 : i64, 5 : i64, 6 : i64, 7 : i64]}> : () -> index
+// GENERIC: %p = "hir.team_index"() <{team = array<i64: 4, 5, 6, 7>}> : () -> index
 // GENERIC: %n = "hir.add_mod"(%p, %c0) <{modulus = 4 : i64}> : (index, index) -> index
 // GENERIC: "hir.for"() <{lb = 0 : i64, ub = 4 : i64, step = 1 : i64}> ({
 // GENERIC-NEXT: ^bb0(%i: index):
 // GENERIC-NEXT: %j = "hir.add_mod"(%i, %p) <{modulus = 4 : i64}> : (index, index) -> index
 // GENERIC-NEXT: "hir.yield"() : () -> ()
 // GENERIC-NEXT: }) : () -> ()
-// GENERIC: %a = "hir.if_rank"() <{ranks = [0 : i64, 2 : i64]}> ({
+// GENERIC: %a = "hir.if_rank"() <{ranks = array<i64: 0, 2>}> ({
 // GENERIC: "hir.yield"(%z) : (tensor<8xf32>) -> ()
 // GENERIC-NEXT: }) : () -> tensor<8xf32>
-// GENERIC: "hir.if_rank"() <{ranks = [3 : i64]}> ({
+// GENERIC: "hir.if_rank"() <{ranks = array<i64: 3>}> ({
 // GENERIC-NEXT: "hir.dealloc"(%a) : (tensor<8xf32>) -> ()
 // GENERIC-NEXT: "hir.yield"() : () -> ()
 // GENERIC-NEXT: }) {why = "cleanup"} : () -> ()
@@ -124,8 +124,8 @@ func.func @streams(%i: index) {
 }
 
 // GENERIC-LABEL: "func.func"() <{sym_name = "communications"
-// GENERIC: %t0 = "hir.allgather"(%x, %g) <{team = [0 : i64, 1 : i64, 2 : i64, 3 : i64], backend = "nccl"}> : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
-// GENERIC: %t4 = "hir.reduce"(%x, %o, %i) <{op = "max", team = [0 : i64, 1 : i64, 2 : i64, 3 : i64], backend = "nccl"}> : (tensor<16x8xf32>, tensor<16x8xf32>, index) -> !hir.token
+// GENERIC: %t0 = "hir.allgather"(%x, %g) <{team = array<i64: 0, 1, 2, 3>, backend = "nccl"}> : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
+// GENERIC: %t4 = "hir.reduce"(%x, %o, %i) <{op = "max", team = array<i64: 0, 1, 2, 3>, backend = "nccl"}> : (tensor<16x8xf32>, tensor<16x8xf32>, index) -> !hir.token
 // CHECK-LABEL: func.func @communications(%x: tensor<16x8xf32>, %i: index) {
 // CHECK-NEXT: %g = hir.alloc "communications/0/g" : tensor<64x8xf32>
 // CHECK-NEXT: %o = hir.alloc "communications/1/o" : tensor<16x8xf32>
