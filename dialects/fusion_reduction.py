@@ -84,9 +84,18 @@ class SumOp(ReductionOp):
 
 class ExtremumOp(ReductionOp):
     """max or min: over a split dimension, each device reduces its block,
-    then the per-device results are gathered and reduced."""
+    then the per-device results are gathered and reduced. Over a dimension
+    of extent 0 there is no value: refused, as torch.amax/amin do."""
 
     TORCH: ClassVar[str] = ""
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        out = super().result_shape(s, kw, result)
+        for d in normalized(kw["dims"], len(s[0])):
+            if s[0][d] == 0:
+                raise shapes.ShapeError(f"dimension {d} of extent 0 is reduced: {cls.name} of no elements is undefined")
+        return out
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         import torch

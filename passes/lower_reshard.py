@@ -127,8 +127,9 @@ def _split_dim(shape: Shape, dim: int, outer: int) -> Shape:
 
 
 def _outermost(shape: Shape, dim: int) -> bool:
-    """Blocks along `dim` are contiguous in a row-major buffer of `shape`."""
-    return math.prod(shape[:dim]) == 1
+    """Blocks along `dim` are contiguous in a row-major buffer of `shape`
+    (an empty buffer's blocks are empty: trivially so)."""
+    return math.prod(shape[:dim]) == 1 or 0 in shape
 
 
 def _chunk_shape(shape: Shape, dim: int, chunks: int) -> Shape:
@@ -189,9 +190,8 @@ def blocks_out(
 
 def _block(s: Sharding, shape: Shape, mesh: Mesh, device: int) -> Box:
     local = s.local_shape(shape, mesh)
-    return tuple(
-        (s.dim_indices(d, e, mesh, device)[0] if s.dims[d] else 0, local[d]) for d, e in enumerate(shape)
-    )
+    starts = [s.dim_indices(d, e, mesh, device) if s.dims[d] else () for d, e in enumerate(shape)]
+    return tuple((idx[0] if idx else 0, n) for idx, n in zip(starts, local))
 
 
 def _intersect(r: Box, q: Box) -> Box | None:

@@ -198,6 +198,10 @@ def _new_set(value: SSAValue, result_type: TensorType, at: Operation) -> SetOp:
     return SetOp.create(operands=[value], result_types=[result_type], location=at.location)
 
 
+def _with_dim(s: Sharding, dim: int, splits: tuple[Split, ...]) -> Sharding:
+    return s.with_dims([splits if i == dim else d for i, d in enumerate(s.dims)])
+
+
 def _stream_splits(splits: tuple[Split, ...]) -> tuple[Split, ...]:
     return tuple(s for s in splits if s.is_stream)
 
@@ -408,7 +412,11 @@ class _Decomposer:
         mapped = [d for d, t in enumerate(targets) if t.kind == rules.MAP and t.dim == sd[0]]
         gathered = [d for d in range(wanted.rank) if len(wanted.dims[d]) < len(current.dims[d])]
         if any(d in gathered for d in mapped):
-            return [d for d in mapped if d in gathered]
+            # the gathered operand takes the result's splits: only where they
+            # place it as wanted (`[DIDx]` -> `[Stream(S)]`, not a result
+            # `[DIDx*Stream(S)]`, whose dimension is not gathered at all)
+            splits = result.dims[sd[0]]
+            return [d for d in mapped if d in gathered and _with_dim(wanted, d, splits).placement() == wanted]
         only_gathers = all(len(w) <= len(c) for w, c in zip(wanted.dims, current.dims)) and not current.partial
         if gathered and only_gathers and all(targets[d].kind == rules.MAP for d in gathered):
             local = current.local_shape(shape_of(op.operands[k]), self.meshes[current.mesh])

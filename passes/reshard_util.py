@@ -47,11 +47,11 @@ Meshes = Mapping[str, Mesh]
 
 def outermost(order: Sequence[int], dim: int, local_shape: Shape, chunked: int | None = None) -> bool:
     """`dim` is outermost in memory up to dimensions of local extent 1, so
-    that its blocks are contiguous chunks of the buffer. With `chunked`, a
-    dimension cut into chunks of extent 1 (a Stream split whose collective
-    runs chunk by chunk) may also come first: the blocks are contiguous
-    within each chunk."""
-    return all(local_shape[d] == 1 or d == chunked for d in order[: list(order).index(dim)])
+    that its blocks are contiguous chunks of the buffer (always, in an empty
+    buffer: its blocks are empty). With `chunked`, a dimension cut into
+    chunks of extent 1 (a Stream split whose collective runs chunk by chunk)
+    may also come first: the blocks are contiguous within each chunk."""
+    return 0 in local_shape or all(local_shape[d] == 1 or d == chunked for d in order[: list(order).index(dim)])
 
 
 def chunked_dim(step: Step, result: Sharding, local_shape: Shape) -> int | None:

@@ -526,10 +526,18 @@ def find_sites(func: Operation) -> list[Site]:
             if op in taken or mark is None or not isinstance(op, COMPUTE):
                 continue
             dim, s = mark
-            if 0 <= dim < len(shape_of(out_operand(op))) and s > 1 and chunk_dims(op, dim, s) is not None:
+            if 0 <= dim < len(shape_of(out_operand(op))) and s > 1 and _chunks_evenly(op, dim, s):
                 sites.append(Site(LOCAL, op, [op], op, s, dim=dim))
                 taken.add(op)
     return sites
+
+
+def _chunks_evenly(op: Operation, out_dim: int, s: int) -> bool:
+    """Every buffer `op` is cut into is cut into `s` equal chunks (a copy of
+    one device's block of a Stream-split value need not be: the block of
+    `[DIDx]` on another mesh is 3 rows of a `[Stream(2)]` result of 6)."""
+    cut = chunk_dims(op, out_dim, s)
+    return cut is not None and all(shape_of(op.operands[i])[d] % s == 0 for i, d in cut.items())
 
 
 def _blocks(func: Operation) -> list[Block]:

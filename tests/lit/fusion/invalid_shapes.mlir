@@ -251,3 +251,15 @@ func.func @sum_empty_dims(%x: tensor<4x6xf32>) {
   %y = fusion.sum %x dims = [] : (tensor<4x6xf32>) -> tensor<4x6xf32>
   func.return
 }
+
+// -----
+
+// Zero extents are tensors like any other, but a max of no elements has no
+// value (torch.amax refuses it); a sum of none is 0.
+func.func @max_over_an_empty_dim(%x: tensor<0x4xf32>) {
+  %s = fusion.sum %x dims = [0] : (tensor<0x4xf32>) -> tensor<4xf32>
+  %m = fusion.max %x dims = [1] : (tensor<0x4xf32>) -> tensor<0xf32>
+  // expected-error @+1 {{'fusion.max' op dimension 0 of extent 0 is reduced: fusion.max of no elements is undefined}}
+  %y = fusion.max %x dims = [-2] : (tensor<0x4xf32>) -> tensor<4xf32>
+  func.return
+}

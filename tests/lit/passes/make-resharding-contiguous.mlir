@@ -318,3 +318,31 @@ func.func @stream_reduce_scatter(%x: tensor<64x128xf32, #fusion.sharding<@tp, [-
   %y = fusion.matmul %x, %w : (tensor<64x128xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<128x32xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>>
   func.return %y : tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, Stream(2)]>>
 }
+
+// -----
+
+// A Stream split inside the device split of the result places nothing: the
+// replicated operand is sliced locally (no gather to make a `[Stream(4)]`
+// operand that the split result would then have to reshard again).
+fusion.mesh @m shape = [2]
+// CHECK-LABEL: func.func @stream_inside_split
+// CHECK-NEXT: %0 = fusion.set %x : (tensor<8xf32, #fusion.sharding<@m, [-]>>) -> tensor<8xf32, #fusion.sharding<@m, [DIDx]>>
+// CHECK-NEXT: %z = fusion.mul %0, %y : {{.*}} -> tensor<8xf32, #fusion.sharding<@m, [DIDx*Stream(4)]>>
+// CHECK-NEXT: func.return %z
+func.func @stream_inside_split(%x: tensor<8xf32, #fusion.sharding<@m, [-]>>, %y: tensor<8xf32, #fusion.sharding<@m, [DIDx]>>) -> tensor<8xf32, #fusion.sharding<@m, [DIDx*Stream(4)]>> {
+  %z = fusion.mul %x, %y : (tensor<8xf32, #fusion.sharding<@m, [-]>>, tensor<8xf32, #fusion.sharding<@m, [DIDx]>>) -> tensor<8xf32, #fusion.sharding<@m, [DIDx*Stream(4)]>>
+  func.return %z : tensor<8xf32, #fusion.sharding<@m, [DIDx*Stream(4)]>>
+}
+
+// -----
+
+// An alltoall of empty blocks: every layout of an empty buffer is
+// contiguous, so the set stays one step (no reshape of the moved dim).
+fusion.mesh @m shape = [2]
+// CHECK-LABEL: func.func @empty_alltoall
+// CHECK-NEXT: %z = fusion.set %x : (tensor<4x0xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>>
+// CHECK-NEXT: func.return %z
+func.func @empty_alltoall(%x: tensor<4x0xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>> {
+  %z = fusion.set %x : (tensor<4x0xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>>
+  func.return %z : tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>>
+}

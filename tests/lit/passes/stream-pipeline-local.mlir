@@ -86,3 +86,18 @@ func.func @local(%x: tensor<16x8xf32>, %w: tensor<8x4xf32>, %wl: tensor<4x8xf32>
   } {hir.stream = [0, 2]}
   func.return %y, %l, %m, %k, %g, %o : tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x4xf32>, tensor<16x8xbf16>, tensor<16x8xf32>, tensor<16x8xf32>
 }
+
+// A marked copy whose buffers do not cut into S equal chunks is left whole
+// (the block of `[DIDx]` on one mesh copied into a chunk of a `[Stream(2)]`
+// value on another: 3 rows, not divisible by 2).
+// CHECK-LABEL: func.func @uneven
+// CHECK-NOT: hir.for
+// CHECK: hir.copy %x, %0 {hir.stream = [0 : i64, 2 : i64]} : tensor<3xf32>, tensor<3xf32>
+// CHECK-NEXT: func.return
+func.func @uneven(%x: tensor<3xf32>) -> tensor<6xf32> attributes {hir.host} {
+  %z = hir.alloc "uneven/0" : tensor<6xf32>
+  %c0 = hir.constant 0 : index
+  %0 = hir.chunk %z [%c0] dim = 0 chunks = 2 : (tensor<6xf32>, index) -> tensor<3xf32>
+  hir.copy %x, %0 {hir.stream = [0, 2]} : tensor<3xf32>, tensor<3xf32>
+  func.return %z : tensor<6xf32>
+}
