@@ -21,11 +21,15 @@ microsecond.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from fuserc.diagnostics import Diagnostic, Location
 
 LINKS_ENV = "FUSERC_LINKS"
 """Environment variable naming a links JSON file (overrides the default path)."""
@@ -76,41 +80,47 @@ class Machine:
     latencies in microseconds, GEMM peaks in TFLOP/s."""
 
     gemm_tflops: dict[str, float] = field(
-        default_factory=lambda: {"bf16": 750.0, "f16": 750.0, "f32": 50.0, "f64": 50.0}
+        default_factory=lambda: {"bf16": 750.0, "f16": 750.0, "f32": 50.0, "f64": 50.0},
+        metadata={"rule": "per_type"},
     )
     """Dense GEMM throughput of large shapes per element type."""
-    gemm_half_gflop: float = 1.0
+    gemm_half_gflop: float = field(default=1.0, metadata={"rule": "non_negative"})
     """GEMM work (GFLOP) at which a GEMM reaches half of its peak: small
     GEMMs do not fill the GPU."""
-    launch_us: float = 5.0
+    launch_us: float = field(default=5.0, metadata={"rule": "non_negative"})
     """Fixed cost of one kernel launch."""
-    chunk_us: float = 30.0
+    chunk_us: float = field(default=30.0, metadata={"rule": "non_negative"})
     """Fixed cost of one pipelined chunk: the host issuing its ops (views,
     stream switches, events, the transfer) ahead of the GPU, which small
     shapes cannot hide."""
-    copy_engine_gbps: float = 350.0
+    copy_engine_gbps: float = field(default=350.0, metadata={"rule": "positive"})
     """Copy-engine peer copy (CUDA IPC get), per direction per peer."""
-    copy_engine_latency_us: float = 10.0
+    copy_engine_latency_us: float = field(default=10.0, metadata={"rule": "non_negative"})
     """Latency of one peer copy, and of a copy-engine fence (stream memory
     operations on IPC-shared flags)."""
-    nccl_busbw_gbps: float = 300.0
+    nccl_busbw_gbps: float = field(default=300.0, metadata={"rule": "positive"})
     """NCCL bus bandwidth (allgather, broadcast, reduce, reduce-scatter)."""
-    nccl_latency_us: float = 20.0
+    nccl_latency_us: float = field(default=20.0, metadata={"rule": "non_negative"})
     """Latency of one NCCL collective (also of a `hir.barrier`)."""
-    nccl_sm_slowdown: float = 0.1
+    nccl_sm_slowdown: float = field(default=0.1, metadata={"rule": "non_negative"})
     """A GEMM overlapping an NCCL kernel runs this much slower (shared SMs)."""
-    hbm_gbps: float = 3000.0
+    hbm_gbps: float = field(default=3000.0, metadata={"rule": "positive"})
     """Device memory bandwidth (local copies and adds)."""
-    net_gbps: float = 50.0
+    net_gbps: float = field(default=50.0, metadata={"rule": "positive"})
     """Between nodes, per rank (a 400 Gb/s NIC): NCCL send/recv of the rings,
     and the bus bandwidth of a collective whose team spans nodes."""
-    net_latency_us: float = 15.0
+    net_latency_us: float = field(default=15.0, metadata={"rule": "non_negative"})
     """Latency of one transfer between nodes."""
-    gpus_per_node: int = 8
+    gpus_per_node: int = field(default=8, metadata={"rule": "count"})
     """Ranks r and q are on one node when r // gpus_per_node == q //
     gpus_per_node ($FUSERC_GPUS_PER_NODE overrides it)."""
     source: str = "defaults"
     """Where the numbers come from (a path, or `defaults`)."""
+
+    def __post_init__(self) -> None:
+        problems = field_problems(machine_json(self))
+        if problems:
+            raise ValueError("invalid machine: " + "; ".join(f"{'.'.join(k)}: {m}" for k, m in problems))
 
     # ---- primitive times (seconds) ------------------------------------------
     def gemm(self, flops: float, elem: str) -> float:
@@ -167,8 +177,9 @@ class Machine:
 def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
     """The machine described by `path`, else by $FUSERC_LINKS, else by the
     default cache file when it exists; documented defaults for what the file
-    does not give. A named file that cannot be read, or holds unknown keys,
-    is an error (a stale description must not be trusted silently)."""
+    does not give. A named file that cannot be read, or holds unknown keys
+    or bad values, is a `LinksFileError` (a stale description must not be
+    trusted silently)."""
     named = path or os.environ.get(LINKS_ENV)
     if named:
         machine = _read(Path(named).expanduser())
@@ -181,22 +192,126 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
     return replace(machine, gpus_per_node=node, source=f"{machine.source}, {GPUS_PER_NODE_ENV}={node}")
 
 
+# --------------------------------------------------------------------------
+# The links file: a JSON object checked field by field
+# --------------------------------------------------------------------------
+
+GEMM_TYPES: tuple[str, ...] = ("bf16", "f16", "f32", "f64")
+"""The element types `gemm_tflops` may name."""
+
+_RULES: dict[str, str] = {
+    "positive": "a positive number",
+    "non_negative": "a number >= 0",
+    "count": "a positive integer",
+    "per_type": f"an object of element types ({', '.join(GEMM_TYPES)}) to positive numbers",
+}
+"""What each kind of field (a `Machine` field's metadata `rule`) holds."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _value_problem(rule: str, v: Any) -> str | None:
+    ok = {
+        "positive": lambda: _number(v) and v > 0,
+        "non_negative": lambda: _number(v) and v >= 0,
+        "count": lambda: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "per_type": lambda: isinstance(v, dict),
+    }[rule]()
+    return None if ok else f"must be {_RULES[rule]}, got {json.dumps(v)}"
+
+
+def field_problems(values: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """Every bad field of a links description, as (key path, problem)."""
+    rules = {f.name: f.metadata.get("rule") for f in fields(Machine) if f.name != "source"}
+    out: list[tuple[tuple[str, ...], str]] = []
+    for key, v in values.items():
+        rule = rules.get(key)
+        if rule is None:
+            out.append(((key,), f"unknown key (known: {', '.join(rules)})"))
+            continue
+        problem = _value_problem(rule, v)
+        if problem:
+            out.append(((key,), problem))
+        elif rule == "per_type":
+            for elem, peak in v.items():
+                if elem not in GEMM_TYPES:
+                    out.append(((key, elem), f"unknown element type (known: {', '.join(GEMM_TYPES)})"))
+                elif (problem := _value_problem("positive", peak)) is not None:
+                    out.append(((key, elem), problem))
+    return out
+
+
+class LinksFileError(ValueError):
+    """A links file that cannot be used: one located message per problem."""
+
+    def __init__(self, file: Path, problems: list[tuple[Location | None, str]]):
+        self.file = file
+        self.problems = problems
+        super().__init__("\n".join(f"{loc or file}: {msg}" for loc, msg in problems))
+
+    def diagnostic(self) -> Diagnostic:
+        """The first problem located, the others as lines below it."""
+        (loc, msg), rest = self.problems[0], self.problems[1:]
+        lines = [f"{loc or self.file}: error: links file: {m}" for loc, m in rest]
+        return Diagnostic(f"links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
+
+
 def _read(file: Path) -> Machine:
     try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read the links file {file}: {e}") from None
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LinksFileError(file, [(None, f"cannot read it: {getattr(e, 'strerror', None) or e}")]) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        at = Location(str(file), e.lineno, e.colno) if isinstance(e, json.JSONDecodeError) else None
+        raise LinksFileError(file, [(at, f"not JSON: {getattr(e, 'msg', e)}")]) from None
     if not isinstance(data, dict):
-        raise ValueError(f"the links file {file} must hold a JSON object")
-    known = {f.name for f in fields(Machine)} - {"source"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"the links file {file} has unknown keys: {', '.join(unknown)}")
+        raise LinksFileError(file, [(Location(str(file), 1, 1), "must hold a JSON object of the fields of the cost model")])
+    problems = field_problems(data)
+    if problems:
+        where = _value_locations(text, str(file))
+        raise LinksFileError(file, [(where.get(path), f"{'.'.join(path)}: {msg}") for path, msg in problems])
     base = Machine()
     values: dict[str, Any] = dict(data)
     if "gemm_tflops" in values:
         values["gemm_tflops"] = {**base.gemm_tflops, **{k: float(v) for k, v in values["gemm_tflops"].items()}}
     return replace(base, **values, source=str(file))
+
+
+def _value_locations(text: str, name: str) -> dict[tuple[str, ...], Location]:
+    """Where each value of a JSON object (and of the objects in it) starts,
+    by key path. `text` is valid JSON (json.loads read it)."""
+    decoder = json.JSONDecoder()
+    space = re.compile(r"\s*")
+    offsets: dict[tuple[str, ...], int] = {}
+
+    def skip(i: int) -> int:
+        return space.match(text, i).end()  # type: ignore[union-attr]
+
+    def walk(i: int, path: tuple[str, ...]) -> int:  # text[i] == "{"
+        i = skip(i + 1)
+        while text[i] != "}":
+            key, i = json.decoder.scanstring(text, i + 1)
+            i = skip(skip(i) + 1)  # past the ':'
+            offsets[(*path, key)] = i
+            i = walk(i, (*path, key)) if text[i] == "{" else decoder.raw_decode(text, i)[1]
+            i = skip(i)
+            if text[i] == ",":
+                i = skip(i + 1)
+        return i + 1
+
+    start = skip(0)
+    if text.startswith("{", start):
+        walk(start, ())
+
+    def located(offset: int) -> Location:
+        line = text.count("\n", 0, offset) + 1
+        return Location(name, line, offset - text.rfind("\n", 0, offset))
+
+    return {path: located(o) for path, o in offsets.items()}
 
 
 def machine_json(m: Machine) -> dict[str, Any]:

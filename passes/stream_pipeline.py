@@ -110,6 +110,8 @@ class StreamPipeline(ModulePass):
                     if site.kind != LOCAL and machine is None:
                         try:
                             machine = cost_model.load_machine(self.links or None)
+                        except cost_model.LinksFileError as e:  # located in the file, not the program
+                            raise e.diagnostic() from None
                         except ValueError as e:
                             raise error_at(site.anchor, f"stream-pipeline: {e}") from None
                     plan = self.plan(site, machine)

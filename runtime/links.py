@@ -61,7 +61,7 @@ def _gemm_seconds(backend: Backend, n: int, dtype: torch.dtype) -> float:
 def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 256 << 20) -> dict[str, Any]:
     """The links figures of this node (collective over the job; every rank
     returns the same). `big`/`small`: GEMM sizes; `nbytes`: transfer size."""
-    from fuserc.passes.cost_model import Machine, machine_json
+    from fuserc.passes.cost_model import Machine, field_problems, machine_json
 
     tflops: dict[str, float] = {}
     half_gflop = []
@@ -131,10 +131,13 @@ def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 
             "nccl_busbw_gbps": nbytes * (size - 1) / size / ag / 1e9,
             "nccl_latency_us": fence * 1e6,
         }
-    known = machine_json(Machine())
-    assert set(values) <= set(known)
-    machine = replace(Machine(), **values)
-    return machine_json(machine)
+    problems = field_problems(values)  # what load_machine would refuse is never written
+    if problems:
+        raise ValueError(
+            "the measured figures are not a valid links file: "
+            + "; ".join(f"{'.'.join(k)}: {m}" for k, m in problems)
+        )
+    return machine_json(replace(Machine(), **values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,8 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = mpi_env()
     backend = make_backend(args.backend, env)
-    values = measure(backend, big=args.gemm, small=max(16, args.gemm // 8), nbytes=args.bytes)
-    backend.close()
+    try:
+        values = measure(backend, big=args.gemm, small=max(16, args.gemm // 8), nbytes=args.bytes)
+    except ValueError as e:  # the same on every rank (the figures are collective)
+        if env.rank == 0:
+            print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        backend.close()
     if env.rank == 0:
         out = Path(args.out).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)

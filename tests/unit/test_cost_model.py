@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,45 @@ def test_links_file_overrides_and_rejects_unknown_keys(tmp_path: Path) -> None:
     assert m.source == str(good)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"chunk_ms": 1}))
-    with pytest.raises(ValueError, match="unknown keys: chunk_ms"):
+    with pytest.raises(ValueError, match="bad.json:1:14: chunk_ms: unknown key"):
         cm.load_machine(bad)
+
+
+def test_links_file_one_located_message_per_bad_field(tmp_path: Path) -> None:
+    """A missing value, a zero bandwidth, a string for a number, a string
+    for the GPU count, a bad GEMM peak: each named at its line and column;
+    fields the file leaves out keep their defaults."""
+    bad = tmp_path / "links.json"
+    bad.write_text(
+        '{\n  "copy_engine_gbps": 0,\n  "gpus_per_node": "8",\n  "nccl_latency_us": "20",\n'
+        '  "hbm_gbps": null,\n  "gemm_tflops": {"bf16": -1, "fp8": 9}, "launch_us": true\n}\n'
+    )
+    with pytest.raises(cm.LinksFileError) as info:
+        cm.load_machine(bad)
+    lines = str(info.value).splitlines()
+    assert lines == [
+        f"{bad}:2:23: copy_engine_gbps: must be a positive number, got 0",
+        f'{bad}:3:20: gpus_per_node: must be a positive integer, got "8"',
+        f'{bad}:4:22: nccl_latency_us: must be a number >= 0, got "20"',
+        f"{bad}:5:15: hbm_gbps: must be a positive number, got null",
+        f"{bad}:6:27: gemm_tflops.bf16: must be a positive number, got -1",
+        f"{bad}:6:38: gemm_tflops.fp8: unknown element type (known: bf16, f16, f32, f64)",
+        f"{bad}:6:55: launch_us: must be a number >= 0, got true",
+    ]
+    d = info.value.diagnostic()
+    assert d.render().splitlines()[0] == f"{bad}:2:23: error: links file: copy_engine_gbps: must be a positive number, got 0"
+    assert len(d.render().splitlines()) == len(lines)
+    for text, where in [("{", ":1:2: not JSON"), ("[8]", ":1:1: must hold a JSON object"), ('{"gemm_tflops": 5}', ":1:17: gemm_tflops: must be an object")]:
+        bad.write_text(text)
+        with pytest.raises(cm.LinksFileError, match=re.escape(where)):
+            cm.load_machine(bad)
+    with pytest.raises(cm.LinksFileError, match="cannot read it"):
+        cm.load_machine(tmp_path / "absent.json")
+    with pytest.raises(ValueError, match="copy_engine_gbps: must be a positive number"):
+        cm.Machine(copy_engine_gbps=0)
+    bad.write_text('{"nccl_busbw_gbps": 120.5}')
+    m = cm.load_machine(bad)
+    assert m.nccl_busbw_gbps == 120.5 and m.copy_engine_gbps == cm.Machine().copy_engine_gbps
 
 
 # --------------------------------------------------------------------------
