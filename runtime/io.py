@@ -9,6 +9,7 @@ summed. NumPy has no bfloat16: bf16 tensors travel and are saved as float32.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -93,6 +94,64 @@ def load_inputs(paths: Sequence[str], params: Sequence[ValueSpec]) -> list[torch
     return out
 
 
+LOCAL_RANKS_ENV = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
+"""Where launchers (MPICH/Hydra, Open MPI, torchrun) say how many ranks share
+this node; each of them holds the global inputs whole."""
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory available for new allocations (MemAvailable on
+    Linux), None where it cannot be known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _ranks_on_node() -> int:
+    for name in LOCAL_RANKS_ENV:
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def _size_text(n: int) -> str:
+    units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+    x, k = float(n), 0
+    while x >= 1024 and k < len(units) - 1:
+        x, k = x / 1024, k + 1
+    return f"{n} bytes" if k == 0 else f"{n} bytes ({x:.1f} {units[k]})"
+
+
+def check_inputs_fit(params: Sequence[ValueSpec], available: int | None = None, ranks: int | None = None) -> None:
+    """A Diagnostic, before anything is allocated, when the global inputs
+    (which every rank of the node holds whole, plus the float32 draw of the
+    largest 16-bit one) do not fit in the host memory available."""
+    itemsize = {spec.index: torch.empty((), dtype=spec.dtype).element_size() for spec in params}
+    sizes = [(spec, math.prod(spec.global_shape)) for spec in params]
+    need = sum(n * itemsize[spec.index] for spec, n in sizes)
+    need += max((n * 4 for spec, n in sizes if spec.dtype.is_floating_point and itemsize[spec.index] < 4), default=0)
+    available = available_memory() if available is None else available
+    ranks = _ranks_on_node() if ranks is None else ranks
+    if available is None or need * ranks <= available:
+        return
+    largest = max(sizes, key=lambda sn: sn[1] * itemsize[sn[0].index])[0]
+    per_node = f" ({_size_text(need * ranks)} for the {ranks} ranks of this node)" if ranks > 1 else ""
+    raise Diagnostic(
+        f"the random inputs need {_size_text(need)} of host memory on each rank{per_node}, but "
+        f"{_size_text(available)} are available (the largest is {largest.label}, {_type_text(largest)}); "
+        "use smaller shapes, or give the inputs with -i"
+    )
+
+
 def random_inputs(
     params: Sequence[ValueSpec], seed: int, domains: Sequence[tuple[float, float] | None] | None = None
 ) -> list[torch.Tensor]:
@@ -100,7 +159,9 @@ def random_inputs(
     normal floats (rounded to the argument's dtype), integers in [-8, 8),
     booleans; argument i uses the generator seeded with seed + i. Where
     `domains[i]` gives a range [low, high) (`input_domains`), argument i is
-    drawn uniformly from it instead."""
+    drawn uniformly from it instead. Refused first when they would not fit
+    in memory (`check_inputs_fit`)."""
+    check_inputs_fit(params)
     out = []
     for spec in params:
         g = torch.Generator().manual_seed(seed + spec.index)

@@ -198,3 +198,26 @@ def test_check_exit_code(op: str, exit_code: int, capsys: pytest.CaptureFixture[
     assert "(bf16 tolerance 4e-02)" in out.out
     assert ("--check failed: output 0 over tolerance" in out.err) == bool(exit_code)
     prog.close()
+
+
+def test_random_inputs_are_refused_before_allocation_when_too_large() -> None:
+    """The bytes the global inputs take (every rank of a node holds them
+    whole, plus the float32 draw of a 16-bit one) against the memory
+    available: a Diagnostic naming both, before anything is allocated."""
+    mesh = Mesh("tp", (2,))
+    params = [
+        spec((10**6, 10**6), ["DIDx", "-"], mesh),
+        spec((4, 8), ["-", "-"], mesh, dtype=torch.bfloat16, index=1),
+    ]
+    need = 4 * 10**12 + 2 * 32 + 4 * 32
+    with pytest.raises(Diagnostic) as info:
+        io.check_inputs_fit(params, available=10**9, ranks=2)
+    text = info.value.message
+    assert f"need {need} bytes (3.6 TiB) of host memory on each rank ({2 * need} bytes (7.3 TiB) for the 2 ranks" in text
+    assert "1000000000 bytes (953.7 MiB) are available" in text and "argument #0" in text
+    io.check_inputs_fit(params[1:], available=2 * 192, ranks=2)  # fits exactly
+    with pytest.raises(Diagnostic, match="need 192 bytes"):
+        io.check_inputs_fit(params[1:], available=2 * 192 - 1, ranks=2)
+    with pytest.raises(Diagnostic, match="the random inputs need"):
+        io.random_inputs(params, seed=0)  # this machine has no 4 TB to spare
+    assert [t.shape for t in io.random_inputs(params[1:], 0)] == [(4, 8)]
