@@ -2,6 +2,9 @@
 
     mpiexec -n N python tests/e2e/batch.py CASES.json [--backend cpu]
 
+(`launch_batches` starts such jobs and reads their lines: the e2e tests and
+the property test call it.)
+
 CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`.
 For each case and pipeline every rank does what `fuserc run FILE -p SPEC
 --check --iters 1 --warmup 0` does (runtime/program.py, runtime/io.py,
@@ -31,9 +34,13 @@ import argparse
 import faulthandler
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 CASE_TIMEOUT_S = 60
@@ -42,6 +49,84 @@ CASE_TIMEOUT_S = 60
 DEFAULT_SEED = 0
 FIRST_RUN_SEED_OFFSET = 1000
 """The first run of each program takes the inputs of this other seed."""
+
+
+BATCH_TIMEOUT_S = 900
+"""Last resort for one launch; a hanging case ends its job itself."""
+
+
+# --------------------------------------------------------------------------
+# The driver's side: launching batches and reading their lines
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: str  # ok | fail | error | skip | crash
+    detail: str
+    seconds: float = 0.0
+
+
+Work = tuple[str, str, dict[str, str]]
+"""(id, program text, pipelines by name) of one case."""
+
+
+def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[dict[str, Outcome], list[str], str]:
+    """One batch job over `work`: (outcomes by id, ids started in order, the
+    job's output)."""
+    from harness import MPI_ENV, MPIEXEC
+
+    assert MPIEXEC is not None
+    listing = []
+    for ident, text, pipelines in work:
+        path = directory / f"{ident}.mlir"
+        path.write_text(text)
+        listing.append({"id": ident, "file": str(path), "pipelines": pipelines})
+    spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
+    spec.write_text(json.dumps(listing))
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(Path(__file__)), str(spec), "--backend", backend]
+    if shutil.which("timeout"):
+        cmd = ["timeout", "-k", "5", str(BATCH_TIMEOUT_S), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV}, timeout=BATCH_TIMEOUT_S + 30)
+    outcomes: dict[str, Outcome] = {}
+    started: list[str] = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("E2E-START "):
+            started.append(line.split(" ", 1)[1].strip())
+        elif line.startswith("E2E-RESULT "):
+            r = json.loads(line.split(" ", 1)[1])
+            if r["id"] not in outcomes or r["status"] == "crash":
+                outcomes[r["id"]] = Outcome(r["status"], r.get("detail", ""), r.get("seconds", 0.0))
+    output = f"exit {proc.returncode}\nstdout (tail):\n{proc.stdout[-3000:]}\nstderr (tail):\n{proc.stderr[-6000:]}"
+    return outcomes, started, output
+
+
+def launch_batches(n: int, work: list[Work], directory: Path, backend: str = "cpu") -> dict[str, Outcome]:
+    """Every case of `work` under each of its pipelines on `n` ranks, by
+    outcome id `CASE/PIPELINE`, in as few launches as failures allow: a case
+    that crashes or hangs ends its launch (it is the last one started), and
+    what is left runs in the next one."""
+    results: dict[str, Outcome] = {}
+    while True:
+        left = [(i, t, {p: s for p, s in pipes.items() if f"{i}/{p}" not in results}) for i, t, pipes in work]
+        left = [(i, t, pipes) for i, t, pipes in left if pipes]
+        if not left:
+            return results
+        outcomes, started, output = _launch(n, left, directory, backend)
+        progress = len(outcomes)
+        results.update(outcomes)
+        if started and started[-1] not in outcomes:
+            results[started[-1]] = Outcome("crash", f"the job ended during this case\n{output}")
+            progress += 1
+        if not progress:  # the job failed outside any case: no retry helps
+            for i, _, pipes in left:
+                for p in pipes:
+                    results[f"{i}/{p}"] = Outcome("crash", f"the batch job failed\n{output}")
+
+
+# --------------------------------------------------------------------------
+# The job's side (under mpiexec)
+# --------------------------------------------------------------------------
 
 
 def _report(record: dict[str, Any]) -> None:

@@ -23,13 +23,8 @@ CLI (`fuserc run --check`, `-i` float32 files for bf16, `--save-outputs`).
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
 import re
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +33,13 @@ import numpy as np
 import pytest
 import torch
 
+from batch import Outcome, launch_batches
 from fuserc.sharding import Mesh, Sharding, Split
-from harness import BACKEND, MPI_ENV, MPIEXEC, PROGRAMS, expand, mpirun, ok
+from harness import BACKEND, MPIEXEC, PROGRAMS, expand, mpirun, ok
 
 HERE = Path(__file__).parent
 PIPELINE_PROGRAMS = PROGRAMS / "pipeline"
 EXAMPLES = HERE.parents[1] / "examples"
-BATCH = HERE / "batch.py"
 LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
 RANKS = (1, 2, 3, 4)
 DTYPES = ("f32", "bf16")
@@ -55,8 +50,6 @@ EXAMPLES_SKIPPED = {
     "allgather_matmul_large.mlir": "the headline GEMM shape, for GPUs",
     "matmul_reduce_scatter_large.mlir": "the headline GEMM shape, for GPUs",
 }
-BATCH_TIMEOUT_S = 900
-"""Last resort for one launch; batch.py ends a hanging case itself."""
 
 
 PIPELINES: dict[str, str] = {"lower": LOWERING, "default": "default"}
@@ -190,64 +183,9 @@ ITEMS = [(c, p) for c in CASES for p in PIPELINES]
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class Outcome:
-    status: str  # ok | fail | error | crash
-    detail: str
-    seconds: float = 0.0
-
-
-def _mpi_env() -> dict[str, str]:
-    return {**os.environ, **MPI_ENV}
-
-
-def _launch(n: int, work: list[tuple[Case, dict[str, str]]], directory: Path) -> tuple[dict[str, Outcome], list[str], str]:
-    """One batch.py job over `work` (each case with the pipelines to run):
-    (outcomes by id, ids started in order, the job's output)."""
-    listing = []
-    for c, pipelines in work:
-        path = directory / f"{c.ident}.mlir"
-        path.write_text(c.text())
-        listing.append({"id": c.ident, "file": str(path), "pipelines": pipelines})
-    spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
-    spec.write_text(json.dumps(listing))
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(BATCH), str(spec), "--backend", BACKEND]
-    if shutil.which("timeout"):
-        cmd = ["timeout", "-k", "5", str(BATCH_TIMEOUT_S), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_mpi_env(), timeout=BATCH_TIMEOUT_S + 30)
-    outcomes: dict[str, Outcome] = {}
-    started: list[str] = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("E2E-START "):
-            started.append(line.split(" ", 1)[1].strip())
-        elif line.startswith("E2E-RESULT "):
-            r = json.loads(line.split(" ", 1)[1])
-            if r["id"] not in outcomes or r["status"] == "crash":
-                outcomes[r["id"]] = Outcome(r["status"], r.get("detail", ""), r.get("seconds", 0.0))
-    output = f"exit {proc.returncode}\nstdout (tail):\n{proc.stdout[-3000:]}\nstderr (tail):\n{proc.stderr[-6000:]}"
-    return outcomes, started, output
-
-
 def run_batches(n: int, cases: list[Case], directory: Path) -> dict[str, Outcome]:
-    """Every case of job size n under every pipeline, in as few launches as
-    failures allow: a case that crashes or hangs ends its launch (it is the
-    last one started), and what is left runs in the next one."""
-    results: dict[str, Outcome] = {}
-    while True:
-        work = [(c, {p: s for p, s in PIPELINES.items() if f"{c.ident}/{p}" not in results}) for c in cases]
-        work = [(c, pipes) for c, pipes in work if pipes]
-        if not work:
-            return results
-        outcomes, started, output = _launch(n, work, directory)
-        progress = len(outcomes)
-        results.update(outcomes)
-        if started and started[-1] not in outcomes:
-            results[started[-1]] = Outcome("crash", f"the job ended during this case\n{output}")
-            progress += 1
-        if not progress:  # the job failed outside any case: no retry helps
-            for c, pipes in work:
-                for p in pipes:
-                    results[f"{c.ident}/{p}"] = Outcome("crash", f"the batch job failed\n{output}")
+    """Every case of job size n under every pipeline (batch.launch_batches)."""
+    return launch_batches(n, [(c.ident, c.text(), PIPELINES) for c in cases], directory, BACKEND)
 
 
 @pytest.fixture(scope="session")
