@@ -165,6 +165,36 @@ def test_too_few_ranks(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def _relu_program(path: Path, mesh: str, shape: str, axes: str) -> Path:
+    t = f"tensor<{shape}xf32, #fusion.sharding<@m, {axes}>>"
+    path.write_text(
+        f"fusion.mesh @m shape = {mesh}\n"
+        f"func.func @main(%x: {t}) -> {t} {{\n  %y = fusion.relu %x : ({t}) -> {t}\n  func.return %y : {t}\n}}\n"
+    )
+    return path
+
+
+def test_mesh_larger_than_the_job_is_refused_before_compiling(tmp_path: Path) -> None:
+    """A mesh of a million devices on 2 ranks: refused at the mesh, with the
+    number of ranks it needs, right after parsing (lowering it would take
+    seconds; nothing of its size is built)."""
+    prog = _relu_program(tmp_path / "big.mlir", "[1000, 1000]", "1000x1000", "[DIDy, DIDx]")
+    proc = mpirun(2, [prog])
+    assert proc.returncode == 1, proc.stderr
+    assert f"{prog}:1:1: error: the program needs 1000000 ranks (mesh @m uses device 999999) but the job has 2" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_random_inputs_too_large_for_memory(tmp_path: Path) -> None:
+    """10^12 elements of random input: a diagnostic with the bytes needed
+    and available, not an allocator traceback."""
+    prog = _relu_program(tmp_path / "huge.mlir", "[2]", "1000000x1000000", "[DIDx, -]")
+    proc = mpirun(2, [prog])
+    assert proc.returncode == 1, proc.stderr
+    assert "error: the random inputs need 4000000000000 bytes (3.6 TiB) of host memory on each rank" in proc.stderr
+    assert "are available" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_wrong_input_shape(tmp_path: Path) -> None:
     prog = program("collectives.mlir.in", 2, tmp_path)
     arrays, paths = _collectives_inputs(2, tmp_path)
