@@ -27,3 +27,17 @@ func.func @both_ways(%x: !d, %y: !s) -> (!s, !d) {
 // CHECK-NEXT: hir.wait
 // CHECK-NEXT: }
 // CHECK: hir.chunk %[[H]] [%{{.*}}] dim = 0 chunks = 4
+
+// An empty tensor's reshards move nothing (every block is empty): the result
+// is only allocated, whatever the steps (here an interleaved dimension behind
+// a dimension of extent 0, gathered, then split across the other dim).
+// CHECK-LABEL: func.func @empty
+// CHECK-NEXT: %z = hir.if_rank [0, 1, 2, 3] -> (tensor<0x2xf32>) {
+// CHECK-NEXT: %z_1 = hir.alloc "empty/0/0" : tensor<0x2xf32>
+// CHECK-NEXT: hir.yield %z_1
+// CHECK-NEXT: }
+// CHECK-NEXT: func.return %z
+func.func @empty(%x: tensor<0x8xf32, #fusion.sharding<@tp, [-, Stream(2)*DIDx]>>) -> tensor<0x8xf32, #fusion.sharding<@tp, [-, DIDx]>> {
+  %z = fusion.set %x : (tensor<0x8xf32, #fusion.sharding<@tp, [-, Stream(2)*DIDx]>>) -> tensor<0x8xf32, #fusion.sharding<@tp, [-, DIDx]>>
+  func.return %z : tensor<0x8xf32, #fusion.sharding<@tp, [-, DIDx]>>
+}
