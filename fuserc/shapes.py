@@ -26,7 +26,7 @@ def broadcast_batch(a: Shape, b: Shape) -> Shape:
         y = b[len(b) - 1 - i] if i < len(b) else 1
         if x != y and 1 not in (x, y):
             raise ShapeError(f"batch dimensions {list(a)} and {list(b)} do not broadcast")
-        out.append(max(x, y))
+        out.append(y if x == 1 else x)  # (1 against 0 is 0, as in torch)
     return tuple(reversed(out))
 
 

@@ -470,3 +470,11 @@ def test_mixed_type_ops() -> None:
     kept = d != 0
     torch.testing.assert_close(d[kept], x[kept] * 2, rtol=0, atol=0)
     assert 0 < kept.sum() < 24  # about half
+
+
+def test_matmul_batch_dims_of_extent_zero_broadcast_as_torch() -> None:
+    """A batch extent of 1 against 0 broadcasts to 0 (not to 1)."""
+    from fuserc import shapes
+
+    for a, b in [((0, 2, 8), (1, 8, 3)), ((1, 2, 8), (0, 8, 3)), ((0, 2, 8), (8, 3)), ((2, 1, 2, 8), (0, 8, 3))]:
+        assert shapes.matmul(a, b) == tuple(torch.matmul(torch.zeros(a), torch.zeros(b)).shape), (a, b)
