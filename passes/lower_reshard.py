@@ -468,7 +468,7 @@ class _Reshard:
         if a.interleaved_dims() and a.dims == b.dims and not a.partial:
             return self.summands(src, a, b, site)  # whole buffers, device by device
         if a.partial:
-            if not a.device_types() and len(ma.teams(a.partial)) == 1 and mb.size == 1:
+            if not a.device_types() and ma.team_count(a.partial) == 1 and mb.size == 1:
                 return self.reduce_to_one(src, a, b, site, aux)
             reduced = a.with_partial(None)
             self.mark("partial->-")
@@ -653,7 +653,7 @@ class _Reshard:
 def _one_split(s: Sharding, mesh: Mesh) -> tuple[str, int] | None:
     """(p, dim) when `s` is one split p, on dim, over a single team."""
     types = s.device_types()
-    if s.partial or len(types) != 1 or len(mesh.teams(types[0])) != 1:
+    if s.partial or len(types) != 1 or mesh.team_count(types[0]) != 1:
         return None
     dim = s.dim_of(types[0])
     assert dim is not None
