@@ -254,8 +254,8 @@ class LinksFileError(ValueError):
     def diagnostic(self) -> Diagnostic:
         """The first problem located, the others as lines below it."""
         (loc, msg), rest = self.problems[0], self.problems[1:]
-        lines = [f"{loc or self.file}: error: links file: {m}" for loc, m in rest]
-        return Diagnostic(f"links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
+        lines = [f"{loc or self.file}: error: stream-pipeline: links file: {m}" for loc, m in rest]
+        return Diagnostic(f"stream-pipeline: links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
 
 
 def _read(file: Path) -> Machine:

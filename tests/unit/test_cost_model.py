@@ -127,7 +127,7 @@ def test_links_file_one_located_message_per_bad_field(tmp_path: Path) -> None:
         f"{bad}:6:55: launch_us: must be a number >= 0, got true",
     ]
     d = info.value.diagnostic()
-    assert d.render().splitlines()[0] == f"{bad}:2:23: error: links file: copy_engine_gbps: must be a positive number, got 0"
+    assert d.render().splitlines()[0] == f"{bad}:2:23: error: stream-pipeline: links file: copy_engine_gbps: must be a positive number, got 0"
     assert len(d.render().splitlines()) == len(lines)
     for text, where in [("{", ":1:2: not JSON"), ("[8]", ":1:1: must hold a JSON object"), ('{"gemm_tflops": 5}', ":1:17: gemm_tflops: must be an object")]:
         bad.write_text(text)

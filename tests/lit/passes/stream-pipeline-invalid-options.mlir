@@ -11,8 +11,8 @@
 // STREAMS: error: invalid options for pass 'stream-pipeline': num-streams must be >= 0 (0: one per chunk), got -1
 // CHUNKS: error: invalid options for pass 'stream-pipeline': chunks must be positive, got 0
 // FORM: error: invalid options for pass 'stream-pipeline': ring-form must be one of auto, sum, pull, got 'push'
-// MISSING: {{.*}}missing.json:1:1: error: links file: cannot read it: No such file or directory
-// BADKEY: {{.*}}links-bad-key.json:1:{{[0-9]+}}: error: links file: nvlink_gbps: unknown key (known: gemm_tflops, {{.*}})
+// MISSING: {{.*}}missing.json:1:1: error: stream-pipeline: links file: cannot read it: No such file or directory
+// BADKEY: {{.*}}links-bad-key.json:1:{{[0-9]+}}: error: stream-pipeline: links file: nvlink_gbps: unknown key (known: gemm_tflops, {{.*}})
 
 // The ring cuts the partial sum into blocks of whole devices.
 func.func @ring_needs_whole_devices(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
