@@ -235,6 +235,9 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes) -> None:
         for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
             if any(sharding_of(v) is None for v in (*op.operands, *op.results)) or not rules.is_resharding(op):
                 continue
+            if 0 in shape_of(op.results[0]):  # nothing to compute: no statistics (no max of nothing)
+                expanded |= _empty_as_set(op)
+                continue
             b = FusionBuilder(op, meshes.get)
             value = op.expand(b)
             if value is None:
@@ -251,6 +254,23 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes) -> None:
             return
         propagate_function(func)
     raise error_at(func, "make-resharding-contiguous: op expansions do not terminate")
+
+
+def _empty_as_set(op: FusionOp) -> bool:
+    """An op with an empty result computes nothing: where an operand has the
+    result's shape and element type (a softmax, a norm), the op becomes a
+    set of it (a reshard of no data) instead of an expansion whose
+    statistics would reduce nothing. False when there is no such operand."""
+    rtype = op.results[0].type
+    same = [v for v in op.operands if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type]  # type: ignore[union-attr]
+    if not same:
+        return False
+    s = _new_set(same[0], rtype, op)  # type: ignore[arg-type]
+    _insert_before(op, s)
+    s.results[0].name_hint = op.results[0].name_hint
+    op.results[0].replace_all_uses_with(s.results[0])
+    Rewriter.erase_op(op)
+    return True
 
 
 # --------------------------------------------------------------------------

@@ -346,3 +346,17 @@ func.func @empty_alltoall(%x: tensor<4x0xf32, #fusion.sharding<@m, [DIDx, -]>>) 
   %z = fusion.set %x : (tensor<4x0xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>>
   func.return %z : tensor<4x0xf32, #fusion.sharding<@m, [-, DIDx]>>
 }
+
+// -----
+
+// A softmax over a split dimension expands into cross-device statistics; an
+// empty one computes nothing (and a max of no elements has no value): it
+// becomes a set of its operand, a reshard of no data.
+fusion.mesh @m shape = [2]
+// CHECK-LABEL: func.func @empty_softmax
+// CHECK-NEXT: %v = fusion.set %x : (tensor<0x8xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>>
+// CHECK-NEXT: func.return %v
+func.func @empty_softmax(%x: tensor<0x8xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>> {
+  %v = fusion.log_softmax %x dim = 0 : (tensor<0x8xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>>
+  func.return %v : tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>>
+}
