@@ -89,10 +89,10 @@ func.func @local(%x: tensor<16x8xf32>, %w: tensor<8x4xf32>, %wl: tensor<4x8xf32>
 
 // A marked copy whose buffers do not cut into S equal chunks is left whole
 // (the block of `[DIDx]` on one mesh copied into a chunk of a `[Stream(2)]`
-// value on another: 3 rows, not divisible by 2).
+// value on another: 3 rows, not divisible by 2), and says why.
 // CHECK-LABEL: func.func @uneven
 // CHECK-NOT: hir.for
-// CHECK: hir.copy %x, %0 {hir.stream = [0 : i64, 2 : i64]} : tensor<3xf32>, tensor<3xf32>
+// CHECK: hir.copy %x, %0 {hir.stream = [0 : i64, 2 : i64], hir.pipeline = {algorithm = "none", chunks = 1 : i64, streams = 0 : i64, reason = "not pipelined: Stream(2) on dim 0 of [3] does not cut its operands into chunks, so it runs whole"}} : tensor<3xf32>, tensor<3xf32>
 // CHECK-NEXT: func.return
 func.func @uneven(%x: tensor<3xf32>) -> tensor<6xf32> attributes {hir.host} {
   %z = hir.alloc "uneven/0" : tensor<6xf32>
