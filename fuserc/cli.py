@@ -57,15 +57,29 @@ def main() -> None:
     """fuserc: compile and run tensor programs sharded over many GPUs."""
 
 
+def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from fuserc import pipeline as pl
+
+    click.echo(pl.describe(), nl=False)
+    ctx.exit(0)
+
+
 @main.command()
 @click.argument("file", default="-")
-@click.option("-p", "--pipeline", "pipeline", default="", help="Passes to run, comma-separated, options as name{opt=value}; 'default' is the whole pipeline.")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), help="Write the IR here instead of standard output.")
+@click.option(
+    "-p", "--pipeline", "--pass-pipeline", "pipeline", default="",
+    help="Passes to run: 'a,b{opt=value other=value}' or MLIR's 'builtin.module(a,b{opt=value})'; "
+    "'default' is the whole pipeline, 'default{opt=value}' gives the option to its pass that has it.",
+)  # fmt: skip
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True, allow_dash=True), help="Write the IR here ('-': standard output, the default).")
 @click.option("--print-generic", is_flag=True, help="Print ops in the generic form.")
 @click.option("--split-input-file", is_flag=True, help="Process each '// -----' chunk on its own.")
 @click.option("--verify-diagnostics", is_flag=True, help="Check diagnostics against expected-error comments.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
 @click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
+@click.option("--list-passes", is_flag=True, expose_value=False, is_eager=True, callback=_list_passes, help="List every pass with its options, their defaults and meaning, and the pipelines; then exit.")
 def opt(
     file: str,
     pipeline: str,
@@ -76,10 +90,19 @@ def opt(
     print_ir_after_all: bool,
     time_passes: bool,
 ) -> None:
-    """Parse FILE (or - for stdin), run passes, print the IR."""
+    """Parse FILE (or - for stdin), run passes, print the IR.
+
+    \b
+    fuserc opt prog.mlir -p default
+    fuserc opt prog.mlir -p 'default{algorithm=ring}' -o -
+    fuserc opt prog.mlir --pass-pipeline 'builtin.module(propagate-shardings,stream-pipeline{num-streams=2})'
+
+    --list-passes prints every pass and its options (docs/passes.md has the details)."""
     from fuserc import expected, ir
     from fuserc import pipeline as pl
 
+    if output == "-":
+        output = None
     if output:
         _check_output_dir(output)
     try:

@@ -122,7 +122,7 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.command()
 @click.argument("file")
 @click.option("--entry", default="main", show_default=True, help="The function to run.")
-@click.option("-p", "--pipeline", "pipeline", default="default", show_default=True, help="Passes that lower FILE to a host program ('' when FILE is one).")
+@click.option("-p", "--pipeline", "--pass-pipeline", "pipeline", default="default", show_default=True, help="Passes that lower FILE to a host program ('' when FILE is one); the forms of `fuserc opt -p`.")
 @click.option("-i", "--input", "inputs", multiple=True, type=click.Path(dir_okay=False), help="A .npy with the global tensor of an argument; once per argument, in order.")
 @click.option("--seed", type=int, default=None, help="Seed of the random arguments when no inputs are given (default 0).")
 @click.option("--save-outputs", "save_dir", type=click.Path(file_okay=False), help="Rank 0 writes each global result as DIR/out<i>.npy.")

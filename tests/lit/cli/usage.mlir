@@ -17,7 +17,7 @@
 
 // RUN: %exitcode %fuserc opt -p no-such-pass %s 2>&1 | filecheck %s --check-prefix=PASS
 // PASS-NOT: Traceback
-// PASS: error: unknown pass 'no-such-pass'; available: propagate-shardings, make-resharding-contiguous, lower-to-host-ir, stream-pipeline, default
+// PASS: error: unknown pass 'no-such-pass'; available: propagate-shardings, make-resharding-contiguous, lower-to-host-ir, stream-pipeline, default (--list-passes)
 // PASS-NEXT: exit code: 2
 
 // RUN: %exitcode %fuserc opt -p 'propagate-shardings{' %s 2>&1 | filecheck %s --check-prefix=PIPELINE
@@ -32,7 +32,7 @@
 
 // RUN: %exitcode %testopt opt -p 'test-tag{colour=red}' %s 2>&1 | filecheck %s --check-prefix=PASS-OPTION
 // PASS-OPTION-NOT: Traceback
-// PASS-OPTION: error: invalid options for pass 'test-tag': Provided arguments ["colour"] not found in expected arguments ["label"]
+// PASS-OPTION: error: pass 'test-tag' has no option 'colour' (its options: label; --list-passes)
 // PASS-OPTION-NEXT: exit code: 2
 
 // RUN: %exitcode %testopt opt -p 'test-tag{label}' %s 2>&1 | filecheck %s --check-prefix=PASS-VALUE

@@ -11,11 +11,11 @@ from fuserc.cli import main  # noqa: E402
 
 pipeline.PASSES.update(
     {
-        "test-tag": ("test_passes", "TestTag"),
-        "test-break": ("test_passes", "TestBreak"),
-        "test-error": ("test_passes", "TestError"),
-        "test-xdsl-failure": ("test_passes", "TestXdslFailure"),
-        "test-missing": ("fuserc.passes.test_missing_pass", "TestMissing"),
+        "test-tag": pipeline.PassEntry("test_passes", "TestTag", "tags the module", {"label": "the tag"}),
+        "test-break": pipeline.PassEntry("test_passes", "TestBreak"),
+        "test-error": pipeline.PassEntry("test_passes", "TestError"),
+        "test-xdsl-failure": pipeline.PassEntry("test_passes", "TestXdslFailure"),
+        "test-missing": pipeline.PassEntry("fuserc.passes.test_missing_pass", "TestMissing"),
     }
 )
 
