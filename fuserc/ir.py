@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Block, Operation, OpResult
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
-from xdsl.utils.lexer import Span
-from xdsl.utils.mlir_lexer import MLIRTokenKind
+from xdsl.parser.generic_parser import ParserState
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
 from fuserc.diagnostics import Diagnostic, Location, location_of
 
 SPLIT_MARKER = "// -----"
+
+MAX_NESTING = 64
+"""The deepest nesting of brackets ((), [], {}, <>) an input may have: the
+parser and the passes recurse once (or more) per level, so a deeper input
+is refused with a located diagnostic before parsing, never a RecursionError.
+Real programs nest a dozen levels."""
+
+_NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|[(\[{<]|[)\]}>]')
+_OPENERS = frozenset("([{<")
+_CLOSERS = frozenset(")]}>")
+_DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*")
 
 
 def make_context() -> Context:
@@ -32,6 +45,15 @@ def make_context() -> Context:
     return ctx
 
 
+class _Lexer(MLIRLexer):
+    """xDSL's lexer with a string literal pattern that cannot backtrack:
+    xDSL's (`"(?:[^"\\...]+|\\...)*"`) nests a repetition in a repetition,
+    and takes time exponential in the length of an unterminated string
+    (a minute for 30 characters). This one matches the same strings."""
+
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
+
+
 class _LocatingParser(Parser):
     """xDSL's parser, also recording each op's file:line:col (xDSL keeps
     locations only where the text spells `loc(...)`), reading an input with
@@ -39,7 +61,8 @@ class _LocatingParser(Parser):
     op that cannot be built into a parse error at that op."""
 
     def __init__(self, ctx: Context, text: str, filename: str):
-        super().__init__(ctx, text, filename)
+        super().__init__(ctx, "", filename)
+        self._parser_state = ParserState(_Lexer(Input(text, filename)))
         self._filename = filename
         self._op_start: Span = self._current_token.span
 
@@ -91,6 +114,29 @@ class _LocatingParser(Parser):
             self.raise_error(f"Operation {name} is not registered", self._op_start)
         return found
 
+    def parse_dimension_list(self) -> list[int]:
+        """xDSL's, in time linear in the number of dimensions: a run of
+        `4x8x?` is read at once (xDSL lexes the rest of the run, as one bare
+        identifier `x8x?...`, again after each dimension)."""
+        accepted = (MLIRTokenKind.INTEGER_LIT, MLIRTokenKind.QUESTION)
+        if self._current_token.kind not in accepted:
+            return []
+        dims: list[int] = []
+        while True:
+            token = self._current_token
+            run = _DIMENSIONS.match(self.lexer.input.content, token.span.start) if token.text[:1] in "0123456789?" else None
+            if run is None:
+                dims.append(self.parse_shape_dimension())
+            else:
+                dims.extend(DYNAMIC_INDEX if d == "?" else int(d) for d in run.group(0).split("x"))
+                self._resume_from(run.end())
+            if not self._parse_optional_shape_delimiter():
+                return dims
+            if self._current_token.kind not in accepted:
+                # keep a trailing `x` for the element type, as xDSL does
+                self._resume_from(self._current_token.span.start - 1)
+                return dims
+
     def parse_operation(self) -> Operation:
         start = self._current_token.span
         self._op_start = start
@@ -111,12 +157,42 @@ def _parse_error(e: ParseError) -> Diagnostic:
 
 def parse(text: str, filename: str = "<stdin>", ctx: Context | None = None) -> ModuleOp:
     """Parse and verify a module; every failure is a located Diagnostic."""
+    check_nesting(text, filename)
+    parser: _LocatingParser | None = None
     try:
-        module = _LocatingParser(ctx or make_context(), text, filename).parse_module()
+        parser = _LocatingParser(ctx or make_context(), text, filename)
+        module = parser.parse_module()
     except ParseError as e:
         raise _parse_error(e) from None
+    except RecursionError:  # deep in a way the bracket count does not see
+        where = None
+        if parser is not None:
+            loc = parser._current_token.span.get_location()
+            where = Location(filename, loc.line, loc.col)
+        raise Diagnostic("input nested too deeply to parse", where) from None
     verify(module)
     return module
+
+
+def check_nesting(text: str, filename: str) -> None:
+    """A Diagnostic at the first bracket deeper than MAX_NESTING (brackets
+    in strings and comments, and the `>` of `->`, do not count)."""
+    depth = 0
+    for m in _NESTING_TOKENS.finditer(text):
+        tok = m.group(0)
+        if tok in _OPENERS:
+            depth += 1
+            if depth > MAX_NESTING:
+                start = m.start()
+                line = text.count("\n", 0, start) + 1
+                col = start - (text.rfind("\n", 0, start) + 1) + 1
+                raise Diagnostic(
+                    f"input nested more than {MAX_NESTING} levels deep (brackets (), [], {{}}, <>): "
+                    "fuserc's limit",
+                    Location(filename, line, col),
+                )
+        elif depth and tok in _CLOSERS:
+            depth -= 1
 
 
 def split_input(text: str) -> Iterator[tuple[int, str]]:
