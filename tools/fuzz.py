@@ -1,0 +1,466 @@
+#!/usr/bin/env python
+"""A seeded mutation fuzzer of `fuserc opt`.
+
+    python tools/fuzz.py [--mutants N] [--seed S] [--pipeline P] [--jobs J]
+                         [--timeout SECONDS] [--save DIR] [--show K]
+
+Takes the examples and the lit inputs (each `// -----` chunk on its own),
+mutates them (numbers, shapes, shardings, types and op names swapped;
+lines deleted, duplicated, swapped, truncated; brackets, quotes and odd
+bytes inserted; deep nesting; very long lines; pieces of other inputs),
+and runs `fuserc opt FILE -p P` on each mutant, in-process, in J worker
+processes. Each result is one of:
+
+- ok: exit 0;
+- diagnostic: exit 1 or 2 with an `error:` message (counted also as
+  located when it names file:line:col);
+- traceback: an uncaught exception, any Python traceback on stderr, or a
+  worker that died (a crash);
+- timeout: over --timeout seconds.
+
+Mutant i depends only on (seed, i), so a run is reproducible and a finding
+is replayed with `--only I`. The table at the end counts each class and
+groups tracebacks and timeouts by where they come from (the innermost
+frame of fuserc, else of xDSL); --save DIR writes each failing mutant.
+Exit status 1 when any mutant ends in a traceback or a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS_GLOBS = ("examples/*.mlir", "tests/lit/**/*.mlir")
+CLASSES = ("ok", "diagnostic", "traceback", "timeout")
+FAILING = ("traceback", "timeout")
+LOCATED = re.compile(r"^\S.*:\d+:\d+: error: ", re.M)
+
+
+# --------------------------------------------------------------------------
+# Corpus and mutations
+# --------------------------------------------------------------------------
+
+
+def corpus(root: Path = ROOT) -> list[str]:
+    """Every seed input: each example and each `// -----` chunk of a lit
+    input, in a fixed order."""
+    out: list[str] = []
+    for pattern in CORPUS_GLOBS:
+        for path in sorted(root.glob(pattern)):
+            if "Output" in path.parts:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            out.extend(c for c in re.split(r"^// -----\s*$", text, flags=re.M) if c.strip())
+    return out
+
+
+NUMBERS = ["0", "1", "-1", "2", "3", "7", "64", "4096", "65536", "2147483648", "9223372036854775807",
+           "18446744073709551616", "100000000", "1" + "0" * 40, "-9223372036854775808"]  # fmt: skip
+WORDS = ["DIDx", "DIDy", "DIDz", "-", "Stream(4)", "Stream(0)", "Stream(3)*DIDx", "DIDx*Stream(2)",
+         "partial = DIDx", "f32", "bf16", "f16", "f64", "i64", "i1", "i32", "tensor<4x4xf32>", "@tp", "@nope",
+         "%x", "%undefined", "fusion.matmul", "fusion.add", "fusion.relu", "fusion.sum", "fusion.set",
+         "fusion.reshape", "fusion.permute", "fusion.slice", "fusion.broadcast_in_dim", "fusion.softmax",
+         "fusion.cast", "fusion.linear", "fusion.mesh", "func.return", "hir.alloc", "hir.allgather", "hir.wait",
+         "shape = [0]", "shape = [1000000, 1000000]", "shape = [2, 2]", "0x4", "4x0", "?x4", "dims = [1, 0]",
+         "#fusion.sharding<@tp, [DIDx, -]>", "loc(unknown)", "{}", "()", "[]", "<>"]  # fmt: skip
+NOISE = list("()[]{}<>,:=%@#\"'\\-+*/!?;x0") + ["\x00", "\x7f", "é", "\u2028", "\ud7ff", "\t", "\n", "//", "/*"]
+
+
+def mutate(seed_text: str, rng: random.Random, others: Sequence[str]) -> str:
+    """One to three random mutations of `seed_text`."""
+    text = seed_text
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        text = rng.choice(MUTATIONS)(text, rng, others)
+    return text
+
+
+def _replace_one(text: str, rng: random.Random, pattern: str, choices: Sequence[str]) -> str:
+    """One random match of `pattern` in `text` replaced by one of `choices`."""
+    spots = list(re.finditer(pattern, text))
+    if not spots:
+        return text
+    m = rng.choice(spots)
+    return text[: m.start()] + rng.choice(choices) + text[m.end() :]
+
+
+def _numbers(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    return _replace_one(text, rng, r"-?\d+", NUMBERS)
+
+
+def _word(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    pattern = r"DID[xyz]|Stream\(\d+\)|\bf32\b|\bbf16\b|\bi64\b|fusion\.\w+|%\w+|@\w+|\[-?\w*[^\]]*\]|\d+x\d+"
+    return _replace_one(text, rng, pattern, WORDS)
+
+
+def _lines(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return text
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    kind = rng.randrange(3)
+    if kind == 0:
+        del lines[i]
+    elif kind == 1:
+        lines.insert(j, lines[i])
+    else:
+        lines[i], lines[j] = lines[j], lines[i]
+    return "\n".join(lines)
+
+
+def _truncate(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    return text[: rng.randrange(len(text) + 1)]
+
+
+def _delete_span(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    if not text:
+        return text
+    i = rng.randrange(len(text))
+    return text[:i] + text[i + rng.randint(1, 40) :]
+
+
+def _insert_noise(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    i = rng.randrange(len(text) + 1)
+    return text[:i] + "".join(rng.choice(NOISE) for _ in range(rng.randint(1, 4))) + text[i:]
+
+
+def _nest(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """Deep nesting: brackets of one kind (or a nested type) thousands deep."""
+    depth = rng.choice((50, 500, 5000, 50000))
+    i = rng.randrange(len(text) + 1)
+    opener, closer = rng.choice((("(", ")"), ("[", "]"), ("{", "}"), ("<", ">"), ("tensor<", "xf32>"), ("[[", "]]")))
+    closed = rng.random() < 0.5
+    return text[:i] + opener * depth + (closer * depth if closed else "") + text[i:]
+
+
+def _long_line(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """A fragment repeated on one line (tens of thousands of characters)."""
+    fragment = rng.choice(("%x, ", "4x", "4x", "DIDx, ", "-, ", "// comment ", "a", "%y = fusion.relu %x : (tensor<4xf32>) -> tensor<4xf32> ", "\"str\" "))
+    i = rng.randrange(len(text) + 1)
+    return text[:i] + fragment * rng.choice((1000, 10000, 50000)) + text[i:]
+
+
+def _splice(text: str, rng: random.Random, others: Sequence[str]) -> str:
+    other = rng.choice(others)
+    a, b = sorted(rng.randrange(len(other) + 1) for _ in range(2))
+    i = rng.randrange(len(text) + 1)
+    return text[:i] + other[a:b] + text[i:]
+
+
+def _byte(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    if not text:
+        return text
+    i = rng.randrange(len(text))
+    return text[:i] + chr(rng.randrange(1, 0x300)) + text[i + 1 :]
+
+
+MUTATIONS = (_numbers, _numbers, _word, _word, _word, _lines, _lines, _truncate, _delete_span, _insert_noise,
+             _insert_noise, _nest, _long_line, _splice, _byte)  # fmt: skip
+
+
+def mutant(seeds: Sequence[str], seed: int, index: int) -> str:
+    """Mutant `index` of the run seeded `seed` (independent of the others)."""
+    rng = random.Random(f"{seed}:{index}")
+    return mutate(rng.choice(seeds), rng, seeds)
+
+
+# --------------------------------------------------------------------------
+# Running one mutant (in a worker)
+# --------------------------------------------------------------------------
+
+
+class _Timeout(BaseException):
+    """Raised in the worker when a mutant runs past its time."""
+
+
+@dataclass
+class Result:
+    index: int
+    cls: str  # one of CLASSES
+    seconds: float
+    where: str = ""  # for traceback/timeout: the innermost fuserc (or xDSL) frame
+    detail: str = ""  # the error's first line, or the exception
+    located: bool = False
+
+
+def _where(tb: traceback.StackSummary) -> str:
+    frames = list(tb)
+    for marker in ("fuserc", "/passes/", "/dialects/", "/runtime/", "xdsl"):
+        for f in reversed(frames):
+            if marker in f.filename:
+                name = f.filename
+                for cut in ("/fuserc/", "/passes/", "/dialects/", "/runtime/", "/xdsl/"):
+                    if cut in name:
+                        name = cut.strip("/") + "/" + name.rsplit(cut, 1)[1]
+                        break
+                return f"{name}:{f.lineno} ({f.name})"
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+
+
+def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path) -> Result:
+    """`fuserc opt FILE -p PIPELINE` in this process, classified."""
+    from fuserc.cli import main
+
+    path = workdir / f"mutant{index}.mlir"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    out, err = io.StringIO(), io.StringIO()
+
+    def expire(_sig: int, _frame: object) -> None:
+        raise _Timeout()
+
+    signal.signal(signal.SIGALRM, expire)
+    start = time.perf_counter()
+    cls, where, detail = "ok", "", ""
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main.main(["opt", str(path), "-p", pipeline], prog_name="fuserc", standalone_mode=False)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except Exception as e:  # click's usage errors, as standalone mode shows them
+                import click
+
+                if not isinstance(e, click.ClickException):
+                    raise
+                e.show()
+                code = e.exit_code
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        stderr = err.getvalue()
+        if "Traceback (most recent call last)" in stderr:
+            cls, detail = "traceback", stderr.strip().splitlines()[-1]
+        elif code == 0:
+            cls = "ok"
+        elif "error:" in stderr.lower():
+            cls, detail = "diagnostic", stderr.strip().splitlines()[0][:200]
+        else:
+            cls, detail = "traceback", f"exit {code} without a diagnostic: {stderr.strip()[:200]}"
+    except _Timeout:
+        cls, detail = "timeout", f"over {timeout:g} s"
+        where = _where(traceback.extract_tb(sys.exc_info()[2]))
+    except BaseException as e:  # noqa: BLE001 - every escape is a finding
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        cls, detail = "traceback", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        where = _where(traceback.extract_tb(e.__traceback__))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        path.unlink(missing_ok=True)
+    seconds = time.perf_counter() - start
+    located = cls == "diagnostic" and bool(LOCATED.search(err.getvalue()))
+    return Result(index, cls, seconds, where, detail, located)
+
+
+def worker(pipeline: str, timeout: float, seed: int) -> None:
+    """Reads mutant indices (one per line) on stdin, writes one JSON result
+    per line on stdout; memory is capped so that a huge allocation is a
+    MemoryError (a traceback), not the machine's out-of-memory killer."""
+    try:
+        import resource
+
+        cap = int(os.environ.get("FUZZ_MEMORY_GB", "6")) << 30
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    except (ImportError, ValueError, OSError):
+        pass
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    import faulthandler
+
+    seeds = corpus()
+    real_stdout = sys.stdout
+    with tempfile.TemporaryDirectory(prefix="fuserc-fuzz-") as d:
+        for line in sys.stdin:
+            index = int(line)
+            # a mutant stuck where the alarm cannot interrupt it (C code):
+            # the stack goes to stderr and the worker exits, for the driver
+            faulthandler.dump_traceback_later(timeout + 5, exit=True)
+            r = run_one(index, mutant(seeds, seed, index), pipeline, timeout, Path(d))
+            faulthandler.cancel_dump_traceback_later()
+            real_stdout.write(json.dumps(r.__dict__) + "\n")
+            real_stdout.flush()
+
+
+# --------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------
+
+
+class _Worker:
+    """A worker process and the indices it was given but not answered."""
+
+    def __init__(self, args: argparse.Namespace):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--pipeline", args.pipeline,
+               "--timeout", str(args.timeout), "--seed", str(args.seed)]  # fmt: skip
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1)
+        self.pending: collections.deque[int] = collections.deque()
+        self.started = time.monotonic()
+
+    def give(self, index: int) -> None:
+        assert self.proc.stdin is not None
+        self.pending.append(index)
+        self.proc.stdin.write(f"{index}\n")
+        self.proc.stdin.flush()
+
+    def death(self) -> tuple[str, str]:
+        """(where, what) of the worker's end, from the stack faulthandler
+        wrote (a mutant over its time) or the exit status (a crash)."""
+        self.stderr.seek(0)
+        text = self.stderr.read()
+        self.stderr.seek(0)
+        self.stderr.truncate()
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
+        where = "worker process"
+        for marker in ("/fuserc/", "/passes/", "/dialects/", "/runtime/", "/xdsl/"):
+            hits = [f for f in frames if marker in f[0] and "tools/fuzz.py" not in f[0]]
+            if hits:  # faulthandler lists the innermost frame first
+                name, line, func = hits[0]
+                where = f"{marker.strip('/')}/{name.rsplit(marker, 1)[1]}:{line} ({func})"
+                break
+        if "Timeout" in text:
+            return where, "timeout (stuck in C code)"
+        return where, f"crash (exit {self.proc.returncode})"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def drive(indices: Sequence[int], args: argparse.Namespace) -> Iterator[Result]:
+    """Results of every mutant, from `args.jobs` workers; a worker that
+    dies or hangs past the timeout (plus a margin) is replaced and its
+    mutant counted as a crash (traceback) or a timeout."""
+    import selectors
+
+    todo = collections.deque(indices)
+    workers: list[_Worker] = []
+    sel = selectors.DefaultSelector()
+
+    def start() -> None:
+        w = _Worker(args)
+        workers.append(w)
+        assert w.proc.stdout is not None
+        sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+        if todo:
+            w.give(todo.popleft())
+            w.started = time.monotonic()
+
+    def retire(w: _Worker) -> None:
+        assert w.proc.stdout is not None
+        sel.unregister(w.proc.stdout)
+        workers.remove(w)
+        w.proc.kill()
+        w.proc.wait()
+
+    for _ in range(min(args.jobs, len(todo))):
+        start()
+    while workers:
+        events = sel.select(timeout=1.0)
+        for key, _ in events:
+            w: _Worker = key.data
+            line = w.proc.stdout.readline() if w.proc.stdout else ""
+            if not line:  # the worker died on its current mutant
+                index = w.pending.popleft()
+                seconds = time.monotonic() - w.started
+                retire(w)
+                where, what = w.death()
+                yield Result(index, "timeout" if what.startswith("timeout") else "traceback", seconds, where, what)
+                if todo or w.pending:
+                    todo.extendleft(reversed(w.pending))
+                    start()
+                continue
+            r = Result(**json.loads(line))
+            w.pending.popleft()
+            yield r
+            if todo:
+                w.give(todo.popleft())
+                w.started = time.monotonic()
+            elif not w.pending:
+                sel.unregister(w.proc.stdout)
+                workers.remove(w)
+                w.close()
+        now = time.monotonic()
+        for w in list(workers):
+            if w.pending and now - w.started > args.timeout * 3 + 10:  # the alarm could not interrupt it
+                index = w.pending.popleft()
+                retire(w)
+                yield Result(index, "timeout", now - w.started, "worker process", "not interruptible")
+                todo.extendleft(reversed(w.pending))
+                start()
+
+
+def report(results: Sequence[Result], seconds: float, out: io.TextIOBase) -> None:
+    counts = collections.Counter(r.cls for r in results)
+    located = sum(r.located for r in results)
+    out.write(f"fuzzed {len(results)} mutants in {seconds:.1f} s\n")
+    out.write(f"{'class':<12}{'mutants':>9}\n")
+    for c in CLASSES:
+        extra = f"  ({located} located at file:line:col)" if c == "diagnostic" else ""
+        out.write(f"{c:<12}{counts.get(c, 0):>9}{extra}\n")
+    bad = [r for r in results if r.cls in FAILING]
+    if bad:
+        groups: dict[tuple[str, str, str], list[Result]] = collections.defaultdict(list)
+        for r in bad:
+            groups[(r.cls, r.where, r.detail.split(":")[0])].append(r)
+        out.write("failures by cause (class, where, error: count, mutants):\n")
+        for (cls, where, kind), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            ids = ", ".join(str(r.index) for r in rs[:8]) + (" ..." if len(rs) > 8 else "")
+            out.write(f"  {cls} at {where}: {kind}: {len(rs)} ({ids})\n    e.g. {rs[0].detail[:160]}\n")
+    slow = max(results, key=lambda r: r.seconds, default=None)
+    if slow is not None:
+        out.write(f"slowest mutant: {slow.index} ({slow.seconds:.2f} s, {slow.cls})\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mutants", type=int, default=300, help="how many mutants (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
+    parser.add_argument("--only", type=int, action="append", help="run these mutant indices only")
+    parser.add_argument("--pipeline", default="default", help="the -p of fuserc opt (default: default)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per mutant (default 10)")
+    parser.add_argument("--save", type=Path, help="write each failing mutant (and its result) here")
+    parser.add_argument("--print", dest="print_index", type=int, help="print mutant I and exit")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.pipeline, args.timeout, args.seed)
+        return 0
+    if args.print_index is not None:
+        sys.stdout.write(mutant(corpus(), args.seed, args.print_index))
+        return 0
+    indices = args.only or list(range(args.mutants))
+    start = time.perf_counter()
+    results = []
+    for r in drive(indices, args):
+        results.append(r)
+        if r.cls in FAILING and args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            (args.save / f"mutant{r.index}.mlir").write_text(mutant(corpus(), args.seed, r.index), errors="surrogatepass")
+            (args.save / f"mutant{r.index}.json").write_text(json.dumps(r.__dict__, indent=1) + "\n")
+    results.sort(key=lambda r: r.index)
+    report(results, time.perf_counter() - start, sys.stdout)
+    return 1 if any(r.cls in FAILING for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
