@@ -5,9 +5,11 @@
 
 One row per (rank, stream), in rank then stream order, named by the trace's
 metadata ("rank 1 / worker0/2"); each op a bar from its start to its end,
-colored by category (compute, communication, copy, sync), so that overlap
-of communication with compute across streams is visible at a glance. Time
-is in milliseconds from the trace's origin. Needs matplotlib.
+colored by category (compute, communication, copy, sync; the legend sits
+under the time axis), so that overlap of communication with compute across
+streams is visible at a glance. Time is in milliseconds from the trace's
+origin. With --labels, every bar wide enough to hold its op's name shows
+it. Needs matplotlib.
 """
 
 from __future__ import annotations
@@ -76,6 +78,22 @@ def rows(events: Sequence[dict[str, Any]]) -> list[Row]:
 
 def render(events: Sequence[dict[str, Any]], out: str | Path, title: str = "", labels: bool = False) -> Path:
     """Draw the timeline of `events` into the PNG `out`."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(events, title, labels)
+    path = Path(out)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+DPI = 120
+
+
+def draw(events: Sequence[dict[str, Any]], title: str = "", labels: bool = False) -> Any:
+    """The figure of the timeline of `events`: the legend in its own band
+    under the time axis (never over it), and with `labels` the op name on
+    every bar wide enough to hold it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,18 +105,14 @@ def render(events: Sequence[dict[str, Any]], out: str | Path, title: str = "", l
         raise ValueError("the trace has no complete ('X') events to draw")
     end = max(s + d for r in timeline for bars in r.bars.values() for s, d in bars)
     min_width = end / 2000 if end > 0 else 1e-3  # keep the shortest ops visible
-    height = max(2.0, 0.45 * len(timeline) + 1.2)
-    fig, ax = plt.subplots(figsize=(14, height))
+    height = max(2.5, 0.45 * len(timeline) + 1.6)
+    fig, ax = plt.subplots(figsize=(14, height), layout="constrained", dpi=DPI)
     used: set[str] = set()
     for y, row in enumerate(timeline):
         for cat, bars in row.bars.items():
             color = COLORS.get(cat, OTHER_COLOR)
             used.add(cat if cat in COLORS else "other")
             ax.broken_barh([(s, max(d, min_width)) for s, d in bars], (y - 0.4, 0.8), facecolors=color, edgecolor="none")
-        if labels:
-            for s, d, name in row.names:
-                if d > end / 25:
-                    ax.text(s + d / 2, y, name.removeprefix("hir."), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(timeline)))
     ax.set_yticklabels([r.label for r in timeline])
     ax.invert_yaxis()
@@ -106,17 +120,35 @@ def render(events: Sequence[dict[str, Any]], out: str | Path, title: str = "", l
     ax.set_xlim(0, end * 1.01 if end > 0 else 1)
     ax.grid(axis="x", linestyle=":", alpha=0.5)
     order = [c for c in (*COLORS, "other") if c in used]
-    ax.legend(
+    fig.legend(
         handles=[Patch(color=COLORS.get(c, OTHER_COLOR), label=c) for c in order],
-        loc="upper center", bbox_to_anchor=(0.5, -0.12 if height < 4 else -0.06), ncol=len(order), frameon=False,
+        loc="outside lower center", ncol=len(order), frameon=False,
     )  # fmt: skip
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    path = Path(out)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    if labels:
+        _label_bars(fig, ax, timeline)
+    return fig
+
+
+LABEL_PAD_PX = 4
+
+
+def _label_bars(fig: Any, ax: Any, timeline: Sequence[Row]) -> None:
+    """Write each op's name (without `hir.`) in its bar when the text fits
+    in the bar's width on the final layout, measured in pixels."""
+    fig.canvas.draw()  # the layout (and so the pixels per ms) is final
+    renderer = fig.canvas.get_renderer()
+    x0, x1 = ax.get_xlim()
+    px_per_ms = ax.get_window_extent(renderer).width / (x1 - x0)
+    for y, row in enumerate(timeline):
+        for s, d, name in row.names:
+            if d * px_per_ms < 2 * LABEL_PAD_PX:
+                continue
+            text = ax.text(s + d / 2, y, name.removeprefix("hir."), ha="center", va="center", fontsize=7, color="white", clip_on=True)
+            text.set_in_layout(False)
+            if text.get_window_extent(renderer).width + 2 * LABEL_PAD_PX > d * px_per_ms:
+                text.remove()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

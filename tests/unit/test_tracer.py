@@ -203,6 +203,43 @@ def test_trace_png_renders(program: Program, tmp_path: Path) -> None:
     assert tp.main([str(empty), "-o", str(tmp_path / "e.png")]) == 1
 
 
+def _bar(name: str, start_ms: float, dur_ms: float, tid: int = 0) -> dict[str, object]:
+    return {"name": name, "ph": "X", "ts": start_ms * 1e3, "dur": dur_ms * 1e3, "pid": 0, "tid": tid, "cat": "compute"}
+
+
+@pytest.mark.parametrize("rows", [1, 24])
+def test_trace_png_legend_clear_of_the_axes(rows: int) -> None:
+    """The legend sits in its own band: it overlaps neither the plot nor
+    the time axis's label, for a short and a tall timeline."""
+    pytest.importorskip("matplotlib")
+    tp = _trace_png()
+    fig = tp.draw([_bar("hir.matmul", 0, 10, tid) for tid in range(rows)], "title")
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = fig.legends[0].get_window_extent(r)
+    for other in (ax.get_window_extent(r), ax.xaxis.label.get_window_extent(r), *(t.get_window_extent(r) for t in ax.get_xticklabels())):
+        assert not legend.overlaps(other)
+    assert legend.y1 <= ax.xaxis.label.get_window_extent(r).y0
+
+
+def test_trace_png_labels_every_bar_that_holds_one() -> None:
+    """--labels names every bar whose width holds its name (measured on the
+    drawn figure), also narrow ones, and no bar too narrow for it."""
+    pytest.importorskip("matplotlib")
+    tp = _trace_png()
+    events = [
+        _bar("hir.wait", 0, 50),  # wide
+        _bar("hir.get", 60, 3),  # 3% of the time axis: room for 'get'
+        _bar("hir.reduce_scatter", 70, 3),  # the same width: no room for its name
+        _bar("hir.matmul", 80, 0.05),  # a sliver
+        _bar("hir.matmul", 90, 10, tid=1),
+    ]
+    fig = tp.draw(events, labels=True)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["get", "matmul", "wait"]
+    assert len(tp.draw(events).axes[0].texts) == 0
+
+
 def test_every_communication_copy_and_compute_op_is_traced() -> None:
     """The e2e collectives program holds every communication, peer copy
     and compute op: each gets the category of its kind."""
