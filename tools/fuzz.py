@@ -280,6 +280,12 @@ def worker(pipeline: str, timeout: float, seed: int) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     import faulthandler
 
+    from fuserc import ir
+    from fuserc import pipeline as pl
+
+    with contextlib.suppress(Exception):  # a bad pipeline is each mutant's diagnostic
+        pl.build(pipeline)  # imports every pass (and the dialects) before the clock runs
+    ir.make_context()
     seeds = corpus()
     real_stdout = sys.stdout
     with tempfile.TemporaryDirectory(prefix="fuserc-fuzz-") as d:
@@ -437,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", type=int, action="append", help="run these mutant indices only")
     parser.add_argument("--pipeline", default="default", help="the -p of fuserc opt (default: default)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per mutant (default 10)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per mutant (default 20)")
     parser.add_argument("--save", type=Path, help="write each failing mutant (and its result) here")
     parser.add_argument("--print", dest="print_index", type=int, help="print mutant I and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -27,7 +27,7 @@ def test_fuzz_budget() -> None:
     """300 mutants of the examples and lit inputs through `fuserc opt -p
     default`: every one ends in IR or a diagnostic."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--mutants", str(CI_MUTANTS), "--seed", "0", "--jobs", "2"],
+        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--mutants", str(CI_MUTANTS), "--seed", "0", "--jobs", "2", "--timeout", "30"],
         capture_output=True,
         text=True,
         timeout=600,
