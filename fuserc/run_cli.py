@@ -6,7 +6,9 @@
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
---check. Any failure on any rank ends the job (runtime/mpi_env.py).
+--check. Any failure on any rank ends the job with one copy of its message,
+and the watchdog ends a job whose run or collective does not complete
+(runtime/job.py, runtime/watchdog.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -53,21 +55,36 @@ def _dtype_name(dtype: "torch.dtype") -> str:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One output against its reference: the figure compared (the max abs
+    error over the max |reference|, on the finite values) and its
+    tolerance; values that are NaN or infinite where the reference is not
+    (or not the same) are counted by kind and fail the check."""
+
     index: int
-    dtype: str  # the element type, f32, bf16, ...
+    dtype: str  # the element type whose tolerance applies: f32, bf16, ...
     abs_err: float
     rel_err: float
     tolerance: float
+    nonfinite: dict[str, int] = field(default_factory=dict)  # NaN/+Inf/-Inf where the reference differs
+    size: int = 0
+    shape_error: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.rel_err <= self.tolerance
+        return not self.shape_error and not self.nonfinite and self.rel_err <= self.tolerance
 
     def line(self) -> str:
         status = "ok" if self.ok else "FAILED"
+        head = f"output {self.index}: "
+        if self.shape_error:
+            return head + f"{self.shape_error}: {status}"
+        if self.nonfinite:
+            counts = ", ".join(f"{n} {kind}" for kind, n in self.nonfinite.items())
+            return head + f"{counts} (of {self.size} values) where the reference differs: {status}"
+        cmp = "<=" if self.rel_err <= self.tolerance else ">"
         return (
-            f"output {self.index}: max abs error {self.abs_err:.3e}, max rel error {self.rel_err:.3e} "
-            f"({self.dtype} tolerance {self.tolerance:.0e}): {status}"
+            head + f"max rel error {self.rel_err:.3e} {cmp} {self.tolerance:.0e} ({self.dtype} tolerance): {status} "
+            f"(max abs error {self.abs_err:.3e})"
         )
 
 
@@ -108,15 +125,25 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
     r = ref.detach().cpu().to(torch.float64).numpy()
     g = got.astype(np.float64)
     if g.shape != r.shape:
-        return CheckResult(index, name, float("inf"), float("inf"), tol)
+        return CheckResult(index, name, 0.0, 0.0, tol, size=g.size, shape_error=f"shape {list(g.shape)} but the reference's is {list(r.shape)}")
     if g.size == 0:
         return CheckResult(index, name, 0.0, 0.0, tol)
-    same_nonfinite = (~np.isfinite(r)) & (g == r)
-    diff = np.where(same_nonfinite, 0.0, np.abs(g - r))
-    abs_err = float(np.nan_to_num(diff, nan=np.inf).max())
+    same = (g == r) | (np.isnan(g) & np.isnan(r))
+    bad = ~np.isfinite(g) & ~same
+    nonfinite = {
+        kind: int(n)
+        for kind, n in (("NaN", np.isnan(g[bad]).sum()), ("+Inf", np.isposinf(g[bad]).sum()), ("-Inf", np.isneginf(g[bad]).sum()))
+        if n
+    }
+    both = np.isfinite(g) & np.isfinite(r)
+    diff = np.zeros_like(g)
+    np.subtract(g, r, out=diff, where=both)
+    np.abs(diff, out=diff)
+    diff[~both & ~same & np.isfinite(g)] = np.inf  # a finite value where the reference is not
+    abs_err = float(diff.max())
     scale = float(np.abs(np.where(np.isfinite(r), r, 0.0)).max())
     rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
-    return CheckResult(index, name, abs_err, rel_err, tol)
+    return CheckResult(index, name, abs_err, rel_err, tol, nonfinite, g.size)
 
 
 @click.command()
@@ -130,8 +157,10 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--backend", "backend_kind", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 5; needs --iters).")
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams (the last timed run with --iters).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams: of the last timed run with --iters, else of a run after one untraced run.")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
+@click.option("--watchdog", "watchdog_s", type=float, default=None, help="End the job when a run or a collective takes longer than this many seconds, naming the ranks that did not arrive (default $FUSERC_WATCHDOG, else 600; 0: off).")
+@click.option("--debug", is_flag=True, help="Show the traceback of an internal error (also $FUSERC_DEBUG=1).")
 def run(
     file: str,
     entry: str,
@@ -145,28 +174,38 @@ def run(
     iters: int | None,
     trace_path: str | None,
     print_host_ir: bool,
+    watchdog_s: float | None,
+    debug: bool,
 ) -> None:
-    """Compile FILE and run it under MPI (one process per rank)."""
+    """Compile FILE (or - for stdin) and run it, one process per rank
+    (mpiexec -n N fuserc run FILE)."""
     if inputs and seed is not None:
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
         raise click.UsageError("--warmup needs --iters")
     from fuserc.pipeline import PipelineSpecError, build
-    from fuserc.runtime.mpi_env import mpi_env, run_guarded
+    from fuserc.runtime import job as jobs
+    from fuserc.runtime.watchdog import timeout_from
 
-    env = mpi_env()
     try:
-        build(pipeline)  # a malformed pipeline is bad usage (exit 2) on every rank
+        timeout = timeout_from(watchdog_s)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--watchdog'") from None
+    try:
+        build(pipeline)  # a malformed pipeline is bad usage (exit 2), the same on every rank
     except PipelineSpecError as d:
-        if env.rank == 0:
+        if jobs.launcher_rank() in (None, 0):
             click.echo(d.render(), err=True)
         sys.exit(2)
-    except Exception:  # noqa: BLE001 - reported by run_guarded below
+    except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
+    from fuserc.runtime.mpi_env import mpi_env
+
+    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path
     )
-    run_guarded(lambda: _run(options))
+    job.run(lambda: _run(options, job))
 
 
 @dataclass(frozen=True)
@@ -185,54 +224,131 @@ class _Options:
     trace: str | None = None
 
 
-def _run(o: _Options) -> int:
-    """The body of `fuserc run` on one rank; returns the exit code."""
+def read_shared_source(job: Any, path: str) -> tuple[str, str]:
+    """FILE's text on every rank. Standard input (`-`) reaches rank 0 alone
+    under a launcher, so rank 0 reads it and shares it (or its error)."""
     from fuserc.cli import read_source
     from fuserc.diagnostics import Diagnostic
+
+    env = job.env
+    if path != "-" or env.size == 1:
+        return read_source(path)
+    got: Any = None
+    with job.section("sharing the program read from standard input"):
+        if env.rank == 0:
+            try:
+                got = read_source(path)
+            except Diagnostic as d:
+                got = d
+        got = env.broadcast(got)
+    if isinstance(got, Diagnostic):
+        raise got
+    return got
+
+
+def _run(o: _Options, job: Any) -> int:
+    """The body of `fuserc run` on one rank; returns the exit code."""
+    from fuserc.diagnostics import Diagnostic
     from fuserc.runtime import io
-    from fuserc.runtime.backend import make_backend
-    from fuserc.runtime.mpi_env import mpi_env, same_on_all_ranks
+    from fuserc.runtime.backend import cuda_unavailable, make_backend
     from fuserc.runtime.program import CompiledProgram, compile_module
 
-    env = mpi_env()
-    with same_on_all_ranks():
-        text, name = read_source(o.file)
+    env = job.env
+    fallback = None
+    with job.agreed("compiling"):
+        text, name = read_shared_source(job, o.file)
         compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size)
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "
                 "program: there is nothing to compare against"
             )
-        backend = make_backend(o.backend, env)
+        kind = o.backend
+        if kind in ("auto", "cuda"):
+            fallback = cuda_unavailable()
+            if fallback is not None and kind == "cuda":
+                raise Diagnostic(f"the cuda backend cannot run here: {fallback}")
+            kind = "cpu" if fallback is not None else "cuda"
+    with job.section(f"starting the {kind} backend"):
+        backend = make_backend(kind, env)
+    job.watchdog.watch(backend)
+    with job.agreed("loading the program and its inputs"):
         program = CompiledProgram(compiled, backend)  # refuses a job with too few ranks
-    if o.print_host_ir and env.rank == 0:
-        sys.stdout.write(program.host_ir())
-        sys.stdout.flush()
-    with same_on_all_ranks():
         if o.inputs:
             globals_ = io.load_inputs(o.inputs, program.params)
         else:
             globals_ = program.random_inputs(o.seed)
         local = program.program.prepare_inputs(io.shard_inputs(globals_, program.params, env.rank))
+    if env.rank == 0:
+        _notes(o, program, fallback)
+        if o.print_host_ir:
+            sys.stdout.write(program.host_ir())
+            sys.stdout.flush()
+    runs = _Runs(job, program, local)
     if o.iters is not None:
-        _time(program, local, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
-        results = program.program.run_prepared(local, copy_outputs=True)  # after timing: reused buffers
+        _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
+        results = runs.run(copy_outputs=True)  # after timing: reused buffers
     elif o.trace:
-        results = _traced(program, o.trace, lambda: program.program.run_prepared(local, copy_outputs=True))
+        runs.run()  # the traced run is warm: first-use costs (communicators, GEMM choices) fall here
+        results = _traced(runs, o.trace, lambda: runs.run(copy_outputs=True))
     else:
-        results = program.program.run_prepared(local, copy_outputs=True)
+        results = runs.run(copy_outputs=True)
     gathered = None
     if o.save_dir or o.check:
-        gathered = io.gather_outputs(results, program.results, env)
-    program.close()
-    backend.close()
-    if env.rank != 0 or gathered is None:
+        with job.section("gathering the results on rank 0"):
+            gathered = io.gather_outputs(results, program.results, env)
+    with job.section("closing the program"):
+        program.close()
+        backend.close()
+    if env.rank != 0:
         return 0
-    if o.save_dir:
-        io.save_outputs(o.save_dir, gathered)
+    try:  # rank 0 alone from here: a failure is reported and ends rank 0 only
+        code = 0
+        saved = io.save_outputs(o.save_dir, gathered) if o.save_dir and gathered is not None else []
+        if o.check and gathered is not None:
+            code = _check(program, globals_, gathered)
+        click.echo(_summary(o, program, saved))
+        return code
+    except Diagnostic as d:
+        job.alone(d)
+
+
+class _Runs:
+    """Runs of the program, each under the watchdog (`run K of @main`)."""
+
+    def __init__(self, job: Any, program: Any, local: Sequence[Any]):
+        self.job, self.program, self.local, self.count = job, program, local, 0
+
+    def run(self, copy_outputs: bool = False) -> Any:
+        self.count += 1
+        with self.job.section(f"run {self.count} of @{self.program.compiled.entry}"):
+            return self.program.program.run_prepared(self.local, copy_outputs=copy_outputs)
+
+
+def _notes(o: _Options, program: Any, fallback: str | None) -> None:
+    """Rank 0, once: what the job runs on, when the user may not expect it."""
+    if o.backend == "auto" and fallback is not None:
+        click.echo(f"note: running on the cpu backend: the cuda backend cannot run here ({fallback})", err=True)
+    used, size = program.program.required_ranks, program.env.size
+    if used < size:
+        idle = f"rank {used} has" if used == size - 1 else f"ranks {used}-{size - 1} have"
+        click.echo(f"note: the program uses {used} of the job's {size} ranks; {idle} nothing to do", err=True)
+
+
+def _summary(o: _Options, program: Any, saved: Sequence[str]) -> str:
+    """What ran, where, and where its results are (rank 0, at the end)."""
+    results = program.results
+    kinds = ", ".join(str(r.global_type) for r in results) or "none"
+    head = (
+        f"ran @{program.compiled.entry} of {o.file if o.file != '-' else '<stdin>'} on {program.env.size} "
+        f"rank{'s' if program.env.size > 1 else ''} (backend {program.backend.name}): "
+        f"{len(results)} result{'s' if len(results) != 1 else ''} ({kinds})"
+    )
+    if saved:
+        return head + "; saved as " + ", ".join(saved)
     if o.check:
-        return _check(program, globals_, gathered)
-    return 0
+        return head + "; --save-outputs DIR writes them as .npy"
+    return head + "; --save-outputs DIR writes them as .npy, --check compares them with the unsharded reference"
 
 
 def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence["np.ndarray"]) -> int:
@@ -249,51 +365,57 @@ def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence[
     if failed:
         click.echo(
             f"error: --check failed: output{'s' if len(failed) > 1 else ''} "
-            f"{', '.join(map(str, failed))} over tolerance",
+            f"{', '.join(map(str, failed))} differ{'s' if len(failed) == 1 else ''} from the reference",
             err=True,
         )
         return 1
     return 0
 
 
-def _traced(program: Any, path: str, body: Any) -> Any:
+def _traced(runs: _Runs, path: str, body: Any) -> Any:
     """Run `body` (one run of the program) traced; write the trace of every
     rank to `path` (collective). Returns what `body` returns."""
     from fuserc.runtime.trace import tracing, write_trace
 
+    program = runs.program
     with tracing(program.program) as tracer:
         out = body()
     meta = {"program": program.compiled.entry, "backend": program.backend.name}
-    write_trace(path, tracer.events(), program.env, meta)
+    with runs.job.section("gathering the trace on rank 0"):
+        write_trace(path, tracer.events(), program.env, meta)
     if program.env.rank == 0:
         click.echo(f"trace: {path}")
     return out
 
 
-def _time(program: Any, local: Sequence[Any], warmup: int, iters: int, trace: str | None = None) -> None:
+def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> None:
     """Median over `iters` runs of the slowest rank's time; rank 0 prints
     it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
     program, over the devices it uses). With `trace`, the last timed run
     is traced (its time includes the trace marks)."""
     from mpi4py import MPI
 
+    program = runs.program
     p = program.program
     backend = program.backend
     comm = program.env.comm
     for _ in range(warmup):
-        p.run_prepared(local)
+        runs.run()
     times = []
     for i in range(iters):
-        backend.synchronize()
-        backend.barrier()
+        with runs.job.section(f"timing run {runs.count + 1}"):
+            backend.synchronize()
+            backend.barrier()
         if trace and i == iters - 1:
-            dt = _traced(program, trace, lambda: _timed_run(p, local))
+            dt = _traced(runs, trace, lambda: _timed_run(runs))
         else:
-            dt = _timed_run(p, local)
-        times.append(comm.allreduce(dt, op=MPI.MAX))
+            dt = _timed_run(runs)
+        with runs.job.section(f"timing run {runs.count}"):
+            times.append(comm.allreduce(dt, op=MPI.MAX))
     flops = program.compiled.global_flops()
     if flops is None:  # a host program: what the ranks executed
-        flops = comm.allreduce(p.last_flops, op=MPI.SUM)
+        with runs.job.section("summing the flops of the ranks"):
+            flops = comm.allreduce(p.last_flops, op=MPI.SUM)
     median = statistics.median(times)
     if program.env.rank == 0:
         devices = p.devices
@@ -304,8 +426,9 @@ def _time(program: Any, local: Sequence[Any], warmup: int, iters: int, trace: st
         )
 
 
-def _timed_run(p: Any, local: Sequence[Any]) -> float:
+def _timed_run(runs: _Runs) -> float:
     """Seconds of one run, by the backend's timer."""
-    mark = p.backend.timer_start()
-    p.run_prepared(local)
-    return p.backend.timer_stop(mark)
+    backend = runs.program.backend
+    mark = backend.timer_start()
+    runs.run()
+    return backend.timer_stop(mark)

@@ -342,7 +342,7 @@ def make_backend(kind: str, env: MpiEnv) -> Backend:
     if kind not in BACKEND_KINDS:
         raise Diagnostic(f"unknown backend '{kind}' (one of {', '.join(BACKEND_KINDS)})")
     if kind in ("auto", "cuda"):
-        reason = _cuda_unavailable()
+        reason = cuda_unavailable()
         if reason is None:
             from fuserc.runtime.cuda import CudaBackend  # type: ignore[import-not-found]
 
@@ -354,7 +354,7 @@ def make_backend(kind: str, env: MpiEnv) -> Backend:
     return CpuBackend(env)
 
 
-def _cuda_unavailable() -> str | None:
+def cuda_unavailable() -> str | None:
     """Why the cuda backend cannot be used (None when it can)."""
     import importlib
 

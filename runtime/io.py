@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,30 +69,85 @@ def check_global_input(value: np.ndarray | torch.Tensor, spec: ValueSpec, source
         ok = value.dtype == spec.dtype or (spec.dtype == torch.bfloat16 and value.dtype == torch.float32)
     else:
         raise Diagnostic(f"{where}: expected an array, got {type(value).__name__}")
-    want_name = f"{want_np}" + (" (for bf16)" if spec.dtype == torch.bfloat16 else "")
     if got_shape != spec.global_shape or not ok:
-        raise Diagnostic(
-            f"{where}: expected a {want_name} array of shape {list(spec.global_shape)} "
-            f"for {_type_text(spec)}, got a {got_dtype} array of shape {list(got_shape)}"
-        )
+        raise _mismatch(spec, where, got_dtype, got_shape)
     t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value.detach().cpu()
     return t.to(spec.dtype)
 
 
+def _mismatch(spec: ValueSpec, where: str, got_dtype: str, got_shape: tuple[int, ...]) -> Diagnostic:
+    want = host_dtype(spec.dtype)
+    want_name = f"{want}" + (" (for bf16)" if spec.dtype == torch.bfloat16 else "")
+    return Diagnostic(
+        f"{where}: expected a {want_name} array of shape {list(spec.global_shape)} "
+        f"for {_type_text(spec)}, got a {got_dtype} array of shape {list(got_shape)}"
+    )
+
+
 def load_inputs(paths: Sequence[str], params: Sequence[ValueSpec]) -> list[torch.Tensor]:
-    """The global inputs from .npy files, one per argument in order."""
+    """The global inputs from .npy files, one per argument in order; each
+    file is checked (format, header, size, dtype and shape against the
+    argument) before its data is read."""
     if len(paths) != len(params):
         raise Diagnostic(
             f"the program takes {len(params)} inputs, got {len(paths)} (-i/--input once per argument, in order)"
         )
-    out = []
-    for path, spec in zip(paths, params):
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise Diagnostic(f"{spec.label}: cannot read {path}: {e}") from None
-        out.append(check_global_input(array, spec, path))
-    return out
+    return [check_global_input(read_npy(path, spec), spec, path) for path, spec in zip(paths, params)]
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npy(path: str, spec: ValueSpec) -> np.ndarray:
+    """The array of a .npy file, read only after its header was checked:
+    the magic bytes and version, a well-formed header with a plain dtype (no
+    objects: nothing is unpickled), the data's size against the file's
+    length, and the dtype and shape the argument expects (so a forged
+    header never allocates). A Diagnostic names the argument and the file."""
+    from numpy.lib import format as npy
+
+    where = f"{spec.label} ({path})"
+    try:
+        with open(path, "rb") as f:
+            length = os.fstat(f.fileno()).st_size
+            head = f.read(len(NPY_MAGIC) + 2)
+            if len(head) < len(NPY_MAGIC) + 2 or not head.startswith(NPY_MAGIC):
+                what = "is empty" if length == 0 else "does not start with NumPy's magic bytes \\x93NUMPY"
+                raise Diagnostic(f"{where}: not a .npy file (it {what}); -i takes files written by numpy.save")
+            version = (head[-2], head[-1])
+            f.seek(0)
+            try:
+                npy.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = npy.read_array_header_1_0(f)
+                elif version in ((2, 0), (3, 0)):
+                    shape, fortran, dtype = npy.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f"unknown .npy format version {version[0]}.{version[1]}")
+            except (ValueError, EOFError, OSError, SyntaxError) as e:
+                raise Diagnostic(f"{where}: a malformed .npy header: {_first_line(e)}") from None
+            if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+                raise Diagnostic(f"{where}: holds {dtype} values; -i takes arrays of plain numbers")
+            offset = f.tell()
+            if tuple(shape) != spec.global_shape or dtype != host_dtype(spec.dtype):
+                raise _mismatch(spec, where, str(dtype), tuple(shape))
+            count = math.prod(shape)
+            nbytes = count * dtype.itemsize
+            if length - offset != nbytes:
+                state = "truncated" if length - offset < nbytes else "longer than its header says"
+                raise Diagnostic(
+                    f"{where}: the file is {state}: its header announces {nbytes} bytes of data "
+                    f"({dtype} {list(shape)}), the file holds {length - offset}"
+                )
+            data = np.fromfile(f, dtype=dtype, count=count)
+    except OSError as e:
+        raise Diagnostic(f"{where}: cannot read it: {e.strerror or e}") from None
+    return data.reshape(shape, order="F" if fortran else "C")
+
+
+def _first_line(e: BaseException) -> str:
+    text = re.sub(r"<(ast\.\w+) object at 0x[0-9a-f]+>", r"\1", str(e).strip())
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 LOCAL_RANKS_ENV = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")

@@ -142,8 +142,7 @@ def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 
 
 def main(argv: list[str] | None = None) -> int:
     from fuserc.passes.cost_model import DEFAULT_LINKS_PATH
-    from fuserc.runtime.backend import make_backend
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime import job as jobs
 
     parser = argparse.ArgumentParser(prog="python -m fuserc.runtime.links", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
@@ -151,20 +150,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gemm", type=int, default=8192, help="the large GEMM size (n x n x n)")
     parser.add_argument("--bytes", type=int, default=256 << 20, help="the size of the timed transfers")
     args = parser.parse_args(argv)
+    jobs.run_guarded(lambda: _measure_and_write(args))
+
+
+def _measure_and_write(args: argparse.Namespace) -> int:
+    """Every rank measures; rank 0 writes the links file. A backend that
+    cannot run here is one message (from rank 0), not one per rank."""
+    from fuserc.diagnostics import Diagnostic
+    from fuserc.runtime import job as jobs
+    from fuserc.runtime.backend import make_backend
+    from fuserc.runtime.mpi_env import mpi_env
+
     env = mpi_env()
-    backend = make_backend(args.backend, env)
+    with jobs.same_on_all_ranks("starting the backend"):
+        backend = make_backend(args.backend, env)
     try:
-        values = measure(backend, big=args.gemm, small=max(16, args.gemm // 8), nbytes=args.bytes)
-    except ValueError as e:  # the same on every rank (the figures are collective)
-        if env.rank == 0:
-            print(f"error: {e}", file=sys.stderr)
-        return 1
+        with jobs.same_on_all_ranks("measuring the links"):
+            try:
+                values = measure(backend, big=args.gemm, small=max(16, args.gemm // 8), nbytes=args.bytes)
+            except ValueError as e:  # the same on every rank (the figures are collective)
+                raise Diagnostic(str(e)) from None
     finally:
         backend.close()
     if env.rank == 0:
         out = Path(args.out).expanduser()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(values, indent=2) + "\n")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(values, indent=2) + "\n")
+        except OSError as e:
+            jobs.current().alone(Diagnostic(f"cannot write the links file {out}: {e.strerror or e}"))
         print(f"wrote {out}: {json.dumps(values)}")
     return 0
 

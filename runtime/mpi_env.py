@@ -1,10 +1,11 @@
-"""MPI bootstrap and failure handling: one process per device.
+"""MPI bootstrap: one process per device, launched by mpiexec.
 
-Rank r of `MPI.COMM_WORLD` is device id r. Every rank runs the same host
-program; a failure on any rank must end the whole job promptly with that
-rank's message (DESIGN.md section 5), so `run_guarded` turns every exception
-into a report on stderr followed by `MPI_Abort`, which kills the other ranks
-wherever they are blocked.
+Rank r of `MPI.COMM_WORLD` is device id r. `MpiEnv` is the job as this
+process sees it (communicator, rank, size, the ranks of its node) and the
+launcher of runtime/job.py and runtime/watchdog.py: what they need of a
+launcher (a broadcast, an allgather, a barrier that gives up after a time,
+and ending the whole job) is implemented here with MPI, so that another
+launcher (torchrun, with torch.distributed) replaces this module alone.
 """
 
 from __future__ import annotations
@@ -12,22 +13,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from fuserc.diagnostics import Diagnostic
-
-COLLECTIVE_GRACE_S = 10.0
-"""How long a rank other than 0 waits, after an error that every rank hits
-the same way, for rank 0 to report it and abort the job (so a user sees one
-message, not one per rank) before it reports and aborts itself."""
-
-ABORT_GRACE_S = 0.5
-"""How long a failing rank waits after printing, before it aborts the job,
-so that the launcher forwards its message before every process is killed."""
+POLL_S = 0.002
+"""How often a barrier with a time limit polls for completion."""
 
 
 @dataclass
@@ -39,6 +29,7 @@ class MpiEnv:
     size: int
     _node_comm: Any = field(default=None, repr=False)
     _nodes: list[int] | None = field(default=None, repr=False)
+    launcher = "mpiexec"
 
     @property
     def node_comm(self) -> Any:
@@ -81,6 +72,44 @@ class MpiEnv:
                 self._nodes = [ids[leader] for leader in leaders]
         return self._nodes
 
+    # ---- what runtime/job.py and runtime/watchdog.py need -----------------------
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        return self.comm.bcast(obj, root=root) if self.size > 1 else obj
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self.comm.allgather(obj) if self.size > 1 else [obj]
+
+    def barrier_within(self, seconds: float | None) -> bool:
+        """A barrier of every rank; False when `seconds` pass first (the
+        barrier is then left pending: the job is about to end)."""
+        if self.size == 1:
+            return True
+        request = self.comm.Ibarrier()
+        end = None if seconds is None else time.monotonic() + seconds
+        while not request.Test():
+            if end is not None and time.monotonic() > end:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def abort(self, code: int) -> NoReturn:
+        """End every rank of the job now, with exit code `code` (callable
+        from any thread). MPI's own banner is not printed: the caller has
+        said why."""
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        if self.size > 1:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 2)
+            except OSError:
+                pass
+            self.comm.Abort(code)
+        os._exit(code)
+
 
 _ENV: MpiEnv | None = None
 
@@ -95,74 +124,3 @@ def mpi_env() -> MpiEnv:
         comm = MPI.COMM_WORLD
         _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size())
     return _ENV
-
-
-class SameOnAllRanks(Exception):
-    """Wraps an error that every rank raises identically (a bad program, a
-    bad input file, too few ranks): only rank 0 reports it."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(str(error))
-        self.error = error
-
-
-@contextmanager
-def same_on_all_ranks() -> Iterator[None]:
-    """Marks errors raised inside as identical on every rank."""
-    try:
-        yield
-    except SameOnAllRanks:
-        raise
-    except Exception as e:
-        raise SameOnAllRanks(e) from e
-
-
-def failure_message(error: BaseException) -> str:
-    """What a user sees: a Diagnostic's text alone, anything else (an
-    internal error) with its traceback."""
-    if isinstance(error, Diagnostic):
-        return error.render()
-    return "internal error: " + "".join(
-        traceback.format_exception(type(error), error, error.__traceback__)
-    ).rstrip("\n")
-
-
-def prefixed(rank: int, text: str) -> str:
-    return "\n".join(f"[rank {rank}] {line}" for line in text.split("\n"))
-
-
-def abort_job(env: MpiEnv, error: BaseException, code: int = 1) -> NoReturn:
-    """Report `error` from this rank on stderr and end the whole job.
-
-    An error every rank hits identically (`same_on_all_ranks`) is reported
-    by rank 0; the others wait a while for rank 0's abort before they report
-    and abort themselves. Before aborting, a rank pauses briefly so that the
-    launcher forwards what it printed: an abort kills every process, and
-    output still in transit with them."""
-    same = isinstance(error, SameOnAllRanks)
-    inner = error.error if same else error
-    if same and env.rank != 0 and env.size > 1:
-        time.sleep(COLLECTIVE_GRACE_S)  # rank 0 normally aborts us first
-    sys.stdout.flush()
-    sys.stderr.write(prefixed(env.rank, failure_message(inner)) + "\n")
-    sys.stderr.flush()
-    if env.size == 1:
-        os._exit(code)  # no other rank to stop; skip MPI's abort banner
-    time.sleep(ABORT_GRACE_S)
-    env.comm.Abort(code)
-    os._exit(code)  # pragma: no cover - Abort does not return
-
-
-def run_guarded(body: Callable[[], int]) -> NoReturn:
-    """Run `body` (returning an exit code) so that any exception on this
-    rank ends the job with a non-zero exit (1) and this rank's message."""
-    env = mpi_env()
-    try:
-        code = body()
-    except SystemExit:  # an explicit exit code, the same on every rank
-        raise
-    except BaseException as e:  # noqa: BLE001 - every failure must end the job
-        abort_job(env, e)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sys.exit(code)

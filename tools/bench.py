@@ -345,14 +345,15 @@ class Bench:
         import torch
 
         from fuserc.runtime.backend import make_backend
-        from fuserc.runtime.mpi_env import mpi_env, same_on_all_ranks
+        from fuserc.runtime.job import same_on_all_ranks
+        from fuserc.runtime.mpi_env import mpi_env
 
         self.args = args
         self.env = mpi_env()
         self.comm = self.env.comm
         self.rank, self.d = self.env.rank, self.env.size
         self.cuda = args.backend == "cuda"
-        with same_on_all_ranks():  # cuda unavailable: one message, from rank 0
+        with same_on_all_ranks("starting the backend"):  # cuda unavailable: one message, from rank 0
             self.backend = make_backend(args.backend, self.env)
         if self.cuda:
             self.device = torch.device("cuda", self.env.node_rank % torch.cuda.device_count())
@@ -704,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     except Exception as e:  # noqa: BLE001 - a malformed pipeline is bad usage
         p.error(_reason(e))
-    from fuserc.runtime.mpi_env import run_guarded
+    from fuserc.runtime.job import run_guarded
 
     run_guarded(lambda: run(args))
 

@@ -69,16 +69,17 @@ def with_backend(args: Sequence[object]) -> list[str]:
 
 
 def mpirun(
-    n: int, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S
+    n: int, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """`mpiexec -n n fuserc run ARGS` under `timeout`, output captured."""
+    """`mpiexec -n n fuserc run ARGS` under `timeout`, output captured,
+    `stdin` on its standard input."""
     if MPIEXEC is None:
         pytest.skip("mpiexec is not installed")
     full_env = {**os.environ, **MPI_ENV, **(env or {})}
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "fuserc", "run", *with_backend(args)]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(timeout), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15)
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15, input=stdin)
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -88,10 +88,10 @@ def test_usage_errors(args: list[str], message: str) -> None:
     assert proc.returncode == 2 and message in proc.stderr
 
 
-def test_cuda_unavailable_is_a_clean_error(tmp_path: Path) -> None:
-    from fuserc.runtime.backend import _cuda_unavailable
+def testcuda_unavailable_is_a_clean_error(tmp_path: Path) -> None:
+    from fuserc.runtime.backend import cuda_unavailable
 
-    if _cuda_unavailable() is None:
+    if cuda_unavailable() is None:
         pytest.skip("the cuda backend can run here")
     proc = mpirun_python(2, BENCH, ["--small"], timeout=60)
     assert proc.returncode != 0

@@ -259,7 +259,7 @@ def test_cli_check(n: int, pipe: str, tmp_path: Path) -> None:
     """`fuserc run --check` on a fusion program: one ok line per output."""
     prog = _write(_case("case_sp_mlp", n, "f32"), tmp_path)
     proc = ok(mpirun(n, [prog, "-p", PIPELINES[pipe], "--check", "--seed", "3"]))
-    assert re.search(r"output 0: max abs error .* \(f32 tolerance 1e-04\): ok", proc.stdout), proc.stdout
+    assert re.search(r"output 0: max rel error \S+ <= 1e-04 \(f32 tolerance\): ok", proc.stdout), proc.stdout
 
 
 def test_cli_bf16_inputs_and_saved_outputs(tmp_path: Path) -> None:
@@ -275,7 +275,7 @@ def test_cli_bf16_inputs_and_saved_outputs(tmp_path: Path) -> None:
         np.save(tmp_path / f"{name}.npy", a)
         args += ["-i", tmp_path / f"{name}.npy"]
     proc = ok(mpirun(n, args))
-    assert proc.stdout.count("(bf16 tolerance 4e-02): ok") == 3, proc.stdout
+    assert proc.stdout.count("<= 4e-02 (bf16 tolerance): ok") == 3, proc.stdout
     xb, wb, bb = (_bf16(a).astype(np.float64) for a in (x, w, b))
     expected = [xb @ wb.T + bb, xb @ wb.T, xb @ wb.T + bb]
     for i, e in enumerate(expected):

@@ -216,7 +216,9 @@ def test_rank_failure_ends_the_job(tmp_path: Path) -> None:
     proc = mpirun(2, [prog, "-p", "", "--seed", "1"], env={"FUSERC_FAIL_RANK": "1"}, timeout=60)
     assert proc.returncode != 0
     assert time.monotonic() - start < 30
-    assert "[rank 1]" in proc.stderr and "injected failure" in proc.stderr
+    assert "[rank 1] internal error: InjectedFailure: FUSERC_FAIL_RANK=1: injected failure at" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Abort(" not in proc.stderr
+    assert proc.stderr.count("injected failure") == 1  # one line, from rank 1
 
 
 def test_cuda_backend_unavailable_is_clean(tmp_path: Path) -> None:
@@ -227,10 +229,6 @@ def test_cuda_backend_unavailable_is_clean(tmp_path: Path) -> None:
     assert "cuda backend cannot run here" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_bad_usage_exits_2(tmp_path: Path) -> None:
-    proc = mpirun(1, [program("bf16.mlir.in", 1, tmp_path), "-p", "", "--warmup", "2"])
-    assert proc.returncode == 2
-    assert "--warmup needs --iters" in proc.stderr
 
 
 def test_check_needs_a_fusion_function(tmp_path: Path) -> None:
@@ -248,7 +246,7 @@ def test_check_against_the_reference(tmp_path: Path) -> None:
     unsharded float64 reference, and timed (FLOPs of the global program)."""
     proc = mpirun(4, [EXAMPLES / "sp_mlp.mlir", "-p", LOWERING, "--check", "--iters", "2", "--save-outputs", tmp_path])
     ok(proc)
-    assert "output 0: max abs error" in proc.stdout and "(f32 tolerance 1e-04): ok" in proc.stdout
+    assert "output 0: max rel error" in proc.stdout and "<= 1e-04 (f32 tolerance): ok" in proc.stdout
     flops = 2 * 128 * 64 * 256 * 2  # two matmuls of the global program
     assert f"{flops} flops on 4 devices" in proc.stdout
     assert np.load(tmp_path / "out0.npy").shape == (128, 64)

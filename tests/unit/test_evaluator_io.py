@@ -15,7 +15,8 @@ from fuserc.run_cli import CHECK_TOLERANCES, compare
 from fuserc.runtime import io
 from fuserc.runtime.backend import make_backend
 from fuserc.runtime.evaluator import ValueSpec
-from fuserc.runtime.mpi_env import MpiEnv, failure_message, mpi_env, prefixed
+from fuserc.runtime.job import describe, prefixed, who
+from fuserc.runtime.mpi_env import MpiEnv, mpi_env
 from fuserc.dialects.interfaces import element_type
 from fuserc.sharding import Mesh, Sharding
 from xdsl.dialects.builtin import TensorType
@@ -90,8 +91,51 @@ def test_load_inputs(tmp_path: Path) -> None:
     assert [tuple(v.shape) for v in values] == [(4, 3), (3,)]
     with pytest.raises(Diagnostic, match="takes 2 inputs, got 1"):
         io.load_inputs([str(tmp_path / "a.npy")], params)
-    with pytest.raises(Diagnostic, match="argument #1: cannot read"):
+    with pytest.raises(Diagnostic, match=r"argument #1 \(.*missing.npy\): cannot read it: No such file"):
         io.load_inputs([str(tmp_path / "a.npy"), str(tmp_path / "missing.npy")], params)
+
+
+NPY_CASES = {
+    "empty": (lambda good: b"", "not a .npy file (it is empty)"),
+    "text": (lambda good: b"1 2 3\n", "not a .npy file (it does not start with NumPy's magic bytes"),
+    "header cut": (lambda good: good[:30], "a malformed .npy header: EOF: reading array header"),
+    "data cut": (lambda good: good[:-4], "the file is truncated: its header announces 48 bytes of data (float32 [4, 3]), the file holds 44"),
+    "data long": (lambda good: good + b"xx", "the file is longer than its header says"),
+    "forged shape": (lambda good: good.replace(b"(4, 3), ", b"(999999999999,), "), "got a float32 array of shape [999999999999]"),
+    "version": (lambda good: good[:6] + b"\x09\x00" + good[8:], "unknown .npy format version 9.0"),
+    "header syntax": (lambda good: good[:10] + b"{'descr': bogus" + good[25:], "a malformed .npy header"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NPY_CASES))
+def test_npy_validated_before_reading(case: str, tmp_path: Path) -> None:
+    """A .npy input is checked (magic, header, dtype and shape against the
+    argument, data size against the file's length) before any allocation:
+    each broken file is one Diagnostic naming the argument and the file."""
+    mesh = Mesh("tp", (2,))
+    s = spec((4, 3), ["DIDx", "-"], mesh)
+    np.save(tmp_path / "good.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
+    make, message = NPY_CASES[case]
+    path = tmp_path / "bad.npy"
+    path.write_bytes(make((tmp_path / "good.npy").read_bytes()))
+    with pytest.raises(Diagnostic) as info:
+        io.read_npy(str(path), s)
+    text = info.value.render()
+    assert text.startswith(f"error: argument #0 ({path}): ") and message in text, text
+    assert "\n" not in text
+
+
+def test_npy_layouts_and_refused_dtypes(tmp_path: Path) -> None:
+    s = spec((4, 3), ["DIDx", "-"], Mesh("tp", (2,)))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(tmp_path / "f.npy", np.asfortranarray(x))
+    np.testing.assert_array_equal(io.read_npy(str(tmp_path / "f.npy"), s), x)
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(Diagnostic, match=r"holds object values; -i takes arrays of plain numbers"):
+        io.read_npy(str(tmp_path / "obj.npy"), s)
+    np.save(tmp_path / "rec.npy", np.zeros(3, dtype=[("a", "f4")]))
+    with pytest.raises(Diagnostic, match=r"holds \[\('a', '<f4'\)\] values"):
+        io.read_npy(str(tmp_path / "rec.npy"), s)
 
 
 def test_random_inputs_depend_on_seed_and_argument_only() -> None:
@@ -116,14 +160,32 @@ def test_check_tolerances() -> None:
     off = ref.clone()
     off[5] += 3 * 1e-3
     bad = compare(1, off.numpy().astype(np.float32), ref, torch.float32)
-    assert not bad.ok and "FAILED" in bad.line() and "f32 tolerance 1e-04" in bad.line()
+    # the figure compared sits next to its tolerance
+    assert bad.line() == "output 1: max rel error 1.000e-03 > 1e-04 (f32 tolerance): FAILED (max abs error 3.000e-03)"
     bf = ref.to(torch.bfloat16).float().numpy()
-    assert compare(2, bf, ref, torch.bfloat16).ok  # bf16 rounding is within bf16 tolerance
+    good = compare(2, bf, ref, torch.bfloat16)
+    assert good.ok and good.line().startswith("output 2: max rel error") and "<= 4e-02 (bf16 tolerance): ok" in good.line()
     assert not compare(2, bf, ref, torch.float32).ok  # but not within f32's
-    nan = ref.numpy().copy()
-    nan[0] = np.nan
-    assert not compare(3, nan, ref, torch.float32).ok
     assert set(CHECK_TOLERANCES) == {"f64", "f32", "f16", "bf16", "i64", "i1"}
+
+
+def test_check_names_nan_and_inf() -> None:
+    """Non-finite values where the reference has finite ones (or other
+    non-finite ones) fail the check and are counted by kind, not reported
+    as an infinite error; the same non-finite values as the reference pass."""
+    ref = torch.tensor([1.0, 2.0, float("inf"), float("nan"), 5.0], dtype=torch.float64)
+    got = np.array([np.nan, np.nan, np.inf, np.nan, -np.inf], np.float32)
+    r = compare(0, got, ref, torch.float32)
+    assert not r.ok
+    assert r.line() == "output 0: 2 NaN, 1 -Inf (of 5 values) where the reference differs: FAILED"
+    all_nan = compare(1, np.full(4, np.nan, np.float32), torch.ones(4, dtype=torch.float64), torch.float32)
+    assert all_nan.line() == "output 1: 4 NaN (of 4 values) where the reference differs: FAILED"
+    same = compare(2, ref.numpy().astype(np.float32), ref, torch.float32)
+    assert same.ok and same.rel_err == 0.0
+    finite_where_inf = compare(3, np.array([1.0, 2.0, 3.0], np.float32), torch.tensor([1.0, 2.0, float("inf")], dtype=torch.float64), torch.float32)
+    assert not finite_where_inf.ok and "max rel error inf > 1e-04" in finite_where_inf.line()
+    shape = compare(4, np.zeros((2, 2), np.float32), torch.zeros(4, dtype=torch.float64), torch.float32)
+    assert shape.line() == "output 4: shape [2, 2] but the reference's is [4]: FAILED"
 
 
 def test_backend_selection() -> None:
@@ -138,14 +200,24 @@ def test_backend_selection() -> None:
 
 
 def test_failure_messages() -> None:
+    """A Diagnostic is its text; an internal error one line naming the error
+    and where (the evaluator's note, else the innermost frame), its
+    traceback only when debugging."""
     d = Diagnostic("bad input", Location("f.mlir", 3, 4))
-    assert failure_message(d) == "f.mlir:3:4: error: bad input"
+    assert describe(d) == "f.mlir:3:4: error: bad input"
     try:
-        raise ValueError("boom")
+        raise ValueError("boom\nsecond line")
     except ValueError as e:
-        text = failure_message(e)
-    assert text.startswith("internal error: Traceback") and "ValueError: boom" in text
-    assert prefixed(2, "a\nb") == "[rank 2] a\n[rank 2] b"
+        err = e
+    line = describe(err)
+    assert "\n" not in line and line.startswith("internal error: ValueError: boom (at ")
+    assert line.endswith("; --debug or $FUSERC_DEBUG=1 shows the traceback")
+    err.add_note("while running 'hir.matmul' at p.mlir:5:3 on rank 1")
+    assert "(while running 'hir.matmul' at p.mlir:5:3 on rank 1)" in describe(err)
+    full = describe(err, debug=True)
+    assert full.startswith("internal error: Traceback") and "ValueError: boom" in full
+    assert prefixed("[rank 2] ", "a\nb") == "[rank 2] a\n[rank 2] b"
+    assert who([0, 1, 2, 3], 4) == "" and who([2], 4) == "[rank 2] " and who([1, 3], 4) == "[ranks 1, 3] "
     assert MpiEnv(None, 0, 1).size == 1
 
 
@@ -195,8 +267,8 @@ def test_check_exit_code(op: str, exit_code: int, capsys: pytest.CaptureFixture[
     gathered = prog.execute(inputs)
     assert _check(prog, inputs, [g.float().numpy() for g in gathered]) == exit_code
     out = capsys.readouterr()
-    assert "(bf16 tolerance 4e-02)" in out.out
-    assert ("--check failed: output 0 over tolerance" in out.err) == bool(exit_code)
+    assert "4e-02 (bf16 tolerance)" in out.out
+    assert ("--check failed: output 0 differs from the reference" in out.err) == bool(exit_code)
     prog.close()
 
 

@@ -1,0 +1,282 @@
+"""A job of one process per rank: what ends it, and what a user sees then.
+
+Every rank runs the same steps; a failure on any rank must end the whole
+job promptly with one copy of its message, never a hang (DESIGN.md
+sections 5 and 6). Three cases:
+
+- **Every rank knows the outcome.** Steps without communication (reading
+  and compiling the program, loading the inputs) end in an *agreement*
+  (`agree`, or the block `agreed`): the ranks exchange their outcome, each
+  distinct message is printed once (by the lowest rank that has it, with
+  the ranks named unless all of them share it), and every rank exits with
+  the code: a clean exit, no MPI abort.
+- **Ranks diverge.** A rank failing where the others may wait for it (in a
+  run, in a collective) prints its message (one line; the traceback only
+  with `--debug` or `$FUSERC_DEBUG=1`) and ends the job through the
+  launcher's `abort`. Ranks failing the same way print one copy: each
+  message is claimed on the job's board (runtime/watchdog.py) before it
+  is printed.
+- **A rank does not arrive.** The watchdog ends the job and names it.
+
+The launcher (mpiexec: runtime/mpi_env.py; torchrun later) provides
+`Launcher`: rank, size, `broadcast`, `allgather`, `barrier_within(seconds)`
+(a barrier that gives up after the time) and `abort(code)`. Nothing here
+uses MPI directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+from fuserc.diagnostics import Diagnostic
+from fuserc.runtime.watchdog import Board, Watchdog
+
+DEBUG_ENV = "FUSERC_DEBUG"
+AGREE_GRACE_S = 30.0
+"""How long a rank that failed waits for the others at an agreement before
+it decides that they are stuck elsewhere (in a collective it left) and
+ends the job itself."""
+RANK_ENVS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+SIZE_ENVS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE")
+"""Where launchers put the rank of a process and the job's size, read
+before any bootstrap (usage errors are printed by rank 0 only)."""
+
+
+class Launcher(Protocol):
+    rank: int
+    size: int
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any: ...
+
+    def allgather(self, obj: Any) -> list[Any]: ...
+
+    def barrier_within(self, seconds: float | None) -> bool: ...
+
+    def abort(self, code: int) -> NoReturn: ...
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher's environment says (None outside
+    a launcher)."""
+    return _first_int(RANK_ENVS)
+
+
+def launcher_size() -> int | None:
+    return _first_int(SIZE_ENVS)
+
+
+def _first_int(names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def debug_from_env() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def exit_code(error: BaseException) -> int:
+    """2 for bad usage, else 1."""
+    from fuserc.pipeline import PipelineSpecError
+
+    return 2 if isinstance(error, PipelineSpecError) else 1
+
+
+def describe(error: BaseException, debug: bool = False) -> str:
+    """What a user sees of a failure: a Diagnostic's text; anything else
+    (an internal error) in one line that says what failed and where (the
+    op, from the evaluator's note, or the innermost frame), or with its
+    traceback when debugging."""
+    if isinstance(error, Diagnostic):
+        return error.render()
+    if isinstance(error, KeyboardInterrupt):
+        return "error: interrupted"
+    if debug:
+        return "internal error: " + "".join(traceback.format_exception(type(error), error, error.__traceback__)).rstrip("\n")
+    text = str(error).strip().splitlines()
+    what = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    notes = [n for n in getattr(error, "__notes__", []) if n.strip()]
+    if notes:
+        where = notes[0]  # the innermost op (enclosing ops add theirs after)
+    else:
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"at {_short(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"internal error: {what}{f' ({where})' if where else ''}; --debug or ${DEBUG_ENV}=1 shows the traceback"
+
+
+def _short(path: str) -> str:
+    for cut in ("/fuserc/", "/runtime/", "/passes/", "/dialects/"):
+        if cut in path:
+            return cut.strip("/") + "/" + path.rsplit(cut, 1)[1]
+    return path
+
+
+def who(ranks: list[int], size: int) -> str:
+    """The prefix naming the ranks a message comes from ('' for all)."""
+    if len(ranks) == size:
+        return ""
+    if len(ranks) == 1:
+        return f"[rank {ranks[0]}] "
+    return f"[ranks {', '.join(map(str, ranks))}] "
+
+
+def prefixed(prefix: str, text: str) -> str:
+    return "\n".join(prefix + line for line in text.split("\n")) if prefix else text
+
+
+@dataclass
+class Job:
+    """This rank's view of the job: its launcher, the watchdog and the board."""
+
+    env: Launcher
+    watchdog: Watchdog
+    debug: bool = False
+    out: Any = field(default_factory=lambda: sys.stderr)
+
+    @classmethod
+    def start(cls, bootstrap: Callable[[], Launcher], timeout: float, debug: bool = False) -> Job:
+        """Collective: the watchdog first (so that a rank stopped while the
+        job starts is caught too; rank and size from the launcher's
+        environment until it is up), then the launcher's bootstrap and the
+        job's board."""
+        dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout)
+        dog.start()
+        with dog.section("starting the job"):
+            env = bootstrap()
+            dog.rank, dog.size, dog.end_job = env.rank, env.size, env.abort
+            if timeout > 0 and env.size > 1:
+                dog.board = Board.create(env)
+        return cls(env, dog, debug)
+
+    def close(self) -> None:
+        self.watchdog.stop()
+        if self.watchdog.board is not None:
+            self.watchdog.board.close()
+
+    def section(self, label: str) -> Any:
+        return self.watchdog.section(label)
+
+    # ---- outcomes -------------------------------------------------------------
+    def agree(self, label: str, error: BaseException | None) -> None:
+        """Collective: every rank says how `label` went; when any failed,
+        each distinct message is printed once and every rank exits with
+        the code (no abort: no rank waits for another)."""
+        env = self.env
+        if env.size > 1:
+            if error is not None:
+                # the others may be stuck in a collective this rank left
+                if not env.barrier_within(min(AGREE_GRACE_S, self.watchdog.timeout or AGREE_GRACE_S)):
+                    self.fail(error)
+            else:
+                with self.section(f"agreeing after {label}"):
+                    env.barrier_within(None)
+        mine = None if error is None else (exit_code(error), describe(error, self.debug))
+        outcomes = env.allgather(mine) if env.size > 1 else [mine]
+        failed = [(r, o) for r, o in enumerate(outcomes) if o is not None]
+        if not failed:
+            return
+        by_message: dict[str, list[int]] = {}
+        for r, (_, text) in failed:
+            by_message.setdefault(text, []).append(r)
+        for text, ranks in by_message.items():
+            if env.rank == ranks[0]:
+                self._print(prefixed(who(ranks, env.size), text))
+        self.close()
+        sys.exit(failed[0][1][0])
+
+    @contextmanager
+    def agreed(self, label: str) -> Iterator[None]:
+        """A block every rank runs without communicating, ended by `agree`."""
+        error: BaseException | None = None
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - agreed on below
+            error = e
+        self.agree(label, error)
+
+    def fail(self, error: BaseException) -> NoReturn:
+        """This rank failed where the others may wait for it: print (one copy
+        per distinct message across the job), end the job."""
+        text = describe(error, self.debug)
+        board = self.watchdog.board
+        same = re.sub(r" on rank \d+", "", text)  # the same failure on several ranks: one copy
+        key = hashlib.sha1(same.encode()).hexdigest()[:16]
+        if board is None or board.claim(f"failure-{key}"):
+            self._print(prefixed(f"[rank {self.env.rank}] ", text))
+        self.watchdog.stop()
+        if self.env.size == 1:
+            os._exit(exit_code(error))  # no other rank to stop; no abort banner
+        time.sleep(0.5)  # the launcher forwards the message before the abort kills everyone
+        self.env.abort(exit_code(error))
+
+    def alone(self, error: BaseException) -> NoReturn:
+        """This rank failed after the last step that involves the others
+        (rank 0 writing or checking results): report and exit with the code."""
+        self._print(describe(error, self.debug))
+        self.close()
+        sys.exit(exit_code(error))
+
+    def _print(self, text: str) -> None:
+        sys.stdout.flush()
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def run(self, body: Callable[[], int]) -> NoReturn:
+        """Run `body` (returning an exit code): an exception ends the job
+        (`fail`), an exit code is this rank's."""
+        try:
+            code = body()
+        except SystemExit:
+            self.close()
+            raise
+        except BaseException as e:  # noqa: BLE001 - every failure must end the job
+            self.fail(e)
+        self.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.exit(code)
+
+
+_CURRENT: Job | None = None
+
+
+def current() -> Job:
+    """The job of this process (started on first use, by mpiexec's
+    bootstrap, with the watchdog's timeout from the environment)."""
+    global _CURRENT
+    if _CURRENT is None:
+        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.watchdog import timeout_from
+
+        _CURRENT = Job.start(mpi_env, timeout_from(None), debug_from_env())
+    return _CURRENT
+
+
+def start(bootstrap: Callable[[], Launcher], timeout: float, debug: bool) -> Job:
+    """Start the job of this process (collective)."""
+    global _CURRENT
+    _CURRENT = Job.start(bootstrap, timeout, debug)
+    return _CURRENT
+
+
+def run_guarded(body: Callable[[], int]) -> NoReturn:
+    """`body` as the job of this process (tools call this)."""
+    current().run(body)
+
+
+@contextmanager
+def same_on_all_ranks(label: str = "a step of every rank") -> Iterator[None]:
+    """A block every rank runs, whose failures every rank learns (`agreed`)."""
+    with current().agreed(label):
+        yield

@@ -1,0 +1,506 @@
+"""The watchdog: a run or a collective that does not complete in time ends
+the job, with a message naming the ranks that did not arrive.
+
+Like PyTorch's NCCL watchdog (10 minutes by default), every rank runs a
+thread that holds a deadline: the main thread opens a *section* around each
+step that needs the other ranks (a run of the program, a collective of the
+job such as sharing the inputs or gathering the results) and the thread
+ends the job when a section lasts longer than the timeout (`fuserc run
+--watchdog SECONDS`, else `$FUSERC_WATCHDOG`, else 600; 0 turns it off).
+
+Naming the ranks that did not arrive needs to know where every rank is,
+also a rank that is stopped (SIGSTOP) or stuck, which cannot answer a
+message. So each rank's thread writes, every heartbeat, a record to the
+job's *board*: a folder every rank can read (one file per rank, replaced
+atomically): the time, the section it is in (numbered in order: every rank
+opens the same sections in the same order), and how many communications
+it has started per team (`watch` counts them at the backend). When a
+deadline passes, the ranks behind the others are those whose section is
+earlier, whose count on a team they belong to is lower than a teammate's,
+or whose heartbeat has stopped. The rank that notices first (an exclusive
+file on the board) prints the message; then it ends the job through its
+launcher (`abort`), which kills every rank, the stopped ones included.
+
+The watchdog needs of its launcher only `rank`, `size`, `broadcast(obj)`
+(to agree on the board's folder, once) and `abort(code)` (from any thread),
+so a launcher other than mpiexec (torchrun: torch.distributed's store and
+process group) plugs in by providing these (runtime/job.py's `Launcher`).
+The board is a local folder (`tempfile.gettempdir()`), which every rank of
+one node shares; for a job over several nodes, `$FUSERC_JOB_DIR` names a
+folder on a shared file system, else ranks on other nodes are reported as
+unknown (the deadline still ends the job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+WATCHDOG_ENV = "FUSERC_WATCHDOG"
+DEFAULT_TIMEOUT_S = 600.0
+JOB_DIR_ENV = "FUSERC_JOB_DIR"
+FAULT_ENV = "FUSERC_FAULT"
+"""Testing hook: `RANK:KIND` or `RANK:KIND:N` makes rank RANK fail before
+its N-th counted communication (default the first) in one of the ways a
+rank fails: `hang` (sleeps forever: never reaches the collective), `stop`
+(SIGSTOP, as from outside), `exit` (exits with code 3), `segv` (a
+segmentation fault), `kill` (SIGKILL) or `raise` (an exception)."""
+FAULT_KINDS = ("hang", "stop", "exit", "segv", "kill", "raise")
+REPORT_GRACE_S = 0.5
+"""After printing, before ending the job: time for the launcher to forward
+the message before every process is killed."""
+
+
+class Launcher(Protocol):
+    """What the board asks of the launcher of the job."""
+
+    rank: int
+    size: int
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any: ...
+
+
+def timeout_from(option: float | None) -> float:
+    """The watchdog's timeout in seconds: the option, else $FUSERC_WATCHDOG,
+    else 600; 0 turns the watchdog off. A ValueError for a bad value."""
+    if option is not None:
+        value, source = option, "--watchdog"
+    else:
+        text = os.environ.get(WATCHDOG_ENV, "").strip()
+        if not text:
+            return DEFAULT_TIMEOUT_S
+        try:
+            value, source = float(text), f"${WATCHDOG_ENV}"
+        except ValueError:
+            raise ValueError(f"${WATCHDOG_ENV} must be a number of seconds, got '{text}'") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{source} must be a number of seconds >= 0 (0: off), got {value:g}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------
+# The board
+# --------------------------------------------------------------------------
+
+
+class Board:
+    """A folder of the job that every rank reads: `rank<r>.json` holds rank
+    r's last record; `claim-<name>` files elect one rank to report."""
+
+    def __init__(self, path: Path, rank: int):
+        self.path = path
+        self.rank = rank
+        self._file = path / f"rank{rank}.json"
+        self._tmp = path / f".rank{rank}.json.tmp"
+
+    @classmethod
+    def create(cls, env: Launcher) -> Board | None:
+        """Collective: rank 0 names the folder (and removes the folders of
+        jobs whose processes are all gone), every rank opens it. None (no
+        board) when the folder cannot be made."""
+        root = Path(os.environ.get(JOB_DIR_ENV) or tempfile.gettempdir())
+        name = None
+        if env.rank == 0:
+            name = f"{BOARD_PREFIX}{uuid.uuid4().hex[:16]}"
+            sweep(root)
+        name = env.broadcast(name, root=0)
+        path = root / name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return cls(path, env.rank)
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            self._tmp.write_text(json.dumps(record))
+            os.replace(self._tmp, self._file)
+        except OSError:
+            pass  # the folder is gone (the job ends) or full: the record is advisory
+
+    def read(self) -> dict[int, dict[str, Any]]:
+        out = {}
+        try:
+            files = list(self.path.glob("rank*.json"))
+        except OSError:
+            return out
+        for f in files:
+            try:
+                rec = json.loads(f.read_text())
+                out[int(rec["rank"])] = rec
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def claim(self, name: str) -> bool:
+        """True for the first rank to claim `name` (on this board)."""
+        try:
+            fd = os.open(self.path / f"claim-{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        except OSError:
+            return True  # no board to elect on: report
+        os.write(fd, str(self.rank).encode())
+        os.close(fd)
+        return True
+
+    def close(self) -> None:
+        """Remove this rank's record; the last rank out removes the folder."""
+        for f in (self._file, self._tmp):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+        try:
+            if not any(self.path.glob("rank*.json")):
+                self.remove()
+        except OSError:
+            pass
+
+    def remove(self) -> None:
+        """Remove the folder (the job ends)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+BOARD_PREFIX = "fuserc-job-"
+SWEEP_AFTER_S = 60.0
+
+
+def sweep(root: Path) -> None:
+    """Remove the boards left by jobs that ended without cleaning up (killed
+    by their launcher): no process of theirs is alive on this host, and
+    nothing was written for a minute."""
+    try:
+        folders = list(root.glob(f"{BOARD_PREFIX}*"))
+    except OSError:
+        return
+    for folder in folders:
+        try:
+            if time.time() - folder.stat().st_mtime < SWEEP_AFTER_S:
+                continue
+            pids = []
+            for f in folder.glob("rank*.json"):
+                pids.append(int(json.loads(f.read_text())["pid"]))
+            if not any(_alive(p) for p in pids):
+                shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------
+# Who did not arrive
+# --------------------------------------------------------------------------
+
+
+def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_s: float) -> tuple[list[str], list[int], list[int]]:
+    """(one line per rank that holds the others up, the ranks waiting for
+    them, the ranks with no record).
+
+    A rank holds the others up when its heartbeat stopped (it is stopped,
+    or stuck outside Python), or its section is earlier than the latest
+    any rank reached; else, when it started fewer communications on one of
+    its teams than a teammate, unless it is itself ahead of such a rank on
+    a team they share (it waits for that one)."""
+    if not records:
+        return [], [], list(range(size))
+    latest = max(r["seq"] for r in records.values())
+    front = {q: r for q, r in records.items() if r["seq"] == latest}
+    label = next(iter(front.values()))["label"]
+    most: dict[str, int] = {}
+    members: dict[str, list[int]] = {}
+    for r in front.values():
+        for key, n in r["counts"].items():
+            most[key] = max(most.get(key, 0), n)
+        members.update(r["teams"])
+
+    def count(q: int, key: str) -> int:
+        return records[q]["counts"].get(key, 0)
+
+    lag: dict[int, str] = {}  # rank -> the first key it is behind on
+    for q in front:
+        for key, team in members.items():
+            if q in team and count(q, key) < most.get(key, 0):
+                lag[q] = key
+                break
+    stale = {q: now - r["time"] for q, r in records.items() if now - r["time"] > stale_s}
+    behind = {q for q, r in records.items() if r["seq"] < latest}
+    if stale or behind:
+        culprits = sorted(set(stale) | behind)
+    else:
+        def ahead(q: int, other: int) -> bool:
+            return any(q in t and other in t and count(q, k) > count(other, k) for k, t in members.items())
+
+        culprits = sorted(q for q in lag if not any(ahead(q, o) for o in lag if o != q)) or sorted(lag)
+    lines = []
+    for q in culprits:
+        r = records[q]
+        why = []
+        if q in stale:
+            why.append(f"no heartbeat for {stale[q]:.1f} s (stopped, or stuck outside Python)")
+        if q in behind:
+            why.append(f"still at {r['label']}, the others are at {label}")
+        elif q in lag:
+            key = lag[q]
+            there = [t for t in members[key] if t in front and count(t, key) > count(q, key)]
+            are = "are" if len(there) > 1 else "is"
+            why.append(f"not at {key} #{count(q, key) + 1} of {label}, where rank{'s' if len(there) > 1 else ''} {_ranks(there)} {are}")
+        lines.append(f"rank {q} did not arrive: {'; '.join(why)}")
+    waiting = [q for q in sorted(records) if q not in culprits]
+    unknown = [q for q in range(size) if q not in records]
+    return lines, waiting, unknown
+
+
+# --------------------------------------------------------------------------
+# The watchdog
+# --------------------------------------------------------------------------
+
+_TEAM_ARG: dict[str, int] = {
+    "allgather": 2, "broadcast": 2, "scatter": 3, "gather": 3, "reduce": 4, "allreduce": 3,
+    "reduce_scatter": 3, "alltoall": 2, "team_barrier": 0,
+}  # fmt: skip
+"""Backend communications over a team, and the position of their `team`
+argument; `send`/`recv` (peer at 1, team at 2) count per pair of ranks."""
+
+
+@dataclass
+class Watchdog:
+    """This rank's watchdog. It can start before the launcher's bootstrap
+    (rank and size from the launcher's environment), so that a rank stopped
+    while the job starts is caught too; `board` and `end_job` (the
+    launcher's `abort`) are set once the bootstrap is done (until then the
+    job ends by exiting: the launcher ends the other ranks)."""
+
+    rank: int
+    size: int
+    timeout: float
+    board: Board | None = None
+    end_job: Callable[[int], Any] = os._exit
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+    seq: int = 0
+    label: str = "starting"
+    counts: dict[str, int] = field(default_factory=dict)
+    teams: dict[str, list[int]] = field(default_factory=dict)
+    _deadline: float | None = None
+    _since: float = 0.0
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _fired: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between heartbeats."""
+        return min(2.0, max(0.05, self.timeout / 20))
+
+    @property
+    def stale_s(self) -> float:
+        """A heartbeat older than this means the rank does not run."""
+        return max(5 * self.interval, 2.0)
+
+    def start(self) -> None:
+        if self.timeout <= 0 or self._thread is not None:
+            return
+        self._beat()
+        self._thread = threading.Thread(target=self._loop, name="fuserc-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    @contextmanager
+    def section(self, label: str) -> Iterator[None]:
+        """A step every rank takes (in the same order) that needs the others:
+        the job ends when it lasts longer than the timeout."""
+        self.seq += 1
+        self.label = label
+        self._since = time.time()
+        self._deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+        self._beat()
+        try:
+            yield
+        finally:
+            self._deadline = None
+
+    # ---- counting communications -------------------------------------------
+    def watch(self, backend: Any) -> None:
+        """Count the backend's communications (per team, per pair of ranks
+        for send/recv), so that a rank behind its teammates can be named."""
+        fault = _fault_for(self.rank)
+        for name, at in _TEAM_ARG.items():
+            method = getattr(backend, name, None)
+            if method is not None:
+                setattr(backend, name, self._team_counter(name, method, at, fault))
+        for name in ("send", "recv"):
+            method = getattr(backend, name, None)
+            if method is not None:
+                setattr(backend, name, self._pair_counter(name, method, fault))
+
+    def _count(self, key: str, team: Sequence[int], fault: _Fault | None) -> None:
+        if fault is not None:
+            fault.countdown -= 1
+            if fault.countdown == 0:
+                fault.strike(key)
+        counts = self.counts
+        if key not in counts:
+            self.teams[key] = list(team)
+            counts[key] = 0
+        counts[key] += 1
+
+    def _team_counter(self, name: str, method: Callable[..., Any], at: int, fault: _Fault | None) -> Callable[..., Any]:
+        keys: dict[tuple[int, ...], str] = {}
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            team = tuple(kwargs["team"] if "team" in kwargs else args[at])
+            key = keys.get(team)
+            if key is None:
+                key = keys[team] = f"{name} on team {list(team)}"
+            self._count(key, team, fault)
+            return method(*args, **kwargs)
+
+        return counted
+
+    def _pair_counter(self, name: str, method: Callable[..., Any], fault: _Fault | None) -> Callable[..., Any]:
+        rank = self.rank
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            team = tuple(kwargs.get("team", args[2] if len(args) > 2 else ()))
+            peer = team[int(kwargs.get("peer", args[1]))]
+            src, dst = (rank, peer) if name == "send" else (peer, rank)
+            self._count(f"send/recv {src}->{dst}", (src, dst), fault)
+            return method(*args, **kwargs)
+
+        return counted
+
+    # ---- the thread -----------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "seq": self.seq,
+            "label": self.label,
+            "since": self._since,
+            "counts": dict(self.counts),
+            "teams": dict(self.teams),
+        }
+
+    def _beat(self) -> None:
+        if self.board is not None and self.timeout > 0:
+            with self._lock:  # the main thread (a new section) and the heartbeat
+                self.board.write(self.record())
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._beat()
+            deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline and not self._fired:
+                self._fired = True
+                self.expire()
+
+    def message(self) -> str:
+        """What a user sees when the current section is over time."""
+        head = (
+            f"error: watchdog: {self.label} did not complete within {self.timeout:g} s "
+            f"(--watchdog SECONDS or ${WATCHDOG_ENV} sets the time; 0 turns it off)"
+        )
+        if self.board is None:
+            return head + "; which ranks did not arrive is unknown (no job folder)"
+        self._beat()
+        time.sleep(min(self.interval, 0.2))  # the other ranks' latest records
+        culprits, waiting, unknown = stragglers(self.board.read(), self.size, time.time(), self.stale_s)
+        lines = [head, *("  " + c for c in culprits)]
+        if not culprits:
+            lines.append("  every rank arrived and none completes (a deadlock in the program?)")
+        elif waiting:
+            lines.append(f"  rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} wait{'' if len(waiting) > 1 else 's'} for {'them' if len(culprits) > 1 else 'it'}")
+        if unknown:
+            lines.append(
+                f"  no record of rank{'s' if len(unknown) > 1 else ''} {_ranks(unknown)} (on another node? "
+                f"${JOB_DIR_ENV} on a shared file system lets the watchdog see them)"
+            )
+        return "\n".join(lines)
+
+    def expire(self) -> None:
+        """End the job: the first rank to notice reports, the others wait
+        for the job to end (and end it themselves if it does not)."""
+        reporter = self.board is None or self.board.claim("watchdog")
+        if reporter:
+            text = self.message()
+            try:
+                self.out.write(text + "\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                pass
+            time.sleep(REPORT_GRACE_S)
+        else:
+            time.sleep(self.stale_s + 5.0)
+        if self.board is not None and reporter:
+            self.board.remove()
+        self.end_job(1)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+@dataclass
+class _Fault:
+    """The fault $FUSERC_FAULT injects on this rank."""
+
+    kind: str
+    countdown: int
+
+    def strike(self, where: str) -> None:
+        sys.stderr.write(f"{FAULT_ENV}: {self.kind} before {where} (at {time.time():.3f})\n")
+        sys.stderr.flush()
+        if self.kind == "hang":
+            while True:
+                time.sleep(3600)
+        if self.kind == "raise":
+            raise RuntimeError(f"{FAULT_ENV}: injected failure before {where}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.kind == "exit":
+            os._exit(3)
+        signals = {"stop": signal.SIGSTOP, "segv": signal.SIGSEGV, "kill": signal.SIGKILL}
+        if self.kind == "segv":
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # not Python's faulthandler
+        os.kill(os.getpid(), signals[self.kind])
+
+
+def _fault_for(rank: int) -> _Fault | None:
+    """The fault $FUSERC_FAULT asks of this rank, or None."""
+    parts = os.environ.get(FAULT_ENV, "").strip().split(":")
+    if len(parts) < 2 or parts[1] not in FAULT_KINDS:
+        return None
+    try:
+        if int(parts[0]) != rank:
+            return None
+        return _Fault(parts[1], max(1, int(parts[2]) if len(parts) > 2 else 1))
+    except ValueError:
+        return None
