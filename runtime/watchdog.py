@@ -21,11 +21,13 @@ or whose heartbeat has stopped. The rank that notices first (an exclusive
 file on the board) prints the message; then it ends the job through its
 launcher (`abort`), which kills every rank, the stopped ones included.
 
-The watchdog needs of its launcher only `rank`, `size`, `broadcast(obj)`
-(to agree on the board's folder, once) and `abort(code)` (from any thread),
-so a launcher other than mpiexec (torchrun: torch.distributed's store and
-process group) plugs in by providing these (runtime/job.py's `Launcher`).
-The board is a local folder (`tempfile.gettempdir()`), which every rank of
+The watchdog starts before the launcher's bootstrap (rank and size from
+the launcher's environment) and needs of the launcher only `broadcast(obj)`
+(to agree on the board's folder, once) and `abort(code)` (from any thread;
+until the bootstrap is done it exits instead, and the launcher ends the
+other ranks), so a launcher other than mpiexec (torchrun: torch.distributed's
+store and process group) plugs in by providing these (runtime/job.py's
+`Launcher`). The board is a local folder (`tempfile.gettempdir()`), which every rank of
 one node shares; for a job over several nodes, `$FUSERC_JOB_DIR` names a
 folder on a shared file system, else ranks on other nodes are reported as
 unknown (the deadline still ends the job).
@@ -360,38 +362,44 @@ class Watchdog:
             if method is not None:
                 setattr(backend, name, self._pair_counter(name, method, fault))
 
-    def _count(self, key: str, team: Sequence[int], fault: _Fault | None) -> None:
-        if fault is not None:
-            fault.countdown -= 1
-            if fault.countdown == 0:
-                fault.strike(key)
-        counts = self.counts
-        if key not in counts:
-            self.teams[key] = list(team)
-            counts[key] = 0
-        counts[key] += 1
+    def _key(self, key: str, members: Sequence[int]) -> str:
+        if key not in self.counts:
+            self.teams[key] = list(members)
+            self.counts[key] = 0
+        return key
 
     def _team_counter(self, name: str, method: Callable[..., Any], at: int, fault: _Fault | None) -> Callable[..., Any]:
+        """`method`, counting each call on its team (a dictionary lookup and
+        an increment: the host's cost per communication stays small)."""
         keys: dict[tuple[int, ...], str] = {}
+        counts = self.counts
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            team = tuple(kwargs["team"] if "team" in kwargs else args[at])
+            team = kwargs["team"] if "team" in kwargs else args[at]
+            if type(team) is not tuple:
+                team = tuple(team)
             key = keys.get(team)
             if key is None:
-                key = keys[team] = f"{name} on team {list(team)}"
-            self._count(key, team, fault)
+                key = keys[team] = self._key(f"{name} on team {list(team)}", team)
+            if fault is not None:
+                fault.tick(key)
+            counts[key] += 1
             return method(*args, **kwargs)
 
         return counted
 
     def _pair_counter(self, name: str, method: Callable[..., Any], fault: _Fault | None) -> Callable[..., Any]:
-        rank = self.rank
+        """`method` (send or recv), counting each call per pair of ranks."""
+        rank, counts = self.rank, self.counts
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            team = tuple(kwargs.get("team", args[2] if len(args) > 2 else ()))
-            peer = team[int(kwargs.get("peer", args[1]))]
+            team = tuple(kwargs["team"] if "team" in kwargs else args[2])
+            peer = team[int(kwargs["peer"] if "peer" in kwargs else args[1])]
             src, dst = (rank, peer) if name == "send" else (peer, rank)
-            self._count(f"send/recv {src}->{dst}", (src, dst), fault)
+            key = self._key(f"send/recv {src}->{dst}", (src, dst))
+            if fault is not None:
+                fault.tick(key)
+            counts[key] += 1
             return method(*args, **kwargs)
 
         return counted
@@ -474,6 +482,12 @@ class _Fault:
 
     kind: str
     countdown: int
+
+    def tick(self, where: str) -> None:
+        """Before a counted communication: strike at the N-th."""
+        self.countdown -= 1
+        if self.countdown == 0:
+            self.strike(where)
 
     def strike(self, where: str) -> None:
         sys.stderr.write(f"{FAULT_ENV}: {self.kind} before {where} (at {time.time():.3f})\n")

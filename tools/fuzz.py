@@ -104,7 +104,8 @@ def _numbers(text: str, rng: random.Random, _o: Sequence[str]) -> str:
 
 
 def _word(text: str, rng: random.Random, _o: Sequence[str]) -> str:
-    pattern = r"DID[xyz]|Stream\(\d+\)|\bf32\b|\bbf16\b|\bi64\b|fusion\.\w+|%\w+|@\w+|\[-?\w*[^\]]*\]|\d+x\d+"
+    # bounded repetitions: a mutant of a line of 100,000 brackets is made in linear time
+    pattern = r"DID[xyz]|Stream\(\d+\)|\bf32\b|\bbf16\b|\bi64\b|fusion\.\w+|%\w+|@\w+|\[[^\]\[\n]{0,80}\]|\d+x\d+"
     return _replace_one(text, rng, pattern, WORDS)
 
 
@@ -291,10 +292,11 @@ def worker(pipeline: str, timeout: float, seed: int) -> None:
     with tempfile.TemporaryDirectory(prefix="fuserc-fuzz-") as d:
         for line in sys.stdin:
             index = int(line)
+            text = mutant(seeds, seed, index)
             # a mutant stuck where the alarm cannot interrupt it (C code):
             # the stack goes to stderr and the worker exits, for the driver
             faulthandler.dump_traceback_later(timeout + 5, exit=True)
-            r = run_one(index, mutant(seeds, seed, index), pipeline, timeout, Path(d))
+            r = run_one(index, text, pipeline, timeout, Path(d))
             faulthandler.cancel_dump_traceback_later()
             real_stdout.write(json.dumps(r.__dict__) + "\n")
             real_stdout.flush()
@@ -330,7 +332,7 @@ class _Worker:
         self.stderr.seek(0)
         self.stderr.truncate()
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
-        where = "worker process"
+        where = f"worker process, in {frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else "worker process"
         for marker in ("/fuserc/", "/passes/", "/dialects/", "/runtime/", "/xdsl/"):
             hits = [f for f in frames if marker in f[0] and "tools/fuzz.py" not in f[0]]
             if hits:  # faulthandler lists the innermost frame first
