@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from fuserc.diagnostics import Diagnostic
+
 POLL_S = 0.002
 """How often a barrier with a time limit polls for completion."""
 
