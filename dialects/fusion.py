@@ -1,6 +1,6 @@
 """The fusion dialect: tensor ops at global shapes, sharding in the tensor type.
 
-Every op has one custom form (DESIGN.md 2.3):
+Every op has one custom form (docs/language.md):
 
     %y = fusion.OP %a, %b KEY = VALUE ... {attr-dict} : (T0, T1) -> T2
 

@@ -1,4 +1,4 @@
-"""Reshards lowered to communications: the table of DESIGN.md section 3.
+"""Reshards lowered to communications: the table of docs/passes.md.
 
 `lower_set` lowers one `fusion.set %x : (A) -> B` on buffers in memory order
 (shardings and shape permuted by the buffers' alloc_order). A set that is one

@@ -687,7 +687,7 @@ class _FunctionLowering:
 
 @dataclass(frozen=True)
 class LowerToHostIR(ModulePass):
-    """Turns every fusion function into a host program (DESIGN.md section 3,
+    """Turns every fusion function into a host program (docs/passes.md,
     pass 3). Option `backend` (nccl, cuda_ipc, mpi) is the backend named on
     every communication."""
 

@@ -1,6 +1,6 @@
 """make-resharding-contiguous: split every resharding op into local compute
 and pure reshards, and lay buffers out so that communication is contiguous
-(DESIGN.md section 3, pass 2). docs/passes.md has the full contract.
+docs/passes.md has the full contract.
 
 Input: every tensor of a sharded function has a sharding (run
 propagate-shardings first); functions with no sharding at all are left alone.
@@ -52,7 +52,7 @@ one alone; each L needs operands resharded to
 sharding_rules.required_operands(L) and a reshard L -> R after. The
 candidate with the least communication wins (reshard_util.plan_reshard's
 estimate), then fewer reshard steps, then the smaller local result (less
-redundant compute). One exception keeps DESIGN.md 2.4's pipelined
+redundant compute). One exception keeps the headline pipelined
 AllGather+GEMM: when R has a Stream(S) split on a dimension whose operand
 block must be gathered, that candidate wins and the gathering set's result
 carries the Stream split. A linear with a bias whose contraction is split

@@ -58,7 +58,7 @@ from fuserc.sharding import Mesh, Sharding
 
 @dataclass(frozen=True)
 class PropagateShardings(ModulePass):
-    """Gives every unannotated tensor a sharding (DESIGN.md section 3, pass 1)."""
+    """Gives every unannotated tensor a sharding (docs/passes.md)."""
 
     name = "propagate-shardings"
 

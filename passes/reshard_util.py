@@ -2,7 +2,7 @@
 establishes and lower-to-host-ir reads.
 
 A *pure reshard* is a `fusion.set` whose operand and result differ only in
-sharding. `reshard_step` names the one communication it is (DESIGN.md 3's
+sharding. `reshard_step` names the one communication it is (docs/passes.md's
 table), or None when it changes several things at once; `plan_reshard`
 decomposes any change of placement into a cheapest chain of such steps.
 Steps work on placements (`Sharding.placement`): Stream splits inside the

@@ -1,5 +1,5 @@
 """stream-pipeline: ops with a Stream(S) split become host loops over S
-chunks on rotating streams (DESIGN.md section 3 pass 4; docs/passes.md).
+chunks on rotating streams (docs/passes.md).
 
 Input: host programs from lower-to-host-ir, whose ops carry the markers of
 docs/passes.md (`hir.stream = [dim, S]`, `hir.reshard = "FROM->TO"`). The
@@ -74,7 +74,7 @@ AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
 @dataclass(frozen=True)
 class StreamPipeline(ModulePass):
     """Pipelines every Stream split (and, with `auto`, sites that pay) into
-    host loops over chunks on rotating streams (DESIGN.md section 3 pass 4).
+    host loops over chunks on rotating streams (docs/passes.md).
 
     Options: `algorithm` (auto|collective|ring|none), `num_streams` (the
     worker stream pool; 0: one per chunk, at most 8), `chunks` (S for sites

@@ -6,7 +6,7 @@ the buffer's memory order) and every communication of a reshard with
 `hir.reshard = "FROM->TO"`. A *site* is what stream-pipeline turns into one
 pipeline, in one block:
 
-- ALLGATHER (a device's block is a chunk, DESIGN.md's AllGather + GEMM):
+- ALLGATHER (a device's block is a chunk, the headline AllGather + GEMM):
   `hir.allgather %x, %xg` waited at once, then (optionally) a GEMM whose
   input is `%xg`, rows along dim 0; written as `x [DIDx, -]` to `[Stream(S),
   -]` (the allgather or the GEMM marked `[0, S]`).

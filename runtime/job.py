@@ -1,8 +1,8 @@
 """A job of one process per rank: what ends it, and what a user sees then.
 
 Every rank runs the same steps; a failure on any rank must end the whole
-job promptly with one copy of its message, never a hang (DESIGN.md
-sections 5 and 6). Three cases:
+job promptly with one copy of its message, never a hang (docs/runtime.md,
+Failure handling). Three cases:
 
 - **Every rank knows the outcome.** Steps without communication (reading
   and compiling the program, loading the inputs) end in an *agreement*

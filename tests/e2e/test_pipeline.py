@@ -3,7 +3,7 @@
 reference (what `fuserc run --check` does).
 
 The programs are tests/e2e/programs/pipeline/*.mlir (the rows of the
-reshard table of DESIGN.md section 3 and Stream splits, `rt_*`; the cases of
+reshard table of docs/passes.md and Stream splits, `rt_*`; the cases of
 the sharding passes, `case_*`; more ops, `ops_*`; results, `ret_*`), the
 examples, and generated programs of random reshards between every kind of
 placement. A program is a template (tests/e2e/harness.py): `${...}` are
@@ -218,7 +218,7 @@ def test_program(case: Case, pipe: str, batch: Any) -> None:
 
 
 def test_every_reshard_table_row_has_a_program() -> None:
-    """DESIGN.md section 3's table, row by row, and the sharding passes'
+    """docs/passes.md's reshard table, row by row, and the sharding passes'
     cases each have a program here."""
     names = {p.stem for p in PIPELINE_PROGRAMS.glob("*.mlir")}
     rows = {

@@ -1,7 +1,7 @@
 // Every program in examples/ verifies and round-trips: its printed custom
 // form parses to the same text, and so does its generic form.
 // RUN: %python %S/Inputs/roundtrip.py %examples/*.mlir | filecheck %s
-// The headline AllGather + GEMM of DESIGN.md 2.4, printed as written there.
+// The headline AllGather + GEMM of docs/language.md, printed as written there.
 // RUN: %fuserc opt %examples/allgather_matmul_large.mlir | filecheck %s --check-prefix=LARGE
 
 // CHECK-DAG: roundtrip ok: allgather_matmul.mlir

@@ -5,7 +5,7 @@
 // dimension is one allgather per stream chunk (a hir.for that
 // stream-pipeline runs on rotating streams).
 
-// The pattern of DESIGN.md 2.2: x [Stream(2)*DIDx, -] to [Stream(2), -]
+// The pattern of docs/language.md: x [Stream(2)*DIDx, -] to [Stream(2), -]
 // for the GEMM; and relu keeps the interleaved placement of its operand.
 !s = tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2)*DIDx, -]>>
 !w = tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>

@@ -1,7 +1,7 @@
 // RUN: %fuserc opt -p lower-to-host-ir --split-input-file %s | filecheck %s
 // RUN: %fuserc opt -p lower-to-host-ir --split-input-file %s | %fuserc opt --split-input-file - | filecheck %s
 
-// Every row of the reshard table on a 1-D mesh (DESIGN.md section 3): each
+// Every row of the reshard table on a 1-D mesh (docs/passes.md): each
 // fusion.set becomes its communication, inside the mesh's hir.if_rank.
 
 // DIDx -> -: Allgather over the mesh, straight into the result buffer (the

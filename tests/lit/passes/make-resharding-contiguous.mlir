@@ -279,7 +279,7 @@ func.func @reduce_to_one(%x: tensor<8x64xf32, #fusion.sharding<@tp, [-, DIDx]>>)
 
 // -----
 
-// DIDx -> Stream(4): AllGather+GEMM (DESIGN.md 2.4) stays one set, whose
+// DIDx -> Stream(4): AllGather+GEMM (docs/language.md) stays one set, whose
 // result carries the Stream split, followed by the local matmul.
 fusion.mesh @tp shape = [4]
 // CHECK-LABEL: func.func @stream

@@ -1,4 +1,4 @@
-// A Stream split outside a device split (DESIGN.md 2.2): each device holds
+// A Stream split outside a device split (docs/language.md): each device holds
 // one block of each of the 2 stream chunks. The GEMM gathers it chunk by
 // chunk (x [Stream(2)*DIDx, -] to [Stream(2), -]); a pointwise op keeps the
 // interleaved placement; columns are reached by a gather then a slice; a

@@ -1,5 +1,5 @@
 // Reshard table, `DIDx` to `Stream(d)` on the same dimension: the
-// AllGather + GEMM of DESIGN.md 2.4, with S = d and S = 2d chunks, by
+// AllGather + GEMM of docs/language.md, with S = d and S = 2d chunks, by
 // matmul and by linear (with bias).
 !x = tensor<48x16x${T}, #fusion.sharding<@tp, [DIDx, -]>>
 !w = tensor<16x8x${T}, #fusion.sharding<@tp, [-, -]>>
