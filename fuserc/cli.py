@@ -100,6 +100,7 @@ def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 @click.option("--verify-diagnostics", is_flag=True, help="Check diagnostics against expected-error comments.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
 @click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
+@click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4).")
 @click.option("--list-passes", is_flag=True, expose_value=False, is_eager=True, callback=_list_passes, help="List every pass with its options, their defaults and meaning, and the pipelines; then exit.")
 def opt(
     file: str,
@@ -110,6 +111,7 @@ def opt(
     verify_diagnostics: bool,
     print_ir_after_all: bool,
     time_passes: bool,
+    meshes: tuple[str, ...],
 ) -> None:
     """Parse FILE (or - for stdin), run passes, print the IR.
 
@@ -122,6 +124,9 @@ def opt(
     from fuserc import expected, ir
     from fuserc import pipeline as pl
 
+    from fuserc.run_cli import mesh_options
+
+    shapes = mesh_options(meshes)
     if output == "-":
         output = None
     if output:
@@ -141,7 +146,7 @@ def opt(
     for offset, chunk in chunks:
         produced: list[Diagnostic] = []
         try:
-            outputs.append(_process(chunk, name, passes, after, timings, print_generic))
+            outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes))
         except Diagnostic as d:
             if not verify_diagnostics:
                 if not split_input_file:
@@ -185,6 +190,7 @@ def _process(
     after: Callable[[str, ModuleOp], None] | None,
     timings: list[list[tuple[str, float]]],
     generic: bool,
+    meshes: dict[str, tuple[int, ...]],
 ) -> str:
     """Parse, verify and transform one input; the printed result."""
     from xdsl.utils.exceptions import DiagnosticException
@@ -193,7 +199,7 @@ def _process(
     from fuserc import pipeline as pl
 
     ctx = ir.make_context()
-    module = ir.parse(chunk, name, ctx)
+    module = ir.parse(chunk, name, ctx, meshes)
     runner = pl.PassRunner(passes, after)
     try:
         runner.run(ctx, module)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
@@ -155,8 +155,12 @@ def _parse_error(e: ParseError) -> Diagnostic:
     return Diagnostic(e.msg, Location(loc.file, loc.line, loc.col), context)
 
 
-def parse(text: str, filename: str = "<stdin>", ctx: Context | None = None) -> ModuleOp:
-    """Parse and verify a module; every failure is a located Diagnostic."""
+def parse(
+    text: str, filename: str = "<stdin>", ctx: Context | None = None, meshes: Mapping[str, tuple[int, ...]] | None = None
+) -> ModuleOp:
+    """Parse and verify a module; every failure is a located Diagnostic.
+    `meshes` gives declared meshes new shapes before verification
+    (`resize_meshes`)."""
     check_nesting(text, filename)
     parser: _LocatingParser | None = None
     try:
@@ -170,8 +174,39 @@ def parse(text: str, filename: str = "<stdin>", ctx: Context | None = None) -> M
             loc = parser._current_token.span.get_location()
             where = Location(filename, loc.line, loc.col)
         raise Diagnostic("input nested too deeply to parse", where) from None
+    if meshes:
+        resize_meshes(module, meshes)
     verify(module)
     return module
+
+
+def resize_meshes(module: ModuleOp, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Give the named meshes new shapes, with devices 0..n-1 (`--mesh
+    tp=2`): one program, written for a mesh of 4, runs on jobs of 1 and 2
+    ranks. Shardings that no longer divide are the verifier's diagnostics."""
+    from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, i64
+
+    from fuserc.dialects.fusion import MeshOp
+
+    declared = {op.sym_name.data: op for op in module.ops if isinstance(op, MeshOp)}
+    for name, shape in shapes.items():
+        op = declared.get(name)
+        if op is None:
+            known = ", ".join(f"@{n}" for n in declared) or "none"
+            raise Diagnostic(f"--mesh {name}=...: the program declares no mesh @{name} (it declares {known})")
+        op.properties["shape"] = ArrayAttr([IntegerAttr(n, i64) for n in shape])
+        op.properties.pop("devices", None)
+
+
+def mesh_option(text: str) -> tuple[str, tuple[int, ...]]:
+    """`NAME=SHAPE` of `--mesh` (`tp=2`, `grid=2x4`); ValueError if malformed."""
+    m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip())
+    if m is None:
+        raise ValueError(f"expected NAME=SHAPE (tp=2, grid=2x4), got {text!r}")
+    shape = tuple(int(n) for n in m.group(2).split("x"))
+    if 0 in shape:
+        raise ValueError(f"a mesh has at least one device per axis, got {text!r}")
+    return m.group(1), shape
 
 
 def check_nesting(text: str, filename: str) -> None:

@@ -159,6 +159,7 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams: of the last timed run with --iters, else of a run after one untraced run.")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
+@click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", callback=lambda c, p, v: mesh_options(v), help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4): run one program on jobs of several sizes.")
 @click.option("--watchdog", "watchdog_s", type=float, default=None, help="End the job when a run or a collective takes longer than this many seconds, naming the ranks that did not arrive (default $FUSERC_WATCHDOG, else 600; 0: off).")
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error (also $FUSERC_DEBUG=1).")
 def run(
@@ -174,6 +175,7 @@ def run(
     iters: int | None,
     trace_path: str | None,
     print_host_ir: bool,
+    meshes: dict[str, tuple[int, ...]],
     watchdog_s: float | None,
     debug: bool,
 ) -> None:
@@ -203,7 +205,7 @@ def run(
 
     job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
-        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path
+        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes
     )
     job.run(lambda: _run(options, job))
 
@@ -222,6 +224,21 @@ class _Options:
     iters: int | None
     print_host_ir: bool
     trace: str | None = None
+    meshes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """`--mesh NAME=SHAPE` options as {name: shape}; bad usage if malformed."""
+    from fuserc.ir import mesh_option
+
+    out: dict[str, tuple[int, ...]] = {}
+    for v in values:
+        try:
+            name, shape = mesh_option(v)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--mesh'") from None
+        out[name] = shape
+    return out
 
 
 def read_shared_source(job: Any, path: str) -> tuple[str, str]:
@@ -257,7 +274,7 @@ def _run(o: _Options, job: Any) -> int:
     fallback = None
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
-        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size)
+        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes)
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "

@@ -10,7 +10,7 @@ global results back).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,17 +60,23 @@ class Compiled:
 
 
 def compile_module(
-    text: str, filename: str, entry: str = "main", pipeline: str = "default", ranks: int | None = None
+    text: str,
+    filename: str,
+    entry: str = "main",
+    pipeline: str = "default",
+    ranks: int | None = None,
+    meshes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Compiled:
     """Parse, verify and lower `text`; every failure is a Diagnostic. With
     `ranks` (the job's size), a mesh needing more ranks is refused before
-    any pass runs: lowering for a mesh takes work in its size."""
+    any pass runs: lowering for a mesh takes work in its size. `meshes`
+    resizes declared meshes (`fuserc.ir.resize_meshes`)."""
     from fuserc import ir
     from fuserc import pipeline as pl
 
     passes = pl.build(pipeline)
     ctx = ir.make_context()
-    module = ir.parse(text, filename, ctx)
+    module = ir.parse(text, filename, ctx, meshes)
     if ranks is not None:
         _check_meshes_fit(module, ranks)
     source = module.clone()
