@@ -138,6 +138,7 @@ class MakeReshardingContiguous(ModulePass):
             _require_shardings(func)
             _expand_nonlocal(func, meshes)
             _Decomposer(meshes, resharding).run(func)
+            _share_equal_sets(func)
             _split_multi_step_sets(func, meshes)
             _Layouts(meshes).run(func)
         problems = check_contract(op, resharding)
@@ -148,6 +149,25 @@ class MakeReshardingContiguous(ModulePass):
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
+
+
+def _share_equal_sets(func: FuncOp) -> None:
+    """One reshard per value and sharding: q, k and v of attention read one
+    gathered copy of their input, not three. The first set of a block
+    dominates the later ones. A set whose result has a Stream split stays
+    one per user: it is a pipelined site with its own consumer."""
+    for block in func.body.blocks:
+        first: dict[tuple[SSAValue, TensorType], SetOp] = {}
+        for o in list(block.ops):
+            if not isinstance(o, SetOp):
+                continue
+            s = sharding_of(o.results[0])
+            if s is None or s.stream_dim() is not None:
+                continue
+            kept = first.setdefault((o.operands[0], o.results[0].type), o)
+            if kept is not o:
+                o.results[0].replace_all_uses_with(kept.results[0])
+                Rewriter.erase_op(o)
 
 
 def _tensor_values(func: FuncOp) -> list[SSAValue]:
