@@ -556,9 +556,10 @@ class FusionOp(IRDLOperation):
         raise error_at(self, f"'{self.name}' has no derivative rule")
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
-        """The range [low, high) operand i must lie in for the op to be
-        defined (an embedding's ids, log's argument), so that random inputs
-        (`fuserc run` without -i) keep programs well defined; None: any."""
+        """The range [low, high) random values of operand i are drawn from
+        (`fuserc run` without -i): where the op is defined (an embedding's
+        ids, log's argument) and well conditioned (weights scaled as PyTorch
+        initializes them); None: standard normal values."""
         return None
 
     def expand(self, b: Any) -> SSAValue | None:

@@ -8,6 +8,8 @@ and the bias added once after it.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import TensorType
@@ -40,6 +42,15 @@ def matmul_targets(a: Shape, b: Shape, r: Shape) -> tuple[tuple[Target, ...], tu
     return side(a, True), side(b, False)
 
 
+def weight_domain(fan_in: int) -> tuple[float, float]:
+    """Random weights as `torch.nn.Linear` initializes them, uniform in
+    +-1/sqrt(fan_in): a random program's activations stay of order one
+    (standard normal weights grow them by sqrt(fan_in) per GEMM, and
+    saturate the softmax of attention)."""
+    bound = 1.0 / math.sqrt(max(fan_in, 1))
+    return (-bound, bound)
+
+
 @irdl_op_definition
 class MatmulOp(FusionOp):
     """`torch.matmul`: 1-D and N-D operands with broadcast batch dims."""
@@ -63,6 +74,9 @@ class MatmulOp(FusionOp):
         import torch
 
         return torch.matmul(args[0], args[1])
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return weight_domain(shape_of(self.lhs)[-1]) if i == 1 else None
 
 
 @irdl_op_definition
@@ -95,6 +109,9 @@ class LinearOp(FusionOp):
         import torch.nn.functional as F
 
         return F.linear(args[0], args[1], args[2] if len(args) > 2 else None)
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return weight_domain(shape_of(self.weight)[-1]) if i in (1, 2) else None
 
     def expand(self, b: Any) -> Any:
         """With a bias and its contraction split: the linear without bias (a

@@ -129,6 +129,11 @@ class NormOp(FusionOp):
             raise VerifyException(f"eps = {eps} must be >= 0")
         return x
 
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        """A weight near one and a bias near zero (PyTorch initializes them
+        to exactly that), so random programs stay well conditioned."""
+        return {1: (0.5, 1.5), 2: (-0.5, 0.5)}.get(i)
+
     def normalized_dims(self) -> list[int]:
         x = shape_of(self.operands[0])
         return sorted(normalized(self.keyword("dims"), len(x)))

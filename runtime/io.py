@@ -239,9 +239,10 @@ def random_inputs(
 
 
 def input_domains(func: Any) -> list[tuple[float, float] | None]:
-    """Per argument of a fusion function, the range its values must lie in
-    for the ops using it to be defined (`FusionOp.operand_domain`: ids of an
-    embedding, labels of a cross_entropy, arguments of log), followed
+    """Per argument of a fusion function, the range its random values are
+    drawn from for the ops using it to be defined and well conditioned
+    (`FusionOp.operand_domain`: ids of an embedding, labels of a
+    cross_entropy, arguments of log, weights of a GEMM or a norm), followed
     through ops that only move elements (reshape, permute, set, ...); the
     intersection where several uses say one; None where none does."""
     from fuserc.dialects.fusion import FusionOp
