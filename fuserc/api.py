@@ -341,7 +341,7 @@ class FusionDefinition:
             )
             tys = ", ".join(t.type_text() for t in op.operands)
             lines.append(
-                f"  %{op.result.name} = fusion.{op.name} {operands}{kws}{attrs} : ({tys}) -> {op.result.type_text()}"
+                f"  %{op.result.name} = fusion.{op.name}{' ' if operands else ''}{operands}{kws}{attrs} : ({tys}) -> {op.result.type_text()}"
             )
         outs = ", ".join(f"%{t.name}" for t in self._outputs)
         out_tys = ", ".join(t.type_text() for t in self._outputs)
