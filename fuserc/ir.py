@@ -144,6 +144,8 @@ class _LocatingParser(Parser):
             op = super().parse_operation()
         except VerifyException as e:
             raise ParseError(start, str(e)) from None
+        except ArithmeticError as e:  # xDSL verifying an attribute such as `array<i0: 0>`
+            raise ParseError(start, f"invalid attribute in this op ({type(e).__name__}: {e})") from None
         if isinstance(op.location, UnknownLoc):
             op.location = self._file_loc(start)
         return op

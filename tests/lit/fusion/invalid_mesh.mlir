@@ -114,3 +114,9 @@ fusion.mesh @a shape = [99999999999, 99999999999]
 
 // expected-error @+1 {{mesh @a of shape [2048, 4096] has 8388608 devices; a mesh has at most 4194304}}
 fusion.mesh @a shape = [2048, 4096]
+
+// -----
+
+// An attribute xDSL cannot verify (a dense array of a zero-width integer) is a diagnostic, not a crash.
+// expected-error @+1 {{invalid attribute in this op (ZeroDivisionError: integer modulo by zero)}}
+fusion.mesh @tp shape = [4] {alloc_order = array<i0: 0>}
