@@ -71,7 +71,10 @@ def check_global_input(value: np.ndarray | torch.Tensor, spec: ValueSpec, source
         raise Diagnostic(f"{where}: expected an array, got {type(value).__name__}")
     if got_shape != spec.global_shape or not ok:
         raise _mismatch(spec, where, got_dtype, got_shape)
-    t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value.detach().cpu()
+    if isinstance(value, np.ndarray):  # (ascontiguousarray makes a rank-0 array rank 1)
+        t = torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))
+    else:
+        t = value.detach().cpu()
     return t.to(spec.dtype)
 
 

@@ -89,6 +89,9 @@ def test_load_inputs(tmp_path: Path) -> None:
     np.save(tmp_path / "b.npy", np.ones((3,), np.float32))
     values = io.load_inputs([str(tmp_path / "a.npy"), str(tmp_path / "b.npy")], params)
     assert [tuple(v.shape) for v in values] == [(4, 3), (3,)]
+    np.save(tmp_path / "seed.npy", np.array(7, np.int64))  # a rank-0 argument stays rank 0
+    (seed,) = io.load_inputs([str(tmp_path / "seed.npy")], [spec((), [], mesh, dtype=torch.int64)])
+    assert seed.shape == () and seed.item() == 7
     with pytest.raises(Diagnostic, match="takes 2 inputs, got 1"):
         io.load_inputs([str(tmp_path / "a.npy")], params)
     with pytest.raises(Diagnostic, match=r"argument #1 \(.*missing.npy\): cannot read it: No such file"):
