@@ -388,4 +388,17 @@ def computes_locally(
             dims[r] = res.dims[r]
         if _valid_types(dims, local.partial):
             local = local.with_dims(dims)
-    return local.same_placement(res)
+    mesh = mesh_of(res.mesh)
+    return _over_devices(local, mesh).same_placement(_over_devices(res, mesh))
+
+
+def _over_devices(s: Sharding, mesh: Mesh | None) -> Sharding:
+    """`s` without its device splits over mesh axes of one device: they
+    place nothing (`[DIDy*Stream(2)]` on a mesh [1, 2] is `[Stream(2)]`)."""
+    if mesh is None or s.mesh != mesh.name:
+        return s
+    ones = {p for p in ("DIDx", "DIDy", "DIDz")[: len(mesh.shape)] if mesh.axis_size(p) == 1}
+    if not ones:
+        return s
+    dims = [tuple(x for x in d if x.is_stream or x.ptype not in ones) for d in s.dims]
+    return s.with_dims(dims).with_partial(None if s.partial in ones else s.partial)
