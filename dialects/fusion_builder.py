@@ -102,7 +102,9 @@ class FusionBuilder:
         `placed_as`, the result is placed as that value (where it has a
         sharding): an op with no operands to take one from, an iota say,
         then computes only the blocks its users need."""
-        like = next((v for v in operands if isinstance(v, SSAValue)), None)
+        tensors = [v for v in operands if isinstance(v, SSAValue)]
+        # numbers take the element type of the values they combine with (not of a where's condition)
+        like = next((v for v in tensors if v.type.element_type != i1), tensors[0] if tensors else None)  # type: ignore[attr-defined]
         values = [v if isinstance(v, SSAValue) else self.constant(v, like=like) for v in operands]
         placed = sharding_of(placed_as) if placed_as is not None else None
         encoding = ShardingAttr.get(placed.placement().with_partial(None)) if placed is not None else None

@@ -13,10 +13,12 @@ import math
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import TensorType
+from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, result_def
 
 from fuserc import shapes
 from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion_grad import unbroadcast
 from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, ONE, EvalContext, OpMap, Target
 
 
@@ -51,6 +53,12 @@ def weight_domain(fan_in: int) -> tuple[float, float]:
     return (-bound, bound)
 
 
+def transposed(b: Any, v: SSAValue) -> SSAValue:
+    """`v` with its last two dimensions swapped."""
+    r = len(shape_of(v))
+    return b.op("permute", v, dims=[*range(r - 2), r - 1, r - 2])
+
+
 @irdl_op_definition
 class MatmulOp(FusionOp):
     """`torch.matmul`: 1-D and N-D operands with broadcast batch dims."""
@@ -77,6 +85,28 @@ class MatmulOp(FusionOp):
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
         return weight_domain(shape_of(self.lhs)[-1]) if i == 1 else None
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        a, c = self.lhs, self.rhs
+        sa, sc = shape_of(a), shape_of(c)
+        if len(sa) == 1 and len(sc) == 1:  # a dot product
+            return [b.op("mul", g, c), b.op("mul", g, a)]
+        if len(sa) == 1:  # [K] @ [..., K, N] -> [..., N]
+            ga = b.op("matmul", c, b.op("reshape", g, shape=[*shape_of(g), 1]))
+            gc = b.op("mul", b.op("reshape", a, shape=[sa[0], 1]), b.op("reshape", g, shape=[*shape_of(g)[:-1], 1, sc[-1]]))
+            return [unbroadcast(b, b.op("reshape", ga, shape=list(shape_of(ga)[:-1])), sa), unbroadcast(b, gc, sc)]
+        if len(sc) == 1:  # [..., M, K] @ [K] -> [..., M]
+            g1 = b.op("reshape", g, shape=[*shape_of(g), 1])
+            ga = b.op("mul", g1, c)
+            gc = b.op("mul", g1, a)
+            return [ga, unbroadcast(b, gc, sc)]
+        ga = b.op("matmul", g, transposed(b, c))
+        if len(sc) == 2:  # rows of every batch against one matrix: one GEMM over all rows
+            rows = math.prod(sa[:-1])
+            a2 = b.op("reshape", a, shape=[rows, sa[-1]]) if len(sa) > 2 else a
+            g2 = b.op("reshape", g, shape=[rows, sc[-1]]) if len(sa) > 2 else g
+            return [ga, b.op("matmul", transposed(b, a2), g2)]
+        return [unbroadcast(b, ga, sa), unbroadcast(b, b.op("matmul", transposed(b, a), g), sc)]
 
 
 @irdl_op_definition
@@ -126,6 +156,28 @@ class LinearOp(FusionOp):
             return None
         y = b.op("linear", self.input, self.weight, hint="nobias")
         return b.op("add", y, self.bias)
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """x: g @ w; w: g^T @ x over every row (one GEMM); bias: g summed
+        over the rows."""
+        x, w = self.input, self.weight
+        sx, sw = shape_of(x), shape_of(w)
+        if len(sw) == 1:  # [..., in] . [in] -> [...]
+            g1 = b.op("reshape", g, shape=[*shape_of(g), 1])
+            grads = [b.op("mul", g1, w), unbroadcast(b, b.op("mul", g1, x), sw)]
+        else:
+            gx = b.op("matmul", g, w)
+            if len(sx) == 1:
+                gw = b.op("mul", b.op("reshape", g, shape=[sw[0], 1]), b.op("reshape", x, shape=[1, sw[1]]))
+            else:
+                rows = math.prod(sx[:-1])
+                g2 = b.op("reshape", g, shape=[rows, sw[0]]) if len(sx) > 2 else g
+                x2 = b.op("reshape", x, shape=[rows, sw[1]]) if len(sx) > 2 else x
+                gw = b.op("matmul", transposed(b, g2), x2)
+            grads = [gx, gw]
+        if self.bias is not None:
+            grads.append(unbroadcast(b, g, shape_of(self.bias)))
+        return grads
 
 
 OPS: tuple[type[FusionOp], ...] = (MatmulOp, LinearOp)

@@ -15,12 +15,13 @@ import math
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, FloatAttr, IntegerAttr, StringAttr, TensorType
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_attr_def, prop_def, result_def
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, elem_ok, is_float
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, elem_ok, is_float, shape_of
+from fuserc.dialects.fusion_grad import unbroadcast
 from fuserc.dialects.interfaces import (
     ALL,
     NONE,
@@ -82,6 +83,13 @@ class UnaryOp(PointwiseOp):
     def kernel(self, m: Math, a: Any) -> Any:
         return getattr(m, self.TORCH)(a)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [self.derivative(b, self.operands[0], self.results[0], g)]
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        """The cotangent of x from g, the cotangent of y = op(x)."""
+        return FusionOp.vjp(self, b, g)[0]  # type: ignore[return-value]  (raises: no rule)
+
 
 @irdl_op_definition
 class ReluOp(UnaryOp):
@@ -92,6 +100,9 @@ class ReluOp(UnaryOp):
     def kernel(self, m: Math, a: Any) -> Any:  # NaN stays NaN, as torch.relu
         return m.where(m.lt(a, m.const(0)), m.const(0), a)
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("where", b.op("gt", x, 0.0), g, 0.0)
+
 
 @irdl_op_definition
 class NegOp(UnaryOp):
@@ -100,6 +111,9 @@ class NegOp(UnaryOp):
     TORCH: ClassVar[str] = "neg"
     CARRIES: ClassVar[str] = ALL
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("neg", g)
+
 
 @irdl_op_definition
 class AbsOp(UnaryOp):
@@ -107,11 +121,17 @@ class AbsOp(UnaryOp):
     ELEMENTS: ClassVar[str] = "num"
     TORCH: ClassVar[str] = "abs"
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("where", b.op("gt", x, 0.0), g, b.op("where", b.op("lt", x, 0.0), b.op("neg", g), 0.0))
+
 
 @irdl_op_definition
 class ExpOp(UnaryOp):
     name = "fusion.exp"
     TORCH: ClassVar[str] = "exp"
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, y)
 
 
 @irdl_op_definition
@@ -120,11 +140,17 @@ class LogOp(UnaryOp):
     TORCH: ClassVar[str] = "log"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("div", g, x)
+
 
 @irdl_op_definition
 class TanhOp(UnaryOp):
     name = "fusion.tanh"
     TORCH: ClassVar[str] = "tanh"
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, b.op("sub", 1.0, b.op("mul", y, y)))
 
 
 @irdl_op_definition
@@ -134,6 +160,9 @@ class SigmoidOp(UnaryOp):
 
     def kernel(self, m: Math, a: Any) -> Any:
         return m.div(m.const(1), m.add(m.const(1), m.exp(m.neg(a))))
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, b.op("mul", y, b.op("sub", 1.0, y)))
 
 
 @irdl_op_definition
@@ -147,6 +176,10 @@ class SiluOp(UnaryOp):
 
     def kernel(self, m: Math, a: Any) -> Any:
         return m.div(a, m.add(m.const(1), m.exp(m.neg(a))))
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        s = b.op("sigmoid", x)
+        return b.op("mul", g, b.op("mul", s, b.op("add", 1.0, b.op("mul", x, b.op("sub", 1.0, s)))))
 
 
 @irdl_op_definition
@@ -179,12 +212,28 @@ class GeluOp(UnaryOp):
             return m.mul(m.mul(half, a), m.add(one, m.tanh(inner)))
         return m.mul(m.mul(half, a), m.add(one, m.erf(m.mul(a, m.const(math.sqrt(0.5))))))
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        if self.form == "tanh":  # d/dx 0.5 x (1 + tanh(u)), u = c (x + k x^3)
+            c, k = math.sqrt(2 / math.pi), 0.044715
+            t = b.op("tanh", b.op("mul", c, b.op("add", x, b.op("mul", k, b.op("mul", x, b.op("mul", x, x))))))
+            du = b.op("mul", c, b.op("add", 1.0, b.op("mul", 3 * k, b.op("mul", x, x))))
+            inner = b.op("mul", b.op("mul", 0.5, x), b.op("mul", b.op("sub", 1.0, b.op("mul", t, t)), du))
+            d = b.op("add", b.op("mul", 0.5, b.op("add", 1.0, t)), inner)
+        else:  # Phi(x) + x phi(x)
+            cdf = b.op("mul", 0.5, b.op("add", 1.0, b.op("erf", b.op("mul", x, math.sqrt(0.5)))))
+            pdf = b.op("mul", 1 / math.sqrt(2 * math.pi), b.op("exp", b.op("mul", -0.5, b.op("mul", x, x))))
+            d = b.op("add", cdf, b.op("mul", x, pdf))
+        return b.op("mul", g, d)
+
 
 @irdl_op_definition
 class RsqrtOp(UnaryOp):
     name = "fusion.rsqrt"
     TORCH: ClassVar[str] = "rsqrt"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, b.op("mul", -0.5, b.op("mul", y, b.op("mul", y, y))))
 
 
 @irdl_op_definition
@@ -193,11 +242,17 @@ class SqrtOp(UnaryOp):
     TORCH: ClassVar[str] = "sqrt"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("div", b.op("mul", g, 0.5), y)
+
 
 @irdl_op_definition
 class ErfOp(UnaryOp):
     name = "fusion.erf"
     TORCH: ClassVar[str] = "erf"
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, b.op("mul", 2.0 / math.sqrt(math.pi), b.op("exp", b.op("neg", b.op("mul", x, x)))))
 
 
 @irdl_op_definition
@@ -209,17 +264,26 @@ class ReciprocalOp(UnaryOp):
         return m.div(m.const(1), a)
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("neg", b.op("mul", g, b.op("mul", y, y)))
+
 
 @irdl_op_definition
 class SinOp(UnaryOp):
     name = "fusion.sin"
     TORCH: ClassVar[str] = "sin"
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("mul", g, b.op("cos", x))
+
 
 @irdl_op_definition
 class CosOp(UnaryOp):
     name = "fusion.cos"
     TORCH: ClassVar[str] = "cos"
+
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("neg", b.op("mul", g, b.op("sin", x)))
 
 
 @irdl_op_definition
@@ -251,6 +315,9 @@ class CastOp(UnaryOp):
         assert isinstance(res, TensorType)
         return m.cast(a, torch_dtype(res.element_type))
 
+    def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        return b.op("cast", g, dtype=x.type.element_type)  # type: ignore[attr-defined]
+
 
 # ---- binary -------------------------------------------------------------------
 
@@ -272,12 +339,24 @@ class BinaryOp(PointwiseOp):
     def kernel(self, m: Math, a: Any, b: Any) -> Any:
         return getattr(m, self.TORCH)(a, b)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        a, c = self.operands
+        ga, gc = self.derivatives(b, a, c, self.results[0], g)
+        return [unbroadcast(b, ga, shape_of(a)), unbroadcast(b, gc, shape_of(c))]
+
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """The cotangents of a and c (at y's shape) from g, that of y = op(a, c)."""
+        return FusionOp.vjp(self, b, g)  # type: ignore[return-value]  (raises: no rule)
+
 
 @irdl_op_definition
 class AddOp(BinaryOp):
     name = "fusion.add"
     TORCH: ClassVar[str] = "add"
     CARRIES: ClassVar[str] = ALL
+
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        return g, g
 
 
 @irdl_op_definition
@@ -286,12 +365,18 @@ class SubOp(BinaryOp):
     TORCH: ClassVar[str] = "sub"
     CARRIES: ClassVar[str] = ALL
 
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        return g, b.op("neg", g)
+
 
 @irdl_op_definition
 class MulOp(BinaryOp):
     name = "fusion.mul"
     TORCH: ClassVar[str] = "mul"
     CARRIES: ClassVar[str] = ONE
+
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        return b.op("mul", g, c), b.op("mul", g, a)
 
 
 @irdl_op_definition
@@ -300,6 +385,10 @@ class DivOp(BinaryOp):
     ELEMENTS: ClassVar[str] = "float"
     TORCH: ClassVar[str] = "div"
 
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        q = b.op("div", g, c)
+        return q, b.op("neg", b.op("mul", q, y))
+
 
 @irdl_op_definition
 class PowOp(BinaryOp):
@@ -307,17 +396,27 @@ class PowOp(BinaryOp):
     ELEMENTS: ClassVar[str] = "float"
     TORCH: ClassVar[str] = "pow"
 
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        ga = b.op("mul", g, b.op("mul", c, b.op("pow", a, b.op("sub", c, 1.0))))
+        return ga, b.op("mul", g, b.op("mul", y, b.op("log", a)))
+
 
 @irdl_op_definition
 class MaximumOp(BinaryOp):
     name = "fusion.maximum"
     TORCH: ClassVar[str] = "maximum"
 
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        return _select_grads(b, b.op("gt", a, c), b.op("eq", a, c), g)
+
 
 @irdl_op_definition
 class MinimumOp(BinaryOp):
     name = "fusion.minimum"
     TORCH: ClassVar[str] = "minimum"
+
+    def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+        return _select_grads(b, b.op("lt", a, c), b.op("eq", a, c), g)
 
 
 class CompareOp(BinaryOp):
@@ -386,6 +485,10 @@ class WhereOp(PointwiseOp):
     def kernel(self, m: Math, c: Any, a: Any, b: Any) -> Any:
         return m.where(c, a, b)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        cond, a, c = self.operands
+        return [None, unbroadcast(b, b.op("where", cond, g, 0.0), shape_of(a)), unbroadcast(b, b.op("where", cond, 0.0, g), shape_of(c))]
+
 
 # ---- values from nothing or from positions ---------------------------------------
 
@@ -439,6 +542,9 @@ class ConstantOp(PointwiseOp):
         assert isinstance(res, TensorType)
         return m.cast(m.const(self.keyword("value")), torch_dtype(res.element_type))
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return []  # no operands: nothing to differentiate
+
 
 @irdl_op_definition
 class IotaOp(FusionOp):
@@ -483,6 +589,9 @@ class IotaOp(FusionOp):
         view = [1] * len(shape)
         view[d] = shape[d]
         return idx.reshape(view).expand(shape).to(ctx.dtype(res.element_type))
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return []  # no operands: nothing to differentiate
 
 
 @irdl_op_definition
@@ -543,6 +652,19 @@ class DropoutOp(FusionOp):
             return x.clone()
         keep = self.keep_mask(x, seed, ctx)
         return torch.where(keep, x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype, device=x.device))
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """The same mask (same seed, same global indices), the same scale."""
+        return [b.op("dropout", g, self.seed, p=self.keyword("p")), None]
+
+
+def _select_grads(b: Any, first: SSAValue, tie: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """maximum/minimum: the cotangent goes to the operand chosen, halved on
+    ties (as PyTorch)."""
+    half = b.op("mul", g, 0.5)
+    ga = b.op("where", first, g, b.op("where", tie, half, 0.0))
+    gc = b.op("where", first, 0.0, b.op("where", tie, half, g))
+    return ga, gc
 
 
 POINTWISE_OPS: tuple[type[FusionOp], ...] = (

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, ArrayAttr, IntegerAttr, TensorType
+from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, var_operand_def
 
 from fuserc import shapes
 from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion_grad import zeros
 from fuserc.dialects.interfaces import ALL, DROP, MAP, RESHAPE, EvalContext, OpMap, Target, identity, normalized
 
 
@@ -46,6 +48,11 @@ class PermuteOp(LayoutOp):
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         return args[0].permute(self.keyword("dims"))
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        perm = normalized(self.keyword("dims"), len(shape_of(g)))
+        inverse = [perm.index(d) for d in range(len(perm))]
+        return [b.op("permute", g, dims=inverse)]
+
 
 @irdl_op_definition
 class ReshapeOp(LayoutOp):
@@ -63,6 +70,9 @@ class ReshapeOp(LayoutOp):
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         return args[0].reshape(shape_of(self.results[0]))
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [b.op("reshape", g, shape=list(shape_of(self.input)))]
 
 
 @irdl_op_definition
@@ -97,6 +107,14 @@ class BroadcastInDimOp(LayoutOp):
             view[d] = args[0].shape[i]
         return args[0].reshape(view).expand(out_shape)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """Summed over the new dimensions and the expanded ones."""
+        x, dims = shape_of(self.input), list(self.keyword("dims"))
+        r = shape_of(g)
+        summed = [d for d in range(len(r)) if d not in dims or (x[dims.index(d)] == 1 and r[d] != 1)]
+        out = b.op("sum", g, dims=summed) if summed else g
+        return [out if shape_of(out) == x else b.op("reshape", out, shape=list(x))]
+
 
 @irdl_op_definition
 class SliceOp(LayoutOp):
@@ -121,6 +139,21 @@ class SliceOp(LayoutOp):
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         index = tuple(slice(s, l) for s, l in zip(self.keyword("starts"), self.keyword("limits")))
         return args[0][index]
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """The cotangent placed back between zeros, dimension by dimension."""
+        shape = list(shape_of(g))
+        for d, (lo, hi, e) in enumerate(zip(self.keyword("starts"), self.keyword("limits"), shape_of(self.input))):
+            parts = []
+            if lo:
+                parts.append(zeros(b, g, [*shape[:d], lo, *shape[d + 1 :]]))
+            parts.append(g)
+            if e - hi:
+                parts.append(zeros(b, g, [*shape[:d], e - hi, *shape[d + 1 :]]))
+            if len(parts) > 1:
+                g = b.op("concat", *parts, dim=d)
+                shape[d] = e
+        return [g]
 
 
 @irdl_op_definition
@@ -150,6 +183,18 @@ class ConcatOp(FusionOp):
 
         return torch.cat(args, dim=self.keyword("dim"))
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        shape = list(shape_of(g))
+        d = normalized([self.keyword("dim")], len(shape))[0]
+        out, at = [], 0
+        for v in self.operands:
+            e = shape_of(v)[d]
+            starts = [at if i == d else 0 for i in range(len(shape))]
+            limits = [at + e if i == d else n for i, n in enumerate(shape)]
+            out.append(b.op("slice", g, starts=starts, limits=limits))
+            at += e
+        return out
+
 
 @irdl_op_definition
 class SetOp(LayoutOp):
@@ -167,6 +212,9 @@ class SetOp(LayoutOp):
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         return args[0]
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [g]
 
 
 VIEW_OPS: tuple[type[FusionOp], ...] = (PermuteOp, BroadcastInDimOp, ReshapeOp, SetOp)

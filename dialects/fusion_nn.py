@@ -13,14 +13,18 @@ vocabulary reduces per-device maxima and sums of exponentials.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, TensorType
+from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def, result_def
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.diagnostics import error_at
 from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion_grad import one_hot
 from fuserc.dialects.interfaces import (
     CONTRACT,
     DROP,
@@ -87,6 +91,12 @@ class SoftmaxOp(SoftmaxLikeOp):
         xs, lse = self.shifted(b)
         return b.unstat(b.op("exp", b.op("sub", xs, lse)), self.input)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """y (g - sum(g y)) along the axis, in f32 for 16-bit types."""
+        y, gs = b.stat(self.results[0]), b.stat(g)
+        inner = b.op("sum", b.op("mul", gs, y), dims=[self.keyword("dim")], keepdim=True)
+        return [b.unstat(b.op("mul", y, b.op("sub", gs, inner)), self.input)]
+
 
 @irdl_op_definition
 class LogSoftmaxOp(SoftmaxLikeOp):
@@ -102,6 +112,12 @@ class LogSoftmaxOp(SoftmaxLikeOp):
             return None
         xs, lse = self.shifted(b)
         return b.unstat(b.op("sub", xs, lse), self.input)
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """g - exp(y) sum(g) along the axis."""
+        y, gs = b.stat(self.results[0]), b.stat(g)
+        total = b.op("sum", gs, dims=[self.keyword("dim")], keepdim=True)
+        return [b.unstat(b.op("sub", gs, b.op("mul", b.op("exp", y), total)), self.input)]
 
 
 # ---- normalizations --------------------------------------------------------------
@@ -168,6 +184,30 @@ class NormOp(FusionOp):
             y = b.op("add", y, b.stat(bias))
         return b.unstat(y, self.operands[0])
 
+    def norm_vjp(self, b: Any, g: SSAValue, centered: bool) -> list[SSAValue | None]:
+        """The cotangents of x, the weight (and the bias) of
+        y = xhat * w (+ bias), xhat = (x - mean) * rstd (layer_norm) or
+        x * rstd (rms_norm), statistics over the normalized dims."""
+        dims = self.normalized_dims()
+        x, gs = b.stat(self.operands[0]), b.stat(g)
+        if centered:
+            x = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
+        ms = b.op("mean", b.op("mul", x, x), dims=dims, keepdim=True)
+        rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
+        xhat = b.op("mul", x, rstd)
+        gxhat = b.op("mul", gs, b.stat(self.operands[1]))
+        proj = b.op("mean", b.op("mul", gxhat, xhat), dims=dims, keepdim=True)
+        inner = b.op("sub", gxhat, b.op("mul", xhat, proj))
+        if centered:
+            inner = b.op("sub", inner, b.op("mean", gxhat, dims=dims, keepdim=True))
+        lead = [d for d in range(len(shape_of(x))) if d not in dims]
+        gw = b.op("sum", b.op("mul", gs, xhat), dims=lead) if lead else b.op("mul", gs, xhat)
+        grads = [b.unstat(b.op("mul", inner, rstd), self.operands[0]), b.unstat(gw, self.operands[1])]
+        if len(self.operands) > 2:
+            gb = b.op("sum", gs, dims=lead) if lead else gs
+            grads.append(b.unstat(gb, self.operands[2]))
+        return grads
+
 
 @irdl_op_definition
 class LayerNormOp(NormOp):
@@ -197,6 +237,9 @@ class LayerNormOp(NormOp):
         rstd = b.op("rsqrt", b.op("add", var, b.constant(self.epsilon(), like=x)))
         return self.affine(b, b.op("mul", centered, rstd), self.weight, self.bias)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return self.norm_vjp(b, g, centered=True)
+
 
 @irdl_op_definition
 class RmsNormOp(NormOp):
@@ -225,12 +268,35 @@ class RmsNormOp(NormOp):
         rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
         return self.affine(b, b.op("mul", x, rstd), self.weight, None)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return self.norm_vjp(b, g, centered=False)
+
 
 # ---- attention ---------------------------------------------------------------------
 
 
+class AttentionOp(FusionOp):
+    """What sdpa and its derivative share: q, k, v, `scale`, `causal`."""
+
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("scale", "float"), ("causal", "bool"))
+    DEFAULTS: ClassVar[dict[str, Any]] = {"causal": False}
+    query = operand_def(TENSOR)
+    key = operand_def(TENSOR)
+    value = operand_def(TENSOR)
+    scale = opt_prop_def(FloatAttr)
+    causal = opt_prop_def(BoolAttr)
+
+    def attention(self, q: Any, k: Any, v: Any) -> Any:
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=bool(self.keyword("causal")), scale=self.keyword("scale"),
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
+
+
 @irdl_op_definition
-class SdpaOp(FusionOp):
+class SdpaOp(AttentionOp):
     """`scaled_dot_product_attention` on [batch, heads, seq, head_dim];
     `scale` defaults to 1/sqrt(head_dim); grouped-query attention when the
     heads of k and v divide the heads of q. Local when batch or heads are
@@ -239,14 +305,7 @@ class SdpaOp(FusionOp):
 
     name = "fusion.sdpa"
     OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value")
-    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("scale", "float"), ("causal", "bool"))
-    DEFAULTS: ClassVar[dict[str, Any]] = {"causal": False}
-    query = operand_def(TENSOR)
-    key = operand_def(TENSOR)
-    value = operand_def(TENSOR)
     result = result_def(TENSOR)
-    scale = opt_prop_def(FloatAttr)
-    causal = opt_prop_def(BoolAttr)
 
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
@@ -259,13 +318,24 @@ class SdpaOp(FusionOp):
         return OpMap((q, k, v), 4, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        import torch.nn.functional as F
+        return self.attention(*args)
 
-        q, k, v = args
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=bool(self.keyword("causal")), scale=self.keyword("scale"),
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """Through `fusion.sdpa_grad` (PyTorch's attention backward), whose
+        packed result is cut into the cotangents of q, k and v."""
+        q, k, v = self.query, self.key, self.value
+        (bq, h, s, d), hkv = shape_of(q), shape_of(k)[1]
+        if shape_of(k) != (bq, hkv, s, d) or shape_of(v) != shape_of(k):
+            raise error_at(self, "the derivative of fusion.sdpa needs q, k and v of one sequence length and head_dim")
+        kw = {"scale": self.keyword("scale"), "causal": self.keyword("causal") or None}
+        packed = b.op("sdpa_grad", q, k, v, g, **kw)
+        groups = h // hkv
+
+        def part(lo: int, hi: int, shape: list[int]) -> SSAValue:
+            cut = b.op("slice", packed, starts=[0, 0, lo, 0, 0], limits=[bq, hkv, hi, s, d])
+            return b.op("reshape", cut, shape=shape)
+
+        return [part(0, groups, [bq, h, s, d]), part(groups, groups + 1, [bq, hkv, s, d]), part(groups + 1, groups + 2, [bq, hkv, s, d])]
 
 
 # ---- vocabulary-parallel ops ---------------------------------------------------------
@@ -311,6 +381,17 @@ class EmbeddingOp(FusionOp):
         out = F.embedding(pos, table)
         return torch.where(mine.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """The scatter-add of the cotangent's rows into the table: one-hot
+        rows of the ids (an iota against them, whose vocabulary dimension
+        each device makes for its own block of the table) times the
+        cotangent, one GEMM."""
+        vocab, dim = shape_of(self.table)
+        rows = math.prod(shape_of(self.ids))
+        hot = one_hot(b, b.op("reshape", self.ids, shape=[rows]), vocab, like=g)
+        g2 = b.op("reshape", g, shape=[rows, dim])
+        return [None, b.op("matmul", b.op("permute", hot, dims=[1, 0]), g2)]
+
 
 @irdl_op_definition
 class CrossEntropyOp(FusionOp):
@@ -355,7 +436,53 @@ class CrossEntropyOp(FusionOp):
         total = b.op("sum", b.op("sub", lse, picked), dims=[0, 1])
         return b.unstat(b.op("div", total, b.constant(n, like=x)), self.logits)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """(softmax(logits) - one_hot(labels)) g / rows."""
+        n, c = shape_of(self.logits)
+        x = b.stat(self.logits)
+        p = b.op("softmax", x, dim=1)
+        diff = b.op("sub", p, one_hot(b, self.labels, c, like=x))
+        scale = b.op("div", b.stat(g), float(n))
+        return [b.unstat(b.op("mul", diff, scale), self.logits), None]
+
+
+@irdl_op_definition
+class SdpaGradOp(AttentionOp):
+    """The derivative of `fusion.sdpa` (written by autodiff, not by users):
+    from q [B, H, S, D], k and v [B, Hkv, S, D] and the output's cotangent,
+    the cotangents of q, k and v packed as [B, Hkv, H/Hkv + 2, S, D]: the
+    query heads of each key head, then k's, then v's. On a GPU it runs
+    PyTorch's fused attention backward. Local when batch or heads are split."""
+
+    name = "fusion.sdpa_grad"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "grad")
+    grad = operand_def(TENSOR)
+    result = result_def(TENSOR)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        out = shapes.sdpa(s[0], s[1], s[2])
+        if tuple(s[3]) != tuple(out):
+            raise shapes.ShapeError(f"sdpa_grad: the cotangent {list(s[3])} must be the output's shape {list(out)}")
+        if tuple(s[1]) != (s[0][0], s[1][1], s[0][2], s[0][3]):
+            raise shapes.ShapeError("sdpa_grad: q, k and v must have one sequence length and head_dim")
+        return (s[0][0], s[1][1], s[0][1] // s[1][1] + 2, s[0][2], s[0][3])
+
+    def sharding_map(self) -> OpMap:
+        qkv = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(DROP))
+        return OpMap((qkv, qkv, qkv, qkv), 5, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        with torch.inference_mode(False), torch.enable_grad():
+            q, k, v = (a.clone().requires_grad_(True) for a in args[:3])
+            out = self.attention(q, k, v)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), args[3].clone())
+        b, hkv, s, d = dk.shape
+        return torch.cat([dq.reshape(b, hkv, -1, s, d), dk.unsqueeze(2), dv.unsqueeze(2)], dim=2).detach()
+
 
 OPS: tuple[type[FusionOp], ...] = (
-    SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp, SdpaOp, EmbeddingOp, CrossEntropyOp,
+    SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp, SdpaOp, EmbeddingOp, CrossEntropyOp, SdpaGradOp,
 )  # fmt: skip

@@ -15,10 +15,12 @@ import math
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, ArrayAttr, BoolAttr, IntegerAttr, TensorType
+from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
 
 from fuserc import shapes
 from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion_grad import broadcast_to, count, expand_reduced
 from fuserc.dialects.interfaces import ALL, CONTRACT, MAP, NONE, STAT, EvalContext, OpMap, Target, normalized
 
 
@@ -69,6 +71,10 @@ class ReductionOp(FusionOp):
         placed = s.placement()
         return [d for d in self.reduced() if placed.dims[d]]
 
+    def expanded(self, b: Any, g: SSAValue) -> SSAValue:
+        """A cotangent of the result broadcast back to the input's shape."""
+        return expand_reduced(b, g, shape_of(self.input), self.reduced(), bool(self.keyword("keepdim")))
+
 
 @irdl_op_definition
 class SumOp(ReductionOp):
@@ -80,6 +86,9 @@ class SumOp(ReductionOp):
         import torch
 
         return torch.sum(args[0], **self.torch_args())
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [self.expanded(b, g)]
 
 
 class ExtremumOp(ReductionOp):
@@ -138,6 +147,15 @@ class ExtremumOp(ReductionOp):
             y = b.op("reshape", y, shape=shape_of(self.results[0]))
         return y
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """To the elements equal to the extremum, shared evenly among ties
+        (as PyTorch's amax/amin)."""
+        x = self.input
+        hit = b.op("eq", x, self.expanded(b, self.results[0]))
+        ties = b.op("sum", b.op("cast", hit, dtype=x.type.element_type), dims=self.reduced(), keepdim=True)  # type: ignore[attr-defined]
+        share = b.op("div", self.expanded(b, g), broadcast_to(b, ties, shape_of(x)))
+        return [b.op("where", hit, share, 0.0)]
+
 
 @irdl_op_definition
 class MaxOp(ExtremumOp):
@@ -172,6 +190,9 @@ class MeanOp(ReductionOp):
         total = b.op("sum", x, dims=self.keyword("dims"), keepdim=self.keyword("keepdim"))
         return b.unstat(b.op("div", total, b.constant(self.count(), like=x)), self.input)
 
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [b.op("div", self.expanded(b, g), float(count(shape_of(self.input), self.reduced())))]
+
 
 @irdl_op_definition
 class VarOp(ReductionOp):
@@ -201,6 +222,13 @@ class VarOp(ReductionOp):
         ss = b.op("sum", b.op("mul", dev, dev), dims=dims, keepdim=self.keyword("keepdim"))
         denom = max(0, n - self.keyword("correction"))
         return b.unstat(b.op("div", ss, b.constant(denom, like=x)), self.input)
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """2 (x - mean) / (N - correction) times the cotangent."""
+        x, dims = self.input, self.reduced()
+        n = count(shape_of(x), dims) - self.keyword("correction")
+        centered = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
+        return [b.op("mul", self.expanded(b, g), b.op("mul", centered, 2.0 / n))]
 
 
 OPS: tuple[type[FusionOp], ...] = (SumOp, MaxOp, MinOp, MeanOp, VarOp)

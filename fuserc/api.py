@@ -404,6 +404,24 @@ class FusionDefinition:
             env[op.results[0]] = result
         return fd
 
+    def autodiff(self, save: str = "activations") -> tuple["FusionDefinition", "FusionDefinition"]:
+        """The forward and the backward of this definition (the `autodiff`
+        pass): the forward takes the same inputs and returns the outputs,
+        then the tensors the backward needs (`save="inputs"`: the inputs
+        themselves); the backward takes those, then one cotangent per
+        output, and returns the gradient of every floating-point input."""
+        from fuserc.ir import make_context, parse, to_text
+        from fuserc.pipeline import run_pipeline
+
+        where = f"<FusionDefinition {self.name}>"
+        ctx = make_context()
+        module = run_pipeline(parse(self.to_mlir(), where, ctx), f"autodiff{{entry={self.name} save={save}}}", ctx)
+        text = to_text(module)
+        return (
+            FusionDefinition.from_mlir(text, f"{self.name}_fwd", where),
+            FusionDefinition.from_mlir(text, f"{self.name}_bwd", where),
+        )
+
     # -- running --------------------------------------------------------------
     def compile(self, pipeline: str = "default", backend: str = "auto", algorithm: str | None = None):
         """Compile once (parse, verify, run the pipeline) into a program that

@@ -40,6 +40,16 @@ class PassEntry:
 
 
 PASSES: dict[str, PassEntry] = {
+    "autodiff": PassEntry(
+        "fuserc.passes.autodiff",
+        "Autodiff",
+        "derives @ENTRY_fwd and @ENTRY_bwd (the vector-Jacobian product) beside a fusion function",
+        {
+            "entry": "the function to differentiate",
+            "save": "what the forward returns for the backward: activations (the values the "
+            "derivative rules read) or inputs (the arguments; the backward recomputes the rest)",
+        },
+    ),
     "propagate-shardings": PassEntry(
         "fuserc.passes.propagate_shardings",
         "PropagateShardings",

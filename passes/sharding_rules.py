@@ -250,6 +250,11 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     # ALL needs every operand's partial; ONE only the known ones'.
     complete = all(s is not None for s in same)
     partial = _carried_partial(m, same)[1] if complete or m.carries == ONE else None
+    if partial and m.carries == ONE and any(q is not None and not q.partial and partial in q.device_types() for q in same):
+        # a product of a partial and an operand split over the same devices
+        # (exp(y) [-, DIDx] * sum(g) partial): the split wins, the partial
+        # operand is reduced, rather than gathering the split one
+        partial = None
     used: set[str] = {partial} if partial else set()
     dims: list[tuple[Split, ...]] = [() for _ in range(m.result_rank)]
     for i in order:

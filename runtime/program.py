@@ -79,11 +79,20 @@ def compile_module(
     module = ir.parse(text, filename, ctx, meshes)
     if ranks is not None:
         _check_meshes_fit(module, ranks)
+    # Passes that derive fusion functions (autodiff) run first: the
+    # reference of `--check` is the derived function, as written by them.
+    derive = next((i for i, p in enumerate(passes) if p.name not in DERIVING), len(passes))
+    runner = pl.PassRunner(passes[:derive])
+    runner.run(ctx, module)
     source = module.clone()
-    runner = pl.PassRunner(passes)
+    runner.passes = passes[derive:]
     runner.run(ctx, module)
     find_host_program(module, entry)
     return Compiled(source, module, entry, runner.timings)
+
+
+DERIVING = ("autodiff",)
+"""Passes that add fusion functions to a program (not lowering it)."""
 
 
 def _check_meshes_fit(module: ModuleOp, ranks: int) -> None:

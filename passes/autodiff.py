@@ -1,0 +1,189 @@
+"""autodiff: the forward and backward functions of a fusion function.
+
+From `@main` (option `entry`) the pass derives, beside it:
+- `@main_fwd`: main's arguments; returns main's results, then the tensors
+  the backward needs (`save = activations`: the values the derivative rules
+  read; `save = inputs`: exactly main's arguments, in order, and the
+  backward recomputes the rest);
+- `@main_bwd`: the saved tensors, then one cotangent per result of main;
+  returns the gradient of every floating-point argument, in argument order.
+
+Differentiation is at global shapes, before partitioning: every op's rule
+is its own `vjp` (the op classes in dialects/fusion_*.py); the ops it builds
+have no sharding and are propagated later like any program. The shardings
+main's values get from propagation are kept on the saved tensors (so the
+two functions agree on them), cotangents are sharded like main's results,
+and each gradient is set to its argument's sharding: a gradient that comes
+out partial (a replicated weight used by sharded rows) is reduced there.
+`@main` is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects.fusion import FusionOp, MeshOp, is_float
+from fuserc.dialects.fusion_builder import FusionBuilder
+from fuserc.dialects.fusion_grad import zeros
+
+SAVES = ("activations", "inputs")
+
+
+def _is_float(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and is_float(v.type.element_type)
+
+
+@dataclass(frozen=True)
+class Autodiff(ModulePass):
+    """Derives `@<entry>_fwd` and `@<entry>_bwd` (module docstring)."""
+
+    name = "autodiff"
+    entry: str = "main"
+    save: str = "activations"
+
+    def __post_init__(self) -> None:
+        if self.save not in SAVES:
+            raise ValueError(f"save must be one of {', '.join(SAVES)}, got '{self.save}'")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
+        main = funcs.get(self.entry)
+        if main is None or main.is_declaration:
+            raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry})")
+        if "hir.host" in main.attributes:
+            raise error_at(main, f"autodiff: @{self.entry} is a host program; autodiff differentiates fusion functions")
+        for name in (f"{self.entry}_fwd", f"{self.entry}_bwd"):
+            if name in funcs:
+                raise error_at(funcs[name], f"autodiff: @{name} exists already")
+        src = _propagated(op, main)
+        fwd, bwd = _Derivation(src, self.entry, self.save).run()
+        Rewriter.insert_op(fwd, _after(main))
+        Rewriter.insert_op(bwd, _after(fwd))
+
+
+def _after(op: Operation):
+    from xdsl.rewriter import InsertPoint
+
+    return InsertPoint.after(op)
+
+
+def _propagated(module: ModuleOp, main: FuncOp) -> FuncOp:
+    """A copy of `main` with every value's sharding decided (where the
+    module has a mesh): the types the derived functions keep."""
+    if not any(isinstance(o, MeshOp) for o in module.ops):
+        return main.clone()
+    from fuserc.passes.propagate_shardings import propagate_function
+
+    scratch = ModuleOp([o.clone() for o in module.ops if isinstance(o, MeshOp)] + [main.clone()])
+    func = next(o for o in scratch.ops if isinstance(o, FuncOp))
+    propagate_function(func)
+    func.detach()
+    return func
+
+
+class _Derivation:
+    def __init__(self, src: FuncOp, entry: str, save: str):
+        self.src, self.entry, self.save = src, entry, save
+        self.ret = src.body.block.last_op
+        assert isinstance(self.ret, ReturnOp)
+
+    def run(self) -> tuple[FuncOp, FuncOp]:
+        src = self.src
+        args = list(src.body.block.args)
+        results = list(self.ret.operands)
+        # The backward: main's body again, then the derivative rules, in reverse.
+        block = Block(arg_types=[a.type for a in args] + [v.type for v in results])
+        primal, cts = list(block.args[: len(args)]), list(block.args[len(args) :])
+        to_bwd: dict[SSAValue, SSAValue] = dict(zip(args, primal))
+        forward = [o.clone(value_mapper=to_bwd) for o in src.body.block.ops if o is not self.ret]
+        for o in forward:
+            block.add_op(o)
+        anchor = ReturnOp()
+        block.add_op(anchor)
+        b = FusionBuilder(before=anchor)
+        adjoint: dict[SSAValue, SSAValue] = {}
+
+        def accumulate(v: SSAValue, g: SSAValue) -> None:
+            adjoint[v] = b.op("add", adjoint[v], g) if v in adjoint else g
+
+        for v, ct in zip(results, cts):
+            if _is_float(v):
+                accumulate(to_bwd[v], ct)
+        for o in reversed(forward):
+            g = adjoint.get(o.results[0]) if o.results else None
+            if g is None or not isinstance(o, FusionOp) or not _is_float(o.results[0]):
+                continue
+            for operand, grad in zip(o.operands, o.vjp(b, g)):
+                if grad is not None and _is_float(operand):
+                    accumulate(operand, grad)
+        grads = [b.op("set", adjoint[p] if p in adjoint else zeros(b, p), placed_as=p) for p in primal if _is_float(p)]
+        final = ReturnOp(*grads)
+        Rewriter.replace_op(anchor, final)
+        backward = set(b.created)
+        saved = self._saved(block, primal, forward, backward)
+        _dead_code(block)
+        bwd_args = [v.type for v in saved] + [c.type for c in cts]
+        if self.save == "activations":
+            fresh = [block.insert_arg(v.type, len(block.args)) for v in saved]
+            for v, new in zip(saved, fresh):
+                v.replace_uses_with_if(new, lambda use: use.operation in backward or use.operation is final)
+            _dead_code(block)
+            _reorder_args(block, fresh + cts)  # the saved tensors first, then the cotangents
+            for a in list(primal):
+                block.erase_arg(a)
+        bwd = FuncOp(f"{self.entry}_bwd", FunctionType.from_lists(bwd_args, [g.type for g in grads]), Region(block))
+        fwd = self._forward(saved, to_bwd)
+        return fwd, bwd
+
+    def _saved(self, block: Block, primal: list[BlockArgument], forward: list[Operation], backward: set[Operation]) -> list[SSAValue]:
+        """What the backward reads of the forward: main's arguments with
+        save = inputs; otherwise every forward value a rule reads, in
+        forward order (arguments first)."""
+        if self.save == "inputs":
+            return list(primal)
+        used = {v for o in backward for v in o.operands}
+        values = [*primal, *(r for o in forward for r in o.results)]
+        return [v for v in values if v in used and (not isinstance(v, BlockArgument) or v in primal)]
+
+    def _forward(self, saved: list[SSAValue], to_bwd: dict[SSAValue, SSAValue]) -> FuncOp:
+        """main again, returning its results and then the saved tensors."""
+        src = self.src
+        to_fwd: dict[SSAValue, SSAValue] = {}
+        block = Block(arg_types=[a.type for a in src.body.block.args])
+        to_fwd.update(zip(src.body.block.args, block.args))
+        for o in src.body.block.ops:
+            if o is not self.ret:
+                block.add_op(o.clone(value_mapper=to_fwd))
+        from_bwd = {v: k for k, v in to_bwd.items()}
+        outs = [to_fwd[v] for v in self.ret.operands] + [to_fwd[from_bwd[v]] for v in saved]
+        block.add_op(ReturnOp(*outs))
+        return FuncOp(f"{self.entry}_fwd", FunctionType.from_lists([a.type for a in block.args], [v.type for v in outs]), Region(block))
+
+
+def _dead_code(block: Block) -> None:
+    """Erase ops whose results nothing reads (the forward values the
+    backward does not need), last first."""
+    changed = True
+    while changed:
+        changed = False
+        for o in reversed(list(block.ops)):
+            if o.results and not any(r.uses for r in o.results):
+                Rewriter.erase_op(o)
+                changed = True
+
+
+def _reorder_args(block: Block, order: list[BlockArgument]) -> None:
+    """Put `order` first among the block's arguments, in that order (by
+    re-creating them: xDSL keeps arguments in insertion order)."""
+    for i, a in enumerate(order):
+        new = block.insert_arg(a.type, i)
+        a.replace_all_uses_with(new)
+        block.erase_arg(a)

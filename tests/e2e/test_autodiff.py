@@ -1,0 +1,185 @@
+"""The autodiff pass end to end, against PyTorch's autograd: every
+transformer op (the program of test_transformer_ops.py: sharded operands,
+normalized and reduced dims split, heads split, a vocabulary split) and the
+GPT layer of examples/gpt_layer.mlir, differentiated by `-p
+autodiff{save=...},default`, run as @main_fwd then @main_bwd by `fuserc run`
+on 1, 2 and 4 ranks; each gradient of a float argument against
+torch.autograd.grad of the same computation in float64, on the same inputs
+and cotangents."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+import test_transformer_ops as ops
+from harness import mpirun_python, ok
+
+ROOT = Path(__file__).resolve().parents[2]
+GPT = ROOT / "examples" / "gpt_layer.mlir"
+
+
+def _save(path: Path, t: torch.Tensor) -> str:
+    np.save(path, (t.float() if t.is_floating_point() else t).numpy())
+    return str(path)
+
+
+@dataclass
+class Case:
+    """A program, its global inputs and cotangents, and what autograd says."""
+
+    ident: str
+    n: int
+    text: str
+    save: str
+    args: list[torch.Tensor]
+    cts: list[torch.Tensor]
+    names: list[str]
+    want: list[torch.Tensor]
+    tol: float
+
+
+def _run_cases(n: int, cases: list[Case], d: Path) -> dict[str, list[np.ndarray]]:
+    """Every case of job size n in one launch (autodiff_batch.py): the
+    gradients by case id."""
+    listing = []
+    for c in cases:
+        cd = d / c.ident
+        cd.mkdir(parents=True)
+        (cd / "prog.mlir").write_text(c.text)
+        listing.append({
+            "id": c.ident, "file": str(cd / "prog.mlir"), "save": c.save, "out": str(cd / "grads"),
+            "inputs": [_save(cd / f"a{i}.npy", a) for i, a in enumerate(c.args)],
+            "cts": [_save(cd / f"ct{i}.npy", t) for i, t in enumerate(c.cts)],
+        })  # fmt: skip
+    spec = d / f"cases{n}.json"
+    spec.write_text(json.dumps(listing))
+    ok(mpirun_python(n, Path(__file__).parent / "autodiff_batch.py", [str(spec), "--backend", "cpu"], timeout=900))
+    return {c.ident: [np.load(d / c.ident / "grads" / f"grad{i}.npy") for i in range(len(c.want))] for c in cases}
+
+
+def torch_grads(fn: Callable[[list[torch.Tensor]], list[torch.Tensor]], args: list[torch.Tensor], cts: list[torch.Tensor]) -> list[torch.Tensor]:
+    leaves = [a.detach().double().clone().requires_grad_(True) if a.is_floating_point() else a for a in args]
+    outs = fn(leaves)
+    total = sum((o.double() * c.double()).sum() for o, c in zip(outs, cts) if o.requires_grad)
+    floats = [a for a in leaves if a.is_floating_point()]
+    return list(torch.autograd.grad(total, floats, allow_unused=True))
+
+
+def _check(got: list[np.ndarray], want: list[torch.Tensor], names: list[str], tol: float) -> None:
+    assert len(got) == len(want), (len(got), len(want))
+    for g, w, name in zip(got, want, names):
+        w = torch.zeros(g.shape, dtype=torch.float64) if w is None else w.detach()
+        g = torch.from_numpy(g).double()
+        assert tuple(g.shape) == tuple(w.shape), name
+        err = (g - w).abs().max().item() / max(w.abs().max().item(), 1.0)
+        assert err <= tol, f"gradient of {name}: max error {err:.3e}"
+
+
+# --------------------------------------------------------------------------
+# Every op, and the GPT layer
+# --------------------------------------------------------------------------
+
+
+def _on(text: str, n: int) -> str:
+    return text.replace("fusion.mesh @tp shape = [4]", f"fusion.mesh @tp shape = [{n}]")
+
+
+def _ops_case(n: int, save: str, t: str) -> Case:
+    """The program of test_transformer_ops.py: every op, sharded operands."""
+    text, results = ops.program(t)
+    inputs = ops._inputs()
+    dtype = torch.float32 if t == "f32" else torch.bfloat16
+    args = [v.to(dtype).double() if v.is_floating_point() else v for v in inputs.values()]
+    g = torch.Generator().manual_seed(7)
+    cts = [torch.randn(shape, generator=g, dtype=torch.float64).to(dtype).double() for _, shape, _ in results]
+
+    def fn(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        a = dict(zip(inputs, leaves))
+        return [f(a) for _, _, f in results]
+
+    names = [k for k, v in inputs.items() if v.is_floating_point()]
+    return Case(f"ops-{n}-{save}-{t}", n, _on(text, n), save, args, cts, names, torch_grads(fn, args, cts), 2e-5 if t == "f32" else 6e-2)
+
+
+def _gpt_case(n: int, save: str) -> Case:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpt_layer_example", ROOT / "examples" / "python" / "gpt_layer.py")
+    assert spec is not None and spec.loader is not None
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    args = [a.float().double() for a in ex.inputs(64, 64, 256)]
+    ct = torch.randn(64, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64).float().double()
+    want = torch_grads(lambda leaves: [ex.reference(leaves, heads=8)], args, [ct])
+    names = "x ln1_w ln1_b wq bq wk bk wv bv wo bo ln2_w ln2_b w1 b1 w2 b2".split()
+    return Case(f"gpt-{n}-{save}", n, _on(GPT.read_text(), n), save, args, [ct], names, want, 2e-5)
+
+
+CASES = [
+    ("ops", 1, "activations", "f32"), ("ops", 4, "activations", "f32"),
+    ("ops", 4, "inputs", "f32"), ("ops", 2, "activations", "bf16"),
+    ("gpt", 1, "activations", ""), ("gpt", 2, "inputs", ""), ("gpt", 4, "activations", ""), ("gpt", 4, "inputs", ""),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], tuple[dict[str, Case], dict[str, list[np.ndarray]]]]:
+    cache: dict[int, tuple[dict[str, Case], dict[str, list[np.ndarray]]]] = {}
+
+    def get(n: int) -> tuple[dict[str, Case], dict[str, list[np.ndarray]]]:
+        if n not in cache:
+            cases = [_ops_case(m, s, t) if kind == "ops" else _gpt_case(m, s) for kind, m, s, t in CASES if m == n]
+            cache[n] = ({c.ident: c for c in cases}, _run_cases(n, cases, tmp_path_factory.mktemp(f"ad{n}")))
+        return cache[n]
+
+    return get
+
+
+@pytest.mark.parametrize("kind, n, save, t", CASES, ids=[f"{k}-{n}-{s}{'-' + t if t else ''}" for k, n, s, t in CASES])
+def test_gradients_match_autograd(kind: str, n: int, save: str, t: str, results: Callable) -> None:
+    cases, got = results(n)
+    ident = f"{kind}-{n}-{save}" + (f"-{t}" if t else "")
+    case = cases[ident]
+    _check(got[ident], case.want, case.names, case.tol)
+
+
+# --------------------------------------------------------------------------
+# From Python
+# --------------------------------------------------------------------------
+
+SCRIPT = """
+import sys
+import torch
+from fuserc.api import FusionDefinition
+
+fd = FusionDefinition()
+x = fd.define_tensor([8, 4], "f32")
+w = fd.define_tensor([4, 6], "f32")
+fd.add_output(fd.ops.sum(fd.ops.gelu(x @ w) * 2.0, 1))
+fd.sched.mesh("tp", [2])
+fd.sched.shard(x, "tp", ["DIDx", "-"])
+fwd, bwd = fd.autodiff(save=sys.argv[1])
+torch.manual_seed(0)
+xs, ws, ct = torch.randn(8, 4), torch.randn(4, 6), torch.randn(8)
+outs = fwd.compile(backend=sys.argv[3]).execute([xs, ws])
+grads = bwd.compile(backend=sys.argv[3]).execute([*outs[1:], ct])
+xr, wr = xs.double().requires_grad_(), ws.double().requires_grad_()
+(torch.nn.functional.gelu(xr @ wr) * 2).sum(1).backward(ct.double())
+err = max((g.double() - r.grad).abs().max().item() for g, r in zip(grads, (xr, wr)))
+print(f"gradients of {len(grads)} inputs, max error {err:.2e}")
+assert len(grads) == 2 and err < 1e-4
+"""
+
+
+def test_python_autodiff(tmp_path: Path, save: str = "activations") -> None:
+    script = tmp_path / "ad.py"
+    script.write_text(SCRIPT)
+    proc = ok(mpirun_python(2, script, [save, "--backend", "cpu"]))
+    assert "gradients of 2 inputs" in proc.stdout
