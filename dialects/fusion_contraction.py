@@ -105,7 +105,7 @@ class MatmulOp(FusionOp):
             rows = math.prod(sa[:-1])
             a2 = b.op("reshape", a, shape=[rows, sa[-1]]) if len(sa) > 2 else a
             g2 = b.op("reshape", g, shape=[rows, sc[-1]]) if len(sa) > 2 else g
-            return [ga, b.op("matmul", transposed(b, a2), g2)]
+            return [ga, b.op("matmul", transposed(b, a2), g2, placed_as=c)]
         return [unbroadcast(b, ga, sa), unbroadcast(b, b.op("matmul", transposed(b, a), g), sc)]
 
 
@@ -158,8 +158,9 @@ class LinearOp(FusionOp):
         return b.op("add", y, self.bias)
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
-        """x: g @ w; w: g^T @ x over every row (one GEMM); bias: g summed
-        over the rows."""
+        """x: g @ w; w: g^T @ x over every row (one GEMM, made where the
+        weight lives: its rows gathered, not the weight's gradient reduced);
+        bias: g summed over the rows."""
         x, w = self.input, self.weight
         sx, sw = shape_of(x), shape_of(w)
         if len(sw) == 1:  # [..., in] . [in] -> [...]
@@ -173,7 +174,7 @@ class LinearOp(FusionOp):
                 rows = math.prod(sx[:-1])
                 g2 = b.op("reshape", g, shape=[rows, sw[0]]) if len(sx) > 2 else g
                 x2 = b.op("reshape", x, shape=[rows, sw[1]]) if len(sx) > 2 else x
-                gw = b.op("matmul", transposed(b, g2), x2)
+                gw = b.op("matmul", transposed(b, g2), x2, placed_as=w)
             grads = [gx, gw]
         if self.bias is not None:
             grads.append(unbroadcast(b, g, shape_of(self.bias)))

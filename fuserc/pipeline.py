@@ -40,16 +40,6 @@ class PassEntry:
 
 
 PASSES: dict[str, PassEntry] = {
-    "autodiff": PassEntry(
-        "fuserc.passes.autodiff",
-        "Autodiff",
-        "derives @ENTRY_fwd and @ENTRY_bwd (the vector-Jacobian product) beside a fusion function",
-        {
-            "entry": "the function to differentiate",
-            "save": "what the forward returns for the backward: activations (the values the "
-            "derivative rules read) or inputs (the arguments; the backward recomputes the rest)",
-        },
-    ),
     "propagate-shardings": PassEntry(
         "fuserc.passes.propagate_shardings",
         "PropagateShardings",
@@ -79,6 +69,16 @@ PASSES: dict[str, PassEntry] = {
             "links": "a links JSON file for the cost model; empty: $FUSERC_LINKS, else "
             "~/.cache/fuserc/links.json, else the documented defaults",
             "ring-form": "the GEMM+ReduceScatter ring's form: auto (the cost model chooses), sum or pull",
+        },
+    ),
+    "autodiff": PassEntry(
+        "fuserc.passes.autodiff",
+        "Autodiff",
+        "derives @ENTRY_fwd and @ENTRY_bwd (the vector-Jacobian product) beside a fusion function",
+        {
+            "entry": "the function to differentiate",
+            "save": "what the forward returns for the backward: activations (the values the "
+            "derivative rules read) or inputs (the arguments; the backward recomputes the rest)",
         },
     ),
 }

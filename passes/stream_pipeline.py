@@ -46,6 +46,7 @@ from fuserc.passes.cost_model import (
     RING_FORMS,
     Machine,
 )
+from fuserc.passes.schedule import overlap_collectives
 from fuserc.passes.stream_emit import Plan, SiteLowering
 from fuserc.passes.stream_sites import (
     COMPUTE,
@@ -54,6 +55,7 @@ from fuserc.passes.stream_sites import (
     PIPELINE_ATTR,
     Site,
     find_sites,
+    host_blocks,
     launch_reason,
     out_operand,
     stream_mark,
@@ -121,6 +123,9 @@ class StreamPipeline(ModulePass):
                         continue
                     SiteLowering(site, plan, machine.node_of if machine is not None else _one_node).run()
             explain_the_rest(func, self.algorithm)
+            if self.algorithm != NONE:
+                for block in host_blocks(func):
+                    overlap_collectives(block)
 
     def streams(self, chunks: int) -> int:
         return self.num_streams or min(chunks, MAX_STREAMS)

@@ -506,7 +506,7 @@ def find_sites(func: Operation) -> list[Site]:
     """The sites of a host program, in program order (an op joins one site)."""
     sites: list[Site] = []
     taken: set[Operation] = set()
-    for block in _blocks(func):
+    for block in host_blocks(func):
         order = {op: i for i, op in enumerate(block.ops)}
         for op in list(block.ops):
             site = None
@@ -540,7 +540,7 @@ def _chunks_evenly(op: Operation, out_dim: int, s: int) -> bool:
     return cut is not None and all(shape_of(op.operands[i])[d] % s == 0 for i, d in cut.items())
 
 
-def _blocks(func: Operation) -> list[Block]:
+def host_blocks(func: Operation) -> list[Block]:
     """The function's block and those of its hir.if_rank regions (not loop
     bodies: their ops already run per iteration)."""
     out: list[Block] = []

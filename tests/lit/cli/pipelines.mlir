@@ -70,6 +70,12 @@
 // LIST-NEXT:         a links JSON file for the cost model
 // LIST-NEXT:     ring-form=str (default: auto)
 // LIST-NEXT:         the GEMM+ReduceScatter ring's form
+// LIST-NEXT:   autodiff
+// LIST-NEXT:       derives @ENTRY_fwd and @ENTRY_bwd (the vector-Jacobian product) beside a fusion function
+// LIST-NEXT:     entry=str (default: main)
+// LIST-NEXT:         the function to differentiate
+// LIST-NEXT:     save=str (default: activations)
+// LIST-NEXT:         what the forward returns for the backward
 // LIST-NEXT: Pipelines (an option given to a pipeline, default{algorithm=ring}, goes to its pass that has it):
 // LIST-NEXT:   default
 // LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline

@@ -1,0 +1,129 @@
+"""Collectives scheduled by dependencies: a communication runs beside the
+compute that does not need its result (Transformer Engine's bulk overlap:
+a backward's weight-gradient GEMM beside the gather of the activation it
+needs, or beside the reduce-scatter of the input gradient).
+
+The last step of stream-pipeline, on every host program, for each
+collective of a function's block whose token has one wait in that block
+(the ones no pipelined site took):
+- it starts as early as its buffers allow: right after the last op before
+  it that touches them (reads or writes its input or output, or a view of
+  either), with its output's allocation;
+- it runs on a worker stream (`hir.stream_for 0 mod 1`), after an event of
+  the main stream recorded where it starts (its input is ready there);
+- its wait sits right before the first later op that touches its buffers
+  (a read of its output, a write or deallocation of its input).
+A collective with nothing to overlap (its wait would stay right after it)
+is left as it is. Ops with regions count as touching what their regions
+touch. docs/passes.md shows the host IR before and after.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from fuserc.dialects import hir
+
+SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp)
+"""Collectives whose start and wait move (not sends, puts or fences: their
+peers' order matters)."""
+
+POOL = 1
+"""The worker stream pool of scheduled collectives: one stream, so that they
+keep their order (every rank must issue them in the same order)."""
+
+
+def _root(v: SSAValue) -> SSAValue:
+    """The buffer a view or chunk is a part of."""
+    while isinstance(v.owner, (hir.ViewOp, hir.ChunkOp)):
+        v = v.owner.operands[0]
+    return v
+
+
+def _touched(op: Operation) -> set[SSAValue]:
+    """The buffers (roots) `op` and the ops of its regions use."""
+    return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
+
+
+def _communicates(op: Operation) -> bool:
+    """`op` is or holds a collective or a transfer through NCCL or MPI:
+    another one must not run at the same time on the communicator (NCCL
+    kernels of one communicator on two streams may deadlock), so scheduled
+    collectives do not move past it. Copy-engine transfers (CUDA IPC) may."""
+    return any(isinstance(o, hir.CommunicationOp) and o.backend != "cuda_ipc" for o in op.walk())
+
+
+def _definitions(comm: Operation, block: Block) -> set[Operation]:
+    """The ops of `block` defining what `comm` reads, transitively (views,
+    selects, constants of its operands)."""
+    out: set[Operation] = set()
+    todo = list(comm.operands)
+    while todo:
+        owner = todo.pop().owner
+        if isinstance(owner, Operation) and owner.parent_block() is block and owner not in out:
+            out.add(owner)
+            todo.extend(owner.operands)
+    return out
+
+
+def _wait_of(comm: Operation, block: Block) -> hir.WaitOp | None:
+    uses = list(comm.results[0].uses) if comm.results else []
+    if len(uses) != 1 or not isinstance(uses[0].operation, hir.WaitOp):
+        return None
+    wait = uses[0].operation
+    return wait if wait.parent_block() is block else None
+
+
+def overlap_collectives(block: Block) -> int:
+    """Schedule the collectives of `block` (module docstring); how many moved."""
+    moved = 0
+    for comm in [o for o in block.ops if isinstance(o, SCHEDULED)]:
+        wait = _wait_of(comm, block)
+        if wait is None:
+            continue
+        buffers = {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
+        ops = list(block.ops)
+        at = ops.index(comm)
+        allocs = [v.owner for v in comm.operands if isinstance(v.owner, hir.AllocOp) and v.owner.parent_block() is block]
+        needed = _definitions(comm, block)
+        start = at
+        while start > 0:
+            prev = ops[start - 1]
+            if prev in allocs:  # moves with the collective
+                start -= 1
+                continue
+            if prev in needed or _touched(prev) & buffers or _communicates(prev):
+                break
+            start -= 1
+        end = ops.index(wait) + 1
+        last = block.last_op
+        while end < len(ops) and ops[end] is not last and not (_touched(ops[end]) & buffers) and not _communicates(ops[end]):
+            end += 1
+        passed = [o for o in ops[start:at] if o not in allocs]
+        if end == ops.index(wait) + 1 and not passed:
+            continue  # nothing to overlap with
+        _move(comm, wait, allocs, passed[0] if passed else comm, ops, end)
+        moved += 1
+    return moved
+
+
+def _move(comm: Operation, wait: Operation, allocs: list[Operation], anchor: Operation, ops: list[Operation], end: int) -> None:
+    """The collective (on the worker stream, its output allocated first)
+    before `anchor`, its wait before ops[end]."""
+    for a in allocs:
+        if ops.index(a) > ops.index(anchor):  # an allocation the collective moves above
+            a.detach()
+            Rewriter.insert_op(a, InsertPoint.before(anchor))
+    main = hir.GetCurrentStreamOp()
+    ready = hir.RecordEventOp()
+    index = hir.ConstantOp(0)
+    side = hir.StreamForOp(index, POOL)
+    Rewriter.insert_op([main, ready, index, side, hir.SetCurrentStreamOp(side), hir.WaitEventOp(ready)], InsertPoint.before(anchor))
+    if anchor is not comm:
+        comm.detach()
+        Rewriter.insert_op(comm, InsertPoint.before(anchor))
+    Rewriter.insert_op(hir.SetCurrentStreamOp(main), InsertPoint.after(comm))
+    wait.detach()
+    Rewriter.insert_op(wait, InsertPoint.before(ops[end]))

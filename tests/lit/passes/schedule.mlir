@@ -1,0 +1,44 @@
+// RUN: %fuserc opt -p stream-pipeline %s | filecheck %s
+// RUN: %fuserc opt -p 'stream-pipeline{algorithm=none}' %s | filecheck %s --check-prefix=NONE
+
+// Scheduling by dependencies (the last step of stream-pipeline): the
+// allgather starts as soon as its input is ready, on a worker stream after
+// an event of the main stream, and its wait sits before the first op that
+// reads its output: the independent GEMM between runs beside it (a
+// backward's weight-gradient GEMM beside a gather, say).
+// CHECK-LABEL: func.func @bulk
+// CHECK:      %g = hir.alloc "bulk/0" : tensor<64x8xf32>
+// CHECK-NEXT: %[[MAIN:.*]] = hir.get_current_stream : !hir.stream
+// CHECK-NEXT: %[[READY:.*]] = hir.record_event : !hir.event
+// CHECK-NEXT: %[[C:.*]] = hir.constant 0 : index
+// CHECK-NEXT: %[[SIDE:.*]] = hir.stream_for %[[C]] mod 1 : !hir.stream
+// CHECK-NEXT: hir.set_current_stream %[[SIDE]] : !hir.stream
+// CHECK-NEXT: hir.wait_event %[[READY]] : !hir.event
+// CHECK-NEXT: %t0 = hir.allgather %x, %g
+// CHECK-NEXT: hir.set_current_stream %[[MAIN]] : !hir.stream
+// CHECK-NEXT: %o = hir.alloc "bulk/1" : tensor<64x64xf32>
+// CHECK-NEXT: hir.matmul %a, %w, %o
+// CHECK-NEXT: hir.wait %t0 : !hir.token
+// CHECK-NEXT: hir.copy %g, %y
+// A collective with nothing beside it stays as it was.
+// CHECK-LABEL: func.func @alone
+// CHECK-NOT: hir.stream_for
+// CHECK: func.return
+// NONE-LABEL: func.func @bulk
+// NONE-NOT: hir.stream_for
+func.func @bulk(%x: tensor<16x8xf32>, %a: tensor<64x32xf32>, %w: tensor<32x64xf32>, %y: tensor<64x8xf32>) -> (tensor<64x64xf32>, tensor<64x8xf32>) attributes {hir.host} {
+  %o = hir.alloc "bulk/1" : tensor<64x64xf32>
+  hir.matmul %a, %w, %o : tensor<64x32xf32>, tensor<32x64xf32>, tensor<64x64xf32>
+  %g = hir.alloc "bulk/0" : tensor<64x8xf32>
+  %t0 = hir.allgather %x, %g team = [0, 1, 2, 3] backend = nccl : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
+  hir.wait %t0 : !hir.token
+  hir.copy %g, %y : tensor<64x8xf32>, tensor<64x8xf32>
+  func.return %o, %y : tensor<64x64xf32>, tensor<64x8xf32>
+}
+func.func @alone(%x: tensor<16x8xf32>, %y: tensor<64x8xf32>) -> tensor<64x8xf32> attributes {hir.host} {
+  %g = hir.alloc "alone/0" : tensor<64x8xf32>
+  %t0 = hir.allgather %x, %g team = [0, 1, 2, 3] backend = nccl : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
+  hir.wait %t0 : !hir.token
+  hir.copy %g, %y : tensor<64x8xf32>, tensor<64x8xf32>
+  func.return %y : tensor<64x8xf32>
+}
