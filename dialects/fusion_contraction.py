@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, result_def
 
 from fuserc import shapes
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, sharding_of
 from fuserc.dialects.fusion_grad import unbroadcast
 from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, ONE, EvalContext, OpMap, Target
 
@@ -57,6 +57,20 @@ def transposed(b: Any, v: SSAValue) -> SSAValue:
     """`v` with its last two dimensions swapped."""
     r = len(shape_of(v))
     return b.op("permute", v, dims=[*range(r - 2), r - 1, r - 2])
+
+
+def weight_grad(b: Any, rows0: SSAValue, rows1: SSAValue, w: SSAValue) -> SSAValue:
+    """The gradient of a weight w [D0, D1]: rows0^T @ rows1 summed over the
+    rows (rows0 [T, D0], rows1 [T, D1]), made where w lives. GEMM placement
+    keeps the right operand in place, so the operand that holds w's split
+    dimension goes on the right: the other one's rows are then gathered
+    (an allgather of the smaller, saved tensor) instead of a split moved
+    by an alltoall; with w split along D0 that is (rows1^T @ rows0)^T."""
+    s = sharding_of(w)
+    dims = s.placement().dims if s is not None else ((), ())
+    if dims[0] and not dims[1]:
+        return b.op("permute", b.op("matmul", transposed(b, rows1), rows0), dims=[1, 0], placed_as=w)
+    return b.op("matmul", transposed(b, rows0), rows1, placed_as=w)
 
 
 @irdl_op_definition
@@ -105,7 +119,7 @@ class MatmulOp(FusionOp):
             rows = math.prod(sa[:-1])
             a2 = b.op("reshape", a, shape=[rows, sa[-1]]) if len(sa) > 2 else a
             g2 = b.op("reshape", g, shape=[rows, sc[-1]]) if len(sa) > 2 else g
-            return [ga, b.op("matmul", transposed(b, a2), g2, placed_as=c)]
+            return [ga, weight_grad(b, a2, g2, c)]
         return [unbroadcast(b, ga, sa), unbroadcast(b, b.op("matmul", transposed(b, a), g), sc)]
 
 
@@ -158,8 +172,7 @@ class LinearOp(FusionOp):
         return b.op("add", y, self.bias)
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
-        """x: g @ w; w: g^T @ x over every row (one GEMM, made where the
-        weight lives: its rows gathered, not the weight's gradient reduced);
+        """x: g @ w; w: g^T @ x over every row (one GEMM, `weight_grad`);
         bias: g summed over the rows."""
         x, w = self.input, self.weight
         sx, sw = shape_of(x), shape_of(w)
@@ -174,7 +187,7 @@ class LinearOp(FusionOp):
                 rows = math.prod(sx[:-1])
                 g2 = b.op("reshape", g, shape=[rows, sw[0]]) if len(sx) > 2 else g
                 x2 = b.op("reshape", x, shape=[rows, sw[1]]) if len(sx) > 2 else x
-                gw = b.op("matmul", transposed(b, g2), x2, placed_as=w)
+                gw = weight_grad(b, g2, x2, w)
             grads = [gx, gw]
         if self.bias is not None:
             grads.append(unbroadcast(b, g, shape_of(self.bias)))
