@@ -5,7 +5,10 @@
 (`launch_batches` starts such jobs and reads their lines: the e2e tests and
 the property test call it.)
 
-CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`.
+CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`
+(with `"save": DIR`, rank 0 also writes the global inputs and results of
+each pipeline's checked run as DIR/PIPELINE/in<i>.npy and out<i>.npy, as
+`fuserc run --save-outputs` does, for tests computing their own reference).
 For each case and pipeline every rank does what `fuserc run FILE -p SPEC
 --check --iters 1 --warmup 0` does (runtime/program.py, runtime/io.py,
 run_cli.compare): compile, random global inputs from the seed, each rank's
@@ -43,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 CASE_TIMEOUT_S = 60
 """A case running longer than this on a rank ends the job (a hang)."""
 
@@ -71,7 +76,9 @@ Work = tuple[str, str, dict[str, str]]
 """(id, program text, pipelines by name) of one case."""
 
 
-def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[dict[str, Outcome], list[str], str]:
+def _launch(
+    n: int, work: list[Work], directory: Path, backend: str, save: Path | None = None
+) -> tuple[dict[str, Outcome], list[str], str]:
     """One batch job over `work`: (outcomes by id, ids started in order, the
     job's output)."""
     from harness import MPI_ENV, MPIEXEC
@@ -81,7 +88,10 @@ def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[di
     for ident, text, pipelines in work:
         path = directory / f"{ident}.mlir"
         path.write_text(text)
-        listing.append({"id": ident, "file": str(path), "pipelines": pipelines})
+        entry: dict[str, Any] = {"id": ident, "file": str(path), "pipelines": pipelines}
+        if save is not None:
+            entry["save"] = str(save / ident)
+        listing.append(entry)
     spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
     spec.write_text(json.dumps(listing))
     cmd = [MPIEXEC, "-n", str(n), sys.executable, str(Path(__file__)), str(spec), "--backend", backend]
@@ -101,18 +111,21 @@ def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[di
     return outcomes, started, output
 
 
-def launch_batches(n: int, work: list[Work], directory: Path, backend: str = "cpu") -> dict[str, Outcome]:
+def launch_batches(
+    n: int, work: list[Work], directory: Path, backend: str = "cpu", save: Path | None = None
+) -> dict[str, Outcome]:
     """Every case of `work` under each of its pipelines on `n` ranks, by
     outcome id `CASE/PIPELINE`, in as few launches as failures allow: a case
     that crashes or hangs ends its launch (it is the last one started), and
-    what is left runs in the next one."""
+    what is left runs in the next one. With `save`, each checked run's
+    global inputs and results are written under save/CASE/PIPELINE/."""
     results: dict[str, Outcome] = {}
     while True:
         left = [(i, t, {p: s for p, s in pipes.items() if f"{i}/{p}" not in results}) for i, t, pipes in work]
         left = [(i, t, pipes) for i, t, pipes in left if pipes]
         if not left:
             return results
-        outcomes, started, output = _launch(n, left, directory, backend)
+        outcomes, started, output = _launch(n, left, directory, backend, save)
         progress = len(outcomes)
         results.update(outcomes)
         if started and started[-1] not in outcomes:
@@ -155,7 +168,7 @@ def compile_case(text: str, name: str, spec: str, backend: Any) -> Any:
     return CompiledProgram(compile_module(text, name, "main", spec), backend)
 
 
-def run_case(program: Any, env: Any, seed: int) -> tuple[str, str]:
+def run_case(program: Any, env: Any, seed: int, save: str | None = None) -> tuple[str, str]:
     """(status, detail) of the second of two runs (on other inputs first,
     as `--iters` runs before the run it checks: cached buffers then hold
     the first run's data), checked against the reference, on rank 0
@@ -175,6 +188,11 @@ def run_case(program: Any, env: Any, seed: int) -> tuple[str, str]:
     if env.rank != 0:
         return "", ""
     assert gathered is not None
+    if save is not None:
+        os.makedirs(save, exist_ok=True)
+        for i, t in enumerate(globals_):
+            np.save(os.path.join(save, f"in{i}.npy"), io.to_numpy(t))
+        io.save_outputs(save, gathered)
     try:  # rank 0 alone from here: no communication
         refs = program.reference(list(globals_))
         precisions = precision_of(program.compiled.source_function())
@@ -225,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                         first, status, detail = hosts[host]
                         detail = f"same host program as {first}\n{detail}"
                     else:
-                        status, detail = run_case(program, env, args.seed)
+                        save = os.path.join(case["save"], pipe) if "save" in case else None
+                        status, detail = run_case(program, env, args.seed, save)
                         program.close()
                         hosts[host] = (pipe, status, detail)
             except _RunFailure as e:
