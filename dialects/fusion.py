@@ -348,6 +348,13 @@ class FusionOp(IRDLOperation):
     """String attributes (in the attribute dictionary) the builder takes."""
     DEFAULT_DTYPE: ClassVar[str | None] = None
     """The result element type the builder uses when none is given."""
+    WEIGHTS: ClassVar[tuple[int, ...]] = ()
+    """Operands that stay where the user placed them when the op can
+    compute from them in place, even where moving them would cost fewer
+    bytes: a GEMM's weight (a row-parallel layer stays GEMM + ReduceScatter
+    instead of gathering its weight, as in nvFuser), an embedding table
+    split over its vocabulary (lookups are summed across devices, the table
+    is never gathered, as Megatron's vocabulary-parallel embedding)."""
 
     # -- syntax ---------------------------------------------------------------
     @classmethod

@@ -79,6 +79,7 @@ class MatmulOp(FusionOp):
 
     name = "fusion.matmul"
     OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+    WEIGHTS: ClassVar[tuple[int, ...]] = (1,)
     lhs = operand_def(TENSOR)
     rhs = operand_def(TENSOR)
     result = result_def(TENSOR)
@@ -129,6 +130,7 @@ class LinearOp(FusionOp):
 
     name = "fusion.linear"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias?")
+    WEIGHTS: ClassVar[tuple[int, ...]] = (1,)
     input = operand_def(TENSOR)
     weight = operand_def(TENSOR)
     bias = opt_operand_def(TENSOR)

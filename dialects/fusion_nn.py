@@ -349,6 +349,7 @@ class EmbeddingOp(FusionOp):
 
     name = "fusion.embedding"
     OPERANDS: ClassVar[tuple[str, ...]] = ("ids", "table")
+    WEIGHTS: ClassVar[tuple[int, ...]] = (1,)
     ELEMENTS: ClassVar[tuple[str, ...]] = ("i64", "float")
     INDEXED: ClassVar[bool] = True
     ids = operand_def(TENSOR)

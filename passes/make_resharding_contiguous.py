@@ -85,8 +85,6 @@ from fuserc.dialects.fusion import (
     alloc_order_of,
     BroadcastInDimOp,
     FusionOp,
-    LinearOp,
-    MatmulOp,
     PermuteOp,
     ReshapeOp,
     SetOp,
@@ -301,10 +299,11 @@ def _empty_as_set(op: FusionOp) -> bool:
 @dataclass(order=True, frozen=True)
 class _Cost:
     """Candidates compare by: keeps a pipelined gather (0) or not (1),
-    leaves a GEMM's weight where the user placed it (0) or moves it (1: as
-    in nvFuser, a matmul/linear follows its weight's sharding, so a
-    row-parallel layer stays a GEMM + ReduceScatter, which stream-pipeline
-    can overlap, instead of gathering the weights), sums over a device
+    leaves the op's weights (`FusionOp.WEIGHTS`) where the user placed them
+    (0) or moves them (1: as in nvFuser, a matmul/linear follows its
+    weight's sharding, so a row-parallel layer stays a GEMM + ReduceScatter,
+    which stream-pipeline can overlap, instead of gathering the weights; an
+    embedding table split over its vocabulary is never gathered), sums over a device
     split by a reduction (0) or by moving the split off the summed
     dimension with an alltoall first (1: the same bytes, but nvFuser and
     MLIR reduce-scatter the partial sum; an alltoall is for a transpose of
@@ -412,7 +411,7 @@ class _Decomposer:
             steps = len(after) + sum(len(p) for p in before)  # type: ignore[arg-type]
             cost = _Cost(
                 0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
-                1 if isinstance(op, (MatmulOp, LinearOp)) and wanted[1] != current[1] else 0,
+                1 if any(wanted[i] != current[i] for i in op.WEIGHTS) else 0,
                 self.transposes_summed(op, before),  # type: ignore[arg-type]
                 total,
                 steps,
