@@ -409,7 +409,7 @@ def mlp(t: Tensors, dtype: str) -> Tensors:
     return [y, torch.where(keep, y / 0.9, torch.zeros(()))]
 
 
-ATTENTION_BODY = f"""
+ATTENTION_BODY = """
   %q = fusion.linear %X, %wq : (!xa, !wq) -> !p
   %k = fusion.linear %X, %wk : (!xa, !wq) -> !p
   %v = fusion.linear %X, %wv : (!xa, !wq) -> !p

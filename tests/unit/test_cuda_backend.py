@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +24,9 @@ from fuserc.ir import parse
 from fuserc.runtime import cuda
 from fuserc.runtime.backend import make_backend
 from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, apply_steps, plan_region, vector_source
+from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, plan_region, vector_source
 from fuserc.runtime.mpi_env import mpi_env
+from cpu_kernels import SHIMS, compile_plan, needs_gxx, run_on_cpu, words
 
 E2E = Path(__file__).parents[1] / "e2e"
 
@@ -157,72 +157,18 @@ def test_plans_are_deterministic() -> None:
 
 # ---- the generated code, compiled for the CPU ---------------------------------
 
-_C_TYPES = {"float32": "float", "float64": "double", "uint16": "unsigned short", "int64": "long long", "bool": "bool"}
-_SHIMS = r"""
-#include <cmath>
-#include <cstring>
-#define __device__
-#define __forceinline__ inline
-static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
-using std::exp; using std::tanh; using std::erf;
-"""
-
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-
-
-def _params(decl: str) -> list[tuple[str, str]]:
-    return [tuple(p.split()) for p in decl.split(", ")] if decl else []  # type: ignore[misc]
-
-
-def _compile(plan: FusedPlan, tmp_path: Path) -> ctypes.CDLL:
-    """The plan's kernel as a CPU loop over contiguous arrays."""
-    ins, outs = _params(plan.in_params), _params(plan.out_params)
-    sig = [f"const {_C_TYPES[t]}* p_{n}" for t, n in ins] + [f"{_C_TYPES[t]}* p_{n}" for t, n in outs]
-    loads = "".join(f"const {_C_TYPES[t]} {n} = p_{n}[i];\n" for t, n in ins)
-    decls = "".join(f"{_C_TYPES[t]} {n};\n" for t, n in outs)
-    stores = "".join(f"p_{n}[i] = {n};\n" for _, n in outs)
-    src = (
-        f"{_SHIMS}{PREAMBLE}\nextern \"C\" void run(long n, {', '.join(sig)}) {{\n"
-        f"for (long i = 0; i < n; ++i) {{\n{loads}{decls}{{\n{plan.operation}\n}}\n{stores}}}\n}}\n"
-    )
-    (tmp_path / "k.cpp").write_text(src)
-    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.cpp")], check=True)
-    return ctypes.CDLL(str(tmp_path / "k.so"))
-
-
-def _words(t: torch.Tensor) -> np.ndarray:
-    t = t.contiguous()
-    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
-
-
-def _run_on_cpu(plan: FusedPlan, lib: ctypes.CDLL, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
-    """What `run_plan` does on the GPU, with the CPU build of the kernel."""
-    in_views = [apply_steps(ins[v.arg], v.steps).contiguous() for v in plan.inputs]
-    out_views = [apply_steps(outs[v.out], v.steps, writable=True) for v in plan.outputs]
-    n = out_views[0].numel()
-    in_arrays = [np.ascontiguousarray(_words(t)) for t in in_views]
-    out_tensors = [torch.empty(o.shape, dtype=o.dtype) for o in out_views]
-    out_arrays = [_words(t) for t in out_tensors]
-    for t, a in zip(out_tensors, out_arrays):  # the arrays share the tensors' memory
-        assert a.ctypes.data == t.data_ptr()
-    lib.run(ctypes.c_long(n), *[ctypes.c_void_p(a.ctypes.data) for a in in_arrays + out_arrays])
-    for view, result in zip(out_views, out_tensors):
-        view.copy_(result)
-
-
 @needs_gxx
 @pytest.mark.parametrize("name", ["bias_gelu", "permuted", "casts"])
 def test_generated_code_matches_torch(name: str, tmp_path: Path) -> None:
     op, plan = _plans()[name]
     assert plan is not None
-    lib = _compile(plan, tmp_path)
+    lib = compile_plan(plan, tmp_path)
     gen = torch.Generator().manual_seed(0)
     ins = [torch.randn(tuple(v.type.get_shape()), generator=gen).to(cuda_dtype(v)) for v in op.ins]
     ref_outs = [torch.zeros(tuple(v.type.get_shape()), dtype=cuda_dtype(v)) for v in op.outs]
     got_outs = [t.clone() for t in ref_outs]
     launch_with_torch(op.body.block, [t.clone() for t in ins], ref_outs)
-    _run_on_cpu(plan, lib, ins, got_outs)
+    run_on_cpu(plan, lib, ins, got_outs)
     for got, ref in zip(got_outs, ref_outs):
         # bf16 intermediates stay in float inside the kernel: bf16 rounding apart
         tol = 3e-2 if ref.dtype == torch.bfloat16 or name == "casts" else 1e-5
@@ -248,7 +194,7 @@ def _sum4(t: str) -> tuple[hir.LaunchOp, FusedPlan]:
     return op, plan
 
 
-_VECTOR_SHIMS = r"""
+_VECTORSHIMS = r"""
 #define __global__
 #define __restrict__
 struct uint4 { unsigned int x, y, z, w; };
@@ -269,7 +215,7 @@ def test_vectorized_kernel_matches_torch(t: str, tmp_path: Path) -> None:
     assert made is not None
     name, source, lanes = made
     assert lanes == (8 if t == "bf16" else 4) and "uint4" in source
-    (tmp_path / "v.cpp").write_text(_SHIMS + _VECTOR_SHIMS + source)
+    (tmp_path / "v.cpp").write_text(SHIMS + _VECTORSHIMS + source)
     subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-w", "-o", str(tmp_path / "v.so"), str(tmp_path / "v.cpp")], check=True)
     lib = ctypes.CDLL(str(tmp_path / "v.so"))
     dtype = cuda_dtype(op.ins[0])
@@ -277,7 +223,7 @@ def test_vectorized_kernel_matches_torch(t: str, tmp_path: Path) -> None:
     ins = [torch.randn(64, 8, generator=gen).to(dtype) for _ in range(4)]
     ref = [ins[0].clone()]
     launch_with_torch(op.body.block, [x.clone() for x in ins], ref)
-    arrays = [np.ascontiguousarray(_words(x)) for x in ins]
+    arrays = [np.ascontiguousarray(words(x)) for x in ins]
     lib[name](*[ctypes.c_void_p(a.ctypes.data) for a in arrays], ctypes.c_void_p(arrays[0].ctypes.data),
               ctypes.c_longlong(64 * 8 // lanes))  # the output is the first input, in place
     got = torch.from_numpy(arrays[0].view(np.int16)).view(torch.bfloat16) if t == "bf16" else torch.from_numpy(arrays[0])
@@ -296,7 +242,7 @@ def cuda_dtype(v) -> torch.dtype:
 @needs_gxx
 def test_bf16_conversion_rounds_like_torch(tmp_path: Path) -> None:
     src = (
-        f"{_SHIMS}{PREAMBLE}\nextern \"C\" void run(long n, const float* x, unsigned short* y, float* back) {{\n"
+        f"{SHIMS}{PREAMBLE}\nextern \"C\" void run(long n, const float* x, unsigned short* y, float* back) {{\n"
         "for (long i = 0; i < n; ++i) { y[i] = _fuserc_f2bf(x[i]); back[i] = _fuserc_bf2f(y[i]); }\n}\n"
     )
     (tmp_path / "c.cpp").write_text(src)

@@ -191,7 +191,7 @@ def test_pointwise_broadcasting_iota_dropout_are_local() -> None:
     x = f"tensor<8x16xf32, {_s('DIDx', '-')}>"
     i = f"tensor<8x16xi64, {_s('DIDx', '-')}>"
     body = "\n".join([
-        f"  %c = fusion.constant 0.5 : () -> tensor<f32>",
+        "  %c = fusion.constant 0.5 : () -> tensor<f32>",
         f"  %a = fusion.add %x, %b : ({x}, tensor<16xf32>) -> {x}",
         f"  %p = fusion.pow %a, %c : ({x}, tensor<f32>) -> {x}",
         f"  %m = fusion.lt %p, %r : ({x}, tensor<8x1xf32, {_s('DIDx', '-')}>) -> tensor<8x16xi1, {_s('DIDx', '-')}>",
