@@ -128,12 +128,23 @@ class _Ops:
         return build
 
     def op(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
-        """`fusion.<name>` on `args` (see the class docstring)."""
+        """`fusion.<name>` on `args` (see the class docstring). A call that
+        fails leaves the definition as it was (no constant made for it)."""
+        fd = self._fd
+        made = len(fd._ops)
+        try:
+            return self._build(name, list(args), kwargs)
+        except Diagnostic:
+            for dropped in fd._ops[made:]:
+                fd._known.discard(dropped.result)
+            del fd._ops[made:]
+            raise
+
+    def _build(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Tensor:
         from fuserc.dialects.fusion_ops import BY_NAME
 
         cls = BY_NAME[name]
         where = f"fusion.{name}"
-        args = list(args)
         operands: list[Any] = []
         for n in cls.OPERANDS:
             if n.startswith("*"):  # concat([a, b], 0) or concat(a, b, dim=0)
@@ -144,7 +155,10 @@ class _Ops:
                         operands.append(args.pop(0))
                 break
             key, optional = n.rstrip("?"), n.endswith("?")
-            if args and (isinstance(args[0], (Tensor, int, float)) or (optional and args[0] is None)):
+            # A number after the operands is a keyword (layer_norm(x, w, 1):
+            # dims = [1]), not an optional operand (give that one by name).
+            number = isinstance(args[0], (int, float)) if args else False
+            if args and (isinstance(args[0], Tensor) or (number and not optional) or (optional and args[0] is None)):
                 value = args.pop(0)
             else:
                 value = kwargs.pop(key, None)
@@ -159,7 +173,7 @@ class _Ops:
         for p, v in zip(params, args):
             values[p] = v
         if len(args) > len(params):
-            raise Diagnostic(f"{where}: too many arguments ({len(args)} after the operands; takes {', '.join(params)})")
+            raise Diagnostic(f"{where}: too many arguments ({len(args)} after the operands; takes {', '.join(params) or 'none'})")
         for k, v in kwargs.items():
             if k in values:
                 raise Diagnostic(f"{where}: '{k}' given twice")

@@ -74,3 +74,129 @@ def test_shape_errors_are_diagnostics() -> None:
         fd.sched.shard(a, "tp", ["-", "DIDx"])
     with pytest.raises(Diagnostic, match="unsupported dtype"):
         fd.define_tensor([2], "f8")
+
+
+# ---- the transformer ops: one method each, numbers, operators, int dims -------------------------
+
+
+def _transformer_definition() -> tuple[FusionDefinition, list]:
+    """Every transformer op through its `fd.ops` method, with Python numbers
+    as operands, operators and ints for dims."""
+    fd = FusionDefinition()
+    x = fd.define_tensor([4, 8], "f32")
+    p = fd.define_tensor([4, 8], "f32")
+    b = fd.define_tensor([8], "f32")
+    h = fd.define_tensor([2, 4, 8], "f32")
+    w = fd.define_tensor([8], "f32")
+    q = fd.define_tensor([1, 4, 6, 8], "f32")
+    k = fd.define_tensor([1, 2, 6, 8], "f32")
+    ids = fd.define_tensor([2, 3], "i64")
+    table = fd.define_tensor([10, 8], "f32")
+    labels = fd.define_tensor([4], "i64")
+    seed = fd.define_tensor([], "i64")
+    o = fd.ops
+    outs = [
+        o.rsqrt(p), o.sqrt(p), o.log(p), o.abs(x), o.erf(x), o.reciprocal(p), o.sin(x), o.cos(x),
+        o.pow(p, 0.5), o.pow(2.0, x), o.minimum(x, b), o.minimum(x, 0),
+        o.lt(x, b), o.le(x, 0.25), o.gt(x, b), o.ge(x, 0), o.eq(x, x), o.ne(x, b),
+        o.where(o.lt(x, 0), x, -1.5), o.constant(0.125, "f32"), o.iota([4, 8], 1), o.iota([4, 8], dim=0, dtype="f32"),
+        o.mean(x, 1), o.mean(h, [0, 2], keepdim=True), o.min(x, 0), o.var(h, -1, correction=0), o.var(x, [0, 1]),
+        o.layer_norm(h, w, b, 2, 1e-3), o.layer_norm(h, w, 2), o.layer_norm(h, w, dims=-1, eps=0.5),
+        o.rms_norm(h, w, 2, 1e-6), o.log_softmax(x, 1), o.log_softmax(x, dim=0),
+        o.sdpa(q, k, k, causal=True), o.sdpa(q, k, k, 0.25),
+        o.embedding(ids, table), o.cross_entropy(x, labels), o.dropout(x, seed, 0.0),
+        o.concat([x, p], 0), o.concat(x, p, x, dim=1),
+        x @ o.permute(x, [1, 0]), x + 1, 2 - x, x * b, x / 4, 1 / p, -x, x - b,
+    ]  # fmt: skip
+    for t in outs:
+        fd.add_output(t)
+    return fd, [x, p, b, h, w, q, k, ids, table, labels, seed]
+
+
+def _expected(a: list) -> list:
+    import torch
+    import torch.nn.functional as F
+
+    x, p, b, h, w, q, k, ids, table, labels, seed = a
+    gqa = q.shape[1] != k.shape[1]
+    return [
+        p.rsqrt(), p.sqrt(), p.log(), x.abs(), torch.erf(x), p.reciprocal(), x.sin(), x.cos(),
+        p ** 0.5, 2.0 ** x, torch.minimum(x, b), torch.clamp(x, max=0),
+        x < b, x <= 0.25, x > b, x >= 0, x == x, x != b,
+        torch.where(x < 0, x, torch.tensor(-1.5, dtype=x.dtype)), torch.tensor(0.125, dtype=x.dtype),
+        torch.arange(8).expand(4, 8), torch.arange(4.0, dtype=x.dtype)[:, None].expand(4, 8),
+        x.mean(1), h.mean((0, 2), keepdim=True), x.amin(0), h.var(-1, correction=0), x.var((0, 1)),
+        F.layer_norm(h, [8], w, b, 1e-3), F.layer_norm(h, [8], w), F.layer_norm(h, [8], w, eps=0.5),
+        F.rms_norm(h, [8], w, 1e-6), x.log_softmax(1), x.log_softmax(0),
+        F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=gqa),
+        F.scaled_dot_product_attention(q, k, k, scale=0.25, enable_gqa=gqa),
+        F.embedding(ids, table), F.cross_entropy(x, labels), x,
+        torch.cat([x, p], 0), torch.cat([x, p, x], 1),
+        x @ x.T, x + 1, 2 - x, x * b, x / 4, 1 / p, -x, x - b,
+    ]  # fmt: skip
+
+
+def test_transformer_ops_build_round_trip_and_compute_as_torch() -> None:
+    import torch
+
+    from fuserc.ir import parse
+    from fuserc.runtime.reference import evaluate
+
+    fd, _ = _transformer_definition()
+    fd.verify()
+    text = fd.to_mlir()
+    assert FusionDefinition.from_mlir(text).to_mlir() == text
+    for piece in ("fusion.mean %in0 dims = [1] :", "fusion.var %in3 dims = [-1] correction = 0 :",
+                  "fusion.layer_norm %in3, %in4 dims = [2] :", "fusion.constant 0.5 : () -> tensor<f32>",
+                  "fusion.sdpa %in5, %in6, %in6 scale = 0.25 :", "fusion.iota dim = 1 : () -> tensor<4x8xi64>"):
+        assert piece in text, piece
+    gen = torch.Generator().manual_seed(5)
+    args = [
+        torch.randn(4, 8, generator=gen), torch.rand(4, 8, generator=gen) + 0.5, torch.randn(8, generator=gen),
+        torch.randn(2, 4, 8, generator=gen), torch.randn(8, generator=gen), torch.randn(1, 4, 6, 8, generator=gen),
+        torch.randn(1, 2, 6, 8, generator=gen), torch.randint(0, 10, (2, 3), generator=gen),
+        torch.randn(10, 8, generator=gen), torch.randint(0, 8, (4,), generator=gen), torch.tensor(3),
+    ]  # fmt: skip
+    got = evaluate(parse(text), args, accumulate=None)
+    want = _expected(args)
+    assert len(got) == len(want)
+    for i, (g, e) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6, msg=lambda m, i=i: f"output {i}: {m}")
+
+
+def test_numbers_take_the_tensor_type_and_operators_build_ops() -> None:
+    fd = FusionDefinition()
+    x = fd.define_tensor([4, 8], "bf16")
+    w = fd.define_tensor([8, 2], "bf16")
+    for t in (x + 1, 3 * x, x / 2, 1 / x, -x, x @ w, 2 - x):
+        fd.add_output(t)
+    text = fd.to_mlir()
+    assert text.count("fusion.constant") == 5 and "() -> tensor<bf16>" in text
+    assert "fusion.matmul %in0, %in1" in text and "fusion.neg %in0" in text and "fusion.sub %t" in text
+    ids = fd.define_tensor([3], "i64")
+    fd.add_output(fd.ops.eq(ids, 2))
+    assert "fusion.constant 2.0 : () -> tensor<i64>" in fd.to_mlir()
+
+
+def test_builder_errors_leave_the_definition_as_it_was() -> None:
+    fd = FusionDefinition()
+    x = fd.define_tensor([4, 8], "f32")
+    seed = fd.define_tensor([], "i64")
+    before = fd.to_mlir()
+    cases = [
+        (lambda: fd.ops.dropout(x, seed, 1.0), r"dropout probability p = 1.0 must be in \[0, 1\)"),
+        (lambda: fd.ops.where(x, x, 1.0), "operand #0 has element type f32; it must be i1"),
+        (lambda: fd.ops.layer_norm(x, fd.define_tensor([4], "f32"), 0), "normalizes trailing dimensions"),
+        (lambda: fd.ops.add(1, 2), "a number operand needs a tensor operand"),
+        (lambda: fd.ops.cross_entropy(x, fd.define_tensor([4], "f32")), "it must be i64"),
+        (lambda: fd.ops.sdpa(x, x, x), r"sdpa: q must be \[batch, heads, seq, head_dim\]"),
+        (lambda: fd.ops.mean(x, 1, 2, 3), "too many arguments"),
+        (lambda: fd.ops.concat([x, fd.define_tensor([4, 4], "f32")], 0), "must agree except in dimension 0"),
+    ]
+    for build, message in cases:
+        with pytest.raises(Diagnostic, match=message):
+            build()
+    with pytest.raises(AttributeError, match="fusion has no op 'softplus'"):
+        fd.ops.softplus(x)
+    after = fd.to_mlir()
+    assert "fusion.constant" not in after and after.count("fusion.") == before.count("fusion.")
