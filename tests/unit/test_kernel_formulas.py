@@ -215,3 +215,42 @@ def test_chain_generated_code_matches_torch(tmp_path: Path) -> None:
     assert torch.equal(outs[1], ref[1]) and torch.equal(outs[2], ref[2])
     assert outs[1].any() and not outs[1].all()
     torch.testing.assert_close(outs[3].float(), ref[3].float(), rtol=1e-2, atol=1e-2)
+
+
+SPECIAL_CONSTANTS = """
+func.func @main(%x: tensor<12x{t}>, %o: tensor<12x{t}>) attributes {{hir.host}} {{
+  hir.launch ins(%x : tensor<12x{t}>) outs(%o : tensor<12x{t}>) {{
+  ^bb0(%X: tensor<12x{t}>):
+    %inf = fusion.constant inf : () -> tensor<{t}>
+    %ninf = fusion.constant -inf : () -> tensor<{t}>
+    %nan = fusion.constant nan : () -> tensor<{t}>
+    %tiny = fusion.constant 1.0e-300 : () -> tensor<{t}>
+    %a = fusion.minimum %X, %inf : (tensor<12x{t}>, tensor<{t}>) -> tensor<12x{t}>
+    %b = fusion.maximum %a, %ninf : (tensor<12x{t}>, tensor<{t}>) -> tensor<12x{t}>
+    %m = fusion.gt %b, %tiny : (tensor<12x{t}>, tensor<{t}>) -> tensor<12xi1>
+    %c = fusion.where %m, %b, %nan : (tensor<12xi1>, tensor<12x{t}>, tensor<{t}>) -> tensor<12x{t}>
+    %d = fusion.pow %c, %inf : (tensor<12x{t}>, tensor<{t}>) -> tensor<12x{t}>
+    %e = fusion.where %m, %d, %c : (tensor<12xi1>, tensor<12x{t}>, tensor<12x{t}>) -> tensor<12x{t}>
+    hir.yield %e : tensor<12x{t}>
+  }}
+  func.return
+}}
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_special_constants_in_generated_code(t: str, tmp_path: Path) -> None:
+    """inf, -inf, NaN and a constant below f32's range, in float and double
+    kernels: the literals the generator prints read back as torch's values."""
+    module = parse(SPECIAL_CONSTANTS.format(t=t), "special.mlir")
+    (launch,) = [op for op in module.walk() if isinstance(op, hir.LaunchOp)]
+    plan = plan_region(launch.body.block)
+    assert plan is not None and plan.ops == 10
+    lib = compile_plan(plan, tmp_path)
+    dtype = torch.float32 if t == "f32" else torch.float64
+    x = SPECIAL.to(dtype)
+    got, ref = torch.zeros(12, dtype=dtype), torch.zeros(12, dtype=dtype)
+    launch_with_torch(launch.body.block, [x.clone()], [ref])
+    run_on_cpu(plan, lib, [x], [got])
+    torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
