@@ -392,6 +392,9 @@ class DivOp(BinaryOp):
 
 @irdl_op_definition
 class PowOp(BinaryOp):
+    """`torch.pow`; random inputs draw the base positive (a negative base to
+    a fractional power is NaN, which would make a checked run meaningless)."""
+
     name = "fusion.pow"
     ELEMENTS: ClassVar[str] = "float"
     TORCH: ClassVar[str] = "pow"
@@ -399,6 +402,9 @@ class PowOp(BinaryOp):
     def derivatives(self, b: Any, a: SSAValue, c: SSAValue, y: SSAValue, g: SSAValue) -> tuple[SSAValue, SSAValue]:
         ga = b.op("mul", g, b.op("mul", c, b.op("pow", a, b.op("sub", c, 1.0))))
         return ga, b.op("mul", g, b.op("mul", y, b.op("log", a)))
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return POSITIVE if i == 0 else None
 
 
 @irdl_op_definition

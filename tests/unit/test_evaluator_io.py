@@ -150,6 +150,47 @@ def test_random_inputs_depend_on_seed_and_argument_only() -> None:
     assert not torch.equal(io.random_inputs(params, 4)[0], a[0])
 
 
+DOMAINS = """
+func.func @main(%x: tensor<4x8xf32>, %e: tensor<4x8xf32>, %p: tensor<32xf32>, %ids: tensor<2x3xi64>,
+                %t: tensor<10x4xf32>, %l: tensor<4x10xf32>, %y: tensor<2x2xi64>, %z: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %a = fusion.pow %x, %e : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %r = fusion.reshape %p : (tensor<32xf32>) -> tensor<4x8xf32>
+  %g = fusion.log %r : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %s = fusion.add %a, %g : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %v = fusion.embedding %ids, %t : (tensor<2x3xi64>, tensor<10x4xf32>) -> tensor<2x3x4xf32>
+  %yy = fusion.reshape %y : (tensor<2x2xi64>) -> tensor<4xi64>
+  %c = fusion.cross_entropy %l, %yy : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+  %q = fusion.sqrt %z : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %w = fusion.log %z : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return %s : tensor<4x8xf32>
+}
+"""
+
+
+def test_random_inputs_lie_where_the_ops_are_defined() -> None:
+    """Each argument's domain comes from the ops using it (pow's base, log's
+    argument through a reshape, embedding ids, cross_entropy labels), so
+    random inputs give finite results."""
+    from fuserc.ir import parse
+    from fuserc.runtime.reference import evaluate
+
+    module = parse(DOMAINS)
+    func = next(op for op in module.walk() if op.name == "func.func")
+    positive = (0.25, 4.0)
+    assert io.input_domains(func) == [positive, None, positive, (0, 10), None, None, (0, 10), positive]
+    from fuserc.dialects.interfaces import torch_dtype
+
+    one = Mesh("m", (1,))
+    params = [
+        spec(tuple(a.type.get_shape()), ["-"] * len(a.type.get_shape()), one, dtype=torch_dtype(a.type.element_type), index=i)
+        for i, a in enumerate(func.body.block.args)
+    ]
+    inputs = io.random_inputs(params, 0, io.input_domains(func))
+    assert (inputs[0] >= 0.25).all() and (inputs[3] >= 0).all() and (inputs[3] < 10).all()
+    (out,) = evaluate(module, inputs)
+    assert torch.isfinite(out).all()
+
+
 def test_save_outputs(tmp_path: Path) -> None:
     paths = io.save_outputs(str(tmp_path / "d"), [np.zeros(2), np.ones(3, np.float32)])
     assert [Path(p).name for p in paths] == ["out0.npy", "out1.npy"]
