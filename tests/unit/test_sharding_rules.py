@@ -86,6 +86,47 @@ CASES = [
     ("fusion.slice starts = [0, 0] limits = [4, 8]", [t("8x8", sh("DIDx, -"))], t("4x8", sh("-, -")), True),
     ("fusion.softmax dim = 1", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),
     ("fusion.softmax dim = 1", [t("8x8", sh("-, DIDx"))], t("8x8", sh("-, DIDx")), True),
+    # the transformer ops: a normalized, softmax or reduced dimension split
+    # needs statistics across devices (resharding: the op is expanded)
+    ("fusion.layer_norm dims = [1]", [t("8x16", sh("DIDx, -")), t("16", sh("-")), t("16", sh("-"))], t("8x16", sh("DIDx, -")), False),
+    ("fusion.layer_norm dims = [1]", [t("8x16", sh("-, DIDx")), t("16", sh("DIDx"))], t("8x16", sh("-, DIDx")), True),
+    ("fusion.rms_norm dims = [1]", [t("8x16", sh("DIDx, -")), t("16", sh("DIDx"))], t("8x16", sh("DIDx, -")), True),
+    ("fusion.mean dims = [1]", [t("8x8", sh("DIDx, -"))], t("8", sh("DIDx")), False),
+    ("fusion.mean dims = [1]", [t("8x8", sh("-, DIDx"))], t("8", sh("-")), True),
+    ("fusion.var dims = [0] correction = 0", [t("8x8", sh("-, DIDx"))], t("8", sh("DIDx")), False),
+    ("fusion.min dims = [0]", [t("8x8", sh("DIDx, -"))], t("8", sh("-")), True),
+    ("fusion.log_softmax dim = 0", [t("8x8", sh("-, DIDx"))], t("8x8", sh("-, DIDx")), False),
+    ("fusion.log_softmax dim = 0", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), True),
+    # attention: local over split heads (k and v split alike), not over a split sequence
+    ("fusion.sdpa causal = true", [t("2x8x4x4", sh("-, DIDx, -, -")), t("2x4x4x4", sh("-, DIDx, -, -")), t("2x4x4x4", sh("-, DIDx, -, -"))],
+     t("2x8x4x4", sh("-, DIDx, -, -")), False),
+    ("fusion.sdpa", [t("2x4x8x4", sh("-, -, DIDx, -")), t("2x4x8x4", sh("-, -, -, -")), t("2x4x8x4", sh("-, -, -, -"))],
+     t("2x4x8x4", sh("-, -, DIDx, -")), True),
+    ("fusion.sdpa", [t("2x4x8x4", sh("-, DIDx, -, -")), t("2x4x8x4", sh("-, -, -, -")), t("2x4x8x4", sh("-, -, -, -"))],
+     t("2x4x8x4", sh("-, DIDx, -, -")), True),
+    # a vocabulary split makes a partial sum of lookups; the loss expands
+    ("fusion.embedding", [t("2x3", sh("-, -"), "i64"), t("16x8", sh("DIDx, -"))], t("2x3x8", sh("-, -, -", partial="DIDx")), False),
+    ("fusion.embedding", [t("2x3", sh("-, -"), "i64"), t("16x8", sh("DIDx, -"))], t("2x3x8", sh("-, -, -")), True),
+    ("fusion.embedding", [t("4x3", sh("DIDx, -"), "i64"), t("16x8", sh("-, -"))], t("4x3x8", sh("DIDx, -, -")), False),
+    ("fusion.embedding", [t("4x3", sh("-, -"), "i64"), t("16x8", sh("-, DIDx"))], t("4x3x8", sh("-, -, DIDx")), False),
+    ("fusion.cross_entropy", [t("8x16", sh("DIDx, -")), t("8", sh("DIDx"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
+    ("fusion.cross_entropy", [t("8x16", sh("-, DIDx")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
+    ("fusion.cross_entropy", [t("8x16", sh("-, -")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", False),
+    # dropout and iota: any block, computed where it lies
+    ("fusion.dropout p = 0.5", [t("8x8", sh("DIDx, -")), "tensor<i64, #fusion.sharding<@tp, []>>"], t("8x8", sh("DIDx, -")), False),
+    ("fusion.dropout p = 0.5", [t("8x8", sh("DIDx, -")), "tensor<i64, #fusion.sharding<@tp, []>>"], t("8x8", sh("-, DIDx")), True),
+    ("fusion.iota dim = 0", [], t("8x8", sh("-, DIDx"), "i64"), False),
+    ("fusion.concat dim = 1", [t("8x4", sh("DIDx, -")), t("8x8", sh("DIDx, -"))], t("8x12", sh("DIDx, -")), False),
+    ("fusion.concat dim = 0", [t("8x4", sh("DIDx, -")), t("8x4", sh("DIDx, -"))], t("16x4", sh("DIDx, -")), True),
+    # broadcasting: operands align from the right; rank-0 ones anywhere
+    ("fusion.add", [t("8x8", sh("DIDx, -")), t("8", sh("-"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.add", [t("8x8", sh("-, DIDx")), t("8", sh("DIDx"))], t("8x8", sh("-, DIDx")), False),
+    ("fusion.add", [t("8x8", sh("DIDx, -")), t("8", sh("DIDx"))], t("8x8", sh("DIDx, -")), True),
+    ("fusion.pow", [t("8x8", sh("DIDx, -")), "tensor<f32, #fusion.sharding<@tp, []>>"], t("8x8", sh("DIDx, -")), False),
+    ("fusion.where", [t("8x8", sh("DIDx, -"), "i1"), t("8x8", sh("DIDx, -")), "tensor<f32, #fusion.sharding<@tp, []>>"],
+     t("8x8", sh("DIDx, -")), False),
+    ("fusion.lt", [t("8x8", sh("DIDx, -")), t("8x1", sh("DIDx, -"))], t("8x8", sh("DIDx, -"), "i1"), False),
+    ("fusion.lt", [t("8x8", sh("DIDx, -")), t("1x8", sh("-, -"))], t("8x8", sh("-, DIDx"), "i1"), True),
     ("fusion.relu", [t("8x8")], t("8x8"), False),
 ]
 
