@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-import test_transformer_ops as ops
+import ops_program as ops
 from harness import mpirun_python, ok
 
 ROOT = Path(__file__).resolve().parents[2]
