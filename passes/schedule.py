@@ -13,9 +13,9 @@ collective of a function's block whose token has one wait in that block
   the main stream recorded where it starts (its input is ready there);
 - its wait sits right before the first later op that touches its buffers
   (a read of its output, a write or deallocation of its input).
-A collective with nothing to overlap (its wait would stay right after it)
-is left as it is. Ops with regions count as touching what their regions
-touch. docs/passes.md shows the host IR before and after.
+A collective with no compute to overlap (no GEMM, kernel or copy would
+run between its start and its wait) is left as it is. Ops with regions
+count as touching what their regions touch. docs/passes.md shows the host IR before and after.
 """
 
 from __future__ import annotations
@@ -45,6 +45,16 @@ def _root(v: SSAValue) -> SSAValue:
 def _touched(op: Operation) -> set[SSAValue]:
     """The buffers (roots) `op` and the ops of its regions use."""
     return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
+
+
+COMPUTE = (hir.MatmulOp, hir.LinearOp, hir.LaunchOp, hir.CopyOp)
+"""Ops that do work a collective can run beside (allocations, views and
+stream bookkeeping do not: moving a collective past only those costs a
+stream switch and gains nothing)."""
+
+
+def _computes(op: Operation) -> bool:
+    return any(isinstance(o, COMPUTE) for o in op.walk())
 
 
 def _communicates(op: Operation) -> bool:
@@ -102,7 +112,8 @@ def overlap_collectives(block: Block) -> int:
         while end < len(ops) and ops[end] is not last and not (_touched(ops[end]) & buffers) and not _communicates(ops[end]):
             end += 1
         passed = [o for o in ops[start:at] if o not in allocs]
-        if end == ops.index(wait) + 1 and not passed:
+        beside = passed + ops[ops.index(wait) + 1 : end]
+        if not any(_computes(o) for o in beside):
             continue  # nothing to overlap with
         _move(comm, wait, allocs, passed[0] if passed else comm, ops, end)
         moved += 1

@@ -24,6 +24,11 @@
 // CHECK-LABEL: func.func @alone
 // CHECK-NOT: hir.stream_for
 // CHECK: func.return
+// Only allocations and deallocations beside it: no compute to overlap, no
+// stream switch.
+// CHECK-LABEL: func.func @bookkeeping
+// CHECK-NOT: hir.stream_for
+// CHECK: func.return
 // NONE-LABEL: func.func @bulk
 // NONE-NOT: hir.stream_for
 func.func @bulk(%x: tensor<16x8xf32>, %a: tensor<64x32xf32>, %w: tensor<32x64xf32>, %y: tensor<64x8xf32>) -> (tensor<64x64xf32>, tensor<64x8xf32>) attributes {hir.host} {
@@ -39,6 +44,17 @@ func.func @alone(%x: tensor<16x8xf32>, %y: tensor<64x8xf32>) -> tensor<64x8xf32>
   %g = hir.alloc "alone/0" : tensor<64x8xf32>
   %t0 = hir.allgather %x, %g team = [0, 1, 2, 3] backend = nccl : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
   hir.wait %t0 : !hir.token
+  hir.copy %g, %y : tensor<64x8xf32>, tensor<64x8xf32>
+  func.return %y : tensor<64x8xf32>
+}
+func.func @bookkeeping(%x: tensor<16x8xf32>, %y: tensor<64x8xf32>) -> tensor<64x8xf32> attributes {hir.host} {
+  %t = hir.alloc "bookkeeping/1" : tensor<8x8xf32>
+  hir.dealloc %t : tensor<8x8xf32>
+  %g = hir.alloc "bookkeeping/0" : tensor<64x8xf32>
+  %t0 = hir.allgather %x, %g team = [0, 1, 2, 3] backend = nccl : (tensor<16x8xf32>, tensor<64x8xf32>) -> !hir.token
+  hir.wait %t0 : !hir.token
+  %u = hir.alloc "bookkeeping/2" : tensor<8x8xf32>
+  hir.dealloc %u : tensor<8x8xf32>
   hir.copy %g, %y : tensor<64x8xf32>, tensor<64x8xf32>
   func.return %y : tensor<64x8xf32>
 }
