@@ -374,7 +374,9 @@ def require_ranks(anchor: Operation, needed: int, why: str, size: int) -> None:
     """A diagnostic at `anchor` when a job of `size` ranks is too small."""
     if needed > size:
         raise error_at(
-            anchor, f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed}"
+            anchor,
+            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed} "
+            f"or torchrun --nproc-per-node {needed}",
         )
 
 

@@ -71,12 +71,13 @@ Work = tuple[str, str, dict[str, str]]
 """(id, program text, pipelines by name) of one case."""
 
 
-def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[dict[str, Outcome], list[str], str]:
-    """One batch job over `work`: (outcomes by id, ids started in order, the
-    job's output)."""
-    from harness import MPI_ENV, MPIEXEC
+def _launch(
+    n: int, work: list[Work], directory: Path, backend: str, launch: str = "mpiexec"
+) -> tuple[dict[str, Outcome], list[str], str]:
+    """One batch job over `work`, started by `launch` (mpiexec or torchrun):
+    (outcomes by id, ids started in order, the job's output)."""
+    from harness import MPI_ENV, launcher
 
-    assert MPIEXEC is not None
     listing = []
     for ident, text, pipelines in work:
         path = directory / f"{ident}.mlir"
@@ -84,7 +85,8 @@ def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[di
         listing.append({"id": ident, "file": str(path), "pipelines": pipelines})
     spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
     spec.write_text(json.dumps(listing))
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(Path(__file__)), str(spec), "--backend", backend]
+    python = [sys.executable] if launch == "mpiexec" else []  # torchrun starts Python itself
+    cmd = [*launcher(launch, n), *python, str(Path(__file__)), str(spec), "--backend", backend]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(BATCH_TIMEOUT_S), *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV}, timeout=BATCH_TIMEOUT_S + 30)
@@ -101,7 +103,9 @@ def _launch(n: int, work: list[Work], directory: Path, backend: str) -> tuple[di
     return outcomes, started, output
 
 
-def launch_batches(n: int, work: list[Work], directory: Path, backend: str = "cpu") -> dict[str, Outcome]:
+def launch_batches(
+    n: int, work: list[Work], directory: Path, backend: str = "cpu", launch: str = "mpiexec"
+) -> dict[str, Outcome]:
     """Every case of `work` under each of its pipelines on `n` ranks, by
     outcome id `CASE/PIPELINE`, in as few launches as failures allow: a case
     that crashes or hangs ends its launch (it is the last one started), and
@@ -112,7 +116,7 @@ def launch_batches(n: int, work: list[Work], directory: Path, backend: str = "cp
         left = [(i, t, pipes) for i, t, pipes in left if pipes]
         if not left:
             return results
-        outcomes, started, output = _launch(n, left, directory, backend)
+        outcomes, started, output = _launch(n, left, directory, backend, launch)
         progress = len(outcomes)
         results.update(outcomes)
         if started and started[-1] not in outcomes:
