@@ -22,6 +22,10 @@ from typing import Any, NoReturn
 
 from fuserc.diagnostics import Diagnostic
 
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+"""The environment torchrun gives each process (it selects TorchEnv; checked
+without importing torch, which the start of an MPI job does not need)."""
+
 POLL_S = 0.002
 """How often a barrier with a time limit polls for completion."""
 
@@ -238,9 +242,7 @@ def mpi_env() -> MpiEnv:
     launcher this is a job of one rank)."""
     global _ENV
     if _ENV is None:
-        from fuserc.runtime.torch_comm import under_torchrun
-
-        if under_torchrun() or not _mpi_importable():
+        if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
             _ENV = _torch_env()
         else:
             from mpi4py import MPI
@@ -251,7 +253,7 @@ def mpi_env() -> MpiEnv:
 
 
 def _torch_env() -> TorchEnv:
-    from fuserc.runtime.torch_comm import TORCHRUN_VARS, init_world
+    from fuserc.runtime.torch_comm import init_world
 
     if not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
         os.environ.setdefault("RANK", "0")

@@ -21,19 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-"""The environment torchrun gives each process."""
-
 IN_PLACE = object()
 """Marks an in-place allreduce (as MPI.IN_PLACE)."""
 
 TIMEOUT_S = float(os.environ.get("FUSERC_COLLECTIVE_TIMEOUT_S", "600"))
 """How long a collective waits for a peer before it fails (and so ends the
 job instead of hanging when a peer died without aborting)."""
-
-
-def under_torchrun() -> bool:
-    return all(v in os.environ for v in TORCHRUN_VARS)
 
 
 class _Done:
