@@ -410,8 +410,6 @@ def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> Non
     it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
     program, over the devices it uses). With `trace`, the last timed run
     is traced (its time includes the trace marks)."""
-    from mpi4py import MPI
-
     program = runs.program
     p = program.program
     backend = program.backend
@@ -428,11 +426,11 @@ def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> Non
         else:
             dt = _timed_run(runs)
         with runs.job.section(f"timing run {runs.count}"):
-            times.append(comm.allreduce(dt, op=MPI.MAX))
+            times.append(comm.allreduce(dt, op=program.env.reduce_op("max")))
     flops = program.compiled.global_flops()
     if flops is None:  # a host program: what the ranks executed
         with runs.job.section("summing the flops of the ranks"):
-            flops = comm.allreduce(p.last_flops, op=MPI.SUM)
+            flops = comm.allreduce(p.last_flops, op=program.env.reduce_op("sum"))
     median = statistics.median(times)
     if program.env.rank == 0:
         devices = p.devices

@@ -47,14 +47,11 @@ def _touched(op: Operation) -> set[SSAValue]:
     return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
 
 
-COMPUTE = (hir.MatmulOp, hir.LinearOp, hir.LaunchOp, hir.CopyOp)
-"""Ops that do work a collective can run beside (allocations, views and
-stream bookkeeping do not: moving a collective past only those costs a
-stream switch and gains nothing)."""
-
-
 def _computes(op: Operation) -> bool:
-    return any(isinstance(o, COMPUTE) for o in op.walk())
+    """Work a collective can run beside (allocations, views and stream
+    bookkeeping are none: moving a collective past only those costs a
+    stream switch and gains nothing)."""
+    return any(isinstance(o, hir.COMPUTE_OPS) for o in op.walk())
 
 
 def _communicates(op: Operation) -> bool:

@@ -60,6 +60,11 @@ class AllocationCache:
         """The run no longer uses the buffer (it stays cached)."""
         entry.in_use = False
 
+    def forget(self, entry: CacheEntry) -> None:
+        """The buffer leaves the cache (handed to a caller who keeps it); its
+        site gets a new buffer at its next acquisition."""
+        self._slots[entry.key].remove(entry)
+
     def release_all(self) -> None:
         """End of a run: every buffer is free for the next one."""
         for slots in self._slots.values():  # not through __iter__: a generator costs twice as much

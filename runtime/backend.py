@@ -68,6 +68,9 @@ class Backend(ABC):
     """A device the host evaluator drives; one instance per rank."""
 
     name: ClassVar[str]
+    stream_ordered: ClassVar[bool] = False
+    """Work runs asynchronously in stream order (a run's results are ready
+    in order on its main stream, without the host waiting)."""
 
     def __init__(self, env: MpiEnv):
         self.env = env
@@ -99,6 +102,32 @@ class Backend(ABC):
     def to_host(self, array: Array) -> torch.Tensor:
         """A CPU tensor with the contents of `array` (synchronizes; a copy,
         so that the caller may keep it while the buffer is reused)."""
+
+    def adopt(self, value: torch.Tensor) -> Array:
+        """An input as an array the program reads in place: a tensor already
+        where this backend computes (made contiguous there, never through
+        the host), else a copy (`from_host`)."""
+        if value.device.type == "cpu":
+            return value.detach().contiguous()
+        return self.from_host(value)
+
+    def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> Array:
+        """A new buffer to be handed to the caller of the run under way
+        (between `enter_caller` and `leave_caller`): on a stream-ordered
+        device it comes from the caller's stream, so that the caller frees
+        and reuses it in its own stream order."""
+        return self.empty(shape, dtype)
+
+    def enter_caller(self) -> Any:
+        """Before a run inside a caller's stream of work (a PyTorch training
+        step): the run starts after the work the caller has enqueued. What
+        is returned goes to `leave_caller`. Synchronous backends need nothing."""
+        return None
+
+    def leave_caller(self, caller: Any, results: Sequence[Array | None]) -> None:
+        """After the run: the caller's later work (on its stream) starts
+        after the run, and `results`, handed to the caller, stay valid
+        for it. Nothing waits on the host."""
 
     # ---- views (no copy) ----------------------------------------------------
     # Both backends hold torch tensors (on the CPU or a GPU), whose views
@@ -352,6 +381,24 @@ def make_backend(kind: str, env: MpiEnv) -> Backend:
     from fuserc.runtime.cpu import CpuBackend
 
     return CpuBackend(env)
+
+
+_SHARED: dict[tuple[str, int], Backend] = {}
+
+
+def shared_backend(kind: str, env: MpiEnv) -> Backend:
+    """The process's backend of `kind` (`auto` resolved as `make_backend`
+    does), made at its first use (collective) and kept for the life of the
+    process: the programs of `CompiledProgram` and `fuserc.torch` share its
+    streams and communicators. Kept because torch's caching allocator holds
+    blocks, and the caller's tensors, tied to those streams: a backend
+    collected while they live would leave torch with destroyed streams."""
+    if kind == "auto":
+        kind = "cuda" if cuda_unavailable() is None else "cpu"
+    key = (kind, id(env))
+    if key not in _SHARED:
+        _SHARED[key] = make_backend(kind, env)
+    return _SHARED[key]
 
 
 def cuda_unavailable() -> str | None:

@@ -1,7 +1,8 @@
-"""The cpu backend: torch CPU tensors and MPI, so every program runs anywhere.
+"""The cpu backend: torch CPU tensors and MPI (or gloo), so every program runs anywhere.
 
 Arrays are contiguous torch CPU tensors (views of them where the program
-asks). Communications go through mpi4py on one sub-communicator per team,
+asks). Communications go through the launcher's communicator (mpi4py under
+mpiexec, torch.distributed's gloo under torchrun) on one sub-communicator per team,
 created collectively at program load and cached; their ranks are in team
 order, so a team position is the rank in that communicator. Data moves as
 raw words of the element size (bf16 as 16-bit integers); reductions of
@@ -141,13 +142,12 @@ class CpuBackend(Backend):
         """One communicator per team, made with MPI_Comm_create_group by the
         team's members only. Every rank walks the same list in the same
         order, so each creation completes before any member starts the next."""
-        world = self.env.comm
         for team in teams:
-            if self.rank not in team or team in self._comms:
+            if team in self._comms:
                 continue
-            group = world.Get_group().Incl(list(team))
-            self._comms[team] = world.Create_group(group, tag=7)
-            group.Free()
+            comm = self.env.team_comm(team, tag=7)
+            if comm is not None:
+                self._comms[team] = comm
 
     def _comm(self, team: Team) -> Any:
         comm = self._comms.get(team)
@@ -250,26 +250,24 @@ class CpuBackend(Backend):
         work = self._start([inp], [out] if is_root else [])
         src = self._reduce_input(inp, out if is_root else None, work)
         dst = self._reduce_output(out, work) if is_root else None
-        work.requests.append(comm.Ireduce(src, dst, op=_mpi_op(op), root=root))
+        work.requests.append(comm.Ireduce(src, dst, op=self.env.reduce_op(op), root=root))
         return work
 
     def allreduce(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
-        from mpi4py import MPI
-
         comm = self._comm(team)
         work = self._start([inp], [out])
         if same_view(inp, out) and out.is_contiguous() and _REDUCE_DTYPE.get(out.dtype) == out.dtype:
-            work.requests.append(comm.Iallreduce(MPI.IN_PLACE, out.numpy(), op=_mpi_op(op)))
+            work.requests.append(comm.Iallreduce(self.env.in_place, out.numpy(), op=self.env.reduce_op(op)))
             return work
         src = self._reduce_input(inp, out, work)
-        work.requests.append(comm.Iallreduce(src, self._reduce_output(out, work), op=_mpi_op(op)))
+        work.requests.append(comm.Iallreduce(src, self._reduce_output(out, work), op=self.env.reduce_op(op)))
         return work
 
     def reduce_scatter(self, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp, team: Team) -> Work:
         work = self._start([inp], [out])
         src = self._reduce_input(inp, out, work)
         dst = self._reduce_output(out, work)
-        work.requests.append(self._comm(team).Ireduce_scatter_block(src, dst, op=_mpi_op(op)))
+        work.requests.append(self._comm(team).Ireduce_scatter_block(src, dst, op=self.env.reduce_op(op)))
         return work
 
     def alltoall(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:
@@ -315,13 +313,11 @@ class CpuBackend(Backend):
 
     # ---- peer-to-peer -------------------------------------------------------
     def share(self, buf: torch.Tensor, team: Team) -> Handle:
-        from mpi4py import MPI
-
         if not buf.is_contiguous():
             raise RuntimeError("hir.share needs a contiguous buffer")
         self._order(reads=[buf], writes=[buf])
         mem = _words(buf).view(np.uint8) if buf.numel() else np.empty(0, np.uint8)
-        window = MPI.Win.Create(mem, disp_unit=1, comm=self._comm(team))
+        window = self.env.share_memory(mem, self._comm(team))
         return CpuHandle(window, team, buf.numel() * buf.element_size(), buf)
 
     def release_handle(self, handle: Handle) -> None:
@@ -446,11 +442,9 @@ class CpuBackend(Backend):
         return work
 
     def _complete(self, work: CpuWork) -> None:
-        from mpi4py import MPI
-
         if work.done:
             return
-        MPI.Request.Waitall(work.requests)
+        self.env.wait_all(work.requests)
         for fn in work.finalize:
             fn()
         work.done = True
@@ -507,12 +501,6 @@ def _reduce_dtype(dtype: torch.dtype) -> torch.dtype:
     if cdt is None:
         raise RuntimeError(f"reductions over MPI do not support {dtype}")
     return cdt
-
-
-def _mpi_op(op: ReduceOp) -> Any:
-    from mpi4py import MPI
-
-    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
 
 def _check_peer_copy(local: torch.Tensor, handle: CpuHandle, what: str) -> None:

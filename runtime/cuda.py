@@ -116,7 +116,7 @@ class CudaBackend(Backend):
         self.device = local_rank % count
         cupy.cuda.Device(self.device).use()
         torch.cuda.set_device(self.device)
-        leader = node.allreduce(env.rank, op=_mpi_min())
+        leader = node.allreduce(env.rank, op=env.reduce_op("min"))
         gpus = env.comm.allgather((leader, self.device))
         # peer copies keep within env.nodes() (which $FUSERC_GPUS_PER_NODE may
         # cut finer than the machines); GPUs are shared within a machine
@@ -682,11 +682,6 @@ def _setter(work: CudaWork) -> Any:
 
     return done
 
-
-def _mpi_min() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MIN
 
 
 def _block_span(local: torch.Tensor, handle: CudaHandle, index: int, chunks: int, what: str) -> tuple[int, int]:

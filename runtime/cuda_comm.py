@@ -359,11 +359,10 @@ class Communicators:
         for part in world.allgather(mine):
             ids.update(part)
         for i, team in enumerate(new):
-            if rank not in team:
+            comm = self.env.team_comm(team, tag=8)  # collective over the world under torchrun
+            if comm is None:
                 continue
-            group = world.Get_group().Incl(list(team))
-            self._mpi[team] = world.Create_group(group, tag=8)
-            group.Free()
+            self._mpi[team] = comm
             self._nccl[team] = nccl.NcclCommunicator(len(team), ids[i], team.index(rank))
 
     def nccl(self, team: Team) -> Any:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, OpResult, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
@@ -183,6 +183,9 @@ class Program:
         self.runs = 0
         self.tracer: Any = None  # a runtime.trace.Tracer while a run is traced
         self._owner = next(_OWNERS)  # names this program's runs to the backend
+        self.result_sites = _result_sites(func)
+        self._owning = False  # in a run whose results go to the caller (`run_prepared(owned_results=True)`)
+        self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
 
     @staticmethod
@@ -191,7 +194,9 @@ class Program:
 
     # ---- inputs -------------------------------------------------------------
     def prepare_inputs(self, values: Sequence[Any]) -> list[Array | None]:
-        """Check this rank's local inputs (shape, dtype) and upload them."""
+        """Check this rank's local inputs (shape, dtype) and hand them to
+        the backend: read in place where they already are on its device
+        (`Backend.adopt`), uploaded otherwise."""
         if len(values) != len(self.params):
             raise error_at(
                 self.func, f"@{self.func.sym_name.data} takes {len(self.params)} inputs, got {len(values)}"
@@ -213,7 +218,7 @@ class Program:
                     f"{spec.label}: expected a local shard {list(spec.shape)} of {spec.dtype} "
                     f"({spec.local_type}), got {list(value.shape)} of {value.dtype}",
                 )
-            out.append(self.backend.from_host(value))
+            out.append(self.backend.adopt(value))
         return out
 
     # ---- running ------------------------------------------------------------
@@ -222,7 +227,12 @@ class Program:
         return self.run_prepared(self.prepare_inputs(inputs), copy_outputs=True)
 
     def run_prepared(
-        self, inputs: Sequence[Array | None], copy_outputs: bool = False, synchronize: bool = True
+        self,
+        inputs: Sequence[Array | None],
+        copy_outputs: bool = False,
+        synchronize: bool = True,
+        graphs: bool = True,
+        owned_results: bool = False,
     ) -> list[Any]:
         """Run once on inputs from `prepare_inputs`. Without `copy_outputs`
         the results are the program's buffers, overwritten by the next run.
@@ -234,7 +244,12 @@ class Program:
         stream-ordered baselines are measured; a program that shares
         buffers must then end with a fence (stream-pipeline's do). Runs
         with the same inputs are replayed as a captured graph where the
-        backend can (runtime/graphs.py)."""
+        backend can (runtime/graphs.py), unless `graphs` is False. With
+        `owned_results` (run op by op) the results are the caller's: the
+        buffers of allocation sites that are results are made for this run
+        on the caller's stream (`Backend.empty_for_caller`), not taken from
+        the cache, and any other result is handed out (`_hand_out`), so the
+        next run cannot overwrite what the caller holds."""
         interp = self._interp
         if interp is None:
             interp = self._start()
@@ -242,7 +257,8 @@ class Program:
         fail_now = fail is not None and fail.strip() == str(self.backend.rank)
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
-        key = replays.key(inputs, plain=self.tracer is None and not fail_now)
+        key = replays.key(inputs, plain=graphs and not owned_results and self.tracer is None and not fail_now)
+        self._owning = owned_results
         action, timed = replays.next(key)
         temp_handles: list[Handle] = []
         try:
@@ -267,7 +283,11 @@ class Program:
                 self.backend.synchronize()
             if copy_outputs:
                 results = [self.backend.to_host(r) if r is not None else None for r in results]
+            if owned_results:
+                results = self._hand_out(results)
         finally:
+            self._owning = False
+            self._owned.clear()
             interp.env = []  # the run's values are not kept alive until the next one
             self.cache.release_all()
         for h in temp_handles:
@@ -277,6 +297,32 @@ class Program:
         self.last_flops = flops
         self.runs += 1
         return results
+
+    def _hand_out(self, results: Sequence[Any]) -> list[Any]:
+        """Results of an `owned_results` run as arrays the caller owns: a
+        buffer made for the caller goes as it is; one of the allocation
+        cache leaves the cache (its site allocates anew next run), unless
+        something is registered for it (shared with peers), when it is
+        copied, as is a result that is no buffer of this run (an input
+        returned as it is)."""
+        out: list[Any] = []
+        handed: set[int] = set()  # cache buffers out of the cache in this call (a result may view one twice)
+        for r in results:
+            if r is None:
+                out.append(None)
+                continue
+            base = id(self.backend.base(r))
+            entry = self._entries.get(base)
+            if base in self._owned or base in handed:
+                out.append(r)
+            elif entry is not None and not entry.registrations:
+                self.cache.forget(entry)
+                del self._entries[base]
+                handed.add(base)
+                out.append(r)
+            else:
+                out.append(r.clone(memory_format=torch.contiguous_format))
+        return out
 
     def _run_ops(
         self, interp: "_Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None
@@ -334,6 +380,10 @@ class Program:
         return self._entries.get(id(self.backend.base(array)))
 
     def acquire(self, site: str, shape: tuple[int, ...], dtype: torch.dtype) -> CacheEntry:
+        if self._owning and site in self.result_sites:  # the caller's: not cached, on the caller's stream
+            buffer = self.backend.empty_for_caller(shape, dtype)
+            self._owned.add(id(buffer))
+            return CacheEntry((site, shape, dtype), -1, buffer, in_use=True)
         entry = self.cache.acquire(site, shape, dtype)
         self._entries[id(entry.buffer)] = entry
         return entry
@@ -346,6 +396,41 @@ class Program:
         self.backend.forget_owner(self._owner)
         self.cache.clear(self.backend.release_handle)
         self._entries.clear()
+
+
+def _result_sites(func: FuncOp) -> frozenset[str]:
+    """Allocation sites whose buffers `func` returns (directly, through
+    views, or yielded out of a region), except buffers shared with peers
+    (their registrations are kept with the cached buffer)."""
+    shared = {_alloc_root(op.operands[0]) for op in func.walk() if isinstance(op, hir.ShareOp)}
+    ret = func.body.blocks[0].last_op
+    stack: list[SSAValue] = list(ret.operands) if ret is not None else []
+    seen: set[SSAValue] = set()
+    sites: set[str] = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = v.owner
+        if isinstance(op, hir.AllocOp):
+            if v not in shared:
+                sites.add(op.site)
+        elif isinstance(op, hir.VIEW_OPS):
+            stack.append(op.operands[0])
+        elif isinstance(op, Operation) and isinstance(v, OpResult):
+            for region in op.regions:
+                for block in region.blocks:
+                    last = block.last_op
+                    if isinstance(last, hir.YieldOp) and v.index < len(last.operands):
+                        stack.append(last.operands[v.index])
+    return frozenset(sites)
+
+
+def _alloc_root(v: SSAValue) -> SSAValue:
+    while isinstance(v.owner, hir.VIEW_OPS):
+        v = v.owner.operands[0]
+    return v
 
 
 def collect_teams(func: FuncOp) -> list[Team]:
@@ -374,7 +459,9 @@ def require_ranks(anchor: Operation, needed: int, why: str, size: int) -> None:
     """A diagnostic at `anchor` when a job of `size` ranks is too small."""
     if needed > size:
         raise error_at(
-            anchor, f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed}"
+            anchor,
+            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed} "
+            f"or torchrun --nproc-per-node {needed}",
         )
 
 

@@ -74,7 +74,7 @@ def check_global_input(value: np.ndarray | torch.Tensor, spec: ValueSpec, source
     if isinstance(value, np.ndarray):  # (ascontiguousarray makes a rank-0 array rank 1)
         t = torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))
     else:
-        t = value.detach().cpu()
+        t = value.detach()  # where it is: a GPU tensor is cut into shards on its GPU
     return t.to(spec.dtype)
 
 
@@ -355,13 +355,48 @@ def _block_index(spec: ValueSpec, mesh: Mesh | None, device: int) -> Any:
     return np.ix_(*slots) if slots else ()
 
 
-def broadcast_outputs(arrays: list[np.ndarray] | None, specs: Sequence[ValueSpec], env: MpiEnv, root: int = 0) -> list[np.ndarray]:
-    """Outputs gathered on `root` given to every rank."""
+def gather_everywhere(results: Sequence[Any], specs: Sequence[ValueSpec], backend: Any) -> list[Any]:
+    """Each result at its global shape on every rank (partials summed), as
+    a new array of the backend (on a GPU it never leaves the device): one
+    allgather over the job of each rank's shard (zeros where a rank holds
+    none), then each contributor's block put in place. Collective: every
+    rank calls it with its local results (None where absent)."""
+    world = tuple(range(backend.size))
+    if backend.size > 1:
+        backend.prepare_teams([world])
     out = []
-    for i, spec in enumerate(specs):
-        buf = arrays[i] if env.rank == root and arrays is not None else np.empty(spec.global_shape, host_dtype(spec.dtype))
-        env.comm.Bcast(buf, root=root)
-        out.append(buf)
+    for local, spec in zip(results, specs, strict=True):
+        senders = contributors(spec, backend.size)
+        if local is None:
+            if backend.rank in senders:
+                raise RuntimeError(f"{spec.label} is absent on rank {backend.rank}, which holds a shard")
+            local = backend.empty(spec.shape, spec.dtype).zero_()
+        if backend.size > 1:
+            pieces = backend.empty((backend.size, *spec.shape), spec.dtype)
+            backend.wait(backend.allgather(local.contiguous(), pieces, world))
+        else:
+            pieces = local.unsqueeze(0)
+        partial = bool(spec.sharding.partial) if spec.mesh is not None else False
+        acc = torch.float64 if partial and spec.dtype.is_floating_point else spec.dtype
+        full = torch.zeros(spec.global_shape, dtype=acc, device=pieces.device)
+        for d in senders:
+            piece = pieces[d]
+            if spec.mesh is None:
+                full.copy_(piece)
+                continue
+            slots = global_slots(spec.sharding, spec.global_shape, spec.mesh, d)
+            if all(isinstance(s, range) and s.step == 1 for s in slots):  # a block: a view, no index upload
+                block = full[tuple(slice(s.start, s.stop) for s in slots)]
+                block.add_(piece) if partial else block.copy_(piece)
+                continue
+            index = tuple(
+                torch.as_tensor(list(s), dtype=torch.long, device=full.device).view(
+                    [-1 if j == i else 1 for j in range(len(slots))]
+                )
+                for i, s in enumerate(slots)
+            )
+            full.index_put_(index, piece.to(acc), accumulate=partial)
+        out.append(full.to(spec.dtype))
     return out
 
 

@@ -18,7 +18,7 @@ Failure handling). Three cases:
   is printed.
 - **A rank does not arrive.** The watchdog ends the job and names it.
 
-The launcher (mpiexec: runtime/mpi_env.py; torchrun later) provides
+The launcher (mpiexec: runtime/mpi_env.py; torchrun: TorchEnv in the same module) provides
 `Launcher`: rank, size, `broadcast`, `allgather`, `barrier_within(seconds)`
 (a barrier that gives up after the time) and `abort(code)`. Nothing here
 uses MPI directly.

@@ -1,11 +1,14 @@
-"""MPI bootstrap: one process per device, launched by mpiexec.
+"""Job bootstrap: one process per device, launched by mpiexec or torchrun.
 
-Rank r of `MPI.COMM_WORLD` is device id r. `MpiEnv` is the job as this
-process sees it (communicator, rank, size, the ranks of its node) and the
-launcher of runtime/job.py and runtime/watchdog.py: what they need of a
-launcher (a broadcast, an allgather, a barrier that gives up after a time,
-and ending the whole job) is implemented here with MPI, so that another
-launcher (torchrun, with torch.distributed) replaces this module alone.
+Rank r of the world is device id r. `MpiEnv` is the job as this process
+sees it under mpiexec (mpi4py's `MPI.COMM_WORLD`); `TorchEnv` under torchrun
+(torch.distributed over gloo, chosen when torchrun's variables are set or
+mpi4py is not installed). Both give the runtime one communicator interface
+(mpi4py's names; runtime/torch_comm.py provides them on torch.distributed),
+the few launcher facts the backends need (reduction operators, in-place
+marker, waiting, team communicators, node grouping), and what
+runtime/job.py and runtime/watchdog.py need of a launcher (a broadcast, an
+allgather, a barrier that gives up after a time, ending the whole job).
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from fuserc.diagnostics import Diagnostic
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+"""The environment torchrun gives each process (it selects TorchEnv; checked
+without importing torch, which the start of an MPI job does not need)."""
 
 POLL_S = 0.002
 """How often a barrier with a time limit polls for completion."""
@@ -24,7 +32,8 @@ POLL_S = 0.002
 
 @dataclass
 class MpiEnv:
-    """The job as this process sees it: world communicator, rank, size."""
+    """The job as this process sees it under mpiexec: world communicator,
+    rank, size."""
 
     comm: Any  # mpi4py.MPI.Intracomm
     rank: int
@@ -43,6 +52,44 @@ class MpiEnv:
 
             self._node_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         return self._node_comm
+
+    def reduce_op(self, name: str) -> Any:
+        """The communicator's operator for "sum", "max", "min" or "prod"."""
+        from mpi4py import MPI
+
+        return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[name]
+
+    @property
+    def in_place(self) -> Any:
+        from mpi4py import MPI
+
+        return MPI.IN_PLACE
+
+    def wait_all(self, requests: list[Any]) -> None:
+        from mpi4py import MPI
+
+        MPI.Request.Waitall(requests)
+
+    def team_comm(self, team: Sequence[int], tag: int) -> Any | None:
+        """A communicator of `team`'s world ranks; None on other ranks.
+        Every rank calls it for the same teams in the same order."""
+        if self.rank not in team:
+            return None
+        group = self.comm.Get_group().Incl(list(team))
+        comm = self.comm.Create_group(group, tag=tag)
+        group.Free()
+        return comm
+
+    def share_memory(self, mem: Any, comm: Any) -> Any:
+        """An RMA window over `mem` (the cpu backend's peer copies)."""
+        from mpi4py import MPI
+
+        return MPI.Win.Create(mem, disp_unit=1, comm=comm)
+
+    def _node_leaders(self) -> list[int]:
+        from mpi4py import MPI
+
+        return self.comm.allgather(self.node_comm.allreduce(self.rank, op=MPI.MIN))
 
     @property
     def node_rank(self) -> int:
@@ -67,9 +114,7 @@ class MpiEnv:
             elif self.comm is None:  # a job without MPI (tests): one node
                 self._nodes = [0] * self.size
             else:
-                from mpi4py import MPI
-
-                leaders = self.comm.allgather(self.node_comm.allreduce(self.rank, op=MPI.MIN))
+                leaders = self._node_leaders()
                 ids = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
                 self._nodes = [ids[leader] for leader in leaders]
         return self._nodes
@@ -113,16 +158,117 @@ class MpiEnv:
         os._exit(code)
 
 
+@dataclass
+class TorchEnv(MpiEnv):
+    """The job under torchrun: torch.distributed (gloo) from RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT; a single process without
+    them. Peer copies of the cpu backend (RMA windows) need MPI."""
+
+    launcher = "torchrun"
+
+    def reduce_op(self, name: str) -> Any:
+        from fuserc.runtime.torch_comm import reduce_op
+
+        return reduce_op(name)
+
+    @property
+    def in_place(self) -> Any:
+        from fuserc.runtime.torch_comm import IN_PLACE
+
+        return IN_PLACE
+
+    def wait_all(self, requests: list[Any]) -> None:
+        for r in requests:
+            r.Wait()
+
+    def team_comm(self, team: Sequence[int], tag: int) -> Any | None:
+        return self.comm.team(team)
+
+    def share_memory(self, mem: Any, comm: Any) -> Any:
+        raise Diagnostic(
+            "hir.share on the cpu backend needs MPI one-sided windows: launch with mpiexec "
+            "(pip install 'fuserc[mpi]'), or run on the cuda backend"
+        )
+
+    @property
+    def node_comm(self) -> Any:
+        if self._node_comm is None:
+            from fuserc.runtime.torch_comm import host_name
+
+            hosts = self.comm.allgather(host_name())
+            teams = {h: [r for r, x in enumerate(hosts) if x == h] for h in dict.fromkeys(hosts)}
+            mine = None
+            for team in teams.values():  # every rank makes every node's group, in the same order
+                comm = self.comm.team(team)
+                mine = comm if comm is not None else mine
+            self._node_comm = mine
+        return self._node_comm
+
+    def _node_leaders(self) -> list[int]:
+        return self.comm.allgather(self.node_comm.ranks[0])
+
+    def barrier_within(self, seconds: float | None) -> bool:
+        """gloo's monitored barrier; False when `seconds` pass first."""
+        if self.size == 1:
+            return True
+        import datetime
+
+        import torch.distributed as dist
+
+        if seconds is None:
+            dist.barrier()
+            return True
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=seconds), wait_all_ranks=True)
+        except RuntimeError:
+            return False
+        return True
+
+
 _ENV: MpiEnv | None = None
 
 
+def _mpi_importable() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def mpi_env() -> MpiEnv:
-    """The process's MPI environment (MPI is initialized on first call;
-    outside mpiexec this is a job of one rank)."""
+    """The process's job environment, made on first call: torch.distributed
+    under torchrun (or when mpi4py is not installed), else MPI (outside any
+    launcher this is a job of one rank)."""
     global _ENV
     if _ENV is None:
-        from mpi4py import MPI
+        if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
+            _ENV = _torch_env()
+        else:
+            from mpi4py import MPI
 
-        comm = MPI.COMM_WORLD
-        _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size())
+            comm = MPI.COMM_WORLD
+            _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size())
     return _ENV
+
+
+def _torch_env() -> TorchEnv:
+    from fuserc.runtime.torch_comm import init_world
+
+    if not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        os.environ.setdefault("LOCAL_RANK", "0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    comm = init_world()
+    return TorchEnv(comm, comm.Get_rank(), comm.Get_size())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+

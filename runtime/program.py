@@ -22,7 +22,7 @@ from xdsl.traits import SymbolTable
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import fusion, hir
-from fuserc.runtime.backend import Backend, make_backend
+from fuserc.runtime.backend import Backend, shared_backend
 from fuserc.runtime.evaluator import Program, find_host_program, matmul_flops, mesh_ranks, require_ranks
 from fuserc.runtime.mpi_env import MpiEnv, mpi_env
 
@@ -132,27 +132,37 @@ class CompiledProgram:
         """Run once. `inputs` are torch tensors, CuPy or NumPy arrays (one
         kind), global (the same on every rank; each rank takes its shard) or,
         with `local=True`, this rank's shards already. With `gather=True`
-        every rank gets each result at its global shape (partials summed);
-        otherwise its own shard (None where it holds none). Results come back
-        in the kind of the inputs (NumPy holds bf16 as float32)."""
+        every rank gets each result at its global shape (partials summed,
+        through the backend's collectives); otherwise its own shard (None
+        where it holds none). Results are new arrays of the inputs' kind
+        (NumPy holds bf16 as float32). Inputs on the rank's GPU are read in
+        place and results stay there (DLPack for CuPy): nothing travels
+        through host memory, and the run is ordered after the work on
+        torch's current stream, which waits for it in turn (no host wait)."""
         from fuserc.runtime import io
 
         if len(inputs) != len(self.params):
             raise Diagnostic(f"@{self.compiled.entry} takes {len(self.params)} inputs, got {len(inputs)}")
         kind = _array_kind(inputs)
         tensors = [_as_tensor(v) for v in inputs]
-        if local:
-            shards: list[Any] = tensors
-        else:
-            values = [io.check_global_input(_cpu(t), s) for t, s in zip(tensors, self.params)]
-            shards = io.shard_inputs(values, self.params, self.env.rank)
-        results = self.run(shards)
-        if gather:
-            gathered = io.gather_outputs(results, self.results, self.env)
-            arrays = io.broadcast_outputs(gathered, self.results, self.env)
-            outs: list[Any] = [torch.from_numpy(a).to(s.dtype) for a, s in zip(arrays, self.results)]
-        else:
-            outs = list(results)
+        b = self.backend
+        caller = b.enter_caller()
+        outs: list[Any] = []
+        try:
+            if local:
+                shards: list[Any] = tensors
+            else:
+                values = [io.check_global_input(t, s) for t, s in zip(tensors, self.params)]
+                shards = io.shard_inputs(values, self.params, self.env.rank)
+            prepared = self.program.prepare_inputs(shards)
+            sync = not b.stream_ordered
+            if gather:
+                results = self.program.run_prepared(prepared, synchronize=sync, graphs=False)
+                outs = io.gather_everywhere(results, self.results, b)
+            else:
+                outs = self.program.run_prepared(prepared, synchronize=sync, owned_results=True)
+        finally:
+            b.leave_caller(caller, outs)
         return [_to_kind(o, kind, tensors) for o in outs]
 
     def random_inputs(self, seed: int) -> list[torch.Tensor]:
@@ -207,10 +217,6 @@ def _as_tensor(value: Any) -> torch.Tensor:
     return torch.from_dlpack(value)
 
 
-def _cpu(t: torch.Tensor) -> torch.Tensor:
-    return t if t.device.type == "cpu" else t.cpu()
-
-
 def _to_kind(value: Any, kind: str, inputs: Sequence[torch.Tensor]) -> Any:
     """A result as the inputs' kind, on the inputs' device for torch/CuPy."""
     if value is None:
@@ -238,13 +244,8 @@ def compile_text(
 ) -> CompiledProgram:
     """Compile `text` and load it on this rank (collective: every rank of
     the job compiles the same program)."""
-    be = backend if isinstance(backend, Backend) else make_backend(backend, mpi_env())
-    try:
-        compiled = compile_module(text, filename, entry, pipeline, ranks=be.size)
-    except BaseException:
-        if be is not backend:
-            be.close()
-        raise
+    be = backend if isinstance(backend, Backend) else shared_backend(backend, mpi_env())
+    compiled = compile_module(text, filename, entry, pipeline, ranks=be.size)
     return CompiledProgram(compiled, be)
 
 

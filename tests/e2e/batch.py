@@ -77,13 +77,12 @@ Work = tuple[str, str, dict[str, str]]
 
 
 def _launch(
-    n: int, work: list[Work], directory: Path, backend: str, save: Path | None = None
+    n: int, work: list[Work], directory: Path, backend: str, save: Path | None = None, launch: str = "mpiexec"
 ) -> tuple[dict[str, Outcome], list[str], str]:
-    """One batch job over `work`: (outcomes by id, ids started in order, the
-    job's output)."""
-    from harness import MPI_ENV, MPIEXEC
+    """One batch job over `work`, started by `launch` (mpiexec or torchrun):
+    (outcomes by id, ids started in order, the job's output)."""
+    from harness import MPI_ENV, launcher
 
-    assert MPIEXEC is not None
     listing = []
     for ident, text, pipelines in work:
         path = directory / f"{ident}.mlir"
@@ -94,7 +93,8 @@ def _launch(
         listing.append(entry)
     spec = directory / f"cases-{len(list(directory.glob('cases-*.json')))}.json"
     spec.write_text(json.dumps(listing))
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(Path(__file__)), str(spec), "--backend", backend]
+    python = [sys.executable] if launch == "mpiexec" else []  # torchrun starts Python itself
+    cmd = [*launcher(launch, n), *python, str(Path(__file__)), str(spec), "--backend", backend]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(BATCH_TIMEOUT_S), *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV}, timeout=BATCH_TIMEOUT_S + 30)
@@ -112,7 +112,8 @@ def _launch(
 
 
 def launch_batches(
-    n: int, work: list[Work], directory: Path, backend: str = "cpu", save: Path | None = None
+    n: int, work: list[Work], directory: Path, backend: str = "cpu", save: Path | None = None,
+    launch: str = "mpiexec",
 ) -> dict[str, Outcome]:
     """Every case of `work` under each of its pipelines on `n` ranks, by
     outcome id `CASE/PIPELINE`, in as few launches as failures allow: a case
@@ -125,7 +126,7 @@ def launch_batches(
         left = [(i, t, pipes) for i, t, pipes in left if pipes]
         if not left:
             return results
-        outcomes, started, output = _launch(n, left, directory, backend, save)
+        outcomes, started, output = _launch(n, left, directory, backend, save, launch)
         progress = len(outcomes)
         results.update(outcomes)
         if started and started[-1] not in outcomes:

@@ -23,6 +23,7 @@ BACKEND = os.environ.get("FUSERC_TEST_BACKEND", "cpu")
 (`FUSERC_TEST_BACKEND=cuda pytest tests/e2e`). Tests write `--backend cpu`
 or `backend="cpu"`; `with_backend` puts this one in its place."""
 MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
+TORCHRUN = shutil.which("torchrun")
 TIMEOUT_S = 90
 
 # Safe defaults for Open MPI and MPICH on a small CI machine: oversubscribe
@@ -68,15 +69,31 @@ def with_backend(args: Sequence[object]) -> list[str]:
     return out
 
 
-def mpirun(
-    n: int, args: Sequence[str], env: dict[str, str] | None = None, timeout: int = TIMEOUT_S, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """`mpiexec -n n fuserc run ARGS` under `timeout`, output captured,
-    `stdin` on its standard input."""
+def launcher(name: str, n: int) -> list[str]:
+    """The command that starts n ranks: mpiexec, or torchrun (on a free
+    port, so that parallel jobs do not meet)."""
+    if name == "torchrun":
+        if TORCHRUN is None:
+            pytest.fail("torchrun is not installed (it comes with torch)")
+        return [TORCHRUN, "--standalone", "--nproc-per-node", str(n)]
     if MPIEXEC is None:
         pytest.skip("mpiexec is not installed")
+    return [MPIEXEC, "-n", str(n)]
+
+
+def mpirun(
+    n: int,
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout: int = TIMEOUT_S,
+    stdin: str = "",
+    launch: str = "mpiexec",
+) -> subprocess.CompletedProcess[str]:
+    """`mpiexec -n n fuserc run ARGS` (or under torchrun) within `timeout`,
+    output captured, `stdin` on its standard input."""
     full_env = {**os.environ, **MPI_ENV, **(env or {})}
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "fuserc", "run", *with_backend(args)]
+    python = [sys.executable] if launch == "mpiexec" else []  # torchrun starts Python itself
+    cmd = [*launcher(launch, n), *python, "-m", "fuserc", "run", *with_backend(args)]
     if shutil.which("timeout"):
         cmd = ["timeout", "-k", "5", str(timeout), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 15, input=stdin)

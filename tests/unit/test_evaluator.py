@@ -278,3 +278,26 @@ func.func @main(%x: tensor<2xf32, #fusion.sharding<@m, [-]>>) -> tensor<2xf32, #
 """
     with pytest.raises(Diagnostic, match="not a host program"):
         load(text)
+
+
+def test_owned_results_are_the_callers() -> None:
+    """`run_prepared(owned_results=True)`: result buffers are made for the
+    caller (not cached, not reused by the next run); inputs returned as they
+    are come back as copies; the cached path is unchanged."""
+    x, w, wl, b = (torch.from_numpy(a) for a in _inputs(np.random.default_rng(2)))
+    prog = compile_text(collectives(1), pipeline="", backend="cpu")
+    p = prog.program
+    assert p.result_sites, "no result is an allocation site"
+    ins = p.prepare_inputs([x, w, wl, b])
+    first = p.run_prepared(ins, owned_results=True)
+    kept = [t.clone() for t in first]
+    second = p.run_prepared(ins, owned_results=True)
+    cached = {id(e.buffer) for e in p.cache}
+    for i, (a, k, c) in enumerate(zip(first, kept, second)):
+        assert a.data_ptr() != c.data_ptr(), f"result {i}: two runs handed out one buffer"
+        assert id(p.backend.base(a)) not in cached, f"result {i} is still in the allocation cache"
+        assert all(a.data_ptr() != t.data_ptr() for t in ins), f"result {i} is an input itself"
+        torch.testing.assert_close(a, k)
+    again = p.run_prepared(ins)  # cached buffers: the same every run
+    assert [t.data_ptr() for t in again] == [t.data_ptr() for t in p.run_prepared(ins)]
+    prog.close()

@@ -1,0 +1,249 @@
+"""Train a small GPT whose layers are one fuserc program, with torch.optim.AdamW.
+
+    torchrun --nproc-per-node 4 examples/python/train_gpt.py
+    mpiexec -n 4 python examples/python/train_gpt.py
+    python examples/python/train_gpt.py --device cuda --plot loss.png
+
+The model: a vocabulary-parallel embedding (the table split over its rows),
+a learned position embedding, `--layers` GPT layers (sequence parallel
+between them, tensor parallel inside: the layers of examples/gpt_layer.py),
+a final layer_norm, a vocabulary-parallel LM head and cross_entropy (the
+logits stay split over the vocabulary). `fuserc.torch.function` makes the
+program a differentiable function of this rank's shards; the parameters are
+those shards, updated by AdamW. The same model is trained in plain PyTorch
+(one process, the global tensors, the same initial weights and data) and
+each step prints both losses; the run fails if the curves differ by more
+than `--tolerance` (relative). Synthetic data: token sequences of a fixed
+random Markov chain, so the loss falls towards the chain's entropy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fuserc.torch  # noqa: E402
+from fuserc.api import FusionDefinition, Mesh, Tensor, shard_tensor  # noqa: E402
+from gpt_layer import reference as layer_reference  # noqa: E402
+
+LAYER_SHARDINGS = [
+    ["-"], ["-"],  # ln1 weight, bias
+    ["DIDx", "-"], ["DIDx"], ["DIDx", "-"], ["DIDx"], ["DIDx", "-"], ["DIDx"],  # q, k, v: heads split
+    ["-", "DIDx"], ["-"],  # output projection: row parallel
+    ["-"], ["-"],  # ln2
+    ["DIDx", "-"], ["DIDx"], ["-", "DIDx"], ["-"],  # MLP: column then row parallel
+]  # fmt: skip
+
+
+def shapes(a: argparse.Namespace) -> list[tuple[list[int], list[str]]]:
+    """(global shape, sharding) of every parameter, in argument order."""
+    h, f, v, t = a.hidden, a.ffn, a.vocab, a.tokens
+    layer = [[h], [h], [h, h], [h], [h, h], [h], [h, h], [h], [h, h], [h], [h], [h], [f, h], [f], [h, f], [h]]
+    out = [([v, h], ["DIDx", "-"]), ([t, h], ["DIDx", "-"])]  # token and position embeddings
+    for _ in range(a.layers):
+        out += list(zip(layer, LAYER_SHARDINGS))
+    out += [([h], ["-"]), ([h], ["-"]), ([v, h], ["DIDx", "-"])]  # final layer_norm, LM head
+    return out
+
+
+def build(a: argparse.Namespace, devices: int) -> tuple[FusionDefinition, Mesh]:
+    """ids, labels, (dropout seed,) then the parameters -> the mean loss."""
+    fd = FusionDefinition()
+    mesh = fd.sched.mesh("tp", [devices])
+    ops, t, hd = fd.ops, a.tokens, a.hidden // a.heads
+    ids = fd.define_tensor([t], "i64")
+    labels = fd.define_tensor([t], "i64")
+    seed = fd.define_tensor([], "i64") if a.dropout > 0 else None
+    params = []
+    for shape, sharding in shapes(a):
+        p = fd.define_tensor(shape, a.dtype)
+        fd.sched.shard(p, "tp", sharding)
+        params.append(p)
+    emb, pos, *rest = params
+    x = ops.embedding(ids, emb) + pos
+    fd.sched.shard(x, "tp", ["DIDx", "-"])  # sequence parallel between the layers
+
+    def drop(u: Tensor) -> Tensor:
+        return ops.dropout(u, seed, p=a.dropout) if seed is not None else u
+
+    def heads_of(u: Tensor) -> Tensor:  # [T, H] -> [1, heads, T, hd]
+        return ops.permute(ops.reshape(u, shape=[1, t, a.heads, hd]), dims=[0, 2, 1, 3])
+
+    for i in range(a.layers):
+        ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2 = rest[16 * i : 16 * i + 16]
+        n = ops.layer_norm(x, ln1_w, ln1_b, dims=1, eps=1e-5)
+        q, k, v = (heads_of(ops.linear(n, w, b)) for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+        o = ops.reshape(ops.permute(ops.sdpa(q, k, v, causal=True), dims=[0, 2, 1, 3]), shape=[t, a.hidden])
+        x = x + drop(ops.linear(o, wo, bo))
+        fd.sched.shard(x, "tp", ["DIDx", "-"])
+        c = ops.layer_norm(x, ln2_w, ln2_b, dims=1, eps=1e-5)
+        x = x + drop(ops.linear(ops.gelu(ops.linear(c, w1, b1)), w2, b2))
+        fd.sched.shard(x, "tp", ["DIDx", "-"])
+    lnf_w, lnf_b, head = rest[16 * a.layers :]
+    logits = ops.linear(ops.layer_norm(x, lnf_w, lnf_b, dims=1, eps=1e-5), head)
+    fd.sched.shard(logits, "tp", ["-", "DIDx"])  # vocabulary parallel: never gathered
+    fd.add_output(ops.cross_entropy(logits, labels))
+    return fd, mesh
+
+
+def reference_loss(ids: torch.Tensor, labels: torch.Tensor, params: list[torch.Tensor], a: argparse.Namespace) -> torch.Tensor:
+    """The same model in plain PyTorch, on the global tensors."""
+    emb, pos, *rest = params
+    x = F.embedding(ids, emb) + pos
+    for i in range(a.layers):
+        x = layer_reference([x, *rest[16 * i : 16 * i + 16]], a.heads)
+    lnf_w, lnf_b, head = rest[16 * a.layers :]
+    logits = F.linear(F.layer_norm(x, (a.hidden,), lnf_w, lnf_b, 1e-5), head)
+    return F.cross_entropy(logits, labels)
+
+
+def initial_weights(a: argparse.Namespace) -> list[torch.Tensor]:
+    """GPT-2's initialization (normal, std 0.02; norms at 1 and 0), from a seed."""
+    g = torch.Generator().manual_seed(a.seed)
+    out = []
+    for shape, _ in shapes(a):
+        if len(shape) == 1:  # biases and norm shifts 0, norm scales 1 (told apart by position below)
+            out.append(torch.zeros(shape))
+        else:
+            out.append(torch.randn(shape, generator=g) * 0.02)
+    per_layer = (0, 10)  # ln1 and ln2 weights in each layer's 16
+    for i in range(a.layers):
+        for j in per_layer:
+            out[2 + 16 * i + j] = torch.ones(a.hidden)
+    out[2 + 16 * a.layers] = torch.ones(a.hidden)  # final layer_norm weight
+    return out
+
+
+class Data:
+    """Sequences of a fixed random Markov chain over the vocabulary (each
+    token has a few likely successors): the same batches on every rank."""
+
+    def __init__(self, a: argparse.Namespace):
+        g = torch.Generator().manual_seed(a.seed + 1)
+        logits = torch.randn(a.vocab, a.vocab, generator=g) * 3
+        self.probs = torch.softmax(logits, dim=1)
+        self.tokens, self.seed = a.tokens, a.seed
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 100003 + step)
+        seq = [int(torch.randint(0, self.probs.shape[0], (1,), generator=g))]
+        for _ in range(self.tokens):
+            seq.append(int(torch.multinomial(self.probs[seq[-1]], 1, generator=g)))
+        s = torch.tensor(seq)
+        return s[:-1].contiguous(), s[1:].contiguous()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=128)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout after attention and MLP (0: compared with PyTorch)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="largest relative difference of the loss curves")
+    p.add_argument("--plot", metavar="FILE.png", help="save both loss curves as a PNG (rank 0)")
+    p.add_argument("--quiet", action="store_true", help="no line per step")
+    a = p.parse_args()
+    a.dtype = "f32"
+
+    from fuserc.runtime.mpi_env import mpi_env
+
+    env = mpi_env()
+    rank, devices = env.rank, env.size
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # f32 GEMMs as the reference does them
+        torch.backends.cudnn.allow_tf32 = False
+    fd, mesh = build(a, devices)
+    loss_fn = fuserc.torch.function(fd)
+    specs = fd.inputs[3 if a.dropout > 0 else 2 :]
+    init = initial_weights(a)
+    device = torch.device(a.device)
+    if a.device == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    local = [torch.nn.Parameter(shard_tensor(w, s, mesh, rank).to(device).contiguous()) for w, s in zip(init, specs)]
+    glob = [torch.nn.Parameter(w.clone().to(device)) for w in init]
+    opt = torch.optim.AdamW(local, lr=a.lr, weight_decay=0.01)
+    ref_opt = torch.optim.AdamW(glob, lr=a.lr, weight_decay=0.01)
+    data = Data(a)
+    curve, ref_curve, worst = [], [], 0.0
+    start = time.perf_counter()
+    for step in range(a.steps):
+        ids, labels = (t.to(device) for t in data.batch(step))
+        extra = [torch.tensor(step, device=device)] if a.dropout > 0 else []
+        loss = loss_fn(ids, labels, *extra, *local)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        ref = reference_loss(ids, labels, glob, a)
+        ref_opt.zero_grad(set_to_none=True)
+        ref.backward()
+        ref_opt.step()
+        value, want = float(loss.detach()), float(ref.detach())
+        curve.append(value)
+        ref_curve.append(want)
+        diff = abs(value - want) / max(abs(want), 1e-12)
+        worst = max(worst, diff)
+        if rank == 0 and not a.quiet:
+            print(f"step {step + 1:3d}/{a.steps}  loss {value:.6f}  (PyTorch {want:.6f}, rel diff {diff:.1e})", flush=True)
+    seconds = time.perf_counter() - start
+    compared = a.dropout == 0
+    ok = not compared or worst <= a.tolerance
+    if rank == 0:
+        if a.plot:
+            plot(a.plot, curve, ref_curve, devices)
+        verdict = "ok" if ok else "FAILED"
+        what = f"max rel diff {worst:.2e} (tolerance {a.tolerance:g}): {verdict}" if compared else "dropout on: not compared"
+        print(
+            f"trained {a.steps} steps on {devices} rank(s) ({env.launcher}, {a.device}) in {seconds:.1f} s: "
+            f"loss {curve[0]:.4f} -> {curve[-1]:.4f} (PyTorch {ref_curve[0]:.4f} -> {ref_curve[-1]:.4f}; "
+            f"chain entropy floor {entropy(data):.4f}); {what}",
+            flush=True,
+        )
+    loss_fn.close()
+    if not ok:
+        raise SystemExit(1)
+
+
+def entropy(data: Data) -> float:
+    """The Markov chain's entropy rate under its stationary distribution
+    (the loss a perfect model approaches)."""
+    pr = data.probs.double()
+    pi = torch.full((pr.shape[0],), 1.0 / pr.shape[0], dtype=torch.float64)
+    for _ in range(200):
+        pi = pi @ pr
+    return float(-(pi[:, None] * pr * torch.log(pr)).sum())
+
+
+def plot(path: str, curve: list[float], ref: list[float], devices: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    steps = range(1, len(curve) + 1)
+    ax.plot(steps, ref, label="plain PyTorch (1 process)", linewidth=3, alpha=0.5)
+    ax.plot(steps, curve, label=f"fuserc ({devices} rank(s))", linestyle="--")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross entropy")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""fuserc in a PyTorch training step: a definition as a differentiable
+function of this rank's local shards.
+
+`function(fd)` compiles the definition once with `autodiff` in front of the
+pipeline, so that one module holds `@main` (run when no gradient is wanted),
+`@main_fwd` and `@main_bwd`; each is loaded on the backend of the inputs'
+device when first needed. A call runs on torch's current stream (the run
+is ordered after the caller's work and the caller's stream waits for it on
+the device), reads its inputs in place, and hands its result buffers to the
+caller (they leave the program's allocation cache: the next call cannot
+overwrite them). Nothing in a call waits on the host once a program is
+loaded. torch autograd's backward runs `@main_bwd` on the saved tensors and
+the cotangents and delivers the gradient of each input that requires one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fuserc.diagnostics import Diagnostic
+
+BACKENDS = ("auto", "cpu", "cuda")
+
+
+def function(
+    definition: Any,
+    *,
+    entry: str = "main",
+    pipeline: str = "default",
+    backend: str = "auto",
+    save: str = "activations",
+    algorithm: str | None = None,
+) -> "Function":
+    """A differentiable callable of this rank's local shards of `definition`'s
+    inputs (a FusionDefinition, or the text of a module with `@entry`).
+    `backend` "auto" follows the inputs: CUDA tensors run on the cuda
+    backend, CPU tensors on the cpu backend. `save` is autodiff's option:
+    "activations" keeps what the backward reads, "inputs" recomputes it.
+    `algorithm` sets stream-pipeline's option, as `-p` does on the CLI."""
+    from fuserc.api import FusionDefinition
+
+    if isinstance(definition, FusionDefinition):
+        text, entry, where = definition.to_mlir(), definition.name, f"<FusionDefinition {definition.name}>"
+    elif isinstance(definition, str):
+        text, where = definition, "<fuserc.torch.function>"
+    else:
+        raise Diagnostic(f"fuserc.torch.function takes a FusionDefinition or module text, got {type(definition).__name__}")
+    if backend not in BACKENDS:
+        raise Diagnostic(f"backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
+    if algorithm is not None:
+        from fuserc.pipeline import with_option
+
+        pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
+    return Function(text, where, entry, pipeline, backend, save)
+
+
+@dataclass
+class _Loaded:
+    """The programs of one compilation, loaded on one backend."""
+
+    backend: Any
+    compiled: Any  # runtime.program.Compiled
+    no_grad_reason: Diagnostic | None  # why @entry has no backward (autodiff refused it)
+    programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
+
+    def program(self, name: str) -> Any:
+        from fuserc.runtime.evaluator import Program
+
+        if name not in self.programs:
+            self.programs[name] = Program.load(self.compiled.host, name, self.backend)
+        return self.programs[name]
+
+
+class Function:
+    """A compiled definition callable on torch tensors (see `function`)."""
+
+    def __init__(self, text: str, where: str, entry: str, pipeline: str, backend: str, save: str):
+        self.text, self.where, self.entry = text, where, entry
+        self.pipeline, self.backend, self.save = pipeline, backend, save
+        self._loaded: dict[str, _Loaded] = {}  # by backend kind: compiled once per input signature
+
+    # -- compiling ------------------------------------------------------------
+    def _load(self, inputs: Sequence[Any]) -> _Loaded:
+        kind = self.backend
+        if kind == "auto":
+            on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs)
+            kind = "cuda" if on_gpu else "cpu"
+        found = self._loaded.get(kind)
+        if found is not None:
+            return found
+        from fuserc.runtime.backend import shared_backend
+        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.program import compile_module
+
+        be = shared_backend(kind, mpi_env())
+        reason: Diagnostic | None = None
+        try:
+            derive = f"autodiff{{entry={self.entry} save={self.save}}},{self.pipeline}"
+            compiled = compile_module(self.text, self.where, f"{self.entry}_fwd", derive, ranks=be.size)
+        except Diagnostic as e:  # no backward (an op without a rule): still callable without grad
+            reason = e
+            compiled = compile_module(self.text, self.where, self.entry, self.pipeline, ranks=be.size)
+        self._loaded[kind] = found = _Loaded(be, compiled, reason)
+        return found
+
+    # -- calling --------------------------------------------------------------
+    def __call__(self, *inputs: Any) -> Any:
+        for i, t in enumerate(inputs):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise Diagnostic(f"input #{i} of @{self.entry} must be a torch tensor (or None where absent), got {type(t).__name__}")
+        loaded = self._load(inputs)
+        wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+        if not wants_grad:
+            outs = _run(loaded, loaded.program(self.entry), list(inputs))
+        else:
+            if loaded.no_grad_reason is not None:
+                raise Diagnostic(f"@{self.entry} has no backward: {loaded.no_grad_reason}")
+            outs = list(_Autograd.apply(self, loaded, *inputs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def close(self) -> None:
+        """Release every loaded program (collective: all ranks close)."""
+        for loaded in self._loaded.values():
+            for p in loaded.programs.values():
+                p.close()
+        self._loaded.clear()
+
+
+def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any]) -> list[Any]:
+    """One run on this rank's shards; its results, owned by the caller."""
+    b = loaded.backend
+    caller = b.enter_caller()
+    outs: list[Any] = []
+    try:
+        prepared = program.prepare_inputs(inputs)
+        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True)
+    finally:
+        b.leave_caller(caller, outs)
+    return outs
+
+
+class _Autograd(torch.autograd.Function):
+    """@entry_fwd forward, @entry_bwd backward."""
+
+    @staticmethod
+    def forward(ctx: Any, fn: Function, loaded: _Loaded, *inputs: Any) -> tuple[Any, ...]:
+        fwd = loaded.program(f"{fn.entry}_fwd")
+        outs = _run(loaded, fwd, inputs)
+        main_results = len(loaded.program(fn.entry).results)  # (its signature; @entry is not run)
+        ctx.fn, ctx.loaded = fn, loaded
+        ctx.saved = outs[main_results:]  # the program's own tensors (not the caller's: no version checks)
+        ctx.float_inputs = [i for i, p in enumerate(fwd.params) if p.dtype.is_floating_point]
+        results = outs[:main_results]
+        ctx.mark_non_differentiable(*[r for r in results if r is not None and not r.dtype.is_floating_point])
+        return tuple(results)
+
+    @staticmethod
+    def backward(ctx: Any, *cotangents: Any) -> tuple[Any, ...]:
+        fn, loaded = ctx.fn, ctx.loaded
+        bwd = loaded.program(f"{fn.entry}_bwd")
+        saved = ctx.saved
+        specs = bwd.params[len(saved):]
+        cts = []
+        for ct, spec in zip(cotangents, specs, strict=True):
+            if not spec.present_on(loaded.backend.rank):
+                cts.append(None)
+            elif ct is None:
+                cts.append(_zeros(loaded, spec))
+            else:
+                cts.append(ct.to(spec.dtype))
+        grads = _run(loaded, bwd, [*saved, *cts])
+        out: list[Any] = [None] * (len(ctx.needs_input_grad) - 2)
+        for i, g in zip(ctx.float_inputs, grads, strict=True):
+            if ctx.needs_input_grad[2 + i]:
+                out[i] = g
+        ctx.saved = []
+        return (None, None, *out)
+
+
+def _zeros(loaded: _Loaded, spec: Any) -> Any:
+    b = loaded.backend
+    return b.empty(spec.shape, spec.dtype).zero_()
+
+
+__all__ = ["function", "Function"]

@@ -1,0 +1,77 @@
+"""Programs launched by torchrun on the cpu backend: rank, size and the
+collectives come from torch.distributed (gloo), no MPI involved. The
+collective programs and the sequence-parallel MLP run in one torchrun job
+per job size, checked against the float64 reference as under mpiexec
+(test_pipeline.py); `fuserc run` itself and a failing rank under torchrun."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import BACKEND, mpirun, ok, program
+from batch import launch_batches
+from test_pipeline import CASES, Case
+
+RANKS = (2, 4)
+CHOSEN = re.compile(r"(rt_(allgather|allreduce|alltoall|broadcast|gather|reduce|reduce_scatter|scatter|sendrecv)|case_sp_mlp|example_sp_mlp)-n\d-(f32|own)$")
+"""Every kind of collective (gloo moves the bytes; reductions in float)
+and the sequence-parallel MLP end to end."""
+TORCH_CASES = [c for c in CASES if c.n in RANKS and CHOSEN.match(c.ident)]
+
+
+@pytest.fixture(scope="module")
+def torchrun_batch(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    cache: dict[int, dict[str, Any]] = {}
+
+    def results(n: int) -> dict[str, Any]:
+        if n not in cache:
+            directory = tmp_path_factory.mktemp(f"torchrun_n{n}")
+            cases = [c for c in TORCH_CASES if c.n == n]
+            work = [(c.ident, c.text(), {"default": "default"}) for c in cases]
+            cache[n] = launch_batches(n, work, directory, BACKEND, launch="torchrun")
+        return cache[n]
+
+    return results
+
+
+def test_cases_chosen() -> None:
+    assert {c.n for c in TORCH_CASES} == set(RANKS)
+    assert len(TORCH_CASES) >= 2 * 10
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c.ident for c in TORCH_CASES])
+def test_program_under_torchrun(case: Case, torchrun_batch: Any) -> None:
+    outcome = torchrun_batch(case.n).get(f"{case.ident}/default")
+    assert outcome is not None, "the torchrun batch reported nothing for this case"
+    assert outcome.status == "ok", f"{outcome.status}:\n{outcome.detail}\n\n{case.text()}"
+
+
+def test_fuserc_run_under_torchrun() -> None:
+    example = Path(__file__).parents[2] / "examples" / "sp_mlp.mlir"
+    proc = ok(mpirun(4, [example, "--check"], launch="torchrun", timeout=180))
+    assert re.search(r"output 0: .*: ok", proc.stdout), proc.stdout
+
+
+def test_rank_failure_ends_the_torchrun_job(tmp_path: Path) -> None:
+    """Rank 1 raises at its first op while rank 0 blocks in a collective:
+    the job ends non-zero with rank 1's message, promptly (no hang)."""
+    prog = program("collectives.mlir.in", 2, tmp_path)
+    start = time.monotonic()
+    proc = mpirun(2, [prog, "-p", "", "--seed", "1"], env={"FUSERC_FAIL_RANK": "1"}, launch="torchrun", timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 60
+    assert "[rank 1]" in proc.stderr and "injected failure" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_share_needs_mpi_under_torchrun(tmp_path: Path) -> None:
+    """The cpu backend's peer copies (MPI windows) say what to use instead."""
+    prog = program("collectives.mlir.in", 2, tmp_path)
+    proc = mpirun(2, [prog, "-p", "", "--seed", "1"], launch="torchrun", timeout=120)
+    assert proc.returncode == 1
+    assert "hir.share on the cpu backend needs MPI" in proc.stderr, proc.stderr[-3000:]
+    assert "internal error" not in proc.stderr

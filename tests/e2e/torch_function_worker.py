@@ -1,0 +1,259 @@
+"""Run under mpiexec or torchrun by test_torch_function.py (and on a GPU):
+`fuserc.torch.function` on this rank's shards against torch.autograd on the
+global tensors. Each case prints `CASE <name> ok` or `CASE <name> FAILED:
+<why>` on rank 0 (every rank checks its own shards; failures are gathered).
+
+    python tests/e2e/torch_function_worker.py [--device cuda] [--no-host-copies]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+import fuserc.torch
+from fuserc.api import FusionDefinition, Mesh, shard_tensor
+from fuserc.runtime.mpi_env import mpi_env
+
+ENV = mpi_env()
+RANK, SIZE = ENV.rank, ENV.size
+TOL = 1e-4
+DEVICE = torch.device("cpu")
+
+
+def shard(t: torch.Tensor, s: list[str] | object, mesh: Mesh) -> torch.Tensor:
+    return shard_tensor(t.detach().cpu(), s, mesh, RANK).contiguous().to(DEVICE)
+
+
+def close(got: torch.Tensor | None, want: torch.Tensor, what: str) -> None:
+    if got is None:
+        raise AssertionError(f"{what}: missing")
+    err = (got.detach().double().cpu() - want.detach().double().cpu()).abs().max().item()
+    scale = max(1.0, want.detach().abs().max().item())
+    if not err <= TOL * scale:
+        raise AssertionError(f"{what}: max abs error {err:.3e} over {TOL * scale:.1e}")
+
+
+def mlp(d: int) -> tuple[FusionDefinition, Mesh, list]:
+    """Sequence-parallel MLP with a layer norm whose replicated weight gets a
+    partial gradient (reduced by the program)."""
+    fd = FusionDefinition()
+    mesh = fd.sched.mesh("tp", [d])
+    x = fd.define_tensor([8 * d, 16])
+    g = fd.define_tensor([16])
+    w1 = fd.define_tensor([16, 8 * d])
+    w2 = fd.define_tensor([8 * d, 16])
+    y = fd.ops.gelu(fd.ops.layer_norm(x, g, dims=1) @ w1) @ w2
+    fd.add_output(y)
+    fd.add_output(fd.ops.sum(y * y, dims=[0, 1]))
+    for t, s in ((x, ["DIDx", "-"]), (g, ["-"]), (w1, ["-", "DIDx"]), (w2, ["DIDx", "-"]), (y, ["DIDx", "-"])):
+        fd.sched.shard(t, "tp", s)
+    return fd, mesh, [x, g, w1, w2, y]
+
+
+def mlp_torch(x: torch.Tensor, g: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = F.gelu(F.layer_norm(x, (x.shape[1],), g) @ w1) @ w2
+    return y, (y * y).sum()
+
+
+def globals_(d: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(8 * d, 16, generator=gen), 1 + 0.1 * torch.randn(16, generator=gen),
+        torch.randn(16, 8 * d, generator=gen) / 4, torch.randn(8 * d, 16, generator=gen) / 4,
+    ]  # fmt: skip
+
+
+_FUNCTIONS: dict[str, fuserc.torch.Function] = {}
+
+
+def function(fd: FusionDefinition, save: str = "activations") -> fuserc.torch.Function:
+    """One compiled function per `save` for every case (the cases' programs
+    are the same MLP): compiling once keeps the job short."""
+    if save not in _FUNCTIONS:
+        _FUNCTIONS[save] = fuserc.torch.function(fd, save=save)
+    return _FUNCTIONS[save]
+
+
+def case_grads(save: str) -> None:
+    """Outputs and every gradient against torch.autograd, two calls."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd, save)
+    for seed in (0, 1):
+        glob = [t.requires_grad_(True) for t in globals_(SIZE, seed)]
+        y, s = mlp_torch(*glob)
+        ct = torch.randn(y.shape, generator=torch.Generator().manual_seed(7))
+        (y * ct).sum().add(s * 0.5).backward()
+        loc = [shard(t, s_, mesh).requires_grad_(True) for t, s_ in zip(glob, ts)]
+        ly, ls = f(*loc)
+        close(ly, shard(y, ts[4], mesh), "y")
+        close(ls, s, "sum")
+        (ly * shard(ct, ts[4], mesh)).sum().add(ls * 0.5).backward()
+        for name, lt, gt, sh in zip(("x", "g", "w1", "w2"), loc, glob, ts):
+            close(lt.grad, shard(gt.grad, sh, mesh), f"grad {name} (call {seed})")
+
+
+def case_partial_requires_grad() -> None:
+    """Only the weights require grad; the input gets none and needs none."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd)
+    glob = globals_(SIZE)
+    for t in glob[1:]:
+        t.requires_grad_(True)
+    y, _ = mlp_torch(*glob)
+    y.sum().backward()
+    loc = [shard(t, s, mesh) for t, s in zip(glob, ts)]
+    for t in loc[1:]:
+        t.requires_grad_(True)
+    ly, _ = f(*loc)
+    ly.sum().backward()
+    assert loc[0].grad is None, "an input that does not require grad got one"
+    for name, lt, gt, sh in zip(("g", "w1", "w2"), loc[1:], glob[1:], ts[1:]):
+        close(lt.grad, shard(gt.grad, sh, mesh), f"grad {name}")
+
+
+def case_no_grad_and_ownership() -> None:
+    """Under torch.no_grad: @main runs, no graph is recorded; results are the
+    caller's (the next call does not overwrite them)."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd)
+    first = [shard(t, s, mesh).requires_grad_(True) for t, s in zip(globals_(SIZE, 0), ts)]
+    second = [shard(t, s, mesh) for t, s in zip(globals_(SIZE, 1), ts)]
+    with torch.no_grad():
+        y0, _ = f(*first)
+    assert not y0.requires_grad and y0.grad_fn is None, "a result under no_grad carries a graph"
+    kept = y0.clone()
+    y1, _ = f(*second)
+    assert y0.data_ptr() != y1.data_ptr(), "two calls returned the same buffer"
+    close(y0, kept, "a result after the next call")
+    want, _ = mlp_torch(*globals_(SIZE, 1))
+    close(y1, shard(want, ts[4], mesh), "y of the second call")
+
+
+def case_non_contiguous() -> None:
+    """Transposed and strided inputs are made contiguous where they are."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd)
+    glob = [t.requires_grad_(True) for t in globals_(SIZE)]
+    y, _ = mlp_torch(*glob)
+    y.sum().backward()
+    loc = [shard(t, s, mesh) for t, s in zip(glob, ts)]
+    w1t = loc[2].t().contiguous().t().detach().requires_grad_(True)  # a transposed view's layout
+    x2 = torch.stack([loc[0], 0 * loc[0]], dim=-1)[..., 0].detach().requires_grad_(True)  # a strided view
+    assert not w1t.is_contiguous() and not x2.is_contiguous()
+    ly, _ = f(x2, loc[1], w1t, loc[3])
+    ly.sum().backward()
+    close(ly, shard(y, ts[4], mesh), "y")
+    close(w1t.grad, shard(glob[2].grad, ts[2], mesh), "grad w1 (transposed input)")
+
+
+def case_execute_local() -> None:
+    """CompiledProgram.execute on local shards, gathered and not."""
+    fd, mesh, ts = mlp(SIZE)
+    program = fd.compile()
+    glob = globals_(SIZE)
+    y, s = mlp_torch(*glob)
+    loc = [shard(t, sh, mesh) for t, sh in zip(glob, ts)]
+    gy, gs = program.execute(loc, local=True)
+    close(gy, y, "gathered y")
+    close(gs, s, "gathered sum")
+    assert gy.device == DEVICE, f"a result came back on {gy.device}"
+    ly, _ = program.execute(loc, local=True, gather=False)
+    close(ly, shard(y, ts[4], mesh), "local y")
+    gy2, _ = program.execute([t.to(DEVICE) for t in glob])
+    close(gy2, y, "y from global inputs")
+    program.close()
+
+
+def no_host_copies(body: Callable[[], None]) -> None:
+    """`body` (after a warm-up call) copies nothing between host and device
+    and never waits on the host: the profiler sees no memcpy to or from the
+    host and no synchronize call."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    body()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("call_under_test"):
+            body()
+    torch.cuda.synchronize()
+    events = prof.events()
+    call = next(e for e in events if e.name == "call_under_test")
+    lo, hi = call.time_range.start, call.time_range.end
+    copies = {e.name for e in events if "HtoD" in e.name or "DtoH" in e.name}  # device memcpy activity
+    waits = {e.name for e in events if "Synchronize" in e.name and lo <= e.time_range.start <= hi}
+    bad = sorted(copies | waits)
+    if bad:
+        raise AssertionError(f"host round trips inside a call: {', '.join(bad)}")
+
+
+def case_gpu_no_host_copies() -> None:
+    """Also: torch's current stream is the caller's after every call, the
+    first (which makes the backend) included."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd)
+    loc = [shard(t, s, mesh).requires_grad_(True) for t, s in zip(globals_(SIZE), ts)]
+    side = torch.cuda.Stream()
+    fresh = [t.detach().clone().requires_grad_(True) for t in loc]  # their own autograd nodes, made on `side`
+    with torch.cuda.stream(side):
+        y, _ = f(*fresh)
+        assert torch.cuda.current_stream() == side, "a call left torch on another stream"
+        y.sum().backward()
+        assert torch.cuda.current_stream() == side, "a backward left torch on another stream"
+    torch.cuda.synchronize()
+
+    def step() -> None:
+        y, s = f(*loc)
+        (y.sum() + s).backward()
+
+    no_host_copies(step)
+    program = fd.compile()
+    plain = [t.detach() for t in loc]
+    no_host_copies(lambda: program.execute(plain, local=True, gather=False))
+    program.close()
+
+
+CASES: dict[str, Callable[[], None]] = {
+    "grads_activations": lambda: case_grads("activations"),
+    "grads_inputs": lambda: case_grads("inputs"),
+    "partial_requires_grad": case_partial_requires_grad,
+    "no_grad_and_ownership": case_no_grad_and_ownership,
+    "non_contiguous": case_non_contiguous,
+    "execute_local": case_execute_local,
+}
+
+
+def main() -> None:
+    global DEVICE
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--no-host-copies", action="store_true", help="(cuda) also the profiler check")
+    a = p.parse_args()
+    if a.device == "cuda":
+        DEVICE = torch.device("cuda", torch.cuda.current_device())
+        torch.backends.cuda.matmul.allow_tf32 = False
+    cases = dict(CASES)
+    if a.no_host_copies:
+        cases["gpu_no_host_copies"] = case_gpu_no_host_copies
+    failed = 0
+    for name, run in cases.items():
+        try:
+            run()
+            why = ""
+        except Exception as e:  # noqa: BLE001 - reported per case
+            why = f"{type(e).__name__}: {e}" + ("" if isinstance(e, AssertionError) else "\n" + traceback.format_exc())
+        whys = ENV.allgather(why)
+        if RANK == 0:
+            bad = [f"rank {r}: {w}" for r, w in enumerate(whys) if w]
+            print(f"CASE {name} " + ("ok" if not bad else "FAILED: " + "; ".join(bad)), flush=True)
+        failed += any(whys)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
