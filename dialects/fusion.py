@@ -330,7 +330,11 @@ class FusionOp(IRDLOperation):
       (broadcast) operands, so the op fuses into elementwise kernels;
     - INDEXED: the op depends on where its local blocks lie in the global
       tensors (an iota, dropout's mask): lowering records the global types
-      (`GLOBAL_ATTR`) and `reference` reads them through its EvalContext.
+      (`GLOBAL_ATTR`) and `reference` reads them through its EvalContext;
+    - ROWWISE: the op is a normalization of each row along its last dim
+      that the cuda backend's row kernels compute in one pass when it is a
+      launch region of its own ('softmax', 'log_softmax',
+      'cross_entropy': runtime/cuda_rows.py).
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()
@@ -341,6 +345,7 @@ class FusionOp(IRDLOperation):
     RESULT: ClassVar[str] = ""
     POINTWISE: ClassVar[bool] = False
     INDEXED: ClassVar[bool] = False
+    ROWWISE: ClassVar[str | None] = None
     PY_ARGS: ClassVar[tuple[str, ...] | None] = None
     """The Python builder's positional arguments after the operands
     (default: the keywords in order, then the RESULT items)."""

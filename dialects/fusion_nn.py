@@ -79,6 +79,7 @@ class SoftmaxLikeOp(FusionOp):
 @irdl_op_definition
 class SoftmaxOp(SoftmaxLikeOp):
     name = "fusion.softmax"
+    ROWWISE: ClassVar[str | None] = "softmax"
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         import torch
@@ -101,6 +102,7 @@ class SoftmaxOp(SoftmaxLikeOp):
 @irdl_op_definition
 class LogSoftmaxOp(SoftmaxLikeOp):
     name = "fusion.log_softmax"
+    ROWWISE: ClassVar[str | None] = "log_softmax"
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         import torch
@@ -402,6 +404,7 @@ class CrossEntropyOp(FusionOp):
     sums are reduced across devices (the logits are never gathered)."""
 
     name = "fusion.cross_entropy"
+    ROWWISE: ClassVar[str | None] = "cross_entropy"
     OPERANDS: ClassVar[tuple[str, ...]] = ("logits", "labels")
     ELEMENTS: ClassVar[tuple[str, ...]] = ("float", "i64")
     logits = operand_def(TENSOR)

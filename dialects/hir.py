@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -44,6 +45,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     lazy_traits_def,
     operand_def,
+    opt_attr_def,
     opt_operand_def,
     opt_prop_def,
     prop_def,
@@ -1225,9 +1227,11 @@ class MatmulOp(HirOp):
 
 @irdl_op_definition
 class LinearOp(HirOp):
-    """`hir.linear %x, %w, (%bias,)? %out (acc %c)? : Tx, Tw, (Tb,)? Tout(, Tacc)?`:
+    """`hir.linear %x, %w, (%bias,)? %out (acc %c)? {activation = "gelu_tanh"}? : Tx, Tw, (Tb,)? Tout(, Tacc)?`:
     `F.linear(x, w, bias) (+ c)` written into `%out` (w is [out, in]); the
-    accumulator is as hir.matmul's."""
+    accumulator is as hir.matmul's. `activation = "gelu_tanh"` applies
+    `gelu(approximate="tanh")` to the result in the GEMM's epilogue (the
+    activation cuBLASLt's epilogues have), without an accumulator."""
 
     name = "hir.linear"
     input = operand_def(_TENSOR)
@@ -1235,6 +1239,9 @@ class LinearOp(HirOp):
     bias = opt_operand_def(_TENSOR)
     out = operand_def(_TENSOR)
     acc = opt_operand_def(_TENSOR)
+    activation = opt_attr_def(StringAttr)
+
+    ACTIVATIONS: ClassVar[tuple[str, ...]] = ("gelu_tanh",)
 
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
@@ -1245,13 +1252,22 @@ class LinearOp(HirOp):
         out: SSAValue | Operation,
         bias: SSAValue | Operation | None = None,
         acc: SSAValue | Operation | None = None,
+        activation: str | None = None,
     ):
         super().__init__(
-            operands=[input, weight, [bias] if bias is not None else [], out, [acc] if acc is not None else []]
+            operands=[input, weight, [bias] if bias is not None else [], out, [acc] if acc is not None else []],
+            attributes={"activation": StringAttr(activation)} if activation is not None else {},
         )
 
     def verify_op(self) -> None:
         _check_acc(self.acc, self.out)
+        if self.activation is not None:
+            if self.activation.data not in self.ACTIVATIONS:
+                raise VerifyException(
+                    f"activation must be one of {', '.join(self.ACTIVATIONS)}, got \"{self.activation.data}\""
+                )
+            if self.acc is not None:
+                raise VerifyException("an activation epilogue takes no accumulator (acc)")
         gemm = [self.input, self.weight, *([self.bias] if self.bias is not None else []), self.out]
         _same_elements(gemm)
         bias = shape_of(self.bias) if self.bias is not None else None

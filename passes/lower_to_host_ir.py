@@ -212,6 +212,10 @@ class Emitter:
         return value
 
 
+MAX_REGION_OPS = 64
+"""The most ops one launch region takes (bounds the search)."""
+
+
 def local_type(t: TensorType, mesh: Mesh) -> TensorType:
     """The type of the block a device of the tensor's mesh holds."""
     s = sharding_of(t)
@@ -554,30 +558,84 @@ class _FunctionLowering:
             return self.lower_permute(op, i, tag)
         if isinstance(op, ReshapeOp):
             return self.lower_reshape(op, i, tag)
-        if isinstance(op, MatmulOp) and row_major:
-            out = self.result_buffer(op, i, tag)
-            a, b = (self.values[v] for v in op.operands)
-            self.em.emit(hir.MatmulOp(a, b, out), tag, marked=True)
-            self.values[op.results[0]] = out
-            return i + 1
-        if isinstance(op, LinearOp) and row_major:
-            out = self.result_buffer(op, i, tag)
-            x, w = self.values[op.input], self.values[op.weight]
-            bias = self.values[op.bias] if op.bias is not None else None
-            self.em.emit(hir.LinearOp(x, w, out, bias), tag, marked=True)
-            self.values[op.results[0]] = out
-            return i + 1
-        chain = [op]
-        if op.POINTWISE:
-            while i + len(chain) < len(ops):
-                nxt = ops[i + len(chain)]
-                if not (isinstance(nxt, FusionOp) and nxt.POINTWISE) or chain[-1].results[0].get_user_of_unique_use() is not nxt:
-                    break
-                if self.resharding(nxt):
-                    break
-                chain.append(nxt)
+        if isinstance(op, (MatmulOp, LinearOp)) and row_major:
+            return self.lower_gemm(op, ops, i, tag)
+        chain = self.local_region(ops, i)
         self.lower_launch(chain, i)
         return i + len(chain)
+
+    def lower_gemm(self, op: MatmulOp | LinearOp, ops: list[Operation], i: int, tag: tuple[int, ...]) -> int:
+        """A GEMM, with the op after it in its epilogue where one fits
+        (`epilogue`): the residual add `gemm + r` as the GEMM's accumulator,
+        a tanh GELU after a linear with a bias as cuBLASLt's activation."""
+        nxt, kind = self.epilogue(op, ops, i)
+        last = nxt if nxt is not None else op
+        out = self.result_buffer(last, i + (nxt is not None), tag)
+        acc = None
+        if kind == "acc":
+            assert nxt is not None
+            acc = self.values[next(v for v in nxt.operands if v is not op.results[0])]
+        activation = "gelu_tanh" if kind == "gelu_tanh" else None
+        if isinstance(op, MatmulOp):
+            a, b = (self.values[v] for v in op.operands)
+            self.em.emit(hir.MatmulOp(a, b, out, acc), tag, marked=True)
+        else:
+            x, w = self.values[op.input], self.values[op.weight]
+            bias = self.values[op.bias] if op.bias is not None else None
+            self.em.emit(hir.LinearOp(x, w, out, bias, acc, activation), tag, marked=True)
+        self.values[last.results[0]] = out
+        return i + 1 + (nxt is not None)
+
+    def epilogue(self, op: MatmulOp | LinearOp, ops: list[Operation], i: int) -> tuple[Operation | None, str | None]:
+        """(the next op, "acc" | "gelu_tanh") when it can run in the GEMM's
+        epilogue: it is the only use of the GEMM's result, neither is
+        resharded or Stream-split, and the GEMM's operands come from no
+        resharding (a GEMM beside a communication stays a plain GEMM, which
+        stream-pipeline can cut into chunks). A bias and an accumulator do
+        not share cuBLAS's epilogue, so a linear with a bias takes no add."""
+        if i + 1 >= len(ops):
+            return None, None
+        nxt, r = ops[i + 1], op.results[0]
+        if not isinstance(nxt, FusionOp) or r.get_user_of_unique_use() is not nxt or self.resharding(nxt) or stream_marks(r) or stream_marks(nxt.results[0]):
+            return None, None
+        if any(isinstance(v.owner, SetOp) for v in op.operands):
+            return None, None
+        if not all(is_identity(order_of(v)) for v in (*nxt.operands, nxt.results[0])):
+            return None, None
+        plain = not isinstance(op, LinearOp) or op.bias is None
+        if nxt.name == "fusion.add" and plain and all(v.type == r.type for v in (*nxt.operands, nxt.results[0])):
+            return nxt, "acc"
+        if nxt.name == "fusion.gelu" and not plain and nxt.form == "tanh" and nxt.results[0].type == r.type:
+            return nxt, "gelu_tanh"
+        return None, None
+
+    def local_region(self, ops: list[Operation], i: int) -> list[Operation]:
+        """The longest run of consecutive local ops from `i` (elementwise,
+        reductions, normalizations, ...: what is not a GEMM, a layout op or
+        a resharding) that one launch can compute with one output: each
+        value made in it but the last is used only inside it. So
+        `gelu(x*y+z)*sigmoid(z)`, whose `z` feeds two branches, is one
+        region, and so is a layer norm written as mean, sub, mul, mean,
+        rsqrt, mul: one generated kernel each on the cuda backend."""
+        run: list[Operation] = []
+        while i + len(run) < len(ops) and len(run) < MAX_REGION_OPS:
+            nxt = ops[i + len(run)]
+            if run and not self.regional(nxt):
+                break
+            run.append(nxt)
+        for n in range(len(run), 1, -1):
+            inside = set(run[:n])
+            if all(u.operation in inside for o in run[: n - 1] for u in o.results[0].uses):
+                return run[:n]
+        return run[:1]
+
+    def regional(self, op: Operation) -> bool:
+        """`op` can join a launch region (`local_region`)."""
+        return (
+            isinstance(op, FusionOp)
+            and not isinstance(op, (SetOp, PermuteOp, ReshapeOp, MatmulOp, LinearOp))
+            and not self.resharding(op)
+        )
 
     def lower_permute(self, op: PermuteOp, index: int, tag: tuple[int, ...]) -> int:
         """A permute is a relabelling of its operand's buffer when the

@@ -165,9 +165,11 @@ class Backend(ABC):
         gives the result of reading every input before writing `out`."""
 
     @abstractmethod
-    def linear(self, x: Array, w: Array, bias: Array | None, out: Array, acc: Array | None = None) -> None:
+    def linear(
+        self, x: Array, w: Array, bias: Array | None, out: Array, acc: Array | None = None, activation: str | None = None
+    ) -> None:
         """`F.linear(x, w, bias) (+ acc)` into `out` (w is [out, in]; `acc`
-        as in `matmul`)."""
+        as in `matmul`), then `activation` (hir.linear's: "gelu_tanh")."""
 
     @abstractmethod
     def launch(

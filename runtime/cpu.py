@@ -103,6 +103,13 @@ class CpuHandle(Handle):
     buffer: torch.Tensor
 
 
+def epilogue(y: torch.Tensor, activation: str) -> torch.Tensor:
+    """A GEMM's `activation` epilogue (hir.linear's) applied to its result."""
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(y, approximate="tanh")
+    raise ValueError(f"unknown GEMM epilogue activation '{activation}'")
+
+
 def launch_with_torch(
     body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
 ) -> None:
@@ -191,10 +198,13 @@ class CpuBackend(Backend):
         bias: torch.Tensor | None,
         out: torch.Tensor,
         acc: torch.Tensor | None = None,
+        activation: str | None = None,
     ) -> None:
         ins = [x, w] + ([bias] if bias is not None else []) + ([acc] if acc is not None else [])
         self._order(reads=ins, writes=[out])
         y = torch.nn.functional.linear(x, w, bias)
+        if activation is not None:
+            y = epilogue(y, activation)
         out.copy_(y.add_(acc) if acc is not None else y)
 
     def launch(

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from xdsl.ir import Block
 
+from fuserc.diagnostics import Diagnostic
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work
 from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
@@ -103,6 +104,7 @@ class CudaBackend(Backend):
     """CUDA GPUs: CuPy streams/events, NCCL, CUDA IPC, cuBLAS, fused kernels."""
 
     name = "cuda"
+    stream_ordered = True
 
     def __init__(self, env: MpiEnv):
         super().__init__(env)
@@ -116,6 +118,7 @@ class CudaBackend(Backend):
         self.device = local_rank % count
         cupy.cuda.Device(self.device).use()
         torch.cuda.set_device(self.device)
+        callers = torch.cuda.current_stream(self.device)  # given back below: the caller's code keeps its stream
         leader = node.allreduce(env.rank, op=env.reduce_op("min"))
         gpus = env.comm.allgather((leader, self.device))
         # peer copies keep within env.nodes() (which $FUSERC_GPUS_PER_NODE may
@@ -126,6 +129,7 @@ class CudaBackend(Backend):
         self._current = self._main
         self._pools: dict[int, list[CudaStream]] = {}
         self._activate(self._main)
+        torch.cuda.set_stream(callers)
         self.fused_launches = 0
         self.fallback_launches = 0
         self.graphs_unavailable = _graphs_unavailable()
@@ -134,6 +138,8 @@ class CudaBackend(Backend):
         self._fences_per_run: dict[tuple[Hashable, Team], int] = {}  # from each program's first run
         self._blockers: list[str] = []  # what in this run a graph could not repeat
         self._capturing = False
+        self._caller: Any = None  # torch's stream of the caller of the run under way (enter_caller)
+        self.kernels = _kernels()
 
     def _new_stream(self, name: str) -> CudaStream:
         import cupy
@@ -177,6 +183,53 @@ class CudaBackend(Backend):
         self._activate(current)
         return out
 
+    def adopt(self, value: torch.Tensor) -> torch.Tensor:
+        """A tensor on this GPU is read in place (a non-contiguous one is
+        made contiguous by a copy on this GPU); one elsewhere is copied in."""
+        if value.device == torch.device("cuda", self.device):
+            value = value.detach()
+            if value.is_contiguous():
+                return value
+            self._begin()
+            return value.contiguous()
+        if value.device.type == "cuda":
+            raise Diagnostic(
+                f"an input is on {value.device}, but rank {self.rank} computes on cuda:{self.device}"
+            )
+        return self.from_host(value)
+
+    def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        caller = self._caller
+        if caller is None:
+            return self.empty(shape, dtype)
+        with torch.cuda.stream(caller):  # the block belongs to the caller's stream
+            return torch.empty(tuple(shape), dtype=dtype, device=torch.device("cuda", self.device))
+
+    def enter_caller(self) -> Any:
+        """The main stream waits (on the device) for the caller's current
+        torch stream, which is given back at `leave_caller`."""
+        self.comms.flush()
+        caller = torch.cuda.current_stream(self.device)
+        self._main.torch.wait_stream(caller)
+        self._current = self._main
+        self._activate(self._main)
+        self._caller = caller
+        return caller
+
+    def leave_caller(self, caller: Any, results: Sequence[torch.Tensor | None]) -> None:
+        """The caller's stream waits for the main stream (where a run's
+        results are ready); each result is marked as used on the caller's
+        stream (a no-op for buffers made on it), so the caching allocator
+        does not give memory of fuserc's streams to fuserc's next run while
+        the caller still reads it."""
+        self.comms.flush()
+        self._caller = None
+        caller.wait_stream(self._main.torch)
+        for r in results:
+            if r is not None:
+                r.record_stream(caller)
+        torch.cuda.set_stream(caller)
+
     def to_host(self, array: torch.Tensor) -> torch.Tensor:
         self.comms.flush()
         import cupy
@@ -209,10 +262,13 @@ class CudaBackend(Backend):
         bias: torch.Tensor | None,
         out: torch.Tensor,
         acc: torch.Tensor | None = None,
+        activation: str | None = None,
     ) -> None:
         """x @ w^T (+ bias) as one GEMM into `out` (bias in cuBLAS's epilogue
-        through addmm), on 2-D views of x and out; with `acc`, `acc` is in
-        the epilogue instead and a bias is added after."""
+        through addmm, and a tanh GELU with it through cuBLASLt's
+        `_addmm_activation`), on 2-D views of x and out; with `acc`, `acc`
+        is in the epilogue instead and a bias is added after."""
+        from fuserc.runtime.cpu import epilogue
         from fuserc.runtime.cuda_gemm import direct_out, linear_acc
 
         self._begin()
@@ -221,20 +277,37 @@ class CudaBackend(Backend):
             return
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.view(-1, out.shape[-1]) if out.is_contiguous() else None
-        if out2 is None or not direct_out(out2, x, w, *([bias] if bias is not None else [])):
-            out.copy_(torch.nn.functional.linear(x, w, bias))
+        direct = out2 is not None and direct_out(out2, x, w, *([bias] if bias is not None else []))
+        if activation == "gelu_tanh" and direct and bias is not None:
+            torch._addmm_activation(bias, x2, w.t(), use_gelu=True, out=out2)
+        elif activation is not None or not direct:
+            y = torch.nn.functional.linear(x, w, bias)
+            out.copy_(epilogue(y, activation) if activation is not None else y)
         elif bias is None:
             self.gemm.matmul(x2, w.t(), out2, tune=not self._capturing)
         else:
             torch.addmm(bias, x2, w.t(), out=out2)
+
+    def _generated(
+        self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None
+    ) -> bool:
+        """Run a region with generated kernels: a row kernel for a lone
+        softmax, log_softmax or cross_entropy (runtime/cuda_rows.py), else
+        Inductor's (runtime/cuda_regions.py); False when neither has one."""
+        from fuserc.runtime.cuda_regions import run_region
+        from fuserc.runtime.cuda_rows import run_rows
+
+        return run_rows(body, ins, outs) or run_region(body, ins, outs, contexts, compile_now=not self._capturing)
 
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
-
         self._begin()
+        if self.kernels == "inductor" and self._generated(body, ins, outs, contexts):
+            self.fused_launches += 1
+            return
         plan = plan_for(body)
         if plan is not None and run_plan(plan, ins, outs):
             self.fused_launches += 1
@@ -654,6 +727,20 @@ class CudaBackend(Backend):
 
         cupy.cuda.runtime.deviceSynchronize()
         self.comms.close()
+
+
+def _kernels() -> str:
+    """How `hir.launch` regions run: Inductor's generated kernels where
+    Triton is installed (runtime/cuda_regions.py), else CuPy's."""
+    from fuserc.runtime.cuda_regions import kernels_mode
+
+    mode = kernels_mode()
+    if mode == "inductor":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "cupy"
+    return mode
 
 
 def _graphs_unavailable() -> str | None:

@@ -1197,9 +1197,11 @@ def _linear(pl: _Planner, op: hir.LinearOp) -> Run:
 
         return run_acc
 
+    activation = op.activation.data if op.activation is not None else None
+
     def run(it: _Interpreter) -> None:
         env = it.env
-        b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out])
+        b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], activation=activation)
         it.flops += flops
 
     return run

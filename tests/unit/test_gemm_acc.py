@@ -168,3 +168,36 @@ def test_linear_acc_bias_overlapping_out() -> None:
     acc = torch.randn(N, N, generator=gen)
     linear_acc(x, w, out[0], out, acc)
     torch.testing.assert_close(out.double(), x.double() @ w.double().T + orig[0] + acc.double(), rtol=1e-5, atol=1e-5)
+
+
+EPILOGUES = """
+func.func @main(%x: tensor<12x16x{t}>, %w: tensor<24x16x{t}>, %b: tensor<24x{t}>, %w2: tensor<16x24x{t}>,
+                %r: tensor<12x16x{t}>) -> tensor<12x16x{t}> {{
+  %u = fusion.linear %x, %w, %b : (tensor<12x16x{t}>, tensor<24x16x{t}>, tensor<24x{t}>) -> tensor<12x24x{t}>
+  %g = fusion.gelu %u {{approximate = "tanh"}} : (tensor<12x24x{t}>) -> tensor<12x24x{t}>
+  %m = fusion.linear %g, %w2 : (tensor<12x24x{t}>, tensor<16x24x{t}>) -> tensor<12x16x{t}>
+  %y = fusion.add %r, %m : (tensor<12x16x{t}>, tensor<12x16x{t}>) -> tensor<12x16x{t}>
+  func.return %y : tensor<12x16x{t}>
+}}
+"""
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+def test_gemm_epilogues_against_torch(t: str) -> None:
+    """The MLP's linear+bias+tanh-GELU and the residual add after its second
+    linear run in the GEMMs' epilogues (hir.linear's activation and acc),
+    against PyTorch; cuda where there is a GPU (cuBLASLt's epilogue)."""
+    from fuserc.runtime.program import compile_text
+
+    prog = compile_text(EPILOGUES.format(t=t), backend="auto")
+    host = prog.host_ir()
+    assert 'activation = "gelu_tanh"' in host and " acc %r" in host and "hir.launch" not in host
+    x, w, b, w2, r = prog.random_inputs(2)
+    (got,) = prog.execute([x, w, b, w2, r])
+    f = lambda v: v.double()  # noqa: E731
+    want = torch.nn.functional.linear(
+        torch.nn.functional.gelu(torch.nn.functional.linear(f(x), f(w), f(b)), approximate="tanh"), f(w2)
+    ) + f(r)
+    tol = 1e-5 if t == "f32" else 3e-2
+    torch.testing.assert_close(torch.as_tensor(got).cpu().double(), want, rtol=tol, atol=tol)
+    prog.close()

@@ -91,6 +91,9 @@ def test_formula_matches_reference(cls: type[FusionOp], attrs: str, special: boo
     op, kinds = _one_op(cls, attrs)
     args = _inputs(op, kinds, special)
     want = op.reference(args, EvalContext())
+    if want.is_floating_point():  # some float32 CPU kernels of torch give NaN where the limit exists
+        wide = op.reference([a.double() if a.is_floating_point() else a for a in args], EvalContext())
+        want = torch.where(want.isnan() & ~wide.isnan(), wide.to(want.dtype), want)
     got = op.kernel(TorchMath(torch.float32), *args)
     got = torch.as_tensor(got).expand(want.shape) if want.dim() else torch.as_tensor(got)
     if cls.name == "fusion.cast":  # the formula rounds and reads back in the compute type

@@ -4,40 +4,36 @@
 // last use (a communication's use lasts until its wait; a view's uses count
 // for its buffer); never arguments nor returned buffers.
 
-// %a is last used by the launch computing %c: given back there, not at the
-// end; %b after its last reader; arguments and the result are kept.
+// %a is last used by the second GEMM: given back there, not at the end;
+// %b and %c after the launch that reads them last; arguments and the
+// result are kept.
 !t = tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
-!s = tensor<64xf32, #fusion.sharding<@tp, [DIDx]>>
+!w = tensor<16x16xf32, #fusion.sharding<@tp, [-, -]>>
 fusion.mesh @tp shape = [4]
-func.func @last_use(%x: !t) -> !s {
+func.func @last_use(%x: !t, %w: !w) -> !t {
   %a = fusion.relu %x : (!t) -> !t
-  %b = fusion.sum %a dims = [1] : (!t) -> !s
-  %c = fusion.softmax %a dim = 1 : (!t) -> !t
-  %d = fusion.max %c dims = [1] : (!t) -> !s
-  %e = fusion.add %b, %d : (!s, !s) -> !s
-  func.return %e : !s
+  %b = fusion.matmul %a, %w : (!t, !w) -> !t
+  %c = fusion.matmul %a, %w : (!t, !w) -> !t
+  %d = fusion.tanh %c : (!t) -> !t
+  %e = fusion.add %b, %d : (!t, !t) -> !t
+  func.return %e : !t
 }
 // CHECK-LABEL: func.func @last_use(
 // CHECK-NOT: hir.dealloc %x
 // CHECK: %a = hir.alloc "last_use/0/0"
 // CHECK: %b = hir.alloc "last_use/1/0"
-// CHECK: hir.launch ins(%a : tensor<16x16xf32>) outs(%b : tensor<16xf32>)
-// CHECK: %c = hir.alloc "last_use/2/0"
-// CHECK-NEXT: hir.launch ins(%a : tensor<16x16xf32>) outs(%c : tensor<16x16xf32>) {
-// CHECK: }
+// CHECK-NEXT: hir.matmul %a, %w, %b
+// CHECK-NEXT: %c = hir.alloc "last_use/2/0"
+// CHECK-NEXT: hir.matmul %a, %w, %c
 // CHECK-NEXT: hir.dealloc %a : tensor<16x16xf32>
-// CHECK-NEXT: %d = hir.alloc "last_use/3/0"
-// CHECK-NEXT: hir.launch ins(%c : tensor<16x16xf32>) outs(%d : tensor<16xf32>) {
-// CHECK: }
-// CHECK-NEXT: hir.dealloc %c : tensor<16x16xf32>
 // CHECK-NEXT: %[[E:.*]] = hir.alloc "last_use/4/0"
-// CHECK-NEXT: hir.launch ins(%b, %d : tensor<16xf32>, tensor<16xf32>) outs(%[[E]] : tensor<16xf32>) {
+// CHECK-NEXT: hir.launch ins(%c, %b : tensor<16x16xf32>, tensor<16x16xf32>) outs(%[[E]] : tensor<16x16xf32>) {
 // CHECK: }
-// CHECK-NEXT: hir.dealloc %b : tensor<16xf32>
-// CHECK-NEXT: hir.dealloc %d : tensor<16xf32>
-// CHECK-NEXT: hir.yield %[[E]] : tensor<16xf32>
+// CHECK-NEXT: hir.dealloc %b : tensor<16x16xf32>
+// CHECK-NEXT: hir.dealloc %c : tensor<16x16xf32>
+// CHECK-NEXT: hir.yield %[[E]] : tensor<16x16xf32>
 // CHECK-NEXT: }
-// CHECK-NEXT: func.return %e : tensor<16xf32>
+// CHECK-NEXT: func.return %e : tensor<16x16xf32>
 
 // -----
 
