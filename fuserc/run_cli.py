@@ -274,7 +274,7 @@ def _run(o: _Options, job: Any) -> int:
     fallback = None
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
-        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes)
+        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.nodes())
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "

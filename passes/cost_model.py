@@ -24,7 +24,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,25 @@ def gpus_per_node_override() -> int | None:
     if value < 1:
         raise ValueError(f"{GPUS_PER_NODE_ENV}={text!r}: expected a positive number of ranks per node")
     return value
+
+
+_JOB_NODES: ContextVar[tuple[int, ...] | None] = ContextVar("fuserc_job_nodes", default=None)
+
+
+@contextmanager
+def job_nodes(nodes: Sequence[int] | None) -> Iterator[None]:
+    """Within it, `load_machine` groups ranks into nodes as the running job
+    does (`nodes`: world rank -> node, `MpiEnv.nodes`), unless
+    $FUSERC_GPUS_PER_NODE is set: a program compiled inside a job then
+    moves ring chunks by CUDA IPC exactly where the runtime allows it,
+    whatever the links file says of node sizes (it describes links, not
+    where this job's ranks run)."""
+    token = _JOB_NODES.set(tuple(nodes) if nodes is not None else None)
+    try:
+        yield
+    finally:
+        _JOB_NODES.reset(token)
+
 
 DEFAULT_LINKS_PATH = Path("~/.cache/fuserc/links.json")
 
@@ -114,6 +135,9 @@ class Machine:
     gpus_per_node: int = field(default=8, metadata={"rule": "count"})
     """Ranks r and q are on one node when r // gpus_per_node == q //
     gpus_per_node ($FUSERC_GPUS_PER_NODE overrides it)."""
+    nodes: tuple[int, ...] = ()
+    """The running job's node of each world rank (`job_nodes`), when it
+    groups ranks otherwise than `gpus_per_node` does; not in links files."""
     source: str = "defaults"
     """Where the numbers come from (a path, or `defaults`)."""
 
@@ -161,6 +185,8 @@ class Machine:
         return self.launch_us * 1e-6 + nbytes / (self.hbm_gbps * 1e9)
 
     def node_of(self, rank: int) -> int:
+        if rank < len(self.nodes):
+            return self.nodes[rank]
         return rank // max(1, self.gpus_per_node)
 
     def one_node(self, team: Sequence[int]) -> bool:
@@ -179,7 +205,9 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
     default cache file when it exists; documented defaults for what the file
     does not give. A named file that cannot be read, or holds unknown keys
     or bad values, is a `LinksFileError` (a stale description must not be
-    trusted silently)."""
+    trusted silently). Ranks are grouped into nodes by
+    $FUSERC_GPUS_PER_NODE, else as the job of `job_nodes` runs them, else
+    by the file's `gpus_per_node`."""
     named = path or os.environ.get(LINKS_ENV)
     if named:
         machine = _read(Path(named).expanduser())
@@ -187,14 +215,39 @@ def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:
         default = DEFAULT_LINKS_PATH.expanduser()
         machine = _read(default) if default.is_file() else Machine()
     node = gpus_per_node_override()
-    if node is None:
+    if node is not None:
+        return replace(machine, gpus_per_node=node, source=f"{machine.source}, {GPUS_PER_NODE_ENV}={node}")
+    job = _JOB_NODES.get()
+    if job is None or _grouping(job) == _grouping([machine.node_of(r) for r in range(len(job))]):
         return machine
-    return replace(machine, gpus_per_node=node, source=f"{machine.source}, {GPUS_PER_NODE_ENV}={node}")
+    return with_nodes(machine, job)
+
+
+def _grouping(nodes: Sequence[int]) -> list[int]:
+    """Node ids renumbered by first appearance: equal for equal groupings."""
+    ids: dict[int, int] = {}
+    return [ids.setdefault(n, len(ids)) for n in nodes]
+
+
+def with_nodes(machine: Machine, nodes: Sequence[int]) -> Machine:
+    """`machine` with ranks grouped as `nodes` (world rank -> node): by
+    `gpus_per_node` when the nodes are runs of one size in rank order,
+    else rank by rank; the source says so."""
+    grouping = _grouping(nodes)
+    g = grouping.count(0)
+    if all(n == r // g for r, n in enumerate(grouping)):
+        return replace(machine, gpus_per_node=g, nodes=(), source=f"{machine.source}, the job's nodes of {g} ranks")
+    return replace(machine, nodes=tuple(grouping), source=f"{machine.source}, the job's nodes {grouping}")
 
 
 # --------------------------------------------------------------------------
 # The links file: a JSON object checked field by field
 # --------------------------------------------------------------------------
+
+NOT_IN_FILE = ("nodes", "source")
+"""`Machine` fields of the job and of where the numbers came from, not of
+the links."""
+
 
 GEMM_TYPES: tuple[str, ...] = ("bf16", "f16", "f32", "f64")
 """The element types `gemm_tflops` may name."""
@@ -224,7 +277,7 @@ def _value_problem(rule: str, v: Any) -> str | None:
 
 def field_problems(values: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     """Every bad field of a links description, as (key path, problem)."""
-    rules = {f.name: f.metadata.get("rule") for f in fields(Machine) if f.name != "source"}
+    rules = {f.name: f.metadata.get("rule") for f in fields(Machine) if f.name not in NOT_IN_FILE}
     out: list[tuple[tuple[str, ...], str]] = []
     for key, v in values.items():
         rule = rules.get(key)
@@ -315,8 +368,8 @@ def _value_locations(text: str, name: str) -> dict[tuple[str, ...], Location]:
 
 
 def machine_json(m: Machine) -> dict[str, Any]:
-    """What a links file holds for `m` (every field but `source`)."""
-    return {f.name: getattr(m, f.name) for f in fields(Machine) if f.name != "source"}
+    """What a links file holds for `m` (every field but `NOT_IN_FILE`)."""
+    return {f.name: getattr(m, f.name) for f in fields(Machine) if f.name not in NOT_IN_FILE}
 
 
 # --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ has it algorithm by algorithm).
 ops it replaces. Transfers of the rings go through `Ring`: one-sided
 copy-engine gets and puts over CUDA IPC between the ranks of one node, and
 NCCL send/recv pairs (MPI on the cpu backend) between ranks of different
-nodes; a ring whose team spans nodes (by the cost model's `gpus_per_node`)
+nodes; a ring whose team spans nodes (by the cost model's `Machine.node_of`)
 unrolls its steps, each step's ranks in `hir.if_rank` regions by the link
 each of them uses, and passes its copy-engine fences node by node.
 """
@@ -180,7 +180,8 @@ class Plan:
 
 
 NodeOf = Callable[[int], int]
-"""Rank -> node (the cost model's `gpus_per_node`)."""
+"""Rank -> node (`Machine.node_of`: $FUSERC_GPUS_PER_NODE, the job's nodes,
+or the links file's `gpus_per_node`)."""
 
 
 class Ring:

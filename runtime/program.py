@@ -66,13 +66,17 @@ def compile_module(
     pipeline: str = "default",
     ranks: int | None = None,
     meshes: Mapping[str, tuple[int, ...]] | None = None,
+    nodes: Sequence[int] | None = None,
 ) -> Compiled:
     """Parse, verify and lower `text`; every failure is a Diagnostic. With
     `ranks` (the job's size), a mesh needing more ranks is refused before
     any pass runs: lowering for a mesh takes work in its size. `meshes`
-    resizes declared meshes (`fuserc.ir.resize_meshes`)."""
+    resizes declared meshes (`fuserc.ir.resize_meshes`). `nodes` (the
+    job's `MpiEnv.nodes()`) groups ranks into nodes for stream-pipeline's
+    rings, as the runtime does (`cost_model.job_nodes`)."""
     from fuserc import ir
     from fuserc import pipeline as pl
+    from fuserc.passes.cost_model import job_nodes
 
     passes = pl.build(pipeline)
     ctx = ir.make_context()
@@ -86,7 +90,8 @@ def compile_module(
     runner.run(ctx, module)
     source = module.clone()
     runner.passes = passes[derive:]
-    runner.run(ctx, module)
+    with job_nodes(nodes):
+        runner.run(ctx, module)
     find_host_program(module, entry)
     return Compiled(source, module, entry, runner.timings)
 
@@ -245,7 +250,7 @@ def compile_text(
     """Compile `text` and load it on this rank (collective: every rank of
     the job compiles the same program)."""
     be = backend if isinstance(backend, Backend) else shared_backend(backend, mpi_env())
-    compiled = compile_module(text, filename, entry, pipeline, ranks=be.size)
+    compiled = compile_module(text, filename, entry, pipeline, ranks=be.size, nodes=be.env.nodes())
     return CompiledProgram(compiled, be)
 
 

@@ -147,7 +147,8 @@ TWO_NODES = {
     "ring_sum": f"{LOWERING},stream-pipeline{{algorithm=ring ring-form=sum}}",
     "ring_pull": f"{LOWERING},stream-pipeline{{algorithm=ring ring-form=pull}}",
 }
-NODES_ENV = {"FUSERC_GPUS_PER_NODE": "2"}
+NODES_ENV_NAME = "FUSERC_GPUS_PER_NODE"
+NODES_ENV = {NODES_ENV_NAME: "2"}
 
 
 def _launch(cases: dict[str, dict[str, str]], directory: Path, env: dict[str, str]) -> dict[str, dict]:
@@ -263,6 +264,20 @@ def test_rings_across_nodes_use_send_recv() -> None:
     finally:
         for k in NODES_ENV:
             os.environ.pop(k, None)
+
+
+def test_rings_follow_the_job_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled inside a job whose ranks sit on nodes round-robin (0 and 2
+    on one, 1 and 3 on the other), the ring passes its fences per node as
+    the job has them, and moves by copy engine only the step whose peers
+    share a node (offset 2), by send/recv the others."""
+    monkeypatch.delenv(NODES_ENV_NAME, raising=False)
+    compiled = compile_module(PROGRAMS["ag_matmul"], "ag_matmul.mlir", "main", TWO_NODES["ring"], nodes=[0, 1, 0, 1])
+    text = to_text(compiled.host)
+    assert "the job's nodes [0, 1, 0, 1]): ring(S=2" in text
+    assert "hir.barrier team = [0, 2] backend = cuda_ipc" in text and "hir.barrier team = [1, 3] backend = cuda_ipc" in text
+    assert "hir.barrier team = [0, 1] " not in text
+    assert (text.count("hir.send %"), text.count("hir.recv %"), text.count("hir.get %")) == (4, 4, 2), text
 
 
 def test_a_program_without_a_mesh_runs_on_one_device() -> None:

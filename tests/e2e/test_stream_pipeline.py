@@ -15,6 +15,9 @@ import pytest
 
 from harness import mpirun, ok
 
+from fuserc.ir import to_text
+from fuserc.runtime.program import compile_module
+
 LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
 EXAMPLES = Path(__file__).parents[2] / "examples"
 RNG = np.random.default_rng(7)
@@ -390,6 +393,61 @@ func.func @main(%x: {x}, %w: {w}) -> {y} {{
     assert f"{prog}:3:3: error: stream-pipeline: Stream(6) does not fit the rows gathered from the 4 devices" in proc.stderr
     assert "S must be a multiple of 4" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------
+# Rings across nodes: 4 ranks as 2 nodes of 2
+# --------------------------------------------------------------------------
+
+NODES = {"FUSERC_GPUS_PER_NODE": "2"}
+SLOW_NET = {**GEMM_BOUND, "net_latency_us": 1e6}
+"""Rings and collectives pay here on one node; between nodes every
+transfer waits a second."""
+
+
+@pytest.mark.parametrize("program,form", [("ag", ""), ("rs", "sum"), ("rs", "pull")])
+def test_auto_keeps_the_ring_across_nodes(program: str, form: str, tmp_path: Path) -> None:
+    """auto rings as on one node; peers of one node copy over shared
+    buffers (gets, or the sum form's puts) and peers of the other node
+    send and receive; the results pass --check."""
+    text = allgather_matmul(4) if program == "ag" else matmul_reduce_scatter(4)
+    options = {"ring_form": form} if form else {}
+    out = check(4, write(tmp_path, program, text), pipeline(**options), env={**NODES, **links_file(tmp_path, **GEMM_BOUND)})
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p.get("form", "")) == ("ring", form), p
+    assert "FUSERC_GPUS_PER_NODE=2): ring(S=4" in out
+    assert "hir.send %" in out and "hir.recv %" in out
+    assert ("hir.put %" if form == "sum" else "hir.get %") in out
+    assert "hir.allgather" not in out and "hir.reduce_scatter" not in out
+
+
+def test_auto_weighs_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same links rank the ring first on one node; as 2 nodes, with a
+    network of a second's latency, every pipeline waits for it per step and
+    the program runs unpipelined (and right)."""
+    text = allgather_matmul(4)
+    env = links_file(tmp_path, **SLOW_NET)
+    monkeypatch.setenv("FUSERC_LINKS", env["FUSERC_LINKS"])
+    one_node = to_text(compile_module(text, "ag.mlir", "main", "default").host)
+    assert [p["algorithm"] for p in pipelines(one_node)][0] == "ring"
+    out = check(4, write(tmp_path, "ag", text), "default", env={**NODES, **env})
+    assert [p["algorithm"] for p in pipelines(out)] == ["none", "none"]
+    assert "FUSERC_GPUS_PER_NODE=2): none " in out and "hir.send" not in out
+
+
+def test_the_job_nodes_reach_the_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A links file of nodes of 2 GPUs: compiled outside a job the ring
+    sends between them; run as a job of 4 ranks on one machine, the ring
+    compiled there copies between all four over shared buffers, as the
+    runtime groups them, and says why."""
+    text = allgather_matmul(4)
+    env = links_file(tmp_path, **GEMM_BOUND, gpus_per_node=2)
+    monkeypatch.setenv("FUSERC_LINKS", env["FUSERC_LINKS"])
+    alone = to_text(compile_module(text, "ag.mlir", "main", pipeline(algorithm="ring")).host)
+    assert "hir.send %" in alone
+    out = check(4, write(tmp_path, "ag", text), pipeline(algorithm="ring"), env=env)
+    assert "the job's nodes of 4 ranks): ring(S=4" in out
+    assert "hir.send" not in out and "hir.get %" in out
 
 
 FOUR_RANK_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if "large" not in p.name)

@@ -186,6 +186,52 @@ def test_gpus_per_node_from_the_environment(tmp_path: Path, monkeypatch: pytest.
         cm.load_machine(path)
 
 
+def test_the_job_groups_ranks_into_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled inside a job, the ranks' nodes are the job's: runs of one
+    size become `gpus_per_node`, other groupings (ranks placed round-robin)
+    are kept rank by rank; a job grouped as the file says changes nothing;
+    $FUSERC_GPUS_PER_NODE still wins."""
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps({"gpus_per_node": 2}))
+    monkeypatch.delenv(cm.GPUS_PER_NODE_ENV, raising=False)
+    with cm.job_nodes([0, 0, 1, 1]):
+        m = cm.load_machine(path)
+    assert (m.gpus_per_node, m.nodes, m.source) == (2, (), str(path))
+    with cm.job_nodes([5, 5, 5, 5]):
+        m = cm.load_machine(path)
+    assert (m.gpus_per_node, m.nodes, m.source) == (4, (), f"{path}, the job's nodes of 4 ranks")
+    assert m.ring_links((0, 1, 2, 3)) == (False, False, False)
+    with cm.job_nodes([0, 1, 0, 1]):
+        m = cm.load_machine(path)
+    assert m.nodes == (0, 1, 0, 1) and m.source == f"{path}, the job's nodes [0, 1, 0, 1]"
+    assert [m.node_of(r) for r in range(4)] == [0, 1, 0, 1]
+    assert m.ring_links((0, 2)) == (False,) and m.ring_links((0, 1, 2, 3)) == (True, False, True)
+    assert cm.load_machine(path).gpus_per_node == 2  # outside a job: the file
+    monkeypatch.setenv(cm.GPUS_PER_NODE_ENV, "1")
+    with cm.job_nodes([0, 0, 0, 0]):
+        assert cm.load_machine(path).gpus_per_node == 1
+    problems = cm.field_problems({"nodes": [0, 0]})
+    assert problems and problems[0][0] == ("nodes",) and "unknown key" in problems[0][1]
+
+
+def test_two_links_rank_the_candidates_apart() -> None:
+    """One AllGather + GEMM, one set of links: on one node the ring (copy
+    engines) wins; as 2 nodes of 2 behind a slow network every pipelined
+    step waits for it and the plain collective (one transfer) wins; with 8
+    ranks as 2 nodes of 4 every ring offset crosses for some rank."""
+    site = allgather(32768, 16384, 8192)
+    slow = cm.Machine(gpus_per_node=2, net_latency_us=1e5)
+    best, reason = cm.choose(cm.Machine(), site, ALL, [D], requested=True)
+    assert best.algorithm == cm.RING, reason
+    across = cm.Site(**{**site.__dict__, "links": slow.ring_links((0, 1, 2, 3))})
+    best, reason = cm.choose(slow, across, ALL, [D], requested=True)
+    assert best.algorithm == cm.NONE, reason
+    assert cm.estimate(slow, across, cm.RING, D).seconds > 3 * 0.1  # three steps, each one latency
+    assert cm.Machine(gpus_per_node=4).ring_links(tuple(range(8))) == (True,) * 7
+    assert cm.Machine(gpus_per_node=4).ring_links((0, 1, 4, 5)) == (True, True, True)
+    assert cm.Machine(gpus_per_node=4).ring_links((0, 1, 2, 3)) == (False,) * 3
+
+
 @pytest.mark.parametrize("compute", [cm.BEFORE, cm.AFTER])
 def test_a_collective_per_chunk_pays_with_its_compute_only(compute: str) -> None:
     """A collective per chunk with a GEMM's worth of compute around it

@@ -9,6 +9,8 @@
 // RUN: %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-two-per-node.json" algorithm=ring ring-form=sum}' %s | filecheck %s --check-prefix=SUM
 // RUN: %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-two-per-node.json" algorithm=ring ring-form=pull}' %s | filecheck %s --check-prefix=PULL
 // RUN: env FUSERC_GPUS_PER_NODE=2 %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-h200.json" algorithm=ring}' %s | filecheck %s --check-prefix=ENV
+// RUN: env FUSERC_GPUS_PER_NODE=2 %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-h200.json"}' %s | filecheck %s --check-prefix=ENVAUTO
+// RUN: env FUSERC_GPUS_PER_NODE=4 %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-two-per-node.json" algorithm=ring}' %s | filecheck %s --check-prefix=ONE
 
 // AUTO: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}links-two-per-node.json): ring(S=4) {{.*}} ms < collective(S=4)
 
@@ -81,6 +83,26 @@
 // ENV-LABEL: func.func @allgather
 // ENV: reason = "algorithm = ring requested; cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2)
 // ENV: hir.send %x
+// auto as 2 nodes of 2 by $FUSERC_GPUS_PER_NODE: every candidate pays the
+// network (ring 19.3 ms here against 11.9 ms on one node of the same
+// links), and the ring still wins, for both sites.
+// ENVAUTO-LABEL: func.func @allgather
+// ENVAUTO: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4) 19.3 ms < collective(S=4) 25 ms < none 27.9 ms"}
+// ENVAUTO: hir.send %x
+// ENVAUTO-LABEL: func.func @reduce_scatter
+// ENVAUTO: form = "pull", reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4, pull) 9.12 ms < none 11 ms
+// ENVAUTO: hir.send
+
+// $FUSERC_GPUS_PER_NODE=4 puts the team on one node whatever the file says:
+// a loop of copy-engine gets, no send/recv.
+// ONE-LABEL: func.func @allgather
+// ONE: reason = "algorithm = ring requested; cost model ({{.*}}links-two-per-node.json, FUSERC_GPUS_PER_NODE=4): ring(S=4)
+// ONE: hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc
+// ONE: hir.for
+// ONE: hir.get
+// ONE-NOT: hir.send
+// ONE-LABEL: func.func @reduce_scatter
+
 func.func @allgather(%x: tensor<8192x16384xbf16>, %w: tensor<16384x8192xbf16>) -> tensor<32768x8192xbf16> attributes {hir.host} {
   %xg = hir.alloc "main/0/0" : tensor<32768x16384xbf16>
   %tok = hir.allgather %x, %xg team = [0, 1, 2, 3] backend = nccl {hir.reshard = "DIDx->Stream"} : (tensor<8192x16384xbf16>, tensor<32768x16384xbf16>) -> !hir.token
