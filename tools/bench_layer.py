@@ -115,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int_list, default=None, help="hidden sizes, multiples of 128 (default 4096,8192)")
     p.add_argument("--tokens", type=int_list, default=None, help="tokens (sequence x batch) (default 8192,16384)")
     p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
-    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 3; --small 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure, at least 1 (default 3; --small 1)")
     p.add_argument("--iters", type=int, default=None, help="iterations per timed repeat (default 10; --small 2)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default 3; --small 2)")
     p.add_argument("--small", action="store_true", help="the CPU, f32, hidden 64, 32 tokens, head dim 16: tests the harness")
@@ -133,8 +133,8 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     a.repeats = (2 if a.small else 3) if a.repeats is None else a.repeats
     a.head_dim = 16 if a.small else HEAD_DIM
     a.dtype = "f32" if a.small else "bf16"
-    if a.warmup < 0 or a.iters < 1 or a.repeats < 1:
-        raise argparse.ArgumentTypeError("--warmup must be >= 0, --iters and --repeats >= 1")
+    if min(a.warmup, a.iters, a.repeats) < 1:  # (the first forward of a compiled module compiles)
+        raise argparse.ArgumentTypeError("--warmup, --iters and --repeats must be >= 1")
     return a
 
 
@@ -407,6 +407,7 @@ class Variant:
 
 def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argparse.Namespace) -> Variant:
     import fuserc.torch as ft
+
     fd = build(shape.tokens, shape.hidden, shape.heads, shape.ffn, job.d, a.dtype)
     f = ft.function(fd)
     leaves = [s.clone().requires_grad_(True) for s in shards]
@@ -547,13 +548,14 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
     from fuserc.api import shard_tensor
     from fuserc.sharding import Mesh
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
-    glob, ct_glob = global_inputs(shape, job, dtype, seed=index)
     specs = build(shape.tokens, shape.hidden, shape.heads, shape.ffn, job.d, a.dtype).inputs
     mesh = Mesh("tp", (job.d,))
-    shards = [shard_tensor(t, s, mesh, job.rank).contiguous().clone() for t, s in zip(glob, specs)]
-    ct = shard_tensor(ct_glob, specs[0], mesh, job.rank).contiguous().clone()
-    module = tensor_parallel(block(glob[1:], shape.head_dim, 1, job.device), job.mesh)
-    del glob, ct_glob
+    with job.stream():  # (fuserc's cuda backend makes its own stream current)
+        glob, ct_glob = global_inputs(shape, job, dtype, seed=index)
+        shards = [shard_tensor(t, s, mesh, job.rank).contiguous().clone() for t, s in zip(glob, specs)]
+        ct = shard_tensor(ct_glob, specs[0], mesh, job.rank).contiguous().clone()
+        module = tensor_parallel(block(glob[1:], shape.head_dim, 1, job.device), job.mesh)
+        del glob, ct_glob
     job.release()
     with_grads = "fwdbwd" in modes
 
@@ -561,9 +563,11 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
         """The variant's figures in every mode, and its outcome for the check."""
 
         def body() -> tuple[dict[str, list[float]], Outcome]:
-            v = make()
+            with job.stream():
+                v = make()
+            job.drain()
             try:
-                out = run_once(v, ct, with_grads)
+                out = run_once(v, ct, with_grads)  # (a compiled module compiles here)
                 times = {}
                 for m in modes:
                     times[m] = timed(v.forward if m == "fwd" else lambda: v.step(ct), job, a)

@@ -115,7 +115,7 @@ def _layer(how: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedPr
     from test_torch_function import launch
 
     out = tmp_path / "layer.json"
-    proc = launch(how, 2, LAYER, [*LAYER_SHAPE, "--warmup", "0", "--iters", "1", "--repeats", "2", "--json", str(out), *args], timeout=240)
+    proc = launch(how, 2, LAYER, [*LAYER_SHAPE, "--warmup", "1", "--iters", "1", "--repeats", "2", "--json", str(out), *args], timeout=240)
     return proc, json.loads(out.read_text()) if out.exists() else {}
 
 
