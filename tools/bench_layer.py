@@ -47,14 +47,16 @@ limit's time over the figure's (1.00: as fast as the local work with no
 communication at all); "eager / fuserc" and "async TP / fuserc" are
 speedups of fuserc over each baseline (> 1: fuserc faster).
 
-The check: one forward+backward of each variant on the same inputs
-(forward alone with --mode fwd); fuserc's and async TP's output and
-gradients (of x and of every weight, this rank's shards) against eager's,
-as max |a - b| / max |b| over all ranks (the key bias's gradient, zero
-but for rounding, on the scale of the key weight's). A difference above the tolerance (bf16 5e-2, f32 1e-4) is printed
-as FAILED and the run exits with code 1. `--perturb E` adds E to
-fuserc's first layer_norm bias (a test that the check catches a wrong
-layer).
+The check (tools/bench_layer_check.py): one forward+backward of each
+variant on the same inputs (the forward alone with --mode fwd); the output
+and the gradients (of x and of every weight, this rank's shards) of
+fuserc and async TP against eager's, and of all three against a
+reference (eager in f32 for a bf16 run, f64 for f32), as
+max |a - b| / max |b| over all ranks. A variant whose error against the
+reference exceeds twice eager's plus a floor (bf16 1e-2, f32 1e-5), for
+the output or any gradient, is printed as FAILED and the run exits with
+code 1. `--perturb E` adds E to fuserc's first layer_norm bias (a test
+that the check catches a wrong layer).
 
 NVLink multicast is never used: NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are set
@@ -68,7 +70,6 @@ import argparse
 import gc
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
@@ -87,12 +88,12 @@ sys.path.insert(0, str(ROOT / "examples" / "python"))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from bench import MULTICAST_OFF, Figure, agreed, failure_reason, figure, init_torch_distributed  # noqa: E402
+from bench_layer_check import WIDER, Check, Outcome, compare, judge, run_once, table  # noqa: E402
 from gpt_layer import WEIGHTS, block, build  # noqa: E402
 
 HEAD_DIM = 128
 VARIANTS = (("limit", "limit"), ("fuserc", "fuserc"), ("eager", "eager"), ("async_tp", "async TP"))
 MODES = {"fwd": "forward", "fwdbwd": "forward+backward"}
-TOLERANCE = {"bf16": 5e-2, "f32": 1e-4}
 
 
 # --------------------------------------------------------------------------
@@ -447,70 +448,6 @@ def timed(step: Callable[[], Any], job: Job, a: argparse.Namespace) -> list[floa
 
 
 @dataclass
-class Outcome:
-    """One run of a variant (forward+backward where gradients are wanted):
-    this rank's output and gradients."""
-
-    y: torch.Tensor
-    grads: list[torch.Tensor]
-
-
-def run_once(v: Variant, ct: torch.Tensor, with_grads: bool) -> Outcome:
-    if not with_grads:
-        return Outcome(v.forward().detach().clone(), [])
-    y = v.step(ct)
-    with v.stream():
-        return Outcome(y.detach().clone(), [g.clone() for g in v.grads()])
-
-
-def local_diff(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
-    """(max |got - want|, max |want|) on this rank (inf when the shapes differ)."""
-    if got.shape != want.shape:
-        return float("inf"), 1.0
-    g, w = got.float(), want.float()
-    return float((g - w).abs().max()), float(w.abs().max())
-
-
-@dataclass
-class Check:
-    """max |a - b| / max |b| over all ranks: the output, every gradient, the worst one."""
-
-    output: float | None = None
-    grads: float | None = None
-    worst_grad: str = ""
-    per_grad: dict[str, float] = field(default_factory=dict)
-    ok: bool = True
-
-
-ZERO_IN_EXACT_ARITHMETIC = {"attn.wk.bias": "attn.wk.weight"}
-"""Gradients that are zero but for rounding, compared on the scale of
-another: softmax ignores a shift shared by all keys, so the key bias's
-gradient is noise, as large as the rounding of the key weight's."""
-
-
-def check(got: Outcome, want: Outcome, job: Job, tolerance: float) -> Check:
-    """Collective. Every rank compares its shards; the relative differences are the job's."""
-    job.drain()
-    pairs = [local_diff(got.y, want.y)] + [local_diff(g, w) for g, w in zip(got.grads, want.grads, strict=True)]
-    every = job.comm.allgather(pairs)
-    num = [max(r[i][0] for r in every) for i in range(len(pairs))]
-    den = [max(r[i][1] for r in every) for i in range(len(pairs))]
-    names = ["x", *WEIGHTS]
-    scale = dict(zip(names, den[1:]))
-
-    def rel(n: float, d: float) -> float:
-        return n / d if d > 0 else (0.0 if n == 0 else float("inf"))
-
-    c = Check(output=rel(num[0], den[0]))
-    for name, n, d in zip(names, num[1:], den[1:]):
-        c.per_grad[name] = r = rel(n, max(d, scale.get(ZERO_IN_EXACT_ARITHMETIC.get(name, name), 0.0)))
-        if c.grads is None or math.isnan(r) or (not math.isnan(c.grads) and r > c.grads):  # NaN is the worst
-            c.grads, c.worst_grad = r, name
-    c.ok = all(v is None or v <= tolerance for v in (c.output, c.grads))
-    return c
-
-
-@dataclass
 class Row:
     hidden: int
     tokens: int
@@ -526,13 +463,26 @@ class Row:
 class ShapeResult:
     shape: Shape
     rows: list[Row]
-    checks: dict[str, Check | str] = field(default_factory=dict)  # variant -> its check, or why not run
+    checks: dict[str, Check] = field(default_factory=dict)  # eager, fuserc, async_tp
     compared: str = ""  # what the check ran: forward+backward or forward
 
 
 # --------------------------------------------------------------------------
 # One shape
 # --------------------------------------------------------------------------
+
+
+def reference_run(weights: Sequence[torch.Tensor], x: torch.Tensor, ct: torch.Tensor, shape: Shape, job: Job, a: argparse.Namespace) -> Outcome:
+    """The check's reference: the eager layer in the wider type, on the same values."""
+    wide = WIDER[a.dtype][0]
+    with job.stream():
+        m = tensor_parallel(block([w.to(wide) for w in weights], shape.head_dim, 1, job.device), job.mesh)
+        v = module_variant(m, x.to(wide), job)
+    job.drain()
+    try:
+        return run_once(v, ct.to(wide), a.mode != "fwd")
+    finally:
+        v.close()
 
 
 def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> ShapeResult:
@@ -543,10 +493,11 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
     if problem:
         for r in rows:
             r.figures = {k: Figure(reason=problem) for k, _ in VARIANTS}
-        res.checks = {k: problem for k in ("fuserc", "async_tp")}
+        res.checks = {k: Check(reason=problem) for k in ("eager", "fuserc", "async_tp")}
         return res
     from fuserc.api import shard_tensor
     from fuserc.sharding import Mesh
+
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     specs = build(shape.tokens, shape.hidden, shape.heads, shape.ffn, job.d, a.dtype).inputs
     mesh = Mesh("tp", (job.d,))
@@ -555,19 +506,19 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
         shards = [shard_tensor(t, s, mesh, job.rank).contiguous().clone() for t, s in zip(glob, specs)]
         ct = shard_tensor(ct_glob, specs[0], mesh, job.rank).contiguous().clone()
         module = tensor_parallel(block(glob[1:], shape.head_dim, 1, job.device), job.mesh)
-        del glob, ct_glob
+    reference, no_reference = agreed(job.comm, lambda: reference_run(glob[1:], shards[0], ct, shape, job, a))
+    del glob, ct_glob
     job.release()
-    with_grads = "fwdbwd" in modes
 
-    def measure(key: str, make: Callable[[], Variant], reference: Outcome | None) -> Outcome | None:
-        """The variant's figures in every mode, and its outcome for the check."""
+    def measure(key: str, make: Callable[[], Variant], eager: Outcome | None = None) -> Outcome | None:
+        """The variant's figures in every mode, and its check."""
 
         def body() -> tuple[dict[str, list[float]], Outcome]:
             with job.stream():
                 v = make()
             job.drain()
             try:
-                out = run_once(v, ct, with_grads)  # (a compiled module compiles here)
+                out = run_once(v, ct, a.mode != "fwd")  # (a compiled module compiles here)
                 times = {}
                 for m in modes:
                     times[m] = timed(v.forward if m == "fwd" else lambda: v.step(ct), job, a)
@@ -578,38 +529,42 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
         got, why = agreed(job.comm, body)
         for r in rows:
             r.figures[key] = Figure(reason=why) if got is None else figure(got[0][r.mode], r.flops_per_gpu)
-        if got is None:
-            if key in ("fuserc", "async_tp"):
-                res.checks[key] = why
+        if key == "limit":
             return None
-        if reference is not None:
-            res.checks[key] = check(got[1], reference, job, TOLERANCE[a.dtype])
-        elif key in ("fuserc", "async_tp"):
-            res.checks[key] = "eager did not run"
+        if got is None:
+            res.checks[key] = Check(reason=why)
+            return None
+        job.drain()
+        c = res.checks[key] = Check(reason=f"no reference: {no_reference}" if reference is None else "")
+        c.vs_eager = compare(got[1], eager, job.comm) if eager is not None else None
+        c.vs_reference = compare(got[1], reference, job.comm) if reference is not None else None
         return got[1]
 
-    eager = measure("eager", lambda: module_variant(module, shards[0], job), None)
+    eager = measure("eager", lambda: module_variant(module, shards[0], job))
     job.release()
     measure("fuserc", lambda: fuserc_variant(shape, shards, job, a), eager)
     job.release()
     if job.async_tp_reason:
         for r in rows:
             r.figures["async_tp"] = Figure(reason=job.async_tp_reason)
-        res.checks["async_tp"] = job.async_tp_reason
+        res.checks["async_tp"] = Check(reason=job.async_tp_reason)
     else:
         measure("async_tp", lambda: module_variant(module, shards[0], job, compile=True), eager)
-    del module, eager
+    del module, eager, reference
     job.release()
-    measure("limit", lambda: module_variant(local_work(shape, shards[1:], job.d, job.device), shards[0], job), None)
+    measure("limit", lambda: module_variant(local_work(shape, shards[1:], job.d, job.device), shards[0], job))
     del shards, ct
     job.release()
+    base = res.checks["eager"].vs_reference
+    for key in ("fuserc", "async_tp"):
+        judge(res.checks[key], base, a.dtype)
     for r in rows:
         lim, fus = r.figures["limit"].ms, r.figures["fuserc"].ms
-        for key, f in r.figures.items():
+        for f in r.figures.values():
             f.ratio = lim / f.ms if lim and f.ms else None
         for key in ("eager", "async_tp"):
-            base = r.figures[key].ms
-            r.speedup[key] = base / fus if base and fus else None
+            ms = r.figures[key].ms
+            r.speedup[key] = ms / fus if ms and fus else None
     return res
 
 
@@ -624,15 +579,6 @@ def _num(v: float | None, fmt: str) -> str:
 
 def _tflops(v: float | None) -> str:
     return "n/a" if v is None else (f"{v:.1f}" if v >= 10 else f"{v:.3g}")
-
-
-def _check_text(c: Check | str | None) -> str:
-    if c is None:
-        return "n/a"
-    if isinstance(c, str):
-        return f"n/a ({c})"
-    grads = "" if c.grads is None else f", gradients {c.grads:.2e} ({c.worst_grad})"
-    return f"output {_num(c.output, '.2e')}{grads}: {'ok' if c.ok else 'FAILED'}"
 
 
 def line(res: ShapeResult, row: Row) -> str:
@@ -670,47 +616,30 @@ def markdown(rows: Sequence[Row], mode: str, dtype: str) -> str:
     return "\n".join(out)
 
 
-def check_table(results: Sequence[ShapeResult]) -> str:
-    out = [
-        f"### The check: max |a - b| / max |b| against eager ({results[0].compared})",
-        "",
-        "| hidden | tokens | fuserc | async TP |",
-        "|---|---|---|---|",
-    ]
-    for res in results:
-        s = res.shape
-        out.append(f"| {s.hidden} | {s.tokens} | {_check_text(res.checks.get('fuserc'))} | {_check_text(res.checks.get('async_tp'))} |")
-    return "\n".join(out)
-
-
 def failures(results: Sequence[ShapeResult]) -> list[str]:
-    """The checks that found a difference above the tolerance."""
+    """The checks whose verdict is FAILED."""
     out = []
     for res in results:
         for key, title in VARIANTS[1:]:
             c = res.checks.get(key)
-            if isinstance(c, Check) and not c.ok:
-                out.append(f"hidden {res.shape.hidden} tokens {res.shape.tokens}: {title} differs from eager: {_check_text(c)}")
+            if c is not None and c.ok is False:
+                out.append(f"hidden {res.shape.hidden} tokens {res.shape.tokens}: {title}: {c.failure}")
     return out
 
 
 def as_json(results: Sequence[ShapeResult], job: Job, a: argparse.Namespace) -> dict[str, Any]:
-    def check_json(c: Check | str | None) -> Any:
-        return {"reason": c} if isinstance(c, str) or c is None else asdict(c)
+    from bench_layer_check import FACTOR, FLOOR
 
+    checks = [
+        {"hidden": res.shape.hidden, "tokens": res.shape.tokens, "compared": res.compared, **{k: asdict(c) for k, c in res.checks.items()}}
+        for res in results
+    ]  # fmt: skip
     return {
-        "ranks": job.d,
-        "device": job.device_name(),
-        "torch": torch.__version__,
-        "dtype": a.dtype,
-        "head_dim": a.head_dim,
-        "warmup": a.warmup,
-        "iters": a.iters,
-        "repeats": a.repeats,
-        "tolerance": TOLERANCE[a.dtype],
-        "rows": [asdict(r) for res in results for r in res.rows],
-        "checks": [{"hidden": res.shape.hidden, "tokens": res.shape.tokens, "compared": res.compared, **{k: check_json(res.checks.get(k)) for k in ("fuserc", "async_tp")}} for res in results],
-    }
+        "ranks": job.d, "device": job.device_name(), "torch": torch.__version__, "dtype": a.dtype,
+        "reference": WIDER[a.dtype][1], "factor": FACTOR, "floor": FLOOR[a.dtype], "head_dim": a.head_dim,
+        "warmup": a.warmup, "iters": a.iters, "repeats": a.repeats,
+        "rows": [asdict(r) for res in results for r in res.rows], "checks": checks,
+    }  # fmt: skip
 
 
 # --------------------------------------------------------------------------
@@ -720,7 +649,7 @@ def as_json(results: Sequence[ShapeResult], job: Job, a: argparse.Namespace) -> 
 
 def run(a: argparse.Namespace) -> int:
     job = Job(a)
-    lead = job.rank == 0
+    lead, wide = job.rank == 0, WIDER[a.dtype][1]
     if lead:
         compiled = f"n/a: {job.async_tp_reason}" if job.async_tp_reason else ("micro-pipeline TP" if job.d > 1 else "d=1: plain torch.compile")
         print(f"fuserc bench_layer: {job.d} rank(s) on {job.device_name()}, {a.dtype}, head dim {a.head_dim}, "
@@ -732,8 +661,9 @@ def run(a: argparse.Namespace) -> int:
         if lead:
             for r in res.rows:
                 print(line(res, r), flush=True)
-            print(f"  check against eager ({res.compared}): fuserc {_check_text(res.checks.get('fuserc'))}; "
-                  f"async TP {_check_text(res.checks.get('async_tp'))}", flush=True)  # fmt: skip
+            for key, title in (VARIANTS[2], VARIANTS[1], VARIANTS[3]):
+                c = res.checks.get(key) or Check(reason="not run")
+                print(f"  check ({res.compared}) {title}: {c.text(wide)}", flush=True)
     bad = failures(results)
     if lead:
         print()
@@ -741,7 +671,7 @@ def run(a: argparse.Namespace) -> int:
             rows = [r for res in results for r in res.rows if r.mode == mode]
             if rows:
                 print(markdown(rows, mode, a.dtype) + "\n")
-        print(check_table(results) + "\n")
+        print(table([(r.shape.hidden, r.shape.tokens, r.checks) for r in results], wide, results[0].compared) + "\n")
         if a.json_path:
             Path(a.json_path).write_text(json.dumps(as_json(results, job, a), indent=1))
             print(f"json: {a.json_path}")

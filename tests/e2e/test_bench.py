@@ -120,11 +120,12 @@ def _layer(how: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedPr
 
 
 def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
-    """Every figure of both modes measured on 2 ranks, fuserc's output and
-    gradients equal to DTensor eager's, the tables and the JSON."""
+    """Every figure of both modes measured on 2 ranks; fuserc's output and
+    gradients as close to the wider reference as DTensor eager's; the
+    tables and the JSON."""
     proc, data = _layer("torchrun", tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for title in ("### forward (2 ranks", "### forward+backward (2 ranks", "### The check: max |a - b| / max |b| against eager (forward+backward)"):
+    for title in ("### forward (2 ranks", "### forward+backward (2 ranks", "### The check (forward+backward): max |a - b| / max |b| against eager and against the "):
         assert title in proc.stdout, proc.stdout
     assert "| hidden | tokens | heads | limit ms | limit TFLOP/s | fuserc ms | fuserc TFLOP/s | fuserc / limit | eager ms" in proc.stdout
     assert data["ranks"] == 2 and data["repeats"] == 2
@@ -144,23 +145,31 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
         if BACKEND == "cpu":
             assert figs["async_tp"]["ms"] is None and figs["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
     (c,) = data["checks"]
-    fuserc = c["fuserc"]
-    assert c["compared"] == "forward+backward" and fuserc["ok"], c
-    assert sorted(fuserc["per_grad"]) == sorted(LAYER_NAMES)
-    assert fuserc["output"] <= data["tolerance"] and max(fuserc["per_grad"].values()) <= data["tolerance"]
+    assert c["compared"] == "forward+backward" and data["reference"] == ("f64" if BACKEND == "cpu" else "f32")
+    eager, fuserc = c["eager"], c["fuserc"]
+    assert eager["ok"] is None and eager["vs_eager"] is None and sorted(eager["vs_reference"]["per_grad"]) == sorted(LAYER_NAMES)
+    assert fuserc["ok"] is True, c
+    for against in ("vs_eager", "vs_reference"):
+        assert sorted(fuserc[against]["per_grad"]) == sorted(LAYER_NAMES)
+    bound = {k: data["factor"] * v + data["floor"] for k, v in eager["vs_reference"]["per_grad"].items()}
+    assert all(fuserc["vs_reference"]["per_grad"][k] <= bound[k] for k in bound)
     if BACKEND == "cpu":
-        assert fuserc["output"] < 1e-5 and c["async_tp"] == {"reason": "needs CUDA (symmetric memory)"}
+        assert fuserc["vs_eager"]["output"] < 1e-5 and max(fuserc["vs_eager"]["per_grad"].values()) < 1e-5
+        assert c["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
     else:
-        assert c["async_tp"]["ok"], c
+        assert c["async_tp"]["ok"] is True, c
+    assert re.search(r"^\| \d+ \| \d+ \| fuserc \| .* \| ok \|$", proc.stdout, re.M), proc.stdout
 
 
 def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
-    """fuserc's layer with a shifted layer_norm bias: the output and the
-    gradients differ from eager's, the run says FAILED and exits with 1."""
+    """fuserc's layer with a shifted layer_norm bias: its output and
+    gradients are far from the reference while eager's are not, the run
+    says FAILED and exits with 1."""
     proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert re.search(r"^FAILED: hidden \d+ tokens \d+: fuserc differs from eager: output .*: FAILED$", proc.stdout, re.M), proc.stdout
-    fuserc = data["checks"][0]["fuserc"]
-    assert not fuserc["ok"] and fuserc["grads"] > data["tolerance"]
-    if BACKEND == "cpu":
-        assert fuserc["output"] > data["tolerance"]
+    assert re.search(r"^FAILED: hidden \d+ tokens \d+: fuserc: output: \S+ > 2 x eager's \S+ \+ \S+$", proc.stdout, re.M), proc.stdout
+    c = data["checks"][0]
+    fuserc, eager = c["fuserc"], c["eager"]["vs_reference"]
+    assert fuserc["ok"] is False
+    for key in ("output", "grads"):
+        assert fuserc["vs_reference"][key] > 10 * eager[key] + data["floor"]
