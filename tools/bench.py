@@ -303,7 +303,7 @@ def agreed(comm: Any, body: Callable[[], Any]) -> tuple[Any, str]:
     try:
         value, error = body(), ""
     except Exception as e:  # noqa: BLE001 - a baseline's failure is reported, not fatal
-        value, error = None, _reason(e)
+        value, error = None, failure_reason(e)
     errors = comm.allgather(error)
     failed = [(r, m) for r, m in enumerate(errors) if m]
     if failed:
@@ -312,7 +312,7 @@ def agreed(comm: Any, body: Callable[[], Any]) -> tuple[Any, str]:
     return value, ""
 
 
-def _reason(e: BaseException) -> str:
+def failure_reason(e: BaseException) -> str:
     from fuserc.diagnostics import Diagnostic
 
     text = e.message if isinstance(e, Diagnostic) else f"{type(e).__name__}: {e}"
@@ -361,28 +361,10 @@ class Bench:
         else:
             self.device = torch.device("cpu")
         self.clock = cuda_clock() if self.cuda else host_clock()
-        self.group_name = self._init_torch_distributed()
+        self.group_name = init_torch_distributed(self.comm, self.rank, self.d, self.env.node_rank, self.device if self.cuda else None)
         self.async_tp_reason = self._async_tp_unavailable()
 
     # ---- setup ------------------------------------------------------------------
-    def _init_torch_distributed(self) -> str:
-        """torch.distributed from the MPI job: NCCL on cuda, gloo on cpu."""
-        import torch.distributed as dist
-
-        port = self.comm.bcast(_free_port() if self.rank == 0 else None, root=0)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(port))
-        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.d), LOCAL_RANK=str(self.env.node_rank))
-        kwargs: dict[str, Any] = {"backend": "nccl" if self.cuda else "gloo", "rank": self.rank, "world_size": self.d}
-        if self.cuda:
-            kwargs["device_id"] = self.device
-        try:
-            dist.init_process_group(**kwargs)
-        except TypeError:  # a torch without device_id
-            kwargs.pop("device_id", None)
-            dist.init_process_group(**kwargs)
-        return dist.group.WORLD.group_name
-
     def _async_tp_unavailable(self) -> str | None:
         """Why async TP cannot run here (the same on every rank)."""
         if not self.cuda:
@@ -402,7 +384,7 @@ class Bench:
                     warnings.simplefilter("ignore", FutureWarning)  # deprecated: a no-op in newer torch
                     symm_mem.enable_symm_mem_for_group(self.group_name)
         except Exception as e:  # noqa: BLE001 - reported as n/a
-            return _reason(e)
+            return failure_reason(e)
         return None
 
     def torch_stream(self) -> AbstractContextManager[Any]:
@@ -584,6 +566,26 @@ class Bench:
         self.backend.close()
 
 
+def init_torch_distributed(comm: Any, rank: int, size: int, local_rank: int, device: Any | None) -> str:
+    """torch.distributed's world for an MPI job (NCCL on `device`, a CUDA
+    device; gloo when None), on a port rank 0 chose; the world's group name."""
+    import torch.distributed as dist
+
+    port = comm.bcast(_free_port() if rank == 0 else None, root=0)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank))
+    kwargs: dict[str, Any] = {"backend": "nccl" if device is not None else "gloo", "rank": rank, "world_size": size}
+    if device is not None:
+        kwargs["device_id"] = device
+    try:
+        dist.init_process_group(**kwargs)
+    except TypeError:  # a torch without device_id
+        kwargs.pop("device_id", None)
+        dist.init_process_group(**kwargs)
+    return dist.group.WORLD.group_name
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -704,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
     except Exception as e:  # noqa: BLE001 - a malformed pipeline is bad usage
-        p.error(_reason(e))
+        p.error(failure_reason(e))
     from fuserc.runtime.job import run_guarded
 
     run_guarded(lambda: run(args))

@@ -11,8 +11,11 @@ y = h + mlp(layer_norm(h)). Only the shardings that matter are written
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from fuserc.api import FusionDefinition, Tensor
@@ -90,6 +93,74 @@ def inputs(tokens: int, hidden: int, ffn: int, seed: int = 0) -> list[torch.Tens
         u(hidden, fan_in=hidden), ones(), zeros(), u(ffn, hidden, fan_in=hidden), u(ffn, fan_in=hidden),
         u(hidden, ffn, fan_in=ffn), u(hidden, fan_in=ffn),
     ]  # fmt: skip
+
+
+# -- the same layer as a torch nn.Module -----------------------------------------
+WEIGHTS = (
+    "ln1.weight", "ln1.bias", "attn.wq.weight", "attn.wq.bias", "attn.wk.weight", "attn.wk.bias",
+    "attn.wv.weight", "attn.wv.bias", "attn.wo.weight", "attn.wo.bias", "ln2.weight", "ln2.bias",
+    "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+)  # fmt: skip
+"""Block's parameters in the order of build's inputs after x."""
+
+
+class Attention(nn.Module):
+    """q, k, v with `hidden // parts` columns (one rank's heads), causal sdpa, projection."""
+
+    def __init__(self, hidden: int, head_dim: int, parts: int, **kw: Any):
+        super().__init__()
+        local = hidden // parts
+        self.head_dim = head_dim
+        self.wq, self.wk, self.wv = (nn.Linear(hidden, local, **kw) for _ in range(3))
+        self.wo = nn.Linear(local, hidden, **kw)
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        t = a.shape[0]
+
+        def heads(u: torch.Tensor) -> torch.Tensor:  # [T, heads*hd] -> [1, heads, T, hd]
+            return u.reshape(1, t, -1, self.head_dim).transpose(1, 2)
+
+        o = F.scaled_dot_product_attention(heads(self.wq(a)), heads(self.wk(a)), heads(self.wv(a)), is_causal=True)
+        return self.wo(o.transpose(1, 2).reshape(t, -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, hidden: int, ffn: int, parts: int, **kw: Any):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(hidden, ffn // parts, **kw), nn.Linear(ffn // parts, hidden, **kw)
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(c)))
+
+
+class Block(nn.Module):
+    """The layer on x [tokens, hidden] as `reference` computes it, for
+    PyTorch's own parallelisms (DTensor); `parts` > 1 gives the shapes of
+    one of `parts` ranks' shards (heads and MLP columns split)."""
+
+    def __init__(self, hidden: int, head_dim: int, ffn: int, parts: int = 1, **kw: Any):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(hidden, eps=1e-5, **kw)
+        self.attn = Attention(hidden, head_dim, parts, **kw)
+        self.ln2 = nn.LayerNorm(hidden, eps=1e-5, **kw)
+        self.mlp = Mlp(hidden, ffn, parts, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.attn(self.ln1(x))
+        return h + self.mlp(self.ln2(h))
+
+
+def block(weights: Sequence[torch.Tensor], head_dim: int, parts: int = 1, device: torch.device | str = "cpu") -> Block:
+    """A Block whose parameters are copies of `weights` (WEIGHTS order: build's inputs after x)."""
+    hidden, ffn = weights[0].shape[0], weights[12].shape[0] * parts
+    with torch.device("meta"):
+        m = Block(hidden, head_dim, ffn, parts, dtype=weights[0].dtype)
+    m = m.to_empty(device=device)
+    params = dict(m.named_parameters())
+    with torch.no_grad():
+        for name, w in zip(WEIGHTS, weights, strict=True):
+            params[name].copy_(w)
+    return m
 
 
 def main() -> None:

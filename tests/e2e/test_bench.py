@@ -1,10 +1,13 @@
 """tools/bench.py in its cpu mode under `mpiexec -n 2` (tiny shapes): every
 figure measured in one run, fuserc checked against eager, the Markdown
-tables and the JSON; async TP reported n/a; bad shapes and bad usage."""
+tables and the JSON; async TP reported n/a; bad shapes and bad usage.
+tools/bench_layer.py --small on 2 ranks under torchrun and mpiexec: its
+figures, tables and JSON, and its check failing on a wrong layer."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +99,77 @@ def testcuda_unavailable_is_a_clean_error(tmp_path: Path) -> None:
     proc = mpirun_python(2, BENCH, ["--small"], timeout=60)
     assert proc.returncode != 0
     assert "the cuda backend cannot run here" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- tools/bench_layer.py ----------------------------------------------------------
+LAYER = Path(__file__).parents[2] / "tools" / "bench_layer.py"
+LAYER_SHAPE = ["--small"] if BACKEND == "cpu" else ["--hidden", "256", "--tokens", "256"]
+"""The CPU (f32, head dim 16, hidden 64, 32 tokens) or, on the cuda suite, a
+small bf16 layer on the GPUs (head dim 128, 2 heads)."""
+LAYER_NAMES = ["x", "ln1.weight", "ln1.bias", "attn.wq.weight", "attn.wq.bias", "attn.wk.weight", "attn.wk.bias",
+               "attn.wv.weight", "attn.wv.bias", "attn.wo.weight", "attn.wo.bias", "ln2.weight", "ln2.bias",
+               "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"]  # fmt: skip
+
+
+def _layer(how: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    from test_torch_function import launch
+
+    out = tmp_path / "layer.json"
+    proc = launch(how, 2, LAYER, [*LAYER_SHAPE, "--warmup", "1", "--iters", "1", "--repeats", "2", "--json", str(out), *args], timeout=240)
+    return proc, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
+    """Every figure of both modes measured on 2 ranks; fuserc's output and
+    gradients as close to the wider reference as DTensor eager's; the
+    tables and the JSON."""
+    proc, data = _layer("torchrun", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for title in ("### forward (2 ranks", "### forward+backward (2 ranks", "### The check (forward+backward): max |a - b| / max |b| against eager and against the "):
+        assert title in proc.stdout, proc.stdout
+    assert "| hidden | tokens | heads | limit ms | limit TFLOP/s | fuserc ms | fuserc TFLOP/s | fuserc / limit | eager ms" in proc.stdout
+    assert data["ranks"] == 2 and data["repeats"] == 2
+    rows = data["rows"]
+    assert [r["mode"] for r in rows] == ["fwd", "fwdbwd"]
+    fwd, fwdbwd = rows
+    t, h = fwd["tokens"], fwd["hidden"]
+    assert fwd["flops_per_gpu"] == (24 * t * h * h + 2 * t * t * h) // 2 and fwdbwd["flops_per_gpu"] == 3 * fwd["flops_per_gpu"]
+    for r in rows:
+        figs = r["figures"]
+        for key in ("limit", "fuserc", "eager"):
+            f = figs[key]
+            assert f["ms"] > 0 and len(f["times_ms"]) == 2, (key, f)
+            assert f["tflops"] == pytest.approx(r["flops_per_gpu"] / (f["ms"] / 1e3) / 1e12)
+            assert f["ratio"] == pytest.approx(figs["limit"]["ms"] / f["ms"])
+        assert r["speedup"]["eager"] == pytest.approx(figs["eager"]["ms"] / figs["fuserc"]["ms"])
+        if BACKEND == "cpu":
+            assert figs["async_tp"]["ms"] is None and figs["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
+    (c,) = data["checks"]
+    assert c["compared"] == "forward+backward" and data["reference"] == ("f64" if BACKEND == "cpu" else "f32")
+    eager, fuserc = c["eager"], c["fuserc"]
+    assert eager["ok"] is None and eager["vs_eager"] is None and sorted(eager["vs_reference"]["per_grad"]) == sorted(LAYER_NAMES)
+    assert fuserc["ok"] is True, c
+    for against in ("vs_eager", "vs_reference"):
+        assert sorted(fuserc[against]["per_grad"]) == sorted(LAYER_NAMES)
+    bound = {k: data["factor"] * v + data["floor"] for k, v in eager["vs_reference"]["per_grad"].items()}
+    assert all(fuserc["vs_reference"]["per_grad"][k] <= bound[k] for k in bound)
+    if BACKEND == "cpu":
+        assert fuserc["vs_eager"]["output"] < 1e-5 and max(fuserc["vs_eager"]["per_grad"].values()) < 1e-5
+        assert c["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
+    else:
+        assert c["async_tp"]["ok"] is True, c
+    assert re.search(r"^\| \d+ \| \d+ \| fuserc \| .* \| ok \|$", proc.stdout, re.M), proc.stdout
+
+
+def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
+    """fuserc's layer with a shifted layer_norm bias: its output and
+    gradients are far from the reference while eager's are not, the run
+    says FAILED and exits with 1."""
+    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^FAILED: hidden \d+ tokens \d+: fuserc: output: \S+ > 2 x eager's \S+ \+ \S+$", proc.stdout, re.M), proc.stdout
+    c = data["checks"][0]
+    fuserc, eager = c["fuserc"], c["eager"]["vs_reference"]
+    assert fuserc["ok"] is False
+    for key in ("output", "grads"):
+        assert fuserc["vs_reference"][key] > 10 * eager[key] + data["floor"]
