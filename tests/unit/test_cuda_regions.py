@@ -83,7 +83,10 @@ func.func @main(%x: tensor<32x48xf32>) -> tensor<32x48xf32> {
 # ---- every kind of region at odd shapes: generated kernels on a GPU, traced graphs on the CPU ----
 
 ODD_SHAPES = [(37, 129), (1, 257), (300, 1)]
-"""Rows x cols that are not multiples of any block size, and 1-element dims."""
+"""Rows x cols that are not multiples of any block size, and 1-element dims
+(on the CPU, where the traced graph does not depend on them, the first)."""
+if not torch.cuda.is_available():
+    ODD_SHAPES = ODD_SHAPES[:1]
 
 
 def _region_cases() -> dict[str, Any]:
