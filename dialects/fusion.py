@@ -456,6 +456,13 @@ class FusionOp(IRDLOperation):
         printer.print_operation_type(self)
 
     # -- keywords -------------------------------------------------------------
+    def rowwise(self) -> str | None:
+        """ROWWISE when this op normalizes its first operand's rows (along
+        its last dim; cross_entropy's classes always are)."""
+        if self.ROWWISE is None or self.ROWWISE == "cross_entropy":
+            return self.ROWWISE
+        return self.ROWWISE if self.keyword("dim") == len(shape_of(self.operands[0])) - 1 else None
+
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,
         when absent)."""

@@ -215,6 +215,24 @@ class Emitter:
 MAX_REGION_OPS = 64
 """The most ops one launch region takes (bounds the search)."""
 
+MAX_REGION_OUTS = 4
+"""The most values one launch region makes for later ops."""
+
+
+def alone(op: Operation) -> bool:
+    """`op` is a launch region of its own: a softmax, log_softmax or
+    cross_entropy over rows, which the cuda backend computes in one pass
+    when nothing else is in its region (FusionOp.rowwise)."""
+    return isinstance(op, FusionOp) and op.rowwise() is not None
+
+
+def region_outputs(chain: Sequence[Operation]) -> list[SSAValue]:
+    """The values of `chain` (consecutive ops) used after it, in order; the
+    last op's always (a region yields at least its last value)."""
+    inside = set(chain)
+    outs = [o.results[0] for o in chain[:-1] if any(u.operation not in inside for u in o.results[0].uses)]
+    return [*outs, chain[-1].results[0]]
+
 
 def local_type(t: TensorType, mesh: Mesh) -> TensorType:
     """The type of the block a device of the tensor's mesh holds."""
@@ -467,8 +485,8 @@ class _FunctionLowering:
                 returned = self.lower_return(op)
                 i += 1
             elif isinstance(op, FusionOp):
-                i = self.lower_fusion(ops, i)
-                for old in ops[i - 1].results:
+                start, i = i, self.lower_fusion(ops, i)
+                for old in (r for o in ops[start:i] for r in o.results):
                     new = self.values.get(old)
                     if new is not None and new.name_hint is None:
                         new.name_hint = old.name_hint
@@ -612,20 +630,26 @@ class _FunctionLowering:
     def local_region(self, ops: list[Operation], i: int) -> list[Operation]:
         """The longest run of consecutive local ops from `i` (elementwise,
         reductions, normalizations, ...: what is not a GEMM, a layout op or
-        a resharding) that one launch can compute with one output: each
-        value made in it but the last is used only inside it. So
-        `gelu(x*y+z)*sigmoid(z)`, whose `z` feeds two branches, is one
-        region, and so is a layer norm written as mean, sub, mul, mean,
-        rsqrt, mul: one generated kernel each on the cuda backend."""
+        a resharding) on one set of devices, with at most MAX_REGION_OUTS
+        values used after it: one launch computes them all. So
+        `gelu(x*y+z)*sigmoid(z)` is one region, a layer norm written as
+        mean, sub, mul, mean, rsqrt, mul is one, and so is a residual add
+        with the layer norm after it (the sum, used again later, is a second
+        output): one generated kernel each on the cuda backend. A row-wise
+        normalization (`alone`) is a region of its own."""
         run: list[Operation] = []
+        tag = self.devices(ops[i], ops[i].results[0]) if ops[i].results else None
         while i + len(run) < len(ops) and len(run) < MAX_REGION_OPS:
             nxt = ops[i + len(run)]
-            if run and not self.regional(nxt):
+            if run and not (self.regional(nxt) and self.devices(nxt, nxt.results[0]) == tag):
                 break
             run.append(nxt)
+            if alone(nxt):
+                break
+        if len(run) > 1 and alone(run[-1]):
+            run.pop()
         for n in range(len(run), 1, -1):
-            inside = set(run[:n])
-            if all(u.operation in inside for o in run[: n - 1] for u in o.results[0].uses):
+            if len(region_outputs(run[:n])) <= MAX_REGION_OUTS:
                 return run[:n]
         return run[:1]
 
@@ -666,7 +690,8 @@ class _FunctionLowering:
         return index + 1
 
     def lower_launch(self, chain: list[Operation], index: int) -> None:
-        """One hir.launch computing `chain` on local blocks."""
+        """One hir.launch computing `chain` on local blocks, yielding each
+        value that later ops use (`region_outputs`)."""
         last = chain[-1]
         self.begin(last)
         self.em.location = chain[0].location
@@ -677,7 +702,9 @@ class _FunctionLowering:
             for v in o.operands:
                 if v not in inside and v not in ins:
                     ins.append(v)
-        out = self.result_buffer(last, index + len(chain) - 1, tag)
+        results = region_outputs(chain)
+        position = {o.results[0]: index + k for k, o in enumerate(chain)}
+        outs = [self.result_buffer(r.owner, position[r], tag) for r in results]
 
         def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
             env: dict[SSAValue, SSAValue] = {}
@@ -693,14 +720,18 @@ class _FunctionLowering:
                 new.results[0].name_hint = o.results[0].name_hint
                 built.append(new)
                 env[o.results[0]] = new.results[0]
-            result = env[last.results[0]]
-            if not is_identity(order_of(last.results[0])):  # logical -> buffer order
-                built.append(permute_op(result, order_of(last.results[0])))
-                result = built[-1].results[0]
-            return built, [result]
+            yielded = []
+            for r in results:
+                value = env[r]
+                if not is_identity(order_of(r)):  # logical -> buffer order
+                    built.append(permute_op(value, order_of(r)))
+                    value = built[-1].results[0]
+                yielded.append(value)
+            return built, yielded
 
-        self.em.launch([self.values[v] for v in ins], [out], body, tag)
-        self.values[last.results[0]] = out
+        self.em.launch([self.values[v] for v in ins], outs, body, tag)
+        for r, out in zip(results, outs):
+            self.values[r] = out
 
     def local_op(self, op: Operation, operands: list[SSAValue]) -> Operation:
         """`op` on local blocks: the same fusion op with local types (a slice

@@ -104,13 +104,9 @@ def _find(body: Block) -> RowPlan | None:
     if len(ops) != 2 or len(ops[1].operands) != 1 or ops[1].operands[0] is not ops[0].results[0]:
         return None
     op: Any = ops[0]
-    mode = getattr(op, "ROWWISE", None)
+    mode = op.rowwise() if hasattr(op, "rowwise") else None
     if mode is None or not all(isinstance(v, BlockArgument) for v in op.operands):
         return None
-    if mode != "cross_entropy":
-        rank = len(op.operands[0].type.get_shape())
-        if op.keyword("dim") != rank - 1:
-            return None
     return RowPlan(mode, tuple(v.index for v in op.operands), body)
 
 

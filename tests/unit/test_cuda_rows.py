@@ -84,4 +84,5 @@ func.func @main(%x: tensor<16x24xf32>, %l: tensor<16xi64>) -> (tensor<16x24xf32>
     ctx = make_context()
     module = run_pipeline(parse(text, "rows.mlir", ctx), "default", ctx)
     plans = [rows_mod.plan_of(op.body.block) for op in module.walk() if isinstance(op, hir.LaunchOp)]
-    assert [p.mode if p else None for p in plans] == ["softmax", None, "cross_entropy", None]
+    # each row-wise op is a region of its own (the mul before the log_softmax too)
+    assert [p.mode if p else None for p in plans] == ["softmax", None, "cross_entropy", None, "log_softmax"]

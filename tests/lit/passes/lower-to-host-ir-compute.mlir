@@ -35,9 +35,9 @@ func.func @linears(%x: !x, %w1: !w1, %b1: !b1, %w2: !w2) -> !p {
 
 // -----
 
-// Consecutive elementwise ops, each used only by the next, are one launch
-// (its inputs: every value the chain reads from outside). A value used
-// twice ends a chain.
+// Consecutive elementwise ops are one launch (its inputs: every value the
+// chain reads from outside; its outputs: every value used after it). %c,
+// used twice but only inside, is never stored.
 !t = tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
 fusion.mesh @tp shape = [4]
 func.func @chain(%x: !t, %y: !t) -> (!t, !t) {
@@ -50,27 +50,25 @@ func.func @chain(%x: !t, %y: !t) -> (!t, !t) {
 }
 // CHECK-LABEL: func.func @chain(
 // CHECK-NEXT: %d, %e = hir.if_rank [0, 1, 2, 3] -> (tensor<16x16xf32>, tensor<16x16xf32>) {
-// CHECK-NEXT: %c = hir.alloc "chain/2/0" : tensor<16x16xf32>
-// CHECK-NEXT: hir.launch ins(%x, %y : tensor<16x16xf32>, tensor<16x16xf32>) outs(%c : tensor<16x16xf32>) {
+// CHECK-NEXT: %[[D:.*]] = hir.alloc "chain/3/0" : tensor<16x16xf32>
+// CHECK-NEXT: %[[E:.*]] = hir.alloc "chain/4/0" : tensor<16x16xf32>
+// CHECK-NEXT: hir.launch ins(%x, %y : tensor<16x16xf32>, tensor<16x16xf32>) outs(%[[D]], %[[E]] : tensor<16x16xf32>, tensor<16x16xf32>) {
 // CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<16x16xf32>, %[[Y:.*]]: tensor<16x16xf32>):
 // CHECK-NEXT: %a = fusion.add %[[X]], %[[Y]] : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
 // CHECK-NEXT: %b = fusion.gelu %a {approximate = "tanh"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
 // CHECK-NEXT: %[[C:.*]] = fusion.mul %b, %[[X]] : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-// CHECK-NEXT: hir.yield %[[C]] : tensor<16x16xf32>
+// CHECK-NEXT: %[[D2:.*]] = fusion.exp %[[C]] : (tensor<16x16xf32>) -> tensor<16x16xf32>
+// CHECK-NEXT: %[[E2:.*]] = fusion.neg %[[C]] : (tensor<16x16xf32>) -> tensor<16x16xf32>
+// CHECK-NEXT: hir.yield %[[D2]], %[[E2]] : tensor<16x16xf32>, tensor<16x16xf32>
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[D:.*]] = hir.alloc "chain/3/0" : tensor<16x16xf32>
-// CHECK-NEXT: hir.launch ins(%c : tensor<16x16xf32>) outs(%[[D]] : tensor<16x16xf32>) {
-// CHECK: fusion.exp
-// CHECK: %[[E:.*]] = hir.alloc "chain/4/0" : tensor<16x16xf32>
-// CHECK-NEXT: hir.launch ins(%c : tensor<16x16xf32>) outs(%[[E]] : tensor<16x16xf32>) {
-// CHECK: fusion.neg
-// CHECK: hir.dealloc %c : tensor<16x16xf32>
 // CHECK-NEXT: hir.yield %[[D]], %[[E]] : tensor<16x16xf32>, tensor<16x16xf32>
 
 // -----
 
 // Reductions: a sum over the split dimension is a local partial sum; a max
-// and a softmax over a whole dimension are local.
+// and a softmax over a whole dimension are local. The sum and the max, each
+// used after them, are one launch with two outputs; a softmax over rows is a
+// launch of its own (a row kernel on cuda).
 !t = tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
 !s = tensor<16xf32, #fusion.sharding<@tp, [-], partial = DIDx>>
 !m = tensor<64xf32, #fusion.sharding<@tp, [DIDx]>>
@@ -84,12 +82,14 @@ func.func @reductions(%x: !t) -> (!s, !m, !t) {
 // CHECK-LABEL: func.func @reductions(%x: tensor<16x16xf32>
 // CHECK-SAME: -> (tensor<16xf32> {hir.global = tensor<16xf32, #fusion.sharding<@tp, [-], partial = DIDx>>}, tensor<16xf32> {hir.global = tensor<64xf32, #fusion.sharding<@tp, [DIDx]>>}, tensor<16x16xf32>
 // CHECK: %[[S:.*]] = hir.alloc "reductions/0/0" : tensor<16xf32>
-// CHECK-NEXT: hir.launch ins(%x : tensor<16x16xf32>) outs(%[[S]] : tensor<16xf32>) {
+// CHECK-NEXT: %[[M:.*]] = hir.alloc "reductions/1/0" : tensor<16xf32>
+// CHECK-NEXT: hir.launch ins(%x : tensor<16x16xf32>) outs(%[[S]], %[[M]] : tensor<16xf32>, tensor<16xf32>) {
 // CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<16x16xf32>):
-// CHECK-NEXT: %[[R:.*]] = fusion.sum %[[A]] dims = [0] : (tensor<16x16xf32>) -> tensor<16xf32>
-// CHECK-NEXT: hir.yield %[[R]] : tensor<16xf32>
-// CHECK: fusion.max %{{.*}} dims = [1] : (tensor<16x16xf32>) -> tensor<16xf32>
-// CHECK: fusion.softmax %{{.*}} dim = 1 : (tensor<16x16xf32>) -> tensor<16x16xf32>
+// CHECK-NEXT: fusion.sum %[[A]] dims = [0] : (tensor<16x16xf32>) -> tensor<16xf32>
+// CHECK-NEXT: fusion.max %[[A]] dims = [1] : (tensor<16x16xf32>) -> tensor<16xf32>
+// CHECK: hir.launch ins(%x : tensor<16x16xf32>) outs(%{{.*}} : tensor<16x16xf32>) {
+// CHECK-NEXT: ^bb0(%[[B:.*]]: tensor<16x16xf32>):
+// CHECK-NEXT: fusion.softmax %[[B]] dim = 1 : (tensor<16x16xf32>) -> tensor<16x16xf32>
 
 // -----
 

@@ -1,10 +1,11 @@
 // RUN: %fuserc opt -p default --split-input-file %s | filecheck %s
 
 // Launch regions: consecutive local ops (elementwise, reductions,
-// normalizations) form one hir.launch as long as every value made inside
-// but the last is used only inside. A fork (z feeding two branches) stays
-// in one region, and so does a layer norm written op by op; a value that
-// is also used after the region (by a GEMM) ends it there.
+// normalizations) form one hir.launch, which yields every value used after
+// it (up to 4). A fork (z feeding two branches) stays in one region, and so
+// does a layer norm written op by op, and a residual add with the layer norm
+// after it (the sum, used again later, a second output); a GEMM ends a
+// region.
 
 // CHECK-LABEL: func.func @fork
 // CHECK-COUNT-1: hir.launch
@@ -55,5 +56,25 @@ func.func @used_after(%x: tensor<32x32xf32>, %w: tensor<32x32xf32>) -> tensor<32
   %p = fusion.matmul %h, %w : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
   %t = fusion.tanh %p : (tensor<32x32xf32>) -> tensor<32x32xf32>
   %o = fusion.add %t, %h : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
+  func.return %o : tensor<32x32xf32>
+}
+
+// -----
+
+// The residual sum feeds the layer norm and a later add: one launch makes
+// both the sum and the norm (the later add is the GEMM's epilogue).
+// CHECK-LABEL: func.func @residual_norm
+// CHECK: hir.launch
+// CHECK-SAME: outs(%{{[^,]*}}, %{{[^ ]*}} :
+// CHECK: fusion.add
+// CHECK-NEXT: fusion.layer_norm
+// CHECK-NEXT: hir.yield
+// CHECK: hir.matmul %{{.*}}, %w, %{{[^ ]*}} acc %h
+// CHECK-NOT: hir.launch
+func.func @residual_norm(%x: tensor<32x32xf32>, %r: tensor<32x32xf32>, %g: tensor<32xf32>, %b: tensor<32xf32>, %w: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %h = fusion.add %x, %r : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
+  %n = fusion.layer_norm %h, %g, %b dims = [1] : (tensor<32x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<32x32xf32>
+  %p = fusion.matmul %n, %w : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
+  %o = fusion.add %p, %h : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
   func.return %o : tensor<32x32xf32>
 }
