@@ -388,41 +388,47 @@ class _Reshard:
         elif (chunked := self.chunked(step, cur, out, s, t)) is not None:
             self.collective_chunks(step, cur, out, *chunked, teams)
         else:
-            self.whole(step, cur, out, n, teams, aux, mesh.devices)
+            self.whole(step, cur, out, self.streamed(s), n, teams, aux, mesh.devices)
         return out
 
-    def whole(self, step: Step, cur: SSAValue, out: SSAValue, n: int, teams: list[tuple[int, ...]], aux: str, devices: tuple[int, ...]) -> None:
+    def whole(
+        self, step: Step, cur: SSAValue, out: SSAValue, operand: Sharding, n: int, teams: list[tuple[int, ...]], aux: str, devices: tuple[int, ...]
+    ) -> None:
         """One collective on whole buffers, its blocks stacked along dim 0."""
         em, backend = self.em, self.em.backend
         if step.kind == ALLGATHER:
             assert step.gather_dim is not None
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
             for team in teams:
-                self.communicate(step, hir.AllgatherOp(cur, buf, team, backend), team)
+                self.communicate(step, operand, hir.AllgatherOp(cur, buf, team, backend), team)
             finish()
         elif step.kind == ALLTOALL:
             assert step.gather_dim is not None and step.scatter_dim is not None
             send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
             for team in teams:
-                self.communicate(step, hir.AlltoallOp(send, buf, team, backend), team)
+                self.communicate(step, operand, hir.AlltoallOp(send, buf, team, backend), team)
             finish()
         elif step.kind == ALLREDUCE:
             for team in teams:
-                self.communicate(step, hir.AllreduceOp(cur, out, team, "sum", backend), team)
+                self.communicate(step, operand, hir.AllreduceOp(cur, out, team, "sum", backend), team)
         elif step.kind == REDUCE_SCATTER:
             assert step.scatter_dim is not None
             send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
             for team in teams:
-                self.communicate(step, hir.ReduceScatterOp(send, out, team, "sum", backend), team)
+                self.communicate(step, operand, hir.ReduceScatterOp(send, out, team, "sum", backend), team)
         else:
             raise ReshardError(f"step {step.kind} does not stay on one mesh")
 
-    def communicate(self, step: Step, op: Operation, team: tuple[int, ...]) -> None:
-        """`op` and its wait. A Stream split on a dimension the collective
-        communicates along is marked on dim 0 of its operands (the stacked
-        blocks), whatever that dimension's place in the buffers: there
-        stream-pipeline reads that it cuts what is communicated, and says so."""
+    def communicate(self, step: Step, operand: Sharding, op: Operation, team: tuple[int, ...]) -> None:
+        """`op` and its wait, marked with the Stream split it runs under: a
+        split on a dimension it communicates along on dim 0 of its operands
+        (the stacked blocks), whatever that dimension's place in the
+        buffers, where stream-pipeline reads that it cuts what is
+        communicated, and says so; an allreduce or reduce-scatter of a
+        partial sum whose result has none, the partial's (GEMM + AllReduce
+        written on the partial product), where the reduce-scatter does not
+        scatter or stage along it."""
         em = self.em
         marks = em.marks
         mark = marks.get(STREAM_ATTR)
@@ -430,8 +436,16 @@ class _Reshard:
             dim, chunks = mark.data
             if isinstance(dim, IntegerAttr) and dim.value.data in _comm_dims(step):
                 em.marks = {**marks, STREAM_ATTR: ArrayAttr([IntegerAttr(0, i64), chunks])}
+        elif mark is None and step.kind in (ALLREDUCE, REDUCE_SCATTER) and (sd := operand.stream_dim()) is not None:
+            if step.kind == ALLREDUCE or 0 < sd[0] != step.scatter_dim:
+                em.marks = {**marks, STREAM_ATTR: ArrayAttr([IntegerAttr(sd[0], i64), IntegerAttr(sd[1], i64)])}
         em.communicate(op, team)
         em.marks = marks
+
+    def streamed(self, s: Sharding) -> Sharding:
+        """The operand of a step on placement `s`: the first step's keeps
+        its Stream split."""
+        return self.a if s == self.a.placement() else s
 
     def chunked(self, step: Step, cur: SSAValue, out: SSAValue, s: Sharding, t: Sharding) -> tuple[int, int] | None:
         """(dim, S) when `step`'s result (or a reduce-scatter's partial
@@ -441,8 +455,7 @@ class _Reshard:
         chunk, not in the whole buffer, so the collective runs per chunk."""
         if self.b.placement() != t.placement():
             return None
-        operand = self.a if s == self.a.placement() else s  # (the first step's operand keeps its Stream split)
-        sd = chunked_dim(step, self.b, shape_of(out), operand, shape_of(cur))
+        sd = chunked_dim(step, self.b, shape_of(out), self.streamed(s), shape_of(cur))
         if sd is None:
             return None
         ends = _comm_dims(step)

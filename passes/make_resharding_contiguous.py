@@ -714,11 +714,16 @@ class _Layouts:
         split = shape[:j] + (blocks, shape[j] // blocks) + shape[j + 1 :]
 
         def lifted(sh: Sharding, streams: bool = False) -> Sharding:
-            """`sh` on the split shape; with `streams`, the Stream splits of
-            the dimensions other than j kept (the alltoall of chunks)."""
+            """`sh` on the split shape; with `streams`, its Stream splits
+            kept: those of j (inside its device splits, `DIDx*Stream(k)`)
+            on the inner dimension E/G, the others where they are."""
             p = sh.placement()
-            dims = sh.dims if streams else p.dims
-            return Sharding(p.mesh, dims[:j] + (p.dims[j], ()) + dims[j + 1 :], p.partial)
+            dims, inner = p.dims, ()
+            if streams:
+                dims = sh.dims
+                if len(sh.dims[j]) > len(p.dims[j]) and sh.dims[j][: len(p.dims[j])] == p.dims[j]:
+                    inner = sh.dims[j][len(p.dims[j]) :]
+            return Sharding(p.mesh, dims[:j] + (p.dims[j], inner) + dims[j + 1 :], p.partial)
 
         elem = src.type.element_type  # type: ignore[attr-defined]
         i2 = i if i < j else i + 1
