@@ -562,13 +562,8 @@ def _constraints(step: Step, src: SSAValue, dst: SSAValue, meshes: Meshes) -> li
     mesh = meshes[s_result.mesh if step.kind == SCATTER else s_operand.mesh]
     if step.ptype is not None and mesh.axis_size(step.ptype) == 1:
         return []
-    chunked = chunked_dim(
-        step,
-        s_result,
-        s_result.local_shape(shape_of(dst), meshes[s_result.mesh]),
-        s_operand,
-        s_operand.local_shape(shape_of(src), meshes[s_operand.mesh]),
-    )
+    local = {v: s.local_shape(shape_of(v), meshes[s.mesh]) for v, s in ((src, s_operand), (dst, s_result))}
+    chunked = chunked_dim(step, s_result, local[dst], s_operand, local[src])
     out: list[Constraint] = []
     if step.scatter_dim is not None:
         out.append((src, step.scatter_dim, chunked))
@@ -730,11 +725,9 @@ class _Layouts:
         result = lifted(sdst, streams=True)
         if result.errors(split, mesh):
             result = lifted(sdst)
-        sd = result.stream_dim()
-        head = (j, i2)
-        if sd is not None and sd[0] not in head and not result.interleaved_dims():
-            if result.local_shape(split, mesh)[sd[0]] == sd[1]:  # chunks of extent 1 first: an alltoall per chunk
-                head = (sd[0], j, i2)
+        sd, head = result.stream_dim(), (j, i2)
+        if sd is not None and sd[0] not in head and not result.interleaved_dims() and result.local_shape(split, mesh)[sd[0]] == sd[1]:
+            head = (sd[0], j, i2)  # chunks of extent 1 first: an alltoall per chunk
         perm = head + tuple(k for k in range(len(split)) if k not in head)
         x = ReshapeOp.create(operands=[src], result_types=[_typed(elem, split, lifted(ssrc))], location=s.location)
         t = PermuteOp.create(operands=[x.results[0]], result_types=[_permuted(x.results[0].type, perm)], properties={"dims": _ints(perm)}, location=s.location)  # type: ignore[arg-type]

@@ -61,11 +61,11 @@ def chunked_dim(
     with its blocks contiguous in each chunk whatever comes first in
     memory: an allgather, reduce-scatter or alltoall whose result has
     Stream(S) on another, not interleaved, dimension of local extent S
-    (chunks of extent 1, nvFuser's `[S, d, M/(S*d), K]`). A reduce-scatter whose
-    result has no Stream split takes its partial operand's (`operand`, of
-    local shape `operand_shape`): GEMM + ReduceScatter written on the
-    partial product, `[Stream(S), d, m, N], partial = DIDx` to `[-, DIDx,
-    -, -]`. None otherwise."""
+    (chunks of extent 1, nvFuser's `[S, d, M/(S*d), K]`). A reduce-scatter
+    whose result has no Stream split takes its partial operand's
+    (`operand`, of local shape `operand_shape`): GEMM + ReduceScatter
+    written on the partial product, `[Stream(S), d, m, N], partial = DIDx`
+    to `[-, DIDx, -, -]`. None otherwise."""
     if step.kind not in (ALLGATHER, REDUCE_SCATTER, ALLTOALL):
         return None
     split, shape = result, local_shape
