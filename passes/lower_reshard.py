@@ -64,7 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, TensorType, i64
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from fuserc.diagnostics import error_at
@@ -81,6 +81,7 @@ from fuserc.passes.reshard_util import (
     plan_reshard,
     reshard_step,
 )
+from fuserc.passes.stream_sites import STREAM_ATTR
 from fuserc.sharding import Mesh, Sharding
 from fuserc.dialects.fusion import element_type_of, shape_of
 
@@ -130,6 +131,17 @@ def _outermost(shape: Shape, dim: int) -> bool:
     """Blocks along `dim` are contiguous in a row-major buffer of `shape`
     (an empty buffer's blocks are empty: trivially so)."""
     return math.prod(shape[:dim]) == 1 or 0 in shape
+
+
+def _comm_dims(step: Step) -> tuple[int, int]:
+    """The dimensions a collective communicates along in its operand and in
+    its result (an alltoall's scatter and gather dims; one dim otherwise)."""
+    if step.kind == ALLTOALL:
+        assert step.scatter_dim is not None and step.gather_dim is not None
+        return step.scatter_dim, step.gather_dim
+    dim = step.gather_dim if step.kind == ALLGATHER else step.scatter_dim
+    assert dim is not None
+    return dim, dim
 
 
 def _chunk_shape(shape: Shape, dim: int, chunks: int) -> Shape:
@@ -373,45 +385,83 @@ class _Reshard:
         elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
             chunks = math.prod(sp.factor for sp in s.dims[step.gather_dim] if sp.is_stream)
             self.collective_chunks(step, cur, out, step.gather_dim, chunks, teams)
-        elif (chunked := self.chunked(step, cur, out, t)) is not None:
+        elif (chunked := self.chunked(step, cur, out, s, t)) is not None:
             self.collective_chunks(step, cur, out, *chunked, teams)
-        elif step.kind == ALLGATHER:
+        else:
+            self.whole(step, cur, out, self.streamed(s), n, teams, aux, mesh.devices)
+        return out
+
+    def whole(
+        self, step: Step, cur: SSAValue, out: SSAValue, operand: Sharding, n: int, teams: list[tuple[int, ...]], aux: str, devices: tuple[int, ...]
+    ) -> None:
+        """One collective on whole buffers, its blocks stacked along dim 0."""
+        em, backend = self.em, self.em.backend
+        if step.kind == ALLGATHER:
             assert step.gather_dim is not None
-            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
+            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
             for team in teams:
-                em.communicate(hir.AllgatherOp(cur, buf, team, backend), team)
+                self.communicate(step, operand, hir.AllgatherOp(cur, buf, team, backend), team)
             finish()
         elif step.kind == ALLTOALL:
             assert step.gather_dim is not None and step.scatter_dim is not None
-            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", mesh.devices)
-            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", mesh.devices)
+            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
+            buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
             for team in teams:
-                em.communicate(hir.AlltoallOp(send, buf, team, backend), team)
+                self.communicate(step, operand, hir.AlltoallOp(send, buf, team, backend), team)
             finish()
         elif step.kind == ALLREDUCE:
             for team in teams:
-                em.communicate(hir.AllreduceOp(cur, out, team, "sum", backend), team)
+                self.communicate(step, operand, hir.AllreduceOp(cur, out, team, "sum", backend), team)
         elif step.kind == REDUCE_SCATTER:
             assert step.scatter_dim is not None
-            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", mesh.devices)
+            send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
             for team in teams:
-                em.communicate(hir.ReduceScatterOp(send, out, team, "sum", backend), team)
+                self.communicate(step, operand, hir.ReduceScatterOp(send, out, team, "sum", backend), team)
         else:
             raise ReshardError(f"step {step.kind} does not stay on one mesh")
-        return out
 
-    def chunked(self, step: Step, cur: SSAValue, out: SSAValue, t: Sharding) -> tuple[int, int] | None:
-        """(dim, S) when `step`'s result has a Stream(S) split on a dimension
+    def communicate(self, step: Step, operand: Sharding, op: Operation, team: tuple[int, ...]) -> None:
+        """`op` and its wait, marked with the Stream split it runs under: a
+        split on a dimension it communicates along on dim 0 of its operands
+        (the stacked blocks), whatever that dimension's place in the
+        buffers, where stream-pipeline reads that it cuts what is
+        communicated, and says so; an allreduce or reduce-scatter of a
+        partial sum whose result has none, the partial's (GEMM + AllReduce
+        written on the partial product), where the reduce-scatter does not
+        scatter or stage along it."""
+        em = self.em
+        marks = em.marks
+        mark = marks.get(STREAM_ATTR)
+        if step.kind != ALLREDUCE and isinstance(mark, ArrayAttr):
+            dim, chunks = mark.data
+            if isinstance(dim, IntegerAttr) and dim.value.data in _comm_dims(step):
+                em.marks = {**marks, STREAM_ATTR: ArrayAttr([IntegerAttr(0, i64), chunks])}
+        elif mark is None and step.kind in (ALLREDUCE, REDUCE_SCATTER) and (sd := operand.stream_dim()) is not None:
+            if step.kind == ALLREDUCE or 0 < sd[0] != step.scatter_dim:
+                em.marks = {**marks, STREAM_ATTR: ArrayAttr([IntegerAttr(sd[0], i64), IntegerAttr(sd[1], i64)])}
+        em.communicate(op, team)
+        em.marks = marks
+
+    def streamed(self, s: Sharding) -> Sharding:
+        """The operand of a step on placement `s`: the first step's keeps
+        its Stream split."""
+        return self.a if s == self.a.placement() else s
+
+    def chunked(self, step: Step, cur: SSAValue, out: SSAValue, s: Sharding, t: Sharding) -> tuple[int, int] | None:
+        """(dim, S) when `step`'s result (or a reduce-scatter's partial
+        operand `s`) has a Stream(S) split on a dimension
         laid out before the one it communicates along, in chunks of extent 1
         (`reshard_util.chunked_dim`): the blocks are contiguous in each
         chunk, not in the whole buffer, so the collective runs per chunk."""
-        dim = step.gather_dim if step.kind == ALLGATHER else step.scatter_dim
-        if dim is None or self.b.placement() != t.placement():
+        if self.b.placement() != t.placement():
             return None
-        sd = chunked_dim(step, self.b, shape_of(out))
-        if sd is None or _outermost(shape_of(cur), dim) or sd > dim:
+        sd = chunked_dim(step, self.b, shape_of(out), self.streamed(s), shape_of(cur))
+        if sd is None:
             return None
-        if not _outermost(_chunk_shape(shape_of(cur), sd, shape_of(cur)[sd]), dim):
+        ends = _comm_dims(step)
+        if all(_outermost(shape_of(v), d) for v, d in zip((cur, out), ends)) or any(sd > d for d in ends):
+            return None
+        if not all(_outermost(_chunk_shape(shape_of(v), sd, shape_of(v)[sd]), d) for v, d in zip((cur, out), ends)):
             return None
         return sd, shape_of(out)[sd]
 
@@ -425,9 +475,8 @@ class _Reshard:
         chunk order; for a Stream split on another dimension (`chunked`),
         the chunks are its indices."""
         em = self.em
-        comm_dim = step.gather_dim if step.kind == ALLGATHER else step.scatter_dim
-        assert comm_dim is not None
-        for v in (cur, out):
+        ends = _comm_dims(step)
+        for v, comm_dim in zip((cur, out), ends):
             if not _outermost(_chunk_shape(shape_of(v), dim, chunks), comm_dim):
                 raise ReshardError(f"the dimension {comm_dim} it communicates along is not outermost in memory in a chunk")
         for team in teams:
@@ -435,15 +484,20 @@ class _Reshard:
             c = loop.induction_var
             c.name_hint = "c"
             body: list[Operation] = []
-            views = []
-            for v in (cur, out):
+            views: list[SSAValue] = []
+            for v, comm_dim in zip((cur, out), ends):
                 view = hir.ChunkOp(v, c, dim, chunks)
                 body.append(view)
-                if comm_dim:  # only extent-1 dimensions before it: drop them
-                    body.append(hir.ViewOp(view.result, list(shape_of(view.result)[comm_dim:])))
+                # only extent-1 dimensions before comm_dim: drop them; an
+                # alltoall receives its blocks stacked as it sends them
+                shape = shape_of(views[0]) if step.kind == ALLTOALL and views else shape_of(view.result)[comm_dim:]
+                if tuple(shape) != shape_of(view.result):
+                    body.append(hir.ViewOp(view.result, list(shape)))
                 views.append(body[-1].results[0])
             if step.kind == ALLGATHER:
                 comm: Operation = hir.AllgatherOp(views[0], views[1], team, em.backend)
+            elif step.kind == ALLTOALL:
+                comm = hir.AlltoallOp(views[0], views[1], team, em.backend)
             else:
                 comm = hir.ReduceScatterOp(views[0], views[1], team, "sum", em.backend)
             for k, v in em.marks.items():

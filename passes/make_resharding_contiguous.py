@@ -562,7 +562,8 @@ def _constraints(step: Step, src: SSAValue, dst: SSAValue, meshes: Meshes) -> li
     mesh = meshes[s_result.mesh if step.kind == SCATTER else s_operand.mesh]
     if step.ptype is not None and mesh.axis_size(step.ptype) == 1:
         return []
-    chunked = chunked_dim(step, s_result, s_result.local_shape(shape_of(dst), meshes[s_result.mesh]))
+    local = {v: s.local_shape(shape_of(v), meshes[s.mesh]) for v, s in ((src, s_operand), (dst, s_result))}
+    chunked = chunked_dim(step, s_result, local[dst], s_operand, local[src])
     out: list[Constraint] = []
     if step.scatter_dim is not None:
         out.append((src, step.scatter_dim, chunked))
@@ -707,17 +708,31 @@ class _Layouts:
         blocks = math.prod(sp.size(mesh) for sp in sdst.placement().dims[j])
         split = shape[:j] + (blocks, shape[j] // blocks) + shape[j + 1 :]
 
-        def lifted(sh: Sharding) -> Sharding:
+        def lifted(sh: Sharding, streams: bool = False) -> Sharding:
+            """`sh` on the split shape; with `streams`, its Stream splits
+            kept: those of j (inside its device splits, `DIDx*Stream(k)`)
+            on the inner dimension E/G, the others where they are."""
             p = sh.placement()
-            return Sharding(p.mesh, p.dims[:j] + (p.dims[j], ()) + p.dims[j + 1 :], p.partial)
+            dims, inner = p.dims, ()
+            if streams:
+                dims = sh.dims
+                if len(sh.dims[j]) > len(p.dims[j]) and sh.dims[j][: len(p.dims[j])] == p.dims[j]:
+                    inner = sh.dims[j][len(p.dims[j]) :]
+            return Sharding(p.mesh, dims[:j] + (p.dims[j], inner) + dims[j + 1 :], p.partial)
 
         elem = src.type.element_type  # type: ignore[attr-defined]
         i2 = i if i < j else i + 1
-        perm = (j, i2) + tuple(k for k in range(len(split)) if k not in (j, i2))
+        result = lifted(sdst, streams=True)
+        if result.errors(split, mesh):
+            result = lifted(sdst)
+        sd, head = result.stream_dim(), (j, i2)
+        if sd is not None and sd[0] not in head and not result.interleaved_dims() and result.local_shape(split, mesh)[sd[0]] == sd[1]:
+            head = (sd[0], j, i2)  # chunks of extent 1 first: an alltoall per chunk
+        perm = head + tuple(k for k in range(len(split)) if k not in head)
         x = ReshapeOp.create(operands=[src], result_types=[_typed(elem, split, lifted(ssrc))], location=s.location)
         t = PermuteOp.create(operands=[x.results[0]], result_types=[_permuted(x.results[0].type, perm)], properties={"dims": _ints(perm)}, location=s.location)  # type: ignore[arg-type]
-        moved = _new_set(t.results[0], _permuted(_typed(elem, split, lifted(sdst)), perm), s)
-        back = PermuteOp.create(operands=[moved.results[0]], result_types=[_typed(elem, split, lifted(sdst))], properties={"dims": _ints(inverse(perm))}, location=s.location)
+        moved = _new_set(t.results[0], _permuted(_typed(elem, split, result), perm), s)
+        back = PermuteOp.create(operands=[moved.results[0]], result_types=[_typed(elem, split, result)], properties={"dims": _ints(inverse(perm))}, location=s.location)
         y = ReshapeOp.create(operands=[back.results[0]], result_types=[dst.type], location=s.location)
         self.replace(s, [x, t, moved, back, y])
         self.assign(back.results[0], perm)

@@ -54,19 +54,30 @@ def outermost(order: Sequence[int], dim: int, local_shape: Shape, chunked: int |
     return 0 in local_shape or all(local_shape[d] == 1 or d == chunked for d in order[: list(order).index(dim)])
 
 
-def chunked_dim(step: Step, result: Sharding, local_shape: Shape) -> int | None:
+def chunked_dim(
+    step: Step, result: Sharding, local_shape: Shape, operand: Sharding | None = None, operand_shape: Shape | None = None
+) -> int | None:
     """The dimension whose Stream split makes `step` run chunk by chunk
     with its blocks contiguous in each chunk whatever comes first in
-    memory: an allgather or reduce-scatter whose result has Stream(S) on
-    another, not interleaved, dimension of local extent S (chunks of
-    extent 1, nvFuser's `[S, d, M/(S*d), K]`). None otherwise."""
-    sd = result.stream_dim()
-    if sd is None or step.kind not in (ALLGATHER, REDUCE_SCATTER):
+    memory: an allgather, reduce-scatter or alltoall whose result has
+    Stream(S) on another, not interleaved, dimension of local extent S
+    (chunks of extent 1, nvFuser's `[S, d, M/(S*d), K]`). A reduce-scatter
+    whose result has no Stream split takes its partial operand's
+    (`operand`, of local shape `operand_shape`): GEMM + ReduceScatter
+    written on the partial product, `[Stream(S), d, m, N], partial = DIDx`
+    to `[-, DIDx, -, -]`. None otherwise."""
+    if step.kind not in (ALLGATHER, REDUCE_SCATTER, ALLTOALL):
+        return None
+    split, shape = result, local_shape
+    if result.stream_dim() is None and step.kind == REDUCE_SCATTER and operand is not None and operand_shape is not None:
+        split, shape = operand, operand_shape
+    sd = split.stream_dim()
+    if sd is None:
         return None
     dim, chunks = sd
-    if dim in (step.gather_dim, step.scatter_dim) or dim in result.interleaved_dims():
+    if dim in (step.gather_dim, step.scatter_dim) or dim in split.interleaved_dims():
         return None
-    return dim if local_shape[dim] == chunks else None
+    return dim if shape[dim] == chunks else None
 
 
 def inverse(perm: Sequence[int]) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
@@ -54,10 +54,12 @@ from fuserc.passes.stream_sites import (
     LOCAL,
     PIPELINE_ATTR,
     Site,
+    alloc_in,
     find_sites,
     host_blocks,
     launch_reason,
     out_operand,
+    root,
     stream_mark,
 )
 
@@ -274,4 +276,11 @@ def _why(op: Operation, dim: int, chunks: int) -> str:
         return f"not pipelined: only allgather, reduce-scatter, allreduce and alltoall run per chunk; {op.name} runs whole"
     if isinstance(op, hir.CommunicationOp) and len(op.team) < 2:  # type: ignore[attr-defined]
         return "not pipelined: a team of one device moves nothing"
+    if isinstance(op, hir.CommunicationOp) and isinstance(op.parent_op(), hir.IfRankOp) and not all(
+        alloc_in(root(v), op.parent_block()) for v in op.operands if isinstance(v.type, TensorType)  # type: ignore[arg-type]
+    ):
+        return (
+            f"not pipelined: the {op.name} of one team of the mesh (in its own hir.if_rank, its buffers made "
+            "outside) runs whole"
+        )
     return f"not pipelined: Stream({chunks}) on dim {dim} does not cut {op.name}'s operands alike, so it runs whole"

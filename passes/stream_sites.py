@@ -392,7 +392,7 @@ def _loop_collective(loop: hir.ForOp, block: Block) -> PerChunk | None:
     if loop.lb != 0 or loop.step != 1 or len(ops) < 2:
         return None
     comm, wait = ops[-2], ops[-1]
-    if not isinstance(comm, (hir.AllgatherOp, hir.ReduceScatterOp)) or len(comm.team) < 2:
+    if not isinstance(comm, (hir.AllgatherOp, hir.ReduceScatterOp, hir.AlltoallOp)) or len(comm.team) < 2:
         return None
     if not isinstance(wait, hir.WaitOp) or wait.token is not comm.results[0]:
         return None

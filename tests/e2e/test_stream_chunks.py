@@ -5,9 +5,11 @@ allgather, allreduce or reduce-scatter (one collective per chunk), nvFuser's
 explicit device dimension (`x [S, d, M/(S*d), K]`) for AllGather + GEMM
 and GEMM + ReduceScatter, a matmul + AllReduce, the DIDx-to-Stream
 allgather without a GEMM, the row-parallel linear with an allreduce per
-chunk. Each runs under the collective pipelines, the rings where they
-exist, and auto, against the float64 reference (tests/e2e/batch.py, one
-mpiexec launch); and again as 2 nodes of 2 ranks ($FUSERC_GPUS_PER_NODE=2),
+chunk, GEMM + ReduceScatter (explicit layout) and GEMM + AllReduce with
+the split on the partial product, alltoalls with a Stream split (per chunk, or whole and explained
+where the split cuts the gathered dimension). Each runs under the
+collective pipelines, the rings where they exist, and auto, against the
+float64 reference (tests/e2e/batch.py, one mpiexec launch); and again as 2 nodes of 2 ranks ($FUSERC_GPUS_PER_NODE=2),
 where the rings move chunks between nodes by send/recv (the cpu backend
 refuses a peer copy across nodes, as CUDA IPC does).
 """
@@ -128,6 +130,57 @@ PROGRAMS: dict[str, str] = {
         ],
         t("32x6", "DIDx, -"),
     ),
+    # GEMM + ReduceScatter in the explicit layout, the Stream split written
+    # on the partial product: a reduce-scatter per chunk of the GEMM
+    "matmul_rs_explicit": program(
+        [("x", t("2x4x4x16", "-, -, -, DIDx")), ("w", t("16x8", "DIDx, -"))],
+        [
+            ("p", "fusion.matmul", ["x", "w"], t("2x4x4x8", "Stream(2), -, -, -", partial="DIDx")),
+            ("y", "fusion.set", ["p"], t("2x4x4x8", "-, DIDx, -, -")),
+        ],
+        t("2x4x4x8", "-, DIDx, -, -"),
+    ),
+    # GEMM + AllReduce written on the partial product: an allreduce per chunk
+    "matmul_ar_partial": program(
+        [("x", t("8x16", "-, DIDx")), ("w", t("16x8", "DIDx, -"))],
+        [
+            ("p", "fusion.matmul", ["x", "w"], t("8x8", "Stream(2), -", partial="DIDx")),
+            ("y", "fusion.set", ["p"], t("8x8", "-, -")),
+        ],
+        t("8x8", "-, -"),
+    ),
+    # A reduce-scatter onto dim 2 of a partial product split on dim 0 (chunks
+    # of extent 4): per chunk of the split once the scattered dim is first
+    "matmul_rs_partial_stream": program(
+        [("x", t("4x8x8x16", "-, -, -, DIDx")), ("w", t("16x8", "DIDx, -"))],
+        [
+            ("p", "fusion.matmul", ["x", "w"], t("4x8x8x8", "Stream(2), -, -, -", partial="DIDx")),
+            ("y", "fusion.set", ["p"], t("4x8x8x8", "-, -, DIDx, -")),
+        ],
+        t("4x8x8x8", "-, -, DIDx, -"),
+    ),
+    # An alltoall (DIDx from dim 1 to dim 2) with Stream on dim 0: one per chunk
+    "alltoall_chunks": program(
+        [("x", t("2x8x8", "-, DIDx, -"))], [("y", "fusion.set", ["x"], t("2x8x8", "Stream(2), -, DIDx"))], t("2x8x8", "Stream(2), -, DIDx")
+    ),
+    # An alltoall whose Stream split cuts the dimension it gathers: whole, explained
+    "alltoall_gathered": program(
+        [("x", t("8x8", "DIDx, -"))], [("y", "fusion.set", ["x"], t("8x8", "Stream(2), DIDx"))], t("8x8", "Stream(2), DIDx")
+    ),
+    # An alltoall with the Stream split inside the device split it makes
+    # (`DIDx*Stream(2)`): one alltoall per column chunk of each block
+    "alltoall_scattered": program(
+        [("x", t("8x16", "DIDx, -"))],
+        [("y", "fusion.set", ["x"], t("8x16", "-, DIDx*Stream(2)"))],
+        t("8x16", "-, DIDx*Stream(2)"),
+    ),
+    # On a 2-D mesh, each team's alltoall in its own hir.if_rank: whole, explained
+    "alltoall_mesh2d": """fusion.mesh @g shape = [2, 2]
+func.func @main(%x: tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>> {
+  %y = fusion.relu %x : (tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
+  func.return %y : tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
+}
+""",
     # An allgather per chunk of an interleaved shard
     "ag_interleaved": program(
         [("x", t("32x8", "Stream(2)*DIDx, -")), ("w", t("8x3", "-, -"))],
@@ -135,6 +188,10 @@ PROGRAMS: dict[str, str] = {
         t("32x3", "Stream(2), -"),
     ),
 }
+
+EXPLAINED = ("alltoall_gathered", "alltoall_mesh2d")
+"""Programs whose Stream split cannot run per chunk: every algorithm leaves
+them whole, with hir.pipeline = none and why."""
 
 ONE_NODE = {
     "collective": f"{LOWERING},stream-pipeline{{algorithm=collective}}",
@@ -233,7 +290,7 @@ def test_every_stream_split_pipelined_or_explained(name: str) -> None:
     every op still marked with the split carries hir.pipeline = none and
     why. Either way no marked op is left without a plan."""
     coll = host(name, ONE_NODE["collective"])
-    assert "collective" in plans(coll), coll
+    assert ("none" if name in EXPLAINED else "collective") in plans(coll), coll
     auto = host(name, "default")
     assert "none" in plans(auto), auto
     for text in (coll, auto, host(name, ONE_NODE["ring"])):
@@ -250,6 +307,32 @@ def test_per_chunk_collectives_in_one_loop() -> None:
     assert ["hir.matmul" in loop, "fusion.sum" in loop, "hir.allreduce" in loop] == [True] * 3, loop
     rs = host("reduce_scatter", ONE_NODE["collective"])
     assert "hir.reduce_scatter" in rs and "hir.alltoall" not in rs, rs
+
+
+def test_explicit_gemm_reduce_scatter_and_alltoall_per_chunk() -> None:
+    """GEMM + ReduceScatter (explicit layout) or + AllReduce written on the
+    partial product runs its GEMM and collective chunk by chunk in one loop;
+    an alltoall with
+    a Stream split on a dimension it does not exchange, or inside the
+    device split it makes, runs one alltoall per chunk; one whose split
+    cuts what it gathers, or that is one team's of a 2-D mesh, says why it
+    runs whole."""
+    cases = (
+        ("matmul_rs_explicit", ["hir.matmul", "hir.reduce_scatter"]),
+        ("matmul_ar_partial", ["hir.matmul", "hir.allreduce"]),
+        ("matmul_rs_partial_stream", ["fusion.matmul", "hir.reduce_scatter"]),
+        ("alltoall_chunks", ["hir.alltoall"]),
+        ("alltoall_scattered", ["hir.alltoall"]),
+    )
+    for name, ops in cases:
+        text = host(name, ONE_NODE["collective"])
+        loop = text[text.index("hir.for %c = 0 to 2"):]
+        loop = loop[: loop.index('hir.pipeline = {algorithm = "collective"')]
+        assert all(op in loop for op in ops), text
+    text = host("alltoall_gathered", ONE_NODE["collective"])
+    assert "cuts the dimension the hir.alltoall communicates along" in text, text
+    text = host("alltoall_mesh2d", ONE_NODE["collective"])
+    assert "of one team of the mesh (in its own hir.if_rank" in text, text
 
 
 def test_rings_across_nodes_use_send_recv() -> None:

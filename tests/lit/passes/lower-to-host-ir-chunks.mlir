@@ -66,3 +66,44 @@ func.func @team_of_one(%x: tensor<8x4xf32, #fusion.sharding<@g, [DIDy, -]>>, %p:
   %c = fusion.set %p : (tensor<8x4xf32, #fusion.sharding<@g, [-, -], partial = DIDy>>) -> tensor<8x4xf32, #fusion.sharding<@g, [DIDy, -]>>
   func.return %b, %c : tensor<8x4xf32, #fusion.sharding<@g, [-, -]>>, tensor<8x4xf32, #fusion.sharding<@g, [DIDy, -]>>
 }
+
+// GEMM + ReduceScatter in the explicit layout with the Stream split on the
+// partial product (the result has none): the reduce-scatter still runs per
+// chunk of the partial, its dim 1 outermost in each.
+// CHECK-LABEL: func.func @explicit_gemm_reduce_scatter
+// CHECK: hir.matmul %x, %w, %p {hir.stream = [0 : i64, 2 : i64]}
+// CHECK: hir.for %c = 0 to 2 {
+// CHECK-NEXT: %0 = hir.chunk %p [%c] dim = 0 chunks = 2 : (tensor<2x4x4x8xf32>, index) -> tensor<1x4x4x8xf32>
+// CHECK-NEXT: %1 = hir.view %0 : tensor<1x4x4x8xf32> -> tensor<4x4x8xf32>
+// CHECK-NEXT: %2 = hir.chunk %y_1 [%c] dim = 0 chunks = 2 : (tensor<2x1x4x8xf32>, index) -> tensor<1x1x4x8xf32>
+// CHECK-NEXT: %3 = hir.view %2 : tensor<1x1x4x8xf32> -> tensor<1x4x8xf32>
+// CHECK-NEXT: %tok = hir.reduce_scatter %1, %3 op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<4x4x8xf32>, tensor<1x4x8xf32>) -> !hir.token
+// CHECK-NEXT: hir.wait %tok : !hir.token
+// CHECK-NEXT: }
+func.func @explicit_gemm_reduce_scatter(%x: tensor<2x4x4x16xf32, #fusion.sharding<@tp, [-, -, -, DIDx]>>, %w: tensor<16x8xf32, #fusion.sharding<@tp, [DIDx, -]>>)
+    -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>> {
+  %p = fusion.matmul %x, %w : (tensor<2x4x4x16xf32, #fusion.sharding<@tp, [-, -, -, DIDx]>>, tensor<16x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -], partial = DIDx>>
+  %y = fusion.set %p : (tensor<2x4x4x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -], partial = DIDx>>) -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+  func.return %y : tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+}
+
+// An alltoall with a Stream split on a third dimension, laid out first (as
+// make-resharding-contiguous leaves it): one alltoall per chunk, the blocks
+// received stacked along dim 0 as those sent.
+// CHECK-LABEL: func.func @alltoall_chunks
+// CHECK: hir.for %c = 0 to 2 {
+// CHECK-NEXT: %[[IN:.*]] = hir.chunk %{{.*}} [%c] dim = 0 chunks = 2 : (tensor<2x4x2x2xf32>, index) -> tensor<1x4x2x2xf32>
+// CHECK-NEXT: %[[INV:.*]] = hir.view %[[IN]] : tensor<1x4x2x2xf32> -> tensor<4x2x2xf32>
+// CHECK-NEXT: %[[OUT:.*]] = hir.chunk %{{.*}} [%c] dim = 0 chunks = 2 : (tensor<2x1x8x2xf32>, index) -> tensor<1x1x8x2xf32>
+// CHECK-NEXT: %[[OUTV:.*]] = hir.view %[[OUT]] : tensor<1x1x8x2xf32> -> tensor<4x2x2xf32>
+// CHECK-NEXT: %tok = hir.alltoall %[[INV]], %[[OUTV]] team = [0, 1, 2, 3] backend = nccl {hir.stream = [0 : i64, 2 : i64], hir.reshard = "DIDx->DIDx"} : (tensor<4x2x2xf32>, tensor<4x2x2xf32>) -> !hir.token
+// CHECK-NEXT: hir.wait %tok : !hir.token
+// CHECK-NEXT: }
+func.func @alltoall_chunks(%x: tensor<2x8x8xf32, #fusion.sharding<@tp, [-, DIDx, -]>>) -> tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>> {
+  %0 = fusion.reshape %x : (tensor<2x8x8xf32, #fusion.sharding<@tp, [-, DIDx, -]>>) -> tensor<2x8x4x2xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+  %1 = fusion.permute %0 dims = [0, 2, 1, 3] : (tensor<2x8x4x2xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>) -> tensor<2x4x8x2xf32, #fusion.sharding<@tp, [-, -, DIDx, -]>>
+  %2 = fusion.set %1 : (tensor<2x4x8x2xf32, #fusion.sharding<@tp, [-, -, DIDx, -]>>) -> tensor<2x4x8x2xf32, #fusion.sharding<@tp, [Stream(2), DIDx, -, -]>>
+  %3 = fusion.permute %2 dims = [0, 2, 1, 3] {alloc_order = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x2xf32, #fusion.sharding<@tp, [Stream(2), DIDx, -, -]>>) -> tensor<2x8x4x2xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx, -]>>
+  %y = fusion.reshape %3 : (tensor<2x8x4x2xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx, -]>>) -> tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>>
+  func.return %y : tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>>
+}

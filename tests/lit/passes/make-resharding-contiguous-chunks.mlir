@@ -43,3 +43,38 @@ func.func @explicit_allgather_gemm(%x: tensor<2x4x3x16xf32, #fusion.sharding<@tp
   %y = fusion.matmul %x, %w : (tensor<2x4x3x16xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>, tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<2x4x3x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -]>>
   func.return %y : tensor<2x4x3x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -]>>
 }
+
+// GEMM + ReduceScatter in the explicit layout, the Stream split written on
+// the partial product: its chunks have extent 1, so the partial stays
+// row-major ([S, d, m, N], no transpose): the reduce-scatter runs per chunk
+// of the GEMM, dim 1 outermost in each.
+// CHECK-LABEL: func.func @explicit_gemm_reduce_scatter
+// CHECK-NEXT: %p = fusion.matmul %x, %w : {{.*}} -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -], partial = DIDx>>
+// CHECK-NEXT: %y = fusion.set %p : {{.*}} -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+// CHECK-NEXT: func.return
+func.func @explicit_gemm_reduce_scatter(%x: tensor<2x4x4x16xf32, #fusion.sharding<@tp, [-, -, -, DIDx]>>, %w: tensor<16x8xf32, #fusion.sharding<@tp, [DIDx, -]>>)
+    -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>> {
+  %p = fusion.matmul %x, %w : (tensor<2x4x4x16xf32, #fusion.sharding<@tp, [-, -, -, DIDx]>>, tensor<16x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -], partial = DIDx>>
+  %y = fusion.set %p : (tensor<2x4x4x8xf32, #fusion.sharding<@tp, [Stream(2), -, -, -], partial = DIDx>>) -> tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+  func.return %y : tensor<2x4x4x8xf32, #fusion.sharding<@tp, [-, DIDx, -, -]>>
+}
+
+// An alltoall whose result has a Stream split on a third dimension keeps
+// it: the Stream dimension (chunks of extent 1) goes first, then the two
+// dimensions the alltoall exchanges, so that it runs per chunk.
+// CHECK-LABEL: func.func @alltoall_chunks
+// CHECK: %{{.*}} = fusion.permute %{{.*}} dims = [0, 2, 1, 3] : {{.*}} -> tensor<2x4x8x2xf32, #fusion.sharding<@tp, [-, -, DIDx, -]>>
+// CHECK-NEXT: %[[M:.*]] = fusion.set %{{.*}} : {{.*}} -> tensor<2x4x8x2xf32, #fusion.sharding<@tp, [Stream(2), DIDx, -, -]>>
+// CHECK-NEXT: %{{.*}} = fusion.permute %[[M]] dims = [0, 2, 1, 3] {alloc_order = array<i64: 0, 2, 1, 3>} : {{.*}} -> tensor<2x8x4x2xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx, -]>>
+func.func @alltoall_chunks(%x: tensor<2x8x8xf32, #fusion.sharding<@tp, [-, DIDx, -]>>) -> tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>> {
+  %y = fusion.set %x : (tensor<2x8x8xf32, #fusion.sharding<@tp, [-, DIDx, -]>>) -> tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>>
+  func.return %y : tensor<2x8x8xf32, #fusion.sharding<@tp, [Stream(2), -, DIDx]>>
+}
+
+// A Stream split on the dimension the alltoall gathers stays on its result.
+// CHECK-LABEL: func.func @alltoall_gathered_stream
+// CHECK: fusion.set %{{.*}} : {{.*}} -> tensor<4x8x2xf32, #fusion.sharding<@tp, [DIDx, Stream(2), -]>>
+func.func @alltoall_gathered_stream(%x: tensor<8x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x8xf32, #fusion.sharding<@tp, [Stream(2), DIDx]>> {
+  %y = fusion.set %x : (tensor<8x8xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x8xf32, #fusion.sharding<@tp, [Stream(2), DIDx]>>
+  func.return %y : tensor<8x8xf32, #fusion.sharding<@tp, [Stream(2), DIDx]>>
+}
