@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -274,6 +275,10 @@ class AllocOp(HirOp):
     result = result_def(_TENSOR)
 
     assembly_format = "$site attr-dict `:` type($result)"
+
+    SIGNATURE_IGNORES: ClassVar[tuple[str, ...]] = ("site",)
+    """What `verify_` does not read (`fuserc.ir.verify` verifies one op
+    per signature): the site's uniqueness is `verify_sites`, per program."""
 
     def __init__(self, site: str, result_type: TensorType):
         super().__init__(properties={"site": StringAttr(site)}, result_types=[result_type])

@@ -305,6 +305,8 @@ def verify(module: ModuleOp) -> None:
     sites: dict = {}
     verified: set[tuple] = set()
     scopes: dict[Operation | None, Operation | None] = {}
+    types: dict[int, int] = {}
+    numbers: dict[Attribute, int] = {}
     for op in module.walk():
         try:
             if _is_symbol_table(type(op)):
@@ -313,7 +315,7 @@ def verify(module: ModuleOp) -> None:
             if op.regions or op.successors:
                 op.verify(verify_nested_ops=False)
             else:
-                key = _signature(op, scopes)
+                key = _signature(op, scopes, types, numbers)
                 if key not in verified:
                     op.verify(verify_nested_ops=False)
                     verified.add(key)
@@ -337,12 +339,28 @@ def _is_symbol_table(cls: type[Operation]) -> bool:
     return known
 
 
-def _signature(op: Operation, scopes: dict[Operation | None, Operation | None]) -> tuple:
+def _signature(
+    op: Operation,
+    scopes: dict[Operation | None, Operation | None],
+    types: dict[int, int],
+    numbers: dict[Attribute, int],
+) -> tuple:
     """What the verifier of an op without regions reads: its class, types,
-    properties and attributes, what defines each operand (an op or a block
-    argument), its parent's kind, whether it ends its block, and the
-    symbol table its symbols (meshes) resolve in (`scopes`: op -> its
-    nearest enclosing symbol table, filled as met)."""
+    properties and attributes (but those its class lists in
+    `SIGNATURE_IGNORES`, checked elsewhere), what defines each operand (an
+    op or a block argument), its parent's kind, whether it ends its block,
+    and the symbol table its symbols (meshes) resolve in. `scopes` (op ->
+    its nearest enclosing symbol table), `types` (id of a type object ->
+    its number) and `numbers` (type -> number) are filled as met: a type
+    object is hashed once per verification (the IR keeps it alive, so its
+    id stays its own)."""
+
+    def number(t: Attribute) -> int:
+        n = types.get(id(t))
+        if n is None:
+            n = types[id(t)] = numbers.setdefault(t, len(numbers))
+        return n
+
     parent = op.parent_op()
     if parent not in scopes:
         scope = parent
@@ -351,12 +369,13 @@ def _signature(op: Operation, scopes: dict[Operation | None, Operation | None]) 
         scopes[parent] = scope
     scope = scopes[parent]
     block = op.parent
+    ignored = getattr(op, "SIGNATURE_IGNORES", ())
     return (
         type(op),
-        tuple(v.type for v in op.operands),
+        tuple(number(v.type) for v in op.operands),
         tuple(type(v.owner) for v in op.operands),
-        tuple(r.type for r in op.results),
-        tuple(op.properties.items()),
+        tuple(number(r.type) for r in op.results),
+        tuple(kv for kv in op.properties.items() if kv[0] not in ignored),
         tuple(op.attributes.items()),
         type(parent),
         block is not None and block.last_op is op,
