@@ -87,10 +87,20 @@ class _LocatingParser(Parser):
         self._filename = filename
         self._op_start: Span = self._current_token.span
         self._types: dict[str, TypeAttribute] = {}
+        self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
-        loc = span.get_location()
-        return FileLineColLoc(StringAttr(self._filename), IntAttr(loc.line), IntAttr(loc.col))
+        """file:line:col of `span`, counting newlines from the last op's line
+        (ops come in order; xDSL's `get_location` counts from the start of
+        the input each time, quadratic in the input's length)."""
+        content = span.input.content
+        line_start = span.input.get_start_of_line(span.start)
+        if line_start < self._line_start:
+            self._line_start, self._line = 0, 0
+        self._line += content.count("\n", self._line_start, line_start)
+        self._line_start = line_start
+        line = self._line + 1 + span.line_offset
+        return FileLineColLoc(StringAttr(self._filename), IntAttr(line), IntAttr(span.start - line_start + 1))
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         start = self._current_token.span
@@ -296,7 +306,7 @@ def verify(module: ModuleOp) -> None:
     """Verify every op; the first failure becomes a Diagnostic at its op.
 
     Programs repeat their ops (layer after layer, chunk after chunk): an op
-    without regions or successors is verified once per `_signature`, the
+    without regions or successors is verified once per signature (`_Signatures`), the
     inputs its verifier reads, so that verifying is linear in the number
     of distinct ops, not a constant factor over every op."""
     from fuserc.dialects.hir import AllocOp
@@ -304,9 +314,7 @@ def verify(module: ModuleOp) -> None:
     order: dict[Block, dict[Operation, int]] = {}
     sites: dict = {}
     verified: set[tuple] = set()
-    scopes: dict[Operation | None, Operation | None] = {}
-    types: dict[int, int] = {}
-    numbers: dict[Attribute, int] = {}
+    signature = _Signatures()
     for op in module.walk():
         try:
             if _is_symbol_table(type(op)):
@@ -315,7 +323,7 @@ def verify(module: ModuleOp) -> None:
             if op.regions or op.successors:
                 op.verify(verify_nested_ops=False)
             else:
-                key = _signature(op, scopes, types, numbers)
+                key = signature(op)
                 if key not in verified:
                     op.verify(verify_nested_ops=False)
                     verified.add(key)
@@ -339,48 +347,55 @@ def _is_symbol_table(cls: type[Operation]) -> bool:
     return known
 
 
-def _signature(
-    op: Operation,
-    scopes: dict[Operation | None, Operation | None],
-    types: dict[int, int],
-    numbers: dict[Attribute, int],
-) -> tuple:
-    """What the verifier of an op without regions reads: its class, types,
-    properties and attributes (but those its class lists in
-    `SIGNATURE_IGNORES`, checked elsewhere), what defines each operand (an
-    op or a block argument), its parent's kind, whether it ends its block,
-    and the symbol table its symbols (meshes) resolve in. `scopes` (op ->
-    its nearest enclosing symbol table), `types` (id of a type object ->
-    its number) and `numbers` (type -> number) are filled as met: a type
-    object is hashed once per verification (the IR keeps it alive, so its
-    id stays its own)."""
+class _Signatures:
+    """The signature of an op without regions: what its verifier reads
+    (its class, types, properties and attributes but those its class lists
+    in `SIGNATURE_IGNORES`, checked elsewhere; what defines each operand,
+    an op or a block argument; its parent's kind; whether it ends its
+    block; the symbol table its symbols, meshes, resolve in). Attributes
+    are numbered by value, each object once (the IR keeps it alive during
+    a verification, so its id stays its own): a type shared by many values
+    is hashed once."""
 
-    def number(t: Attribute) -> int:
-        n = types.get(id(t))
+    def __init__(self) -> None:
+        self.scopes: dict[Operation | None, Operation | None] = {}
+        self.ids: dict[int, int] = {}
+        self.numbers: dict[Attribute, int] = {}
+
+    def number(self, a: Attribute) -> int:
+        n = self.ids.get(id(a))
         if n is None:
-            n = types[id(t)] = numbers.setdefault(t, len(numbers))
+            n = self.ids[id(a)] = self.numbers.setdefault(a, len(self.numbers))
         return n
 
-    parent = op.parent_op()
-    if parent not in scopes:
-        scope = parent
-        while scope is not None and not _is_symbol_table(type(scope)):
-            scope = scope.parent_op()
-        scopes[parent] = scope
-    scope = scopes[parent]
-    block = op.parent
-    ignored = getattr(op, "SIGNATURE_IGNORES", ())
-    return (
-        type(op),
-        tuple(number(v.type) for v in op.operands),
-        tuple(type(v.owner) for v in op.operands),
-        tuple(number(r.type) for r in op.results),
-        tuple(kv for kv in op.properties.items() if kv[0] not in ignored),
-        tuple(op.attributes.items()),
-        type(parent),
-        block is not None and block.last_op is op,
-        scope,
-    )
+    def scope(self, parent: Operation | None) -> Operation | None:
+        if parent not in self.scopes:
+            scope = parent
+            while scope is not None and not _is_symbol_table(type(scope)):
+                scope = scope.parent_op()
+            self.scopes[parent] = scope
+        return self.scopes[parent]
+
+    def __call__(self, op: Operation) -> tuple:
+        number = self.number
+        cls = type(op)
+        ignored = getattr(cls, "SIGNATURE_IGNORES", ())
+        key: list = [cls]
+        for v in op.operands:
+            key += (number(v.type), type(v.owner))
+        key.append(None)
+        key += [number(r.type) for r in op.results]
+        key.append(None)
+        for name, value in op.properties.items():
+            if name not in ignored:
+                key += (name, number(value))
+        key.append(None)
+        for name, value in op.attributes.items():
+            key += (name, number(value))
+        parent = op.parent_op()
+        block = op.parent
+        key += (type(parent), block is not None and block.last_op is op, self.scope(parent))
+        return tuple(key)
 
 
 def _verify_defined_before_use(op: Operation, order: dict[Block, dict[Operation, int]]) -> None:
