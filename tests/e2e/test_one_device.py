@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import BACKEND, MPI_ENV, mpirun, ok, with_backend
+from harness import BACKEND, MPI_ENV, mpirun, mpirun_python, ok, with_backend
 
 PROGRAM = """func.func @main(%x: tensor<8x12xf32>, %w: tensor<12x16xf32>) -> (tensor<8x16xf32>, tensor<8xf32>) {
   %y = fusion.matmul %x, %w : (tensor<8x12xf32>, tensor<12x16xf32>) -> tensor<8x16xf32>
@@ -103,3 +103,27 @@ def test_python_api_without_a_mesh() -> None:
         assert len(got) == 2
         for a, b in zip(got, want):
             np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5)
+
+
+API_SCRIPT = """import sys
+import numpy as np
+from fuserc.api import FusionDefinition
+from fuserc.runtime.mpi_env import mpi_env
+
+fd = FusionDefinition()
+x = fd.define_tensor([8, 12], "f32")
+w = fd.define_tensor([12, 16], "f32")
+fd.add_output(fd.ops.gelu(fd.ops.matmul(x, w)))
+out = fd.compile(backend=sys.argv[1]).execute([np.load(sys.argv[2]), np.load(sys.argv[3])])
+np.save(sys.argv[4] + f"/rank{mpi_env().rank}.npy", np.asarray(out[0]))
+"""
+
+
+def test_python_api_without_a_mesh_on_two_ranks(tmp_path: Path) -> None:
+    """Under `mpiexec -n 2`, rank 0 computes and both ranks get the result."""
+    _, inputs = _files(tmp_path)
+    script = tmp_path / "api.py"
+    script.write_text(API_SCRIPT)
+    ok(mpirun_python(2, script, [BACKEND, inputs[1], inputs[3], str(tmp_path)]))
+    for rank in (0, 1):
+        np.testing.assert_allclose(np.load(tmp_path / f"rank{rank}.npy"), _expected()[0], rtol=1e-4, atol=1e-5)
