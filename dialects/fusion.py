@@ -12,6 +12,8 @@ reference evaluator and the passes.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import weakref
 from collections.abc import Sequence
@@ -165,9 +167,18 @@ def sharding_of(value_or_type: SSAValue | Attribute) -> Sharding | None:
 
 
 def with_sharding(t: TensorType, sharding: Sharding | None) -> TensorType:
-    """`t` with its encoding replaced (None removes it)."""
+    """`t` with its encoding replaced (None removes it). Equal requests
+    give the same (immutable) type object: a program's values share a few
+    types, and the verifier and the passes' caches compare them often."""
+    return tensor_type(t.element_type, tuple(t.get_shape()), sharding)
+
+
+@functools.lru_cache(maxsize=4096)
+def tensor_type(element_type: Attribute, shape: tuple[int, ...], sharding: Sharding | None = None) -> TensorType:
+    """The tensor type of that element type, shape and sharding (None: no
+    encoding), one object per distinct request (`with_sharding`)."""
     enc: Attribute = ShardingAttr.get(sharding) if sharding is not None else NoneAttr()
-    return TensorType(t.element_type, t.get_shape(), enc)
+    return TensorType(element_type, shape, enc)
 
 
 # --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ for the evaluator and the passes, and has a builder taking those values.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -25,6 +26,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    i32,
     i64,
 )
 from xdsl.dialects.func import FuncOp
@@ -260,6 +262,25 @@ class HirOp(IRDLOperation):
     def verify_op(self) -> None:
         """Op-specific checks (after the buffer checks)."""
 
+    def _init(
+        self,
+        operands: Sequence[SSAValue | Operation] = (),
+        result_types: Sequence[Attribute] = (),
+        properties: dict[str, Attribute] | None = None,
+        regions: Sequence[Region] = (),
+    ) -> None:
+        """The op from its flat operands, results, properties and regions,
+        without IRDL's builder (which groups and checks each argument
+        against the definition: most of the cost of making an op, and a
+        host program has thousands). The verifier checks them instead."""
+        Operation.__init__(
+            self,
+            operands=[SSAValue.get(v) for v in operands],
+            result_types=result_types,
+            properties=properties or {},
+            regions=regions,
+        )
+
 
 # --------------------------------------------------------------------------
 # Allocation
@@ -277,8 +298,12 @@ class AllocOp(HirOp):
 
     assembly_format = "$site attr-dict `:` type($result)"
 
+    SIGNATURE_IGNORES: ClassVar[tuple[str, ...]] = ("site",)
+    """What `verify_` does not read (`fuserc.ir.verify` verifies one op
+    per signature): the site's uniqueness is `verify_sites`, per program."""
+
     def __init__(self, site: str, result_type: TensorType):
-        super().__init__(properties={"site": StringAttr(site)}, result_types=[result_type])
+        self._init(result_types=[result_type], properties={"site": StringAttr(site)})
 
     @property
     def site(self) -> str:
@@ -311,7 +336,7 @@ class DeallocOp(HirOp):
     assembly_format = "$buffer attr-dict `:` type($buffer)"
 
     def __init__(self, buffer: SSAValue | Operation):
-        super().__init__(operands=[buffer])
+        self._init(operands=[buffer])
 
     def verify_op(self) -> None:
         if not isinstance(self.buffer.owner, (AllocOp, IfRankOp)):
@@ -339,7 +364,14 @@ class YieldOp(HirOp):
     assembly_format = "attr-dict ($values^ `:` type($values))?"
 
     def __init__(self, *values: SSAValue | Operation):
-        super().__init__(operands=[list(values)])
+        self._init(operands=values)
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_sizes(*sizes: int) -> DenseArrayBase:
+    """The operand segment sizes of an op with variadic operands (one
+    attribute per count: building one is slow)."""
+    return DenseArrayBase.from_list(i32, sizes)
 
 
 def _single_block(body: Region | Block | None, arg_types: Sequence[Attribute]) -> Region:
@@ -1042,7 +1074,7 @@ class WaitOp(HirOp):
     assembly_format = "$token attr-dict `:` type($token)"
 
     def __init__(self, token: SSAValue | Operation):
-        super().__init__(operands=[token])
+        self._init(operands=[token])
 
 
 # --------------------------------------------------------------------------
@@ -1154,7 +1186,7 @@ class ViewOp(HirOp):
         src = SSAValue.get(source)
         t = src.type
         assert isinstance(t, TensorType)
-        super().__init__(operands=[src], result_types=[TensorType(t.element_type, shape)])
+        self._init(operands=[src], result_types=[TensorType(t.element_type, shape)])
 
     def verify_op(self) -> None:
         a, b = shape_of(self.source), shape_of(self.result)
@@ -1355,7 +1387,8 @@ class LaunchOp(HirOp):
         caller adds the fusion ops and the hir.yield."""
         ins_v = [SSAValue.get(v) for v in ins]
         region = _single_block(body, [v.type for v in ins_v])
-        super().__init__(operands=[ins_v, list(outs)], regions=[region])
+        sizes = {AttrSizedOperandSegments.attribute_name: _segment_sizes(len(ins_v), len(outs))}
+        self._init(operands=[*ins_v, *outs], properties=sizes, regions=[region])
 
     def verify_op(self) -> None:
         from fuserc.dialects.fusion import TENSOR_OPS

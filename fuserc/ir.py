@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterator, Mapping
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Block, Operation, OpResult
+from xdsl.ir import Attribute, Block, Operation, OpResult, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import SymbolTable
@@ -54,6 +54,27 @@ class _Lexer(MLIRLexer):
     _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
 
 
+_ANGLES = re.compile(r'[<>"]')
+
+
+def _bracket_end(text: str, pos: int) -> int | None:
+    """The index after the `>` closing the `<` at `pos` (spaces before it
+    allowed); None when there is none or a string comes first."""
+    while pos < len(text) and text[pos] in " \t":
+        pos += 1
+    if pos >= len(text) or text[pos] != "<":
+        return None
+    depth = 0
+    for m in _ANGLES.finditer(text, pos):
+        ch = m.group(0)
+        if ch == '"':
+            return None
+        depth += 1 if ch == "<" else -1
+        if depth == 0:
+            return m.end()
+    return None
+
+
 class _LocatingParser(Parser):
     """xDSL's parser, also recording each op's file:line:col (xDSL keeps
     locations only where the text spells `loc(...)`), reading an input with
@@ -65,10 +86,21 @@ class _LocatingParser(Parser):
         self._parser_state = ParserState(_Lexer(Input(text, filename)))
         self._filename = filename
         self._op_start: Span = self._current_token.span
+        self._types: dict[str, TypeAttribute] = {}
+        self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
-        loc = span.get_location()
-        return FileLineColLoc(StringAttr(self._filename), IntAttr(loc.line), IntAttr(loc.col))
+        """file:line:col of `span`, counting newlines from the last op's line
+        (ops come in order; xDSL's `get_location` counts from the start of
+        the input each time, quadratic in the input's length)."""
+        content = span.input.content
+        line_start = span.input.get_start_of_line(span.start)
+        if line_start < self._line_start:
+            self._line_start, self._line = 0, 0
+        self._line += content.count("\n", self._line_start, line_start)
+        self._line_start = line_start
+        line = self._line + 1 + span.line_offset
+        return FileLineColLoc(StringAttr(self._filename), IntAttr(line), IntAttr(span.start - line_start + 1))
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         start = self._current_token.span
@@ -113,6 +145,29 @@ class _LocatingParser(Parser):
         if found is None:
             self.raise_error(f"Operation {name} is not registered", self._op_start)
         return found
+
+    def parse_optional_type(self) -> TypeAttribute | None:
+        """xDSL's, reading each distinct `tensor<...>` text once: programs
+        repeat a few tensor types on every op, and building one (its
+        sharding attribute, its shape) costs far more than a lookup. A type
+        holding a string is always parsed (brackets inside quotes)."""
+        token = self._current_token
+        if token.kind != MLIRTokenKind.BARE_IDENT or token.text != "tensor":
+            return super().parse_optional_type()
+        content = self.lexer.input.content
+        end = _bracket_end(content, token.span.end)
+        if end is None:
+            return super().parse_optional_type()
+        key = content[token.span.start : end]
+        known = self._types.get(key)
+        if known is not None:
+            self._resume_from(end)
+            return known
+        parsed = super().parse_optional_type()
+        after = self._current_token.span.start
+        if parsed is not None and after >= end and not content[end:after].strip():
+            self._types[key] = parsed
+        return parsed
 
     def parse_dimension_list(self) -> list[int]:
         """xDSL's, in time linear in the number of dimensions: a run of
@@ -248,23 +303,99 @@ def split_input(text: str) -> Iterator[tuple[int, str]]:
 
 
 def verify(module: ModuleOp) -> None:
-    """Verify every op; the first failure becomes a Diagnostic at its op."""
+    """Verify every op; the first failure becomes a Diagnostic at its op.
+
+    Programs repeat their ops (layer after layer, chunk after chunk): an op
+    without regions or successors is verified once per signature (`_Signatures`), the
+    inputs its verifier reads, so that verifying is linear in the number
+    of distinct ops, not a constant factor over every op."""
     from fuserc.dialects.hir import AllocOp
 
     order: dict[Block, dict[Operation, int]] = {}
     sites: dict = {}
+    verified: set[tuple] = set()
+    signature = _Signatures()
     for op in module.walk():
         try:
-            if op.has_trait(SymbolTable):
+            if _is_symbol_table(type(op)):
                 _verify_unique_symbols(op)
             _verify_defined_before_use(op, order)
-            op.verify(verify_nested_ops=False)
+            if op.regions or op.successors:
+                op.verify(verify_nested_ops=False)
+            else:
+                key = signature(op)
+                if key not in verified:
+                    op.verify(verify_nested_ops=False)
+                    verified.add(key)
             if isinstance(op, AllocOp):
                 op.verify_sites(sites)
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
+
+
+_SYMBOL_TABLES: dict[type[Operation], bool] = {}
+
+
+def _is_symbol_table(cls: type[Operation]) -> bool:
+    """Whether ops of `cls` are symbol tables (xDSL's trait lookup, once
+    per class)."""
+    known = _SYMBOL_TABLES.get(cls)
+    if known is None:
+        known = _SYMBOL_TABLES[cls] = cls.has_trait(SymbolTable)
+    return known
+
+
+class _Signatures:
+    """The signature of an op without regions: what its verifier reads
+    (its class, types, properties and attributes but those its class lists
+    in `SIGNATURE_IGNORES`, checked elsewhere; what defines each operand,
+    an op or a block argument; its parent's kind; whether it ends its
+    block; the symbol table its symbols, meshes, resolve in). Attributes
+    are numbered by value, each object once (the IR keeps it alive during
+    a verification, so its id stays its own): a type shared by many values
+    is hashed once."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[Operation | None, Operation | None] = {}
+        self.ids: dict[int, int] = {}
+        self.numbers: dict[Attribute, int] = {}
+
+    def number(self, a: Attribute) -> int:
+        n = self.ids.get(id(a))
+        if n is None:
+            n = self.ids[id(a)] = self.numbers.setdefault(a, len(self.numbers))
+        return n
+
+    def scope(self, parent: Operation | None) -> Operation | None:
+        if parent not in self.scopes:
+            scope = parent
+            while scope is not None and not _is_symbol_table(type(scope)):
+                scope = scope.parent_op()
+            self.scopes[parent] = scope
+        return self.scopes[parent]
+
+    def __call__(self, op: Operation) -> tuple:
+        number = self.number
+        cls = type(op)
+        ignored = getattr(cls, "SIGNATURE_IGNORES", ())
+        key: list = [cls]
+        for v in op.operands:
+            key += (number(v.type), type(v.owner))
+        key.append(None)
+        key += [number(r.type) for r in op.results]
+        key.append(None)
+        for name, value in op.properties.items():
+            if name not in ignored:
+                key += (name, number(value))
+        key.append(None)
+        for name, value in op.attributes.items():
+            key += (name, number(value))
+        parent = op.parent_op()
+        block = op.parent
+        key += (type(parent), block is not None and block.last_op is op, self.scope(parent))
+        return tuple(key)
 
 
 def _verify_defined_before_use(op: Operation, order: dict[Block, dict[Operation, int]]) -> None:
@@ -316,8 +447,37 @@ def _verify_func_signature(func: FuncOp) -> None:
     verify_sharding_types(func, [*ftype.inputs.data, *ftype.outputs.data])
 
 
+class _Printer(Printer):
+    """xDSL's printer, printing each distinct tensor type once (programs
+    repeat a few types on every op) and writing text without newlines
+    straight to the stream."""
+
+    def __init__(self, stream: io.StringIO, generic: bool) -> None:
+        super().__init__(stream=stream, print_generic_format=generic)
+        self._types: dict[TensorType, str] = {}
+
+    def print_string(self, text: str, *, indent: int | None = None) -> None:
+        if "\n" in text:
+            super().print_string(text, indent=indent)
+            return
+        self._current_column += len(text)
+        assert self.stream is not None
+        self.stream.write(text)
+
+    def print_attribute(self, attribute: Attribute) -> None:
+        if not isinstance(attribute, TensorType):
+            super().print_attribute(attribute)
+            return
+        text = self._types.get(attribute)
+        if text is None:
+            out = io.StringIO()
+            Printer(stream=out).print_attribute(attribute)
+            text = self._types[attribute] = out.getvalue()
+        self.print_string(text)
+
+
 def to_text(op: Operation, generic: bool = False) -> str:
     out = io.StringIO()
-    printer = Printer(stream=out, print_generic_format=generic)
+    printer = _Printer(out, generic)
     printer.print_op(op)
     return out.getvalue().rstrip("\n") + "\n"

@@ -83,7 +83,7 @@ from fuserc.passes.reshard_util import (
 )
 from fuserc.passes.stream_sites import STREAM_ATTR
 from fuserc.sharding import Mesh, Sharding
-from fuserc.dialects.fusion import element_type_of, shape_of
+from fuserc.dialects.fusion import element_type_of, shape_of, tensor_type
 
 if TYPE_CHECKING:
     from fuserc.passes.lower_to_host_ir import Emitter
@@ -103,14 +103,14 @@ class ReshardError(Exception):
 
 
 def reshape_op(x: SSAValue, shape: Sequence[int]) -> Operation:
-    return ReshapeOp.create(operands=[x], result_types=[TensorType(element_type_of(x), list(shape))])
+    return ReshapeOp.create(operands=[x], result_types=[tensor_type(element_type_of(x), tuple(shape))])
 
 
 def permute_op(x: SSAValue, perm: Sequence[int]) -> Operation:
     shape = shape_of(x)
     return PermuteOp.create(
         operands=[x],
-        result_types=[TensorType(element_type_of(x), [shape[d] for d in perm])],
+        result_types=[tensor_type(element_type_of(x), tuple(shape[d] for d in perm))],
         properties={"dims": hir.int_array(perm)},
     )
 

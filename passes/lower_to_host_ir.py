@@ -73,6 +73,7 @@ from fuserc.dialects.fusion import (
     shape_of,
     sharding_of,
     SliceOp,
+    tensor_type,
 )
 from fuserc.passes import lower_reshard
 from fuserc.passes.lower_reshard import permute_op
@@ -131,7 +132,7 @@ class Emitter:
     ) -> SSAValue:
         """A buffer made on `tag`'s ranks and given back on `owner`'s (default:
         the same ranks) after its last use."""
-        op = self.emit(hir.AllocOp(site, TensorType(elem, list(shape))), tag)
+        op = self.emit(hir.AllocOp(site, tensor_type(elem, tuple(shape))), tag)
         value = op.results[0]
         self.owner[value] = tag if owner is None else owner
         return value
@@ -238,7 +239,7 @@ def local_type(t: TensorType, mesh: Mesh) -> TensorType:
     """The type of the block a device of the tensor's mesh holds."""
     s = sharding_of(t)
     assert s is not None
-    return TensorType(t.element_type, list(s.local_shape(t.get_shape(), mesh)))
+    return tensor_type(t.element_type, tuple(s.local_shape(t.get_shape(), mesh)))
 
 
 def order_of(value: SSAValue) -> tuple[int, ...]:
@@ -439,7 +440,7 @@ class _FunctionLowering:
         """The local block in the buffer's memory order."""
         lt = self.local(op, value)
         shape = lt.get_shape()
-        return TensorType(lt.element_type, [shape[d] for d in order_of(value)])
+        return tensor_type(lt.element_type, tuple(shape[d] for d in order_of(value)))
 
     def result_buffer(self, op: Operation, index: int, tag: tuple[int, ...]) -> SSAValue:
         bt = self.buffer_type(op, op.results[0])

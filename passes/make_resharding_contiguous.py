@@ -91,6 +91,7 @@ from fuserc.dialects.fusion import (
     shape_of,
     sharding_of,
     ShardingAttr,
+    tensor_type,
     with_sharding,
 )
 from fuserc.passes import sharding_rules as rules
@@ -134,7 +135,7 @@ class MakeReshardingContiguous(ModulePass):
             if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
                 continue
             _require_shardings(func)
-            _expand_nonlocal(func, meshes)
+            _expand_nonlocal(func, meshes, resharding)
             _Decomposer(meshes, resharding).run(func)
             _share_equal_sets(func)
             _split_multi_step_sets(func, meshes)
@@ -196,7 +197,7 @@ def _ints(values: tuple[int, ...] | list[int]) -> ArrayAttr:
 
 
 def _typed(elem, shape: Shape, sharding: Sharding) -> TensorType:
-    return with_sharding(TensorType(elem, list(shape)), sharding)
+    return tensor_type(elem, tuple(shape), sharding)
 
 
 def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
@@ -238,7 +239,7 @@ _MAX_EXPANSION_ROUNDS = 8
 each round expands what the last one made."""
 
 
-def _expand_nonlocal(func: FuncOp, meshes: Meshes) -> None:
+def _expand_nonlocal(func: FuncOp, meshes: Meshes, resharding: Resharding) -> None:
     """Replace each resharding op that has an expanded form for its
     operands' shardings (`FusionOp.expand`: a layer_norm over a split hidden
     dimension, a linear with a bias and a split contraction, a cross_entropy
@@ -251,7 +252,7 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes) -> None:
     for _ in range(_MAX_EXPANSION_ROUNDS):
         expanded = False
         for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
-            if any(sharding_of(v) is None for v in (*op.operands, *op.results)) or not rules.is_resharding(op):
+            if any(sharding_of(v) is None for v in (*op.operands, *op.results)) or not resharding(op):
                 continue
             if 0 in shape_of(op.results[0]):  # nothing to compute: no statistics (no max of nothing)
                 expanded |= _empty_as_set(op)

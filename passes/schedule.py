@@ -84,46 +84,47 @@ def _wait_of(comm: Operation, block: Block) -> hir.WaitOp | None:
 
 
 def overlap_collectives(block: Block) -> int:
-    """Schedule the collectives of `block` (module docstring); how many moved."""
+    """Schedule the collectives of `block` (module docstring); how many moved.
+    Each one walks its neighbours through the block's links, so the cost is
+    the size of its window, not of the block."""
     moved = 0
+    last = block.last_op
     for comm in [o for o in block.ops if isinstance(o, SCHEDULED)]:
         wait = _wait_of(comm, block)
         if wait is None:
             continue
         buffers = {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
-        ops = list(block.ops)
-        at = ops.index(comm)
         allocs = [v.owner for v in comm.operands if isinstance(v.owner, hir.AllocOp) and v.owner.parent_block() is block]
         needed = _definitions(comm, block)
-        start = at
-        while start > 0:
-            prev = ops[start - 1]
-            if prev in allocs:  # moves with the collective
-                start -= 1
-                continue
-            if prev in needed or _touched(prev) & buffers or _communicates(prev):
+        before: list[Operation] = []  # the ops the collective moves above, nearest first
+        prev = comm.prev_op
+        while prev is not None:
+            if prev not in allocs and (prev in needed or _touched(prev) & buffers or _communicates(prev)):
                 break
-            start -= 1
-        end = ops.index(wait) + 1
-        last = block.last_op
-        while end < len(ops) and ops[end] is not last and not (_touched(ops[end]) & buffers) and not _communicates(ops[end]):
-            end += 1
-        passed = [o for o in ops[start:at] if o not in allocs]
-        beside = passed + ops[ops.index(wait) + 1 : end]
-        if not any(_computes(o) for o in beside):
+            before.append(prev)
+            prev = prev.prev_op
+        before.reverse()
+        after: list[Operation] = []  # the ops its wait moves below
+        nxt = wait.next_op
+        while nxt is not None and nxt is not last and not (_touched(nxt) & buffers) and not _communicates(nxt):
+            after.append(nxt)
+            nxt = nxt.next_op
+        passed = [o for o in before if o not in allocs]
+        if nxt is None or not any(_computes(o) for o in passed + after):
             continue  # nothing to overlap with
-        _move(comm, wait, allocs, passed[0] if passed else comm, ops, end)
+        anchor = passed[0] if passed else comm
+        lifted = before[before.index(anchor) + 1 :] if passed else []
+        _move(comm, wait, [a for a in dict.fromkeys(allocs) if a in lifted], anchor, nxt)
         moved += 1
     return moved
 
 
-def _move(comm: Operation, wait: Operation, allocs: list[Operation], anchor: Operation, ops: list[Operation], end: int) -> None:
-    """The collective (on the worker stream, its output allocated first)
-    before `anchor`, its wait before ops[end]."""
-    for a in allocs:
-        if ops.index(a) > ops.index(anchor):  # an allocation the collective moves above
-            a.detach()
-            Rewriter.insert_op(a, InsertPoint.before(anchor))
+def _move(comm: Operation, wait: Operation, lifted: list[Operation], anchor: Operation, end: Operation) -> None:
+    """The collective (on the worker stream, its output allocations
+    `lifted` first) before `anchor`, its wait before `end`."""
+    for a in lifted:  # allocations the collective moves above
+        a.detach()
+        Rewriter.insert_op(a, InsertPoint.before(anchor))
     main = hir.GetCurrentStreamOp()
     ready = hir.RecordEventOp()
     index = hir.ConstantOp(0)
@@ -134,4 +135,4 @@ def _move(comm: Operation, wait: Operation, allocs: list[Operation], anchor: Ope
         Rewriter.insert_op(comm, InsertPoint.before(anchor))
     Rewriter.insert_op(hir.SetCurrentStreamOp(main), InsertPoint.after(comm))
     wait.detach()
-    Rewriter.insert_op(wait, InsertPoint.before(ops[end]))
+    Rewriter.insert_op(wait, InsertPoint.before(end))
