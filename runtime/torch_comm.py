@@ -12,6 +12,7 @@ allreduce of which each rank keeps its block.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import socket
@@ -234,7 +235,33 @@ class TorchComm:
 
         ranks = [self._g(r) for r in team] if self.group is not None else list(team)
         group = dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
+        _GROUPS.append(group)
         return TorchComm(ranks, group) if dist.get_rank() in ranks else None
+
+
+_GROUPS: list[Any] = []
+"""The gloo groups fuserc made (destroyed at exit: `_shutdown`)."""
+_OWN_WORLD = False
+
+
+def _shutdown() -> None:
+    """At exit, before the interpreter tears down: the process groups fuserc
+    made are destroyed (the world too when fuserc made it). gloo's threads
+    still running at exit end the process in std::terminate (SIGABRT) after
+    a run that succeeded."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    try:
+        if _OWN_WORLD:
+            dist.destroy_process_group()
+        else:
+            for group in _GROUPS:
+                dist.destroy_process_group(group)
+    except Exception:  # noqa: BLE001 - at exit, a group already destroyed by the caller is fine
+        pass
+    _GROUPS.clear()
 
 
 def init_world() -> TorchComm:
@@ -242,15 +269,20 @@ def init_world() -> TorchComm:
     cuda backend talks NCCL through CuPy, not through this group)."""
     import torch.distributed as dist
 
+    global _OWN_WORLD
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=timeout)
+        _OWN_WORLD = True
+    atexit.register(_shutdown)
     size = dist.get_world_size()
     if dist.get_backend() == "gloo":
         return TorchComm(range(size))
     # the user's training script made an NCCL world: fuserc's host-side
     # messages (NumPy buffers, objects) need a gloo group of the same ranks
-    return TorchComm(range(size), dist.new_group(list(range(size)), backend="gloo", timeout=timeout))
+    group = dist.new_group(list(range(size)), backend="gloo", timeout=timeout)
+    _GROUPS.append(group)
+    return TorchComm(range(size), group)
 
 
 def host_name() -> str:
