@@ -199,15 +199,16 @@ def _process(
     from fuserc import pipeline as pl
 
     ctx = ir.make_context()
-    module = ir.parse(chunk, name, ctx, meshes)
-    runner = pl.PassRunner(passes, after)
-    try:
-        runner.run(ctx, module)
-    except DiagnosticException as e:  # xDSL's own failure reports, from a pass
-        raise Diagnostic(str(e)) from None
-    finally:
-        timings.append(runner.timings)
-    return ir.to_text(module, generic)
+    with ir.compiling():
+        module = ir.parse(chunk, name, ctx, meshes)
+        runner = pl.PassRunner(passes, after)
+        try:
+            runner.run(ctx, module)
+        except DiagnosticException as e:  # xDSL's own failure reports, from a pass
+            raise Diagnostic(str(e)) from None
+        finally:
+            timings.append(runner.timings)
+        return ir.to_text(module, generic)
 
 
 def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:

@@ -80,19 +80,20 @@ def compile_module(
 
     passes = pl.build(pipeline)
     ctx = ir.make_context()
-    module = ir.parse(text, filename, ctx, meshes)
-    if ranks is not None:
-        _check_meshes_fit(module, ranks)
-    # Passes that derive fusion functions (autodiff) run first: the
-    # reference of `--check` is the derived function, as written by them.
-    derive = next((i for i, p in enumerate(passes) if p.name not in DERIVING), len(passes))
-    runner = pl.PassRunner(passes[:derive])
-    runner.run(ctx, module)
-    source = module.clone()
-    runner.passes = passes[derive:]
-    with job_nodes(nodes):
+    with ir.compiling():
+        module = ir.parse(text, filename, ctx, meshes)
+        if ranks is not None:
+            _check_meshes_fit(module, ranks)
+        # Passes that derive fusion functions (autodiff) run first: the
+        # reference of `--check` is the derived function, as written by them.
+        derive = next((i for i, p in enumerate(passes) if p.name not in DERIVING), len(passes))
+        runner = pl.PassRunner(passes[:derive])
         runner.run(ctx, module)
-    find_host_program(module, entry)
+        source = module.clone()
+        runner.passes = passes[derive:]
+        with job_nodes(nodes):
+            runner.run(ctx, module)
+        find_host_program(module, entry)
     return Compiled(source, module, entry, runner.timings)
 
 
