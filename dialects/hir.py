@@ -1291,6 +1291,11 @@ class LinearOp(HirOp):
             attributes={"activation": StringAttr(activation)} if activation is not None else {},
         )
 
+    @property
+    def activation_name(self) -> str | None:
+        """The epilogue's activation ("gelu_tanh"), None without one."""
+        return self.activation.data if self.activation is not None else None
+
     def verify_op(self) -> None:
         _check_acc(self.acc, self.out)
         if self.activation is not None:

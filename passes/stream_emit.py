@@ -136,8 +136,7 @@ def rebuild(op: Operation, replaced: dict[int, SSAValue], acc: SSAValue | None =
     if isinstance(op, hir.MatmulOp):
         return hir.MatmulOp(ops[0], ops[1], ops[2], acc)
     if isinstance(op, hir.LinearOp):
-        activation = op.activation.data if op.activation is not None else None
-        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None, acc, activation)
+        return hir.LinearOp(ops[0], ops[1], ops[-1], ops[2] if len(ops) == 4 else None, acc, op.activation_name)
     assert isinstance(op, hir.CopyOp) and acc is None
     return hir.CopyOp(*ops)
 

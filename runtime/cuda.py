@@ -46,6 +46,7 @@ from fuserc.runtime.cuda_comm import (
     disable_multicast,
     nbytes,
 )
+from fuserc.runtime.cuda_regions import kernels_mode
 from fuserc.runtime.mpi_env import MpiEnv
 
 disable_multicast()
@@ -139,7 +140,7 @@ class CudaBackend(Backend):
         self._blockers: list[str] = []  # what in this run a graph could not repeat
         self._capturing = False
         self._caller: Any = None  # torch's stream of the caller of the run under way (enter_caller)
-        self.kernels = _kernels()
+        self.kernels = kernels_mode()
 
     def _new_stream(self, name: str) -> CudaStream:
         import cupy
@@ -304,6 +305,7 @@ class CudaBackend(Backend):
     ) -> None:
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
+
         self._begin()
         if self.kernels == "inductor" and self._generated(body, ins, outs, contexts):
             self.fused_launches += 1
@@ -727,20 +729,6 @@ class CudaBackend(Backend):
 
         cupy.cuda.runtime.deviceSynchronize()
         self.comms.close()
-
-
-def _kernels() -> str:
-    """How `hir.launch` regions run: Inductor's generated kernels where
-    Triton is installed (runtime/cuda_regions.py), else CuPy's."""
-    from fuserc.runtime.cuda_regions import kernels_mode
-
-    mode = kernels_mode()
-    if mode == "inductor":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "cupy"
-    return mode
 
 
 def _graphs_unavailable() -> str | None:

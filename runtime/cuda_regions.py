@@ -35,16 +35,22 @@ KERNELS_ENV = "FUSERC_KERNELS"
 KERNELS = ("inductor", "cupy")
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
-_COMPILED: dict[tuple[int, tuple[Layout, ...]], Callable[..., Any] | None] = {}
-_KEEP: dict[int, Block] = {}  # the regions compiled (their id is the key: kept alive with it)
+_COMPILED: dict[tuple[Block, tuple[Layout, ...]], Callable[..., Any] | None] = {}
 
 
 def kernels_mode() -> str:
+    """How `hir.launch` regions run on cuda: $FUSERC_KERNELS, "inductor" by
+    default, "cupy" where Triton (Inductor's code generator) is missing."""
     mode = os.environ.get(KERNELS_ENV, "inductor")
     if mode not in KERNELS:
         from fuserc.diagnostics import Diagnostic
 
         raise Diagnostic(f"${KERNELS_ENV} must be one of {', '.join(KERNELS)}, got '{mode}'")
+    if mode == "inductor":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "cupy"
     return mode
 
 
@@ -94,7 +100,7 @@ def run_region(
     region has none (its compile failed before, or `compile_now` is False
     and it has not been compiled for this layout: a CUDA graph capture
     cannot compile)."""
-    key = (id(body), tuple(_layout(t) for t in (*ins, *outs)))
+    key = (body, tuple(_layout(t) for t in (*ins, *outs)))
     fn = _COMPILED.get(key, False)
     if fn is False:
         if not compile_now:
@@ -106,7 +112,6 @@ def run_region(
             warnings.warn(f"fuserc: a hir.launch region runs op by op (its kernel did not compile: {e})", stacklevel=2)
             fn = None
         _COMPILED[key] = fn
-        _KEEP[id(body)] = body
         return fn is not None
     if fn is None:
         return False

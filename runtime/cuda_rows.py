@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 from xdsl.ir import Block, BlockArgument
 
+from fuserc.dialects.fusion import FusionOp
+
 MAX_COLS = 16384
 """The longest row a program holds in registers (16 warps, 32 values a thread)."""
 
@@ -84,19 +86,17 @@ def rows(mode: str, x: torch.Tensor, out: torch.Tensor, labels: torch.Tensor | N
 class RowPlan:
     mode: str
     inputs: tuple[int, ...]  # the block arguments the op reads (x, then labels)
-    body: Block  # kept alive: plans are found by id(body)
 
 
-_PLANS: dict[int, RowPlan | None] = {}
+_PLANS: dict[Block, RowPlan | None] = {}
 
 
 def plan_of(body: Block) -> RowPlan | None:
     """The row kernel of a region that is one ROWWISE op along its last dim
     on the region's arguments, yielded as the region's only result."""
-    key = id(body)
-    if key not in _PLANS:
-        _PLANS[key] = _find(body)
-    return _PLANS[key]
+    if body not in _PLANS:
+        _PLANS[body] = _find(body)
+    return _PLANS[body]
 
 
 def _find(body: Block) -> RowPlan | None:
@@ -104,10 +104,10 @@ def _find(body: Block) -> RowPlan | None:
     if len(ops) != 2 or len(ops[1].operands) != 1 or ops[1].operands[0] is not ops[0].results[0]:
         return None
     op: Any = ops[0]
-    mode = op.rowwise() if hasattr(op, "rowwise") else None
+    mode = op.rowwise() if isinstance(op, FusionOp) else None
     if mode is None or not all(isinstance(v, BlockArgument) for v in op.operands):
         return None
-    return RowPlan(mode, tuple(v.index for v in op.operands), body)
+    return RowPlan(mode, tuple(v.index for v in op.operands))
 
 
 def run_rows(body: Block, ins: Any, outs: Any) -> bool:

@@ -1197,7 +1197,7 @@ def _linear(pl: _Planner, op: hir.LinearOp) -> Run:
 
         return run_acc
 
-    activation = op.activation.data if op.activation is not None else None
+    activation = op.activation_name
 
     def run(it: _Interpreter) -> None:
         env = it.env

@@ -540,22 +540,10 @@ class Bench:
         return row
 
     def release(self) -> None:
-        import gc
-
-        gc.collect()
-        if self.cuda:
-            import torch
-
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-        self.comm.Barrier()
+        release(self.comm, self.device if self.cuda else None)
 
     def device_name(self) -> str:
-        if not self.cuda:
-            return "cpu"
-        import torch
-
-        return torch.cuda.get_device_name(self.device)
+        return device_name(self.device if self.cuda else None)
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -599,11 +587,34 @@ def _free_port() -> int:
 VARIANTS = (("gemm", "GEMM alone"), ("fuserc", "fuserc"), ("eager", "eager"), ("async_tp", "async TP"))
 
 
-def _num(v: float | None, fmt: str) -> str:
+def release(comm: Any, device: Any | None) -> None:
+    """Between measurements: garbage freed, the GPU's cached blocks given
+    back (`device`: the rank's GPU, None on the CPU), every rank past it."""
+    import gc
+
+    gc.collect()
+    if device is not None:
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    comm.Barrier()
+
+
+def device_name(device: Any | None) -> str:
+    """The rank's GPU's name ("cpu" for None)."""
+    if device is None:
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(device)
+
+
+def num_text(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
-def _tflops(v: float | None) -> str:
+def tflops_text(v: float | None) -> str:
     """One decimal at GPU scale, three significant digits below 10."""
     return "n/a" if v is None else (f"{v:.1f}" if v >= 10 else f"{v:.3g}")
 
@@ -616,8 +627,8 @@ def line(row: Row) -> str:
         if f.ms is None:
             parts.append(f"{title} n/a ({f.reason})")
         else:
-            parts.append(f"{title} {f.ms:.3f} ms {_tflops(f.tflops)} TFLOP/s ({_num(f.ratio, '.2f')}x)")
-    err = f"fuserc max rel err {_num(row.fuserc_rel_err, '.2e')}"
+            parts.append(f"{title} {f.ms:.3f} ms {tflops_text(f.tflops)} TFLOP/s ({num_text(f.ratio, '.2f')}x)")
+    err = f"fuserc max rel err {num_text(row.fuserc_rel_err, '.2e')}"
     return f"[{row.pattern} {row.shape} d={row.ranks}] " + " | ".join(parts) + f" | {err} | plan: {row.plan or '-'}"
 
 
@@ -638,8 +649,8 @@ def markdown(rows: Sequence[Row], pattern: str) -> str:
                 notes.setdefault(f"{title}: {f.reason}", "")
                 cells += ["n/a", "n/a"] + ([] if i == 0 else ["n/a"])
             else:
-                cells += [f"{f.ms:.3f}", _tflops(f.tflops)] + ([] if i == 0 else [f"{_num(f.ratio, '.2f')}"])
-        cells += [_num(r.fuserc_rel_err, ".2e"), r.plan or "-"]
+                cells += [f"{f.ms:.3f}", tflops_text(f.tflops)] + ([] if i == 0 else [f"{num_text(f.ratio, '.2f')}"])
+        cells += [num_text(r.fuserc_rel_err, ".2e"), r.plan or "-"]
         out.append("| " + " | ".join(cells) + " |")
     if notes:
         out += [""] + [f"- n/a: {n}" for n in notes]

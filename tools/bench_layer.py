@@ -67,7 +67,6 @@ commands and the tables.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import os
@@ -87,7 +86,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench import MULTICAST_OFF, Figure, agreed, failure_reason, figure, init_torch_distributed  # noqa: E402
+from bench import (  # noqa: E402
+    MULTICAST_OFF,
+    Figure,
+    agreed,
+    device_name,
+    failure_reason,
+    figure,
+    init_torch_distributed,
+    num_text,
+    release,
+    tflops_text,
+)
 from bench_layer_check import WIDER, Check, Outcome, compare, judge, run_once, table  # noqa: E402
 from gpt_layer import WEIGHTS, block, build  # noqa: E402
 
@@ -327,14 +337,10 @@ class Job:
             torch.cuda.synchronize(self.device)
 
     def release(self) -> None:
-        gc.collect()
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
-        self.comm.Barrier()
+        release(self.comm, self.device if self.cuda else None)
 
     def device_name(self) -> str:
-        return torch.cuda.get_device_name(self.device) if self.cuda else "cpu"
+        return device_name(self.device if self.cuda else None)
 
 
 # --------------------------------------------------------------------------
@@ -573,14 +579,6 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
 # --------------------------------------------------------------------------
 
 
-def _num(v: float | None, fmt: str) -> str:
-    return "n/a" if v is None else format(v, fmt)
-
-
-def _tflops(v: float | None) -> str:
-    return "n/a" if v is None else (f"{v:.1f}" if v >= 10 else f"{v:.3g}")
-
-
 def line(res: ShapeResult, row: Row) -> str:
     """One shape and mode on one line (printed as it is measured)."""
     parts = []
@@ -589,8 +587,8 @@ def line(res: ShapeResult, row: Row) -> str:
         if f.ms is None:
             parts.append(f"{title} n/a ({f.reason})")
         else:
-            parts.append(f"{title} {f.ms:.3f} ms {_tflops(f.tflops)} TFLOP/s ({_num(f.ratio, '.2f')} of limit)")
-    sp = ", ".join(f"{t} / fuserc {_num(row.speedup.get(k), '.2f')}" for k, t in VARIANTS[2:])
+            parts.append(f"{title} {f.ms:.3f} ms {tflops_text(f.tflops)} TFLOP/s ({num_text(f.ratio, '.2f')} of limit)")
+    sp = ", ".join(f"{t} / fuserc {num_text(row.speedup.get(k), '.2f')}" for k, t in VARIANTS[2:])
     return f"[hidden {row.hidden} tokens {row.tokens} d={row.ranks} {MODES[row.mode]}] " + " | ".join(parts) + f" | {sp}"
 
 
@@ -609,8 +607,8 @@ def markdown(rows: Sequence[Row], mode: str, dtype: str) -> str:
             f = r.figures[key]
             if f.ms is None:
                 notes[f"{title}: {f.reason}"] = None
-            cells += [_num(f.ms, ".3f"), _tflops(f.tflops)] + ([] if i == 0 else [_num(f.ratio, ".2f")])
-        cells += [_num(r.speedup.get("eager"), ".2f"), _num(r.speedup.get("async_tp"), ".2f")]
+            cells += [num_text(f.ms, ".3f"), tflops_text(f.tflops)] + ([] if i == 0 else [num_text(f.ratio, ".2f")])
+        cells += [num_text(r.speedup.get("eager"), ".2f"), num_text(r.speedup.get("async_tp"), ".2f")]
         out.append("| " + " | ".join(cells) + " |")
     out += [""] + [f"- n/a: {n}" for n in notes] if notes else []
     return "\n".join(out)
