@@ -27,44 +27,45 @@ be tested end to end.
 from __future__ import annotations
 
 import itertools
-import math
-import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, OpResult, Operation, SSAValue
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.traits import SymbolTable
 
-from fuserc.diagnostics import Diagnostic, error_at, location_of
+from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
-from fuserc.dialects.fusion import MeshOp, sharding_of
-from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry
-from fuserc.runtime.backend import Array, Backend, Handle, Team, reduce_op_name
-from fuserc.runtime.graphs import CAPTURE, GRAPH, OPS, REPLAY, Captured, InputKey, Replays
+from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.reference import block_context
+from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry
+from fuserc.runtime.backend import Array, Backend, Handle, Team
+from fuserc.runtime.graphs import (
+    CAPTURE,
+    GRAPH,
+    OPS,
+    REPLAY,
+    Captured,
+    InputKey,
+    Replays,
+)
+from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, InjectedFailure re-exported)
+    FAIL_RANK_ENV,
+    InjectedFailure,
+    Interpreter,
+    Plan,
+    Planner,
+    fail_rank,
+    module_meshes,
+)
+from fuserc.runtime.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
 from fuserc.sharding import Mesh, Sharding
 
-FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
-"""Testing hook: the rank that raises at the first op of a run."""
-
-
 _OWNERS = itertools.count()
-
-
-class InjectedFailure(RuntimeError):
-    """The failure raised on the rank named by FUSERC_FAIL_RANK."""
-
-
-def _fail_rank() -> str | None:
-    """The value of FUSERC_FAIL_RANK now (None when unset): read at every
-    run, since a test may set it after loading a program."""
-    return os.environ.get(FAIL_RANK_ENV)
 
 
 # --------------------------------------------------------------------------
@@ -97,10 +98,6 @@ class ValueSpec:
         return self.mesh.devices if self.mesh is not None else tuple(range(size))
 
 
-def _meshes(module: ModuleOp) -> dict[str, Mesh]:
-    return {op.sym_name.data: op.model for op in module.walk() if isinstance(op, MeshOp)}
-
-
 def _label(func: FuncOp, i: int, result: bool) -> str:
     if result:
         return f"result #{i}"
@@ -128,7 +125,7 @@ def _spec(func: FuncOp, meshes: dict[str, Mesh], i: int, local: Any, result: boo
 
 def signature(module: ModuleOp, func: FuncOp) -> tuple[list[ValueSpec], list[ValueSpec]]:
     """The arguments and results of a host program (no backend needed)."""
-    meshes = _meshes(module)
+    meshes = module_meshes(module)
     ftype = func.function_type
     params = [_spec(func, meshes, i, t, False) for i, t in enumerate(ftype.inputs.data)]
     results = [_spec(func, meshes, i, t, True) for i, t in enumerate(ftype.outputs.data)]
@@ -167,7 +164,7 @@ class Program:
         self.module = module
         self.func = func
         self.backend = backend
-        meshes = _meshes(module)
+        meshes = module_meshes(module)
         self.params, self.results = signature(module, func)
         self.required_ranks, why = _required_ranks(func, meshes)
         require_ranks(func, self.required_ranks, why, backend.size)
@@ -175,8 +172,8 @@ class Program:
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
         self._prepared = False  # teams are made at the first run, after the input checks
-        self._plan: _Plan | None = None  # the ops prepared for this rank, at the first run
-        self._interp: _Interpreter | None = None  # runs the plan; made with it
+        self._plan: Plan | None = None  # the ops prepared for this rank, at the first run
+        self._interp: Interpreter | None = None  # runs the plan; made with it
         self.cache = AllocationCache(backend.empty)
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
@@ -253,7 +250,7 @@ class Program:
         interp = self._interp
         if interp is None:
             interp = self._start()
-        fail = _fail_rank()
+        fail = fail_rank()
         fail_now = fail is not None and fail.strip() == str(self.backend.rank)
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
@@ -325,7 +322,7 @@ class Program:
         return out
 
     def _run_ops(
-        self, interp: "_Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None
+        self, interp: "Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None
     ) -> tuple[list[Any], int, list[Handle]]:
         """One run op by op: its results, flops and handles shared for it alone."""
         b = self.backend
@@ -339,7 +336,7 @@ class Program:
         self.replays.ran(key, blockers)
         return results, interp.flops, interp.temp_handles
 
-    def _capture(self, interp: "_Interpreter", inputs: Sequence[Array | None], key: InputKey | None) -> Captured | None:
+    def _capture(self, interp: "Interpreter", inputs: Sequence[Array | None], key: InputKey | None) -> Captured | None:
         """Capture one run as a graph (not launched yet); None (graphs off
         for this program, the run to be made op by op) when the capture
         fails."""
@@ -364,15 +361,15 @@ class Program:
             return None
         return self.replays.keep(key, graph, list(results), interp.flops)
 
-    def _start(self) -> _Interpreter:
+    def _start(self) -> Interpreter:
         """At the first run (after the input checks): make the teams, plan
         the ops for this rank, and make the interpreter every run reuses."""
         if not self._prepared:
             self.backend.prepare_teams(self.teams)
             self._prepared = True
         if self._plan is None:
-            self._plan = _Planner(self).plan()
-        self._interp = _Interpreter(self, self._plan)
+            self._plan = Planner(self).plan()
+        self._interp = Interpreter(self, self._plan)
         return self._interp
 
     def entry_of(self, array: Array) -> CacheEntry | None:
@@ -481,835 +478,3 @@ def _used_devices(meshes: dict[str, Mesh], required: int) -> int:
     """The number of devices the program runs on (for per-GPU figures)."""
     devices = {d for m in meshes.values() for d in m.devices}
     return len(devices) if devices else required
-
-
-def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
-    """2*M*N*K of a matmul/linear: K is the contracted extent."""
-    k = a_shape[-1] if a_shape else 1
-    return 2 * math.prod(out_shape) * k
-
-
-# --------------------------------------------------------------------------
-# Interpretation
-# --------------------------------------------------------------------------
-#
-# A program is planned once, at its first run: every SSA value gets a slot in
-# a flat list (the run's environment), and every op becomes a `_Step` that
-# holds what the op needs on every run, read from the IR once: a closure over
-# its static attributes and slots, the slots of the operands that must be
-# present, and whether this rank skips it. Each block becomes one function
-# that calls its steps in turn (`_compile`). A run then does list indexing and
-# backend calls, not IR property access nor a walk over step objects: the
-# host's time from `run_prepared` to the first kernel, and between kernels,
-# is time the device may sit idle.
-
-Run = Callable[["_Interpreter"], None]
-"""One op's work in a run, its static attributes already bound."""
-
-Prepare = Callable[["_Planner", Any], Run]
-"""Makes the `Run` of an op (once per program)."""
-
-_PREPARE: dict[type[Operation], Prepare] = {}
-
-
-def _prepares(*classes: type[Operation]) -> Callable[[Prepare], Prepare]:
-    def register(fn: Prepare) -> Prepare:
-        for c in classes:
-            _PREPARE[c] = fn
-        return fn
-
-    return register
-
-
-_ROOT_ONLY: dict[type[Operation], tuple[str, ...]] = {
-    hir.ScatterOp: ("input",),
-    hir.GatherOp: ("output",),
-    hir.ReduceOp: ("output",),
-}
-"""Communication operands used on the root only (they may be absent elsewhere)."""
-
-_STRICT: tuple[type[Operation], ...] = (*hir.COMMUNICATION_OPS, hir.ShareOp)
-"""Ops whose members must have every operand (an absent one is an error)."""
-
-
-class _Step:
-    """An op ready to run on this rank. `member` is False where the rank is
-    outside the op's team: `run` then only makes its results absent.
-    `required` are the slots that must hold a value for the op to run (else
-    its results are absent, or, for a `strict` op, it is an error)."""
-
-    __slots__ = ("op", "run", "member", "required", "strict", "results")
-
-    def __init__(
-        self,
-        op: Operation,
-        run: Run | None,
-        required: tuple[int, ...],
-        strict: bool,
-        results: tuple[int, ...],
-    ):
-        self.op = op
-        self.member = run is not None
-        self.run: Run = run if run is not None else _absent(results)
-        self.required = required
-        self.strict = strict
-        self.results = results
-
-
-@dataclass(frozen=True)
-class _BlockPlan:
-    """The steps of a block, the function that runs them (`_compile`), and
-    the slots its terminator hands back (None: the block has no such
-    terminator)."""
-
-    steps: tuple[_Step, ...]
-    ends: tuple[int, ...] | None
-    run: Run
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """A host program planned for this rank. The function's arguments have
-    the first slots, in order."""
-
-    slots: int  # the size of a run's environment
-    args: int  # the number of arguments
-    body: _BlockPlan
-
-
-class _Planner:
-    """Plans a program for this rank: slots for SSA values, steps for ops."""
-
-    def __init__(self, program: Program):
-        self.program = program
-        self.backend = program.backend
-        self.rank = program.backend.rank
-        self._slots: dict[SSAValue, int] = {}
-
-    def plan(self) -> _Plan:
-        block = self.program.func.body.block
-        args = self.slots(block.args)
-        assert args == tuple(range(len(args)))  # a run's environment starts with its inputs
-        body = self.block(block, ReturnOp)
-        return _Plan(len(self._slots), len(args), body)
-
-    def slot(self, v: SSAValue) -> int:
-        s = self._slots.get(v)
-        if s is None:
-            s = self._slots[v] = len(self._slots)
-        return s
-
-    def slots(self, values: Sequence[SSAValue]) -> tuple[int, ...]:
-        return tuple(self.slot(v) for v in values)
-
-    def block(self, block: Block, end: type[Operation]) -> _BlockPlan:
-        """The steps up to the first `end` op, whose operands the block hands back."""
-        self.slots(block.args)
-        steps: list[_Step] = []
-        ends: tuple[int, ...] | None = None
-        for op in block.ops:
-            if isinstance(op, end):
-                ends = self.slots(op.operands)
-                break
-            steps.append(self.step(op))
-        return _BlockPlan(tuple(steps), ends, _compile(tuple(steps)))
-
-    def step(self, op: Operation) -> _Step:
-        results = self.slots(op.results)
-        prepare = _PREPARE.get(type(op))
-        if prepare is None:
-            return _Step(op, _unsupported(op), (), False, results)
-        if isinstance(op, hir.TeamOp) and self.rank not in op.team:
-            return _Step(op, None, (), False, results)
-        optional = {getattr(op, name) for name in _ROOT_ONLY.get(type(op), ())}
-        required = tuple(
-            self.slot(v) for v in op.operands if v not in optional and not isinstance(v.type, hir.TokenType)
-        )
-        return _Step(op, prepare(self, op), required, isinstance(op, _STRICT), results)
-
-
-def _unsupported(op: Operation) -> Run:
-    """An op without a handler: an error when (and only when) a run reaches it."""
-
-    def run(it: _Interpreter) -> None:
-        raise error_at(op, f"the host evaluator cannot run '{op.name}'")
-
-    return run
-
-
-def _absent(results: tuple[int, ...]) -> Run:
-    """The step of an op this rank skips: its results are absent."""
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        for r in results:
-            env[r] = None
-
-    return run
-
-
-_PASS_THROUGH = (Diagnostic, InjectedFailure)
-"""Errors that already say where they come from (no note is added)."""
-
-
-def _compile(steps: tuple[_Step, ...]) -> Run:
-    """The function that runs a block's steps: straight-line code calling
-    each step's `run`, its required-operand checks inline, so that a run
-    spends no time walking step objects (about half of an op's host cost
-    in a loop over them). With a tracer set, the traced loop runs instead.
-    `i` tracks the step, for the note an error gets."""
-    if not steps:
-        return _nothing
-    names: dict[str, Any] = {"steps": steps, "_PASS_THROUGH": _PASS_THROUGH}
-    code = [
-        "def block(it):",
-        "    if it.tracer is not None:",
-        "        it.run_traced(steps)",
-        "        return",
-        "    env = it.env",
-        "    try:",
-    ]
-    for k, step in enumerate(steps):
-        names[f"run{k}"] = step.run
-        code.append(f"        i = {k}")
-        if step.required:
-            absent = " or ".join(f"env[{s}] is None" for s in step.required)
-            code += [
-                f"        if {absent}:",
-                f"            it.skip(steps[{k}])",
-                "        else:",
-                f"            run{k}(it)",
-            ]
-        else:
-            code.append(f"        run{k}(it)")
-    code += [
-        "    except _PASS_THROUGH:",
-        "        raise",
-        "    except Exception as e:",
-        "        it.note(e, steps[i].op)",
-        "        raise",
-    ]
-    exec(compile("\n".join(code), "<fuserc host block>", "exec"), names)
-    return names["block"]
-
-
-def _nothing(it: _Interpreter) -> None:
-    """An empty block."""
-
-
-class _Interpreter:
-    """Runs a program's plan on this rank. One is made with the plan and
-    serves every run: a run sets its state afresh (the values of the SSA
-    values, by slot; its flops; the handles it shared for itself alone; the
-    program's tracer)."""
-
-    __slots__ = ("program", "backend", "rank", "env", "flops", "temp_handles", "tracer", "_plan", "_pad")
-
-    def __init__(self, program: Program, plan: _Plan):
-        self.program = program
-        self.backend = program.backend
-        self.rank = program.backend.rank
-        self.env: list[Any] = []
-        self.flops = 0
-        self.temp_handles: list[Handle] = []
-        self.tracer: Any = None
-        self._plan = plan
-        self._pad = (None,) * (plan.slots - plan.args)
-
-    def run(self, inputs: Sequence[Array | None], fail_now: bool) -> list[Any]:
-        plan = self._plan
-        if len(inputs) != plan.args:
-            raise error_at(self.program.func, f"expected {plan.args} inputs, got {len(inputs)}")
-        self.env = env = [*inputs, *self._pad]
-        self.flops = 0
-        self.temp_handles = []
-        self.tracer = self.program.tracer
-        body = plan.body
-        if fail_now and body.steps:
-            raise InjectedFailure(f"{FAIL_RANK_ENV}={self.rank}: injected failure at '{body.steps[0].op.name}'")
-        body.run(self)
-        if body.ends is None:
-            raise error_at(self.program.func, "host program without func.return")
-        return [env[s] for s in body.ends]
-
-    def skip(self, step: _Step) -> None:
-        """A step missing a required operand: absent results, or an error
-        for a strict op."""
-        if step.strict:
-            op = step.op
-            raise error_at(op, f"'{op.name}': an operand is absent on rank {self.rank}, a member of its team")
-        env = self.env
-        for r in step.results:
-            env[r] = None
-
-    def run_traced(self, steps: Sequence[_Step]) -> None:
-        """A block's steps with a span around each op this rank runs."""
-        env, tracer = self.env, self.tracer
-        for step in steps:
-            if not step.member:
-                step.run(self)  # absent results
-                continue
-            if any(env[s] is None for s in step.required):
-                self.skip(step)
-                continue
-            span = tracer.begin(step.op)
-            try:
-                step.run(self)
-            except _PASS_THROUGH:
-                raise
-            except Exception as e:
-                self.note(e, step.op)
-                raise
-            if span is not None:
-                tracer.end(span, [env[r] for r in step.results])
-
-    def note(self, e: Exception, op: Operation) -> None:
-        """Name the op (and where it is) on an error passing through it."""
-        loc = location_of(op)
-        e.add_note(f"while running '{op.name}'" + (f" at {loc}" if loc else "") + f" on rank {self.rank}")
-
-
-def _position(op: Operation, value: Any, size: int, what: str) -> int:
-    """A team position from an index value, checked against the team size."""
-    p = int(value)
-    if not 0 <= p < size:
-        raise error_at(op, f"'{op.name}': {what} position {p} is out of range for a team of {size} ranks")
-    return p
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-# ---- allocation -----------------------------------------------------------
-
-
-@_prepares(hir.AllocOp)
-def _alloc(pl: _Planner, op: hir.AllocOp) -> Run:
-    t = op.result.type
-    assert isinstance(t, TensorType)
-    site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
-    result, acquire = pl.slot(op.result), pl.program.acquire
-
-    def run(it: _Interpreter) -> None:
-        it.env[result] = acquire(site, shape, dtype).buffer
-
-    return run
-
-
-@_prepares(hir.DeallocOp)
-def _dealloc(pl: _Planner, op: hir.DeallocOp) -> Run:
-    buffer, program = pl.slot(op.buffer), pl.program
-
-    def run(it: _Interpreter) -> None:
-        entry = program.entry_of(it.env[buffer])
-        if entry is not None:
-            program.cache.release(entry)
-
-    return run
-
-
-# ---- control ----------------------------------------------------------------
-
-
-@_prepares(hir.ForOp)
-def _for(pl: _Planner, op: hir.ForOp) -> Run:
-    body = pl.block(op.body.block, hir.YieldOp).run
-    index, indices = pl.slot(op.induction_var), op.indices
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        for i in indices:
-            env[index] = i
-            body(it)
-
-    return run
-
-
-@_prepares(hir.IfRankOp)
-def _if_rank(pl: _Planner, op: hir.IfRankOp) -> Run:
-    results = pl.slots(op.results)
-    if pl.rank not in op.ranks:
-        return _absent(results)
-    body = pl.block(op.body.block, hir.YieldOp)
-    block, yields = body.run, body.ends or ()
-    if len(yields) != len(results):
-        raise error_at(op, f"'{op.name}' yields {len(yields)} values for {len(results)} results")
-    moves = tuple(zip(results, yields))
-
-    def run(it: _Interpreter) -> None:
-        block(it)
-        env = it.env
-        for r, v in moves:
-            env[r] = env[v]
-
-    return run
-
-
-@_prepares(hir.ConstantOp)
-def _constant(pl: _Planner, op: hir.ConstantOp) -> Run:
-    result, value = pl.slot(op.result), op.value
-
-    def run(it: _Interpreter) -> None:
-        it.env[result] = value
-
-    return run
-
-
-@_prepares(hir.TeamIndexOp)
-def _team_index(pl: _Planner, op: hir.TeamIndexOp) -> Run:
-    result, value = pl.slot(op.result), op.team.index(pl.rank)  # planned on members only
-
-    def run(it: _Interpreter) -> None:
-        it.env[result] = value
-
-    return run
-
-
-@_prepares(hir.TeamRankOp)
-def _team_rank(pl: _Planner, op: hir.TeamRankOp) -> Run:
-    result, position, team = pl.slot(op.result), pl.slot(op.position), op.team
-    size = len(team)
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[result] = team[_position(op, env[position], size, "team")]
-
-    return run
-
-
-@_prepares(hir.DivOp)
-def _div(pl: _Planner, op: hir.DivOp) -> Run:
-    result, lhs, divisor = pl.slot(op.result), pl.slot(op.lhs), op.divisor
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[result] = int(env[lhs]) // divisor
-
-    return run
-
-
-@_prepares(hir.AddModOp)
-def _add_mod(pl: _Planner, op: hir.AddModOp) -> Run:
-    result, lhs, rhs, modulus = pl.slot(op.result), pl.slot(op.lhs), pl.slot(op.rhs), op.modulus
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[result] = (int(env[lhs]) + int(env[rhs])) % modulus
-
-    return run
-
-
-# ---- streams and events -----------------------------------------------------
-
-
-@_prepares(hir.GetCurrentStreamOp)
-def _get_stream(pl: _Planner, op: hir.GetCurrentStreamOp) -> Run:
-    stream, b = pl.slot(op.stream), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        it.env[stream] = b.get_current_stream()
-
-    return run
-
-
-@_prepares(hir.SetCurrentStreamOp)
-def _set_stream(pl: _Planner, op: hir.SetCurrentStreamOp) -> Run:
-    stream, b = pl.slot(op.stream), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        b.set_current_stream(it.env[stream])
-
-    return run
-
-
-@_prepares(hir.StreamForOp)
-def _stream_for(pl: _Planner, op: hir.StreamForOp) -> Run:
-    stream, index, count, b = pl.slot(op.stream), pl.slot(op.index), op.count, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[stream] = b.stream_for(int(env[index]), count)
-
-    return run
-
-
-@_prepares(hir.SyncStreamOp)
-def _sync_stream(pl: _Planner, op: hir.SyncStreamOp) -> Run:
-    """Record an event on %s, then the current stream waits for it."""
-    stream, b = pl.slot(op.stream), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        current = b.get_current_stream()
-        b.set_current_stream(it.env[stream])
-        event = b.record_event()
-        b.set_current_stream(current)
-        b.wait_event(event)
-
-    return run
-
-
-@_prepares(hir.RecordEventOp)
-def _record_event(pl: _Planner, op: hir.RecordEventOp) -> Run:
-    event, b = pl.slot(op.event), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        it.env[event] = b.record_event()
-
-    return run
-
-
-@_prepares(hir.WaitEventOp)
-def _wait_event(pl: _Planner, op: hir.WaitEventOp) -> Run:
-    event, b = pl.slot(op.event), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        b.wait_event(it.env[event])
-
-    return run
-
-
-# ---- communication -----------------------------------------------------------
-
-
-@_prepares(hir.AllgatherOp)
-def _allgather(pl: _Planner, op: hir.AllgatherOp) -> Run:
-    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[token] = b.allgather(env[inp], env[out], team)
-
-    return run
-
-
-@_prepares(hir.BroadcastOp)
-def _broadcast(pl: _Planner, op: hir.BroadcastOp) -> Run:
-    token, buf, root, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.root), op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        r = _position(op, env[root], len(team), "root")
-        env[token] = b.broadcast(env[buf], r, team)
-
-    return run
-
-
-@_prepares(hir.ScatterOp)
-def _scatter(pl: _Planner, op: hir.ScatterOp) -> Run:
-    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b = op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        r = _position(op, env[root], len(team), "root")
-        env[token] = b.scatter(env[inp], env[out], r, team)
-
-    return run
-
-
-@_prepares(hir.GatherOp)
-def _gather(pl: _Planner, op: hir.GatherOp) -> Run:
-    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b = op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        r = _position(op, env[root], len(team), "root")
-        env[token] = b.gather(env[inp], env[out], r, team)
-
-    return run
-
-
-@_prepares(hir.ReduceOp)
-def _reduce(pl: _Planner, op: hir.ReduceOp) -> Run:
-    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        r = _position(op, env[root], len(team), "root")
-        env[token] = b.reduce(env[inp], env[out], r, red, team)
-
-    return run
-
-
-@_prepares(hir.AllreduceOp)
-def _allreduce(pl: _Planner, op: hir.AllreduceOp) -> Run:
-    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[token] = b.allreduce(env[inp], env[out], red, team)
-
-    return run
-
-
-@_prepares(hir.ReduceScatterOp)
-def _reduce_scatter(pl: _Planner, op: hir.ReduceScatterOp) -> Run:
-    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[token] = b.reduce_scatter(env[inp], env[out], red, team)
-
-    return run
-
-
-@_prepares(hir.AlltoallOp)
-def _alltoall(pl: _Planner, op: hir.AlltoallOp) -> Run:
-    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[token] = b.alltoall(env[inp], env[out], team)
-
-    return run
-
-
-@_prepares(hir.SendOp)
-def _send(pl: _Planner, op: hir.SendOp) -> Run:
-    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        p = _position(op, env[peer], len(team), "peer")
-        env[token] = b.send(env[buf], p, team)
-
-    return run
-
-
-@_prepares(hir.RecvOp)
-def _recv(pl: _Planner, op: hir.RecvOp) -> Run:
-    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        p = _position(op, env[peer], len(team), "peer")
-        env[token] = b.recv(env[buf], p, team)
-
-    return run
-
-
-@_prepares(hir.BarrierOp)
-def _barrier(pl: _Planner, op: hir.BarrierOp) -> Run:
-    token, team, word = pl.slot(op.token), op.team, op.backend
-
-    def run(it: _Interpreter) -> None:
-        it.env[token] = it.backend.team_barrier(team, word)
-
-    return run
-
-
-@_prepares(hir.WaitOp)
-def _wait(pl: _Planner, op: hir.WaitOp) -> Run:
-    token, b = pl.slot(op.token), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        work = it.env[token]
-        if work is not None:
-            b.wait(work)
-
-    return run
-
-
-# ---- views -----------------------------------------------------------------------
-
-
-@_prepares(hir.SelectOp)
-def _select(pl: _Planner, op: hir.SelectOp) -> Run:
-    result, source, index, dim, b = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index), op.dim, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[result] = b.select(env[source], dim, int(env[index]))
-
-    return run
-
-
-@_prepares(hir.ChunkOp)
-def _chunk(pl: _Planner, op: hir.ChunkOp) -> Run:
-    result, source, index = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index)
-    dim, chunks, b = op.dim, op.chunks, pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        i = int(env[index])
-        if not 0 <= i < chunks:
-            raise error_at(op, f"chunk index {i} is out of range for chunks = {chunks}")
-        env[result] = b.chunk(env[source], dim, i, chunks)
-
-    return run
-
-
-@_prepares(hir.ViewOp)
-def _view(pl: _Planner, op: hir.ViewOp) -> Run:
-    result, source, shape, b = pl.slot(op.result), pl.slot(op.source), _shape(op.result), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        env[result] = b.reshape_view(env[source], shape)
-
-    return run
-
-
-# ---- compute -----------------------------------------------------------------------
-
-
-@_prepares(hir.MatmulOp)
-def _matmul(pl: _Planner, op: hir.MatmulOp) -> Run:
-    lhs, rhs, out, b = pl.slot(op.lhs), pl.slot(op.rhs), pl.slot(op.out), pl.backend
-    flops = matmul_flops(_shape(op.lhs), _shape(op.out))  # buffers have their types' shapes
-    if op.acc is not None:
-        acc = pl.slot(op.acc)
-
-        def run_acc(it: _Interpreter) -> None:
-            env = it.env
-            b.matmul(env[lhs], env[rhs], env[out], env[acc])
-            it.flops += flops
-
-        return run_acc
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        b.matmul(env[lhs], env[rhs], env[out])
-        it.flops += flops
-
-    return run
-
-
-@_prepares(hir.LinearOp)
-def _linear(pl: _Planner, op: hir.LinearOp) -> Run:
-    x, weight, out, b = pl.slot(op.input), pl.slot(op.weight), pl.slot(op.out), pl.backend
-    bias = pl.slot(op.bias) if op.bias is not None else None
-    flops = matmul_flops(_shape(op.input), _shape(op.out))
-    if op.acc is not None:
-        acc = pl.slot(op.acc)
-
-        def run_acc(it: _Interpreter) -> None:
-            env = it.env
-            b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], env[acc])
-            it.flops += flops
-
-        return run_acc
-
-    activation = op.activation_name
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], activation=activation)
-        it.flops += flops
-
-    return run
-
-
-@_prepares(hir.CopyOp)
-def _copy(pl: _Planner, op: hir.CopyOp) -> Run:
-    source, dest, b = pl.slot(op.source), pl.slot(op.dest), pl.backend
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        b.copy(env[source], env[dest])
-
-    return run
-
-
-@_prepares(hir.LaunchOp)
-def _launch(pl: _Planner, op: hir.LaunchOp) -> Run:
-    body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
-    meshes = _meshes(pl.program.module)
-    contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
-
-    def run(it: _Interpreter) -> None:
-        env = it.env
-        b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
-
-    return run
-
-
-# ---- peer-to-peer ------------------------------------------------------------------
-
-
-@_prepares(hir.ShareOp)
-def _share(pl: _Planner, op: hir.ShareOp) -> Run:
-    """Once per cached allocation (and view of it): the handle is kept with
-    the cache entry. A buffer from outside the cache is shared for this run
-    only."""
-    handle_slot, buffer, team, b, program = pl.slot(op.handle), pl.slot(op.buffer), op.team, pl.backend, pl.program
-
-    def run(it: _Interpreter) -> None:
-        buf = it.env[buffer]
-        entry = program.entry_of(buf)
-        if entry is None:
-            handle = b.share(buf, team)
-            it.temp_handles.append(handle)
-        else:
-            key: Hashable = ("share", team, b.view_key(buf))
-            handle = entry.registrations.get(key)
-            if handle is None:
-                handle = entry.registrations[key] = b.share(buf, team)
-        it.env[handle_slot] = handle
-
-    return run
-
-
-def _block_index(op: Operation, value: Any, chunks: int) -> int:
-    """The block index of `block %i of N`, checked against N."""
-    index = int(value)
-    if not 0 <= index < chunks:
-        raise error_at(op, f"'{op.name}': block index {index} is out of range for {chunks} blocks")
-    return index
-
-
-@_prepares(hir.PutOp)
-def _put(pl: _Planner, op: hir.PutOp) -> Run:
-    token, source, handle, peer = pl.slot(op.token), pl.slot(op.source), pl.slot(op.handle), pl.slot(op.peer)
-    chunks, b = op.chunks, pl.backend
-    if op.block is None or chunks is None:
-
-        def run(it: _Interpreter) -> None:
-            env = it.env
-            h = env[handle]
-            p = _position(op, env[peer], len(h.team), "peer")
-            env[token] = b.put(env[source], h, p)
-
-        return run
-    block = pl.slot(op.block)
-
-    def run_block(it: _Interpreter) -> None:
-        env = it.env
-        h = env[handle]
-        p = _position(op, env[peer], len(h.team), "peer")
-        i = _block_index(op, env[block], chunks)
-        env[token] = b.put_block(env[source], h, p, i, chunks)
-
-    return run_block
-
-
-@_prepares(hir.GetOp)
-def _get(pl: _Planner, op: hir.GetOp) -> Run:
-    token, handle, peer, dest = pl.slot(op.token), pl.slot(op.handle), pl.slot(op.peer), pl.slot(op.dest)
-    chunks, b = op.chunks, pl.backend
-    if op.block is None or chunks is None:
-
-        def run(it: _Interpreter) -> None:
-            env = it.env
-            h = env[handle]
-            p = _position(op, env[peer], len(h.team), "peer")
-            env[token] = b.get(h, p, env[dest])
-
-        return run
-    block = pl.slot(op.block)
-
-    def run_block(it: _Interpreter) -> None:
-        env = it.env
-        h = env[handle]
-        p = _position(op, env[peer], len(h.team), "peer")
-        i = _block_index(op, env[block], chunks)
-        env[token] = b.get_block(h, p, env[dest], i, chunks)
-
-    return run_block

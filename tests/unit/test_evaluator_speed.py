@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.dialects import hir
+from fuserc.dialects import hir, hir_comm
 from fuserc.runtime.cpu import CpuBackend
 from fuserc.runtime.evaluator import FAIL_RANK_ENV, InjectedFailure
 from fuserc.runtime.mpi_env import MpiEnv, mpi_env
@@ -91,7 +91,7 @@ _STATIC_PROPERTIES: list[tuple[type, str]] = [
     (hir.SelectOp, "dim"),
     (hir.ChunkOp, "dim"),
     (hir.ChunkOp, "chunks"),
-    (hir._PeerCopyOp, "chunks"),
+    (hir_comm._PeerCopyOp, "chunks"),
 ]
 """Op properties a run used to read on every op."""
 

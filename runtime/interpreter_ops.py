@@ -1,0 +1,565 @@
+"""What each hir op does when the evaluator runs it: one handler per op class,
+registered with `prepares` (runtime/interpreter.py runs them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation
+
+from fuserc.diagnostics import error_at
+from fuserc.dialects import hir
+from fuserc.dialects.interfaces import torch_dtype
+from fuserc.runtime.backend import reduce_op_name
+from fuserc.runtime.interpreter import (
+    Interpreter,
+    Planner,
+    Run,
+    absent_results,
+    buffer_shape,
+    module_meshes,
+    prepares,
+    team_position,
+)
+from fuserc.runtime.reference import block_context
+
+def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
+    """2*M*N*K of a matmul/linear: K is the contracted extent."""
+    k = a_shape[-1] if a_shape else 1
+    return 2 * math.prod(out_shape) * k
+
+
+# ---- allocation -----------------------------------------------------------
+
+
+@prepares(hir.AllocOp)
+def _alloc(pl: Planner, op: hir.AllocOp) -> Run:
+    t = op.result.type
+    assert isinstance(t, TensorType)
+    site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
+    result, acquire = pl.slot(op.result), pl.program.acquire
+
+    def run(it: Interpreter) -> None:
+        it.env[result] = acquire(site, shape, dtype).buffer
+
+    return run
+
+
+@prepares(hir.DeallocOp)
+def _dealloc(pl: Planner, op: hir.DeallocOp) -> Run:
+    buffer, program = pl.slot(op.buffer), pl.program
+
+    def run(it: Interpreter) -> None:
+        entry = program.entry_of(it.env[buffer])
+        if entry is not None:
+            program.cache.release(entry)
+
+    return run
+
+
+# ---- control ----------------------------------------------------------------
+
+
+@prepares(hir.ForOp)
+def _for(pl: Planner, op: hir.ForOp) -> Run:
+    body = pl.block(op.body.block, hir.YieldOp).run
+    index, indices = pl.slot(op.induction_var), op.indices
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        for i in indices:
+            env[index] = i
+            body(it)
+
+    return run
+
+
+@prepares(hir.IfRankOp)
+def _if_rank(pl: Planner, op: hir.IfRankOp) -> Run:
+    results = pl.slots(op.results)
+    if pl.rank not in op.ranks:
+        return absent_results(results)
+    body = pl.block(op.body.block, hir.YieldOp)
+    block, yields = body.run, body.ends or ()
+    if len(yields) != len(results):
+        raise error_at(op, f"'{op.name}' yields {len(yields)} values for {len(results)} results")
+    moves = tuple(zip(results, yields))
+
+    def run(it: Interpreter) -> None:
+        block(it)
+        env = it.env
+        for r, v in moves:
+            env[r] = env[v]
+
+    return run
+
+
+@prepares(hir.ConstantOp)
+def _constant(pl: Planner, op: hir.ConstantOp) -> Run:
+    result, value = pl.slot(op.result), op.value
+
+    def run(it: Interpreter) -> None:
+        it.env[result] = value
+
+    return run
+
+
+@prepares(hir.TeamIndexOp)
+def _team_index(pl: Planner, op: hir.TeamIndexOp) -> Run:
+    result, value = pl.slot(op.result), op.team.index(pl.rank)  # planned on members only
+
+    def run(it: Interpreter) -> None:
+        it.env[result] = value
+
+    return run
+
+
+@prepares(hir.TeamRankOp)
+def _team_rank(pl: Planner, op: hir.TeamRankOp) -> Run:
+    result, position, team = pl.slot(op.result), pl.slot(op.position), op.team
+    size = len(team)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = team[team_position(op, env[position], size, "team")]
+
+    return run
+
+
+@prepares(hir.DivOp)
+def _div(pl: Planner, op: hir.DivOp) -> Run:
+    result, lhs, divisor = pl.slot(op.result), pl.slot(op.lhs), op.divisor
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = int(env[lhs]) // divisor
+
+    return run
+
+
+@prepares(hir.AddModOp)
+def _add_mod(pl: Planner, op: hir.AddModOp) -> Run:
+    result, lhs, rhs, modulus = pl.slot(op.result), pl.slot(op.lhs), pl.slot(op.rhs), op.modulus
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = (int(env[lhs]) + int(env[rhs])) % modulus
+
+    return run
+
+
+# ---- streams and events -----------------------------------------------------
+
+
+@prepares(hir.GetCurrentStreamOp)
+def _get_stream(pl: Planner, op: hir.GetCurrentStreamOp) -> Run:
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: Interpreter) -> None:
+        it.env[stream] = b.get_current_stream()
+
+    return run
+
+
+@prepares(hir.SetCurrentStreamOp)
+def _set_stream(pl: Planner, op: hir.SetCurrentStreamOp) -> Run:
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: Interpreter) -> None:
+        b.set_current_stream(it.env[stream])
+
+    return run
+
+
+@prepares(hir.StreamForOp)
+def _stream_for(pl: Planner, op: hir.StreamForOp) -> Run:
+    stream, index, count, b = pl.slot(op.stream), pl.slot(op.index), op.count, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[stream] = b.stream_for(int(env[index]), count)
+
+    return run
+
+
+@prepares(hir.SyncStreamOp)
+def _sync_stream(pl: Planner, op: hir.SyncStreamOp) -> Run:
+    """Record an event on %s, then the current stream waits for it."""
+    stream, b = pl.slot(op.stream), pl.backend
+
+    def run(it: Interpreter) -> None:
+        current = b.get_current_stream()
+        b.set_current_stream(it.env[stream])
+        event = b.record_event()
+        b.set_current_stream(current)
+        b.wait_event(event)
+
+    return run
+
+
+@prepares(hir.RecordEventOp)
+def _record_event(pl: Planner, op: hir.RecordEventOp) -> Run:
+    event, b = pl.slot(op.event), pl.backend
+
+    def run(it: Interpreter) -> None:
+        it.env[event] = b.record_event()
+
+    return run
+
+
+@prepares(hir.WaitEventOp)
+def _wait_event(pl: Planner, op: hir.WaitEventOp) -> Run:
+    event, b = pl.slot(op.event), pl.backend
+
+    def run(it: Interpreter) -> None:
+        b.wait_event(it.env[event])
+
+    return run
+
+
+# ---- communication -----------------------------------------------------------
+
+
+@prepares(hir.AllgatherOp)
+def _allgather(pl: Planner, op: hir.AllgatherOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[token] = b.allgather(env[inp], env[out], team)
+
+    return run
+
+
+@prepares(hir.BroadcastOp)
+def _broadcast(pl: Planner, op: hir.BroadcastOp) -> Run:
+    token, buf, root, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.root), op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        r = team_position(op, env[root], len(team), "root")
+        env[token] = b.broadcast(env[buf], r, team)
+
+    return run
+
+
+@prepares(hir.ScatterOp)
+def _scatter(pl: Planner, op: hir.ScatterOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b = op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        r = team_position(op, env[root], len(team), "root")
+        env[token] = b.scatter(env[inp], env[out], r, team)
+
+    return run
+
+
+@prepares(hir.GatherOp)
+def _gather(pl: Planner, op: hir.GatherOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b = op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        r = team_position(op, env[root], len(team), "root")
+        env[token] = b.gather(env[inp], env[out], r, team)
+
+    return run
+
+
+@prepares(hir.ReduceOp)
+def _reduce(pl: Planner, op: hir.ReduceOp) -> Run:
+    token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        r = team_position(op, env[root], len(team), "root")
+        env[token] = b.reduce(env[inp], env[out], r, red, team)
+
+    return run
+
+
+@prepares(hir.AllreduceOp)
+def _allreduce(pl: Planner, op: hir.AllreduceOp) -> Run:
+    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[token] = b.allreduce(env[inp], env[out], red, team)
+
+    return run
+
+
+@prepares(hir.ReduceScatterOp)
+def _reduce_scatter(pl: Planner, op: hir.ReduceScatterOp) -> Run:
+    token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
+    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[token] = b.reduce_scatter(env[inp], env[out], red, team)
+
+    return run
+
+
+@prepares(hir.AlltoallOp)
+def _alltoall(pl: Planner, op: hir.AlltoallOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[token] = b.alltoall(env[inp], env[out], team)
+
+    return run
+
+
+@prepares(hir.SendOp)
+def _send(pl: Planner, op: hir.SendOp) -> Run:
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        p = team_position(op, env[peer], len(team), "peer")
+        env[token] = b.send(env[buf], p, team)
+
+    return run
+
+
+@prepares(hir.RecvOp)
+def _recv(pl: Planner, op: hir.RecvOp) -> Run:
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        p = team_position(op, env[peer], len(team), "peer")
+        env[token] = b.recv(env[buf], p, team)
+
+    return run
+
+
+@prepares(hir.BarrierOp)
+def _barrier(pl: Planner, op: hir.BarrierOp) -> Run:
+    token, team, word = pl.slot(op.token), op.team, op.backend
+
+    def run(it: Interpreter) -> None:
+        it.env[token] = it.backend.team_barrier(team, word)
+
+    return run
+
+
+@prepares(hir.WaitOp)
+def _wait(pl: Planner, op: hir.WaitOp) -> Run:
+    token, b = pl.slot(op.token), pl.backend
+
+    def run(it: Interpreter) -> None:
+        work = it.env[token]
+        if work is not None:
+            b.wait(work)
+
+    return run
+
+
+# ---- views -----------------------------------------------------------------------
+
+
+@prepares(hir.SelectOp)
+def _select(pl: Planner, op: hir.SelectOp) -> Run:
+    result, source, index, dim, b = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index), op.dim, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = b.select(env[source], dim, int(env[index]))
+
+    return run
+
+
+@prepares(hir.ChunkOp)
+def _chunk(pl: Planner, op: hir.ChunkOp) -> Run:
+    result, source, index = pl.slot(op.result), pl.slot(op.source), pl.slot(op.index)
+    dim, chunks, b = op.dim, op.chunks, pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        i = int(env[index])
+        if not 0 <= i < chunks:
+            raise error_at(op, f"chunk index {i} is out of range for chunks = {chunks}")
+        env[result] = b.chunk(env[source], dim, i, chunks)
+
+    return run
+
+
+@prepares(hir.ViewOp)
+def _view(pl: Planner, op: hir.ViewOp) -> Run:
+    result, source, shape, b = pl.slot(op.result), pl.slot(op.source), buffer_shape(op.result), pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = b.reshape_view(env[source], shape)
+
+    return run
+
+
+# ---- compute -----------------------------------------------------------------------
+
+
+@prepares(hir.MatmulOp)
+def _matmul(pl: Planner, op: hir.MatmulOp) -> Run:
+    lhs, rhs, out, b = pl.slot(op.lhs), pl.slot(op.rhs), pl.slot(op.out), pl.backend
+    flops = matmul_flops(buffer_shape(op.lhs), buffer_shape(op.out))  # buffers have their types' shapes
+    if op.acc is not None:
+        acc = pl.slot(op.acc)
+
+        def run_acc(it: Interpreter) -> None:
+            env = it.env
+            b.matmul(env[lhs], env[rhs], env[out], env[acc])
+            it.flops += flops
+
+        return run_acc
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        b.matmul(env[lhs], env[rhs], env[out])
+        it.flops += flops
+
+    return run
+
+
+@prepares(hir.LinearOp)
+def _linear(pl: Planner, op: hir.LinearOp) -> Run:
+    x, weight, out, b = pl.slot(op.input), pl.slot(op.weight), pl.slot(op.out), pl.backend
+    bias = pl.slot(op.bias) if op.bias is not None else None
+    flops = matmul_flops(buffer_shape(op.input), buffer_shape(op.out))
+    if op.acc is not None:
+        acc = pl.slot(op.acc)
+
+        def run_acc(it: Interpreter) -> None:
+            env = it.env
+            b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], env[acc])
+            it.flops += flops
+
+        return run_acc
+
+    activation = op.activation_name
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        b.linear(env[x], env[weight], env[bias] if bias is not None else None, env[out], activation=activation)
+        it.flops += flops
+
+    return run
+
+
+@prepares(hir.CopyOp)
+def _copy(pl: Planner, op: hir.CopyOp) -> Run:
+    source, dest, b = pl.slot(op.source), pl.slot(op.dest), pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        b.copy(env[source], env[dest])
+
+    return run
+
+
+@prepares(hir.LaunchOp)
+def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
+    body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
+    meshes = module_meshes(pl.program.module)
+    contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
+
+    return run
+
+
+# ---- peer-to-peer ------------------------------------------------------------------
+
+
+@prepares(hir.ShareOp)
+def _share(pl: Planner, op: hir.ShareOp) -> Run:
+    """Once per cached allocation (and view of it): the handle is kept with
+    the cache entry. A buffer from outside the cache is shared for this run
+    only."""
+    handle_slot, buffer, team, b, program = pl.slot(op.handle), pl.slot(op.buffer), op.team, pl.backend, pl.program
+
+    def run(it: Interpreter) -> None:
+        buf = it.env[buffer]
+        entry = program.entry_of(buf)
+        if entry is None:
+            handle = b.share(buf, team)
+            it.temp_handles.append(handle)
+        else:
+            key: Hashable = ("share", team, b.view_key(buf))
+            handle = entry.registrations.get(key)
+            if handle is None:
+                handle = entry.registrations[key] = b.share(buf, team)
+        it.env[handle_slot] = handle
+
+    return run
+
+
+def _block_index(op: Operation, value: Any, chunks: int) -> int:
+    """The block index of `block %i of N`, checked against N."""
+    index = int(value)
+    if not 0 <= index < chunks:
+        raise error_at(op, f"'{op.name}': block index {index} is out of range for {chunks} blocks")
+    return index
+
+
+@prepares(hir.PutOp)
+def _put(pl: Planner, op: hir.PutOp) -> Run:
+    token, source, handle, peer = pl.slot(op.token), pl.slot(op.source), pl.slot(op.handle), pl.slot(op.peer)
+    chunks, b = op.chunks, pl.backend
+    if op.block is None or chunks is None:
+
+        def run(it: Interpreter) -> None:
+            env = it.env
+            h = env[handle]
+            p = team_position(op, env[peer], len(h.team), "peer")
+            env[token] = b.put(env[source], h, p)
+
+        return run
+    block = pl.slot(op.block)
+
+    def run_block(it: Interpreter) -> None:
+        env = it.env
+        h = env[handle]
+        p = team_position(op, env[peer], len(h.team), "peer")
+        i = _block_index(op, env[block], chunks)
+        env[token] = b.put_block(env[source], h, p, i, chunks)
+
+    return run_block
+
+
+@prepares(hir.GetOp)
+def _get(pl: Planner, op: hir.GetOp) -> Run:
+    token, handle, peer, dest = pl.slot(op.token), pl.slot(op.handle), pl.slot(op.peer), pl.slot(op.dest)
+    chunks, b = op.chunks, pl.backend
+    if op.block is None or chunks is None:
+
+        def run(it: Interpreter) -> None:
+            env = it.env
+            h = env[handle]
+            p = team_position(op, env[peer], len(h.team), "peer")
+            env[token] = b.get(h, p, env[dest])
+
+        return run
+    block = pl.slot(op.block)
+
+    def run_block(it: Interpreter) -> None:
+        env = it.env
+        h = env[handle]
+        p = team_position(op, env[peer], len(h.team), "peer")
+        i = _block_index(op, env[block], chunks)
+        env[token] = b.get_block(h, p, env[dest], i, chunks)
+
+    return run_block
