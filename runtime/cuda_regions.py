@@ -276,13 +276,12 @@ class RegionJob:
 
         found = getattr(self, "_key", None)
         if found is None:
-            ops = list(self.body.ops)
             fields = {
                 "ir": region_text(self.body),
                 "layouts": layout_fields(self.layouts),
                 "aliases": list(self.aliases),
                 "ins": self.n_ins,
-                "contexts": {str(ops.index(op)): _context_fields(c) for op, c in (self.contexts or {}).items()},
+                "contexts": {str(i): _context_fields(c) for i, c in self._contexts().items()},
             }
             found = self._key = kernel_key(self.kind, fields, device_id(self.device, index=True))
         return found
@@ -291,15 +290,19 @@ class RegionJob:
         names = [op.name.removeprefix("fusion.") for op in self.body.ops if op.name != "hir.yield"]
         return f"a hir.launch region ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
 
+    def _contexts(self) -> dict[int, Any]:
+        """The contexts by the position of their op in the region."""
+        contexts = self.contexts or {}
+        return {i: contexts[op] for i, op in enumerate(self.body.ops) if op in contexts}
+
     def spec(self) -> dict[str, Any]:
-        ops = list(self.body.ops)
         return {
             "kind": self.kind,
             "ir": region_text(self.body),
             "layouts": self.layouts,
             "aliases": self.aliases,
             "n_ins": self.n_ins,
-            "contexts": {ops.index(op): c for op, c in (self.contexts or {}).items()},
+            "contexts": self._contexts(),
         }
 
     def build(self) -> tuple[dict[str, bytes] | None, RegionKernel]:

@@ -242,3 +242,22 @@ def test_racing_processes_build_a_region_once(built: Any, cache_dir: Path, tmp_p
     assert sorted(r["built"] for r in results) == [0, 0, 1]
     assert all(r["built"] + r["waited"] + r["loaded"] == 1 for r in results)
     assert KernelCache().read(job.key) is not None
+
+
+def test_a_worker_builds_the_kernel_this_process_would(built: Any) -> None:
+    """What a build worker gets (the job's spec, pickled: the region as
+    text, its layouts, aliases and INDEXED ops' contexts) makes the same
+    kernel as the region itself."""
+    import pickle
+
+    program = _program(INDEXED)
+    (launch,) = kernel_builds.needed_launches(program.program)
+    (group,) = kernel_builds.group_jobs([launch], CPU)
+    with KernelCache().working_dirs():
+        _, kernel = cuda_regions.build_spec(pickle.loads(pickle.dumps(group[0].spec())), CPU)
+    body, ins, outs, contexts = launch
+    args = [torch.randn(t.shape) if t.dtype.is_floating_point else torch.tensor(7) for t in (*ins, *outs)]
+    want = torch.empty(outs[0].shape)
+    launch_with_torch(body, args[: len(ins)], [want], contexts)
+    kernel(*args)
+    assert torch.allclose(args[-1], want, atol=1e-6) and (want == 0).any()  # dropped elements: the indices matter
