@@ -200,8 +200,9 @@ pipelined() {  # every example through the default pipeline (stream-pipeline: ri
 startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall time with an empty kernel cache
   # (cold: nothing of Inductor's or Triton's reused either), with it filled (warm), and cold without build
   # workers; each run prints its startup phases (--time)
-  local n
-  for n in "$N" 1; do
+  local n sizes=("$N")
+  [[ $N != 1 ]] && sizes+=(1)
+  for n in "${sizes[@]}"; do
     local dir
     dir=$(mktemp -d)
     for run in cold warm cold-no-workers; do
@@ -215,7 +216,7 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
     done
   done
   local t0=$EPOCHREALTIME
-  FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --backend cuda --check || return 1
+  FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1
   echo "STARTUP $N GPU(s) FUSERC_KERNELS=cupy: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
 }
 
@@ -231,7 +232,7 @@ for s in "${STAGES[@]}"; do
     examples) step examples 150 examples ;;
     perf) step perf 150 perf ;;
     pipelined) step pipelined 150 pipelined ;;
-    startup) step startup 280 startup ;;
+    startup) step startup 600 startup ;;
     *) note "unknown stage $s" ;;
   esac
 done
