@@ -1,4 +1,5 @@
-"""The `fuserc` command: `opt` prints IR after passes; `run` executes it.
+"""The `fuserc` command: `opt` prints IR after passes; `run` executes it;
+`cache` shows or empties the cache of generated kernels.
 
 Exit codes: 0 success, 1 a diagnostic, 2 bad usage. A user's mistake never
 shows a Python traceback."""
@@ -231,6 +232,47 @@ def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:
     for n, t in per_pass:
         out.write(f"  {t:.4f} ({100 * t / share:5.1f}%)  {n}\n")
     out.write(f"  {total:.4f} (100.0%)  Total\n")
+
+
+@main.group()
+def cache() -> None:
+    """The cache of generated kernels: $FUSERC_CACHE_DIR, else
+    ~/.cache/fuserc (docs/runtime.md)."""
+
+
+@cache.command("info")
+def cache_info() -> None:
+    """Where the cache is and what it holds."""
+    from fuserc.runtime.kernel_cache import KernelCache
+
+    info = KernelCache().info()
+    click.echo(f"cache: {info['root']}" + ("" if info["exists"] else " (empty: not created yet)"))
+    kinds = info["kinds"]
+    count = sum(kinds.values())
+    by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    click.echo(f"kernels: {count}" + (f" ({by_kind})" if count else "") + f", {_size(info['entry_bytes'])}")
+    if info["damaged"]:
+        click.echo(f"unreadable entries: {info['damaged']} (rebuilt when next needed)")
+    click.echo(f"working files: TorchInductor {_size(info['inductor_bytes'])}, Triton {_size(info['triton_bytes'])}")
+
+
+@cache.command("clear")
+def cache_clear() -> None:
+    """Remove every cached kernel (and the compilers' working files)."""
+    from fuserc.runtime.kernel_cache import KernelCache
+
+    kc = KernelCache()
+    count = len(kc.entries())
+    freed = kc.clear()
+    click.echo(f"cleared {kc.root}: {count} kernel{'s' if count != 1 else ''}, {_size(freed)} freed")
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} bytes"
 
 
 def _register_run() -> None:

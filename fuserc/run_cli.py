@@ -2,7 +2,7 @@
 
     mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
         [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
-        [--warmup W --iters N] [--trace FILE.json] [--print-host-ir]
+        [--warmup W --iters N] [--trace FILE.json] [--print-host-ir] [--time]
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
@@ -161,6 +161,7 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
 @click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", callback=lambda c, p, v: mesh_options(v), help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4): run one program on jobs of several sizes.")
 @click.option("--watchdog", "watchdog_s", type=float, default=None, help="End the job when a run or a collective takes longer than this many seconds, naming the ranks that did not arrive (default $FUSERC_WATCHDOG, else 600; 0: off).")
+@click.option("--time", "time_startup", is_flag=True, help="Print where the time to the first result went (imports, passes, backend, communicators, kernels from the cache or built, first run) and a steady run's time.")
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error (also $FUSERC_DEBUG=1).")
 def run(
     file: str,
@@ -177,6 +178,7 @@ def run(
     print_host_ir: bool,
     meshes: dict[str, tuple[int, ...]],
     watchdog_s: float | None,
+    time_startup: bool,
     debug: bool,
 ) -> None:
     """Compile FILE (or - for stdin) and run it, one process per rank
@@ -205,7 +207,8 @@ def run(
 
     job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
-        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes
+        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
+        time_startup,
     )
     job.run(lambda: _run(options, job))
 
@@ -225,6 +228,7 @@ class _Options:
     print_host_ir: bool
     trace: str | None = None
     meshes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    time: bool = False
 
 
 def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -269,12 +273,17 @@ def _run(o: _Options, job: Any) -> int:
     from fuserc.runtime import io
     from fuserc.runtime.backend import cuda_unavailable, make_backend
     from fuserc.runtime.program import CompiledProgram, compile_module
+    from fuserc.runtime.startup import Startup, Stopwatch, process_age
 
     env = job.env
     fallback = None
+    startup = Startup()
+    startup.add("imports", process_age() or 0.0)  # the process's start to here (Python, torch, the launcher's start)
+    clock = Stopwatch()
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
         compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.nodes())
+        startup.add("passes", clock.lap())
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "
@@ -282,12 +291,14 @@ def _run(o: _Options, job: Any) -> int:
             )
         kind = o.backend
         if kind in ("auto", "cuda"):
-            fallback = cuda_unavailable()
+            fallback = cuda_unavailable()  # imports the cuda backend (CuPy) where it can run
             if fallback is not None and kind == "cuda":
                 raise Diagnostic(f"the cuda backend cannot run here: {fallback}")
             kind = "cpu" if fallback is not None else "cuda"
+        startup.add("imports", clock.lap())
     with job.section(f"starting the {kind} backend"):
         backend = make_backend(kind, env)
+    startup.add("backend", clock.lap())
     job.watchdog.watch(backend)
     with job.agreed("loading the program and its inputs"):
         program = CompiledProgram(compiled, backend)  # refuses a job with too few ranks
@@ -303,13 +314,21 @@ def _run(o: _Options, job: Any) -> int:
             sys.stdout.flush()
     runs = _Runs(job, program, local)
     if o.iters is not None:
-        _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
+        steady = _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
         results = runs.run(copy_outputs=True)  # after timing: reused buffers
-    elif o.trace:
-        runs.run()  # the traced run is warm: first-use costs (communicators, GEMM choices) fall here
-        results = _traced(runs, o.trace, lambda: runs.run(copy_outputs=True))
     else:
-        results = runs.run(copy_outputs=True)
+        if o.trace or o.time:
+            runs.run()  # a warm run follows: first-use costs (communicators, kernels, GEMM choices) fall here
+        if o.time:
+            clock.lap()
+            runs.run()
+            steady = clock.lap()
+        if o.trace:
+            results = _traced(runs, o.trace, lambda: runs.run(copy_outputs=True))
+        else:
+            results = runs.run(copy_outputs=True)
+    if o.time:
+        _report_startup(runs, startup, steady)
     gathered = None
     if o.save_dir or o.check:
         with job.section("gathering the results on rank 0"):
@@ -328,6 +347,24 @@ def _run(o: _Options, job: Any) -> int:
         return code
     except Diagnostic as d:
         job.alone(d)
+
+
+def _report_startup(runs: "_Runs", startup: Any, steady: float) -> None:
+    """`--time`: this rank's phases with its program's first run, gathered;
+    rank 0 prints the job's (the slowest rank per phase) on stderr."""
+    from fuserc.runtime.startup import combined
+
+    program = runs.program
+    first = program.program.startup
+    for phase, seconds in first.seconds.items():
+        startup.add(phase, seconds)
+    startup.kernels = first.kernels
+    startup.add("steady run", steady)
+    env = program.env
+    with runs.job.section("gathering the startup times"):
+        records = env.comm.allgather(startup)
+    if env.rank == 0:
+        click.echo(combined(records).report(f"startup of @{program.compiled.entry}", env.size), err=True, nl=False)
 
 
 class _Runs:
@@ -405,11 +442,11 @@ def _traced(runs: _Runs, path: str, body: Any) -> Any:
     return out
 
 
-def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> None:
+def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> float:
     """Median over `iters` runs of the slowest rank's time; rank 0 prints
     it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
     program, over the devices it uses). With `trace`, the last timed run
-    is traced (its time includes the trace marks)."""
+    is traced (its time includes the trace marks). Returns the median."""
     program = runs.program
     p = program.program
     backend = program.backend
@@ -439,6 +476,7 @@ def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> Non
             f"time: median {median * 1e3:.3f} ms over {iters} iterations (warmup {warmup}); "
             f"{tflops:.3f} TFLOP/s per GPU ({flops} flops on {devices} devices, backend {backend.name})"
         )
+    return median
 
 
 def _timed_run(runs: _Runs) -> float:

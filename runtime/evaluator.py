@@ -27,6 +27,7 @@ be tested end to end.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,7 @@ from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, Injected
     module_meshes,
 )
 from fuserc.runtime.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
+from fuserc.runtime.startup import KERNELS, Startup
 from fuserc.sharding import Mesh, Sharding
 
 _OWNERS = itertools.count()
@@ -184,6 +186,7 @@ class Program:
         self._owning = False  # in a run whose results go to the caller (`run_prepared(owned_results=True)`)
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
+        self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/startup.py)
 
     @staticmethod
     def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":
@@ -247,6 +250,9 @@ class Program:
         on the caller's stream (`Backend.empty_for_caller`), not taken from
         the cache, and any other result is handed out (`_hand_out`), so the
         next run cannot overwrite what the caller holds."""
+        first = self.runs == 0
+        if first:
+            clock, kernels_before = time.perf_counter(), KERNELS.copy()
         interp = self._interp
         if interp is None:
             interp = self._start()
@@ -293,6 +299,11 @@ class Program:
             self.backend.barrier()  # one-sided copies into this rank are done
         self.last_flops = flops
         self.runs += 1
+        if first:
+            kernels = self.startup.kernels = KERNELS.since(kernels_before)
+            self.startup.add("kernels", kernels.seconds)
+            rest = time.perf_counter() - clock - kernels.seconds - self.startup.seconds.get("communicators", 0.0)
+            self.startup.add("first run", max(0.0, rest))
         return results
 
     def _hand_out(self, results: Sequence[Any]) -> list[Any]:
@@ -363,13 +374,17 @@ class Program:
 
     def _start(self) -> Interpreter:
         """At the first run (after the input checks): make the teams, plan
-        the ops for this rank, and make the interpreter every run reuses."""
+        the ops for this rank, make the interpreter every run reuses, and
+        have the backend fetch or build the kernels the run will launch."""
         if not self._prepared:
+            clock = time.perf_counter()
             self.backend.prepare_teams(self.teams)
+            self.startup.add("communicators", time.perf_counter() - clock)
             self._prepared = True
         if self._plan is None:
             self._plan = Planner(self).plan()
         self._interp = Interpreter(self, self._plan)
+        self.backend.prepare_kernels(self)
         return self._interp
 
     def entry_of(self, array: Array) -> CacheEntry | None:

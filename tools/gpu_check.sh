@@ -7,7 +7,8 @@
 # timings. NVLink multicast stays off throughout.
 #
 #   tools/gpu_check.sh [STAGE ...]     stages: info unit mpi e2e examples perf pipelined
-#                                      (default: all, in that order)
+#                                      (default: all, in that order), and startup
+#                                      (time to a first result: cold and warm kernel cache)
 #
 # Logs: $OUT/log.txt (everything) and $OUT/summary.txt (one line a step);
 # $OUT defaults to /tmp/gpu_check. Each step has its own time limit, and
@@ -196,7 +197,30 @@ pipelined() {  # every example through the default pipeline (stream-pipeline: ri
   $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir --backend cuda --warmup 3 --iters 10
 }
 
-export -f info unit mpi e2e examples perf pipelined
+startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall time with an empty kernel cache
+  # (cold: nothing of Inductor's or Triton's reused either), with it filled (warm), and cold without build
+  # workers; each run prints its startup phases (--time)
+  local n sizes=("$N")
+  [[ $N != 1 ]] && sizes+=(1)
+  for n in "${sizes[@]}"; do
+    local dir
+    dir=$(mktemp -d)
+    for run in cold warm cold-no-workers; do
+      [[ $run == cold-no-workers ]] && dir=$(mktemp -d)
+      local workers=""
+      [[ $run == cold-no-workers ]] && workers=0
+      local t0=$EPOCHREALTIME
+      FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN -x FUSERC_CACHE_DIR -x FUSERC_BUILD_WORKERS -n "$n" \
+        python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
+      echo "STARTUP $n GPU(s) $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+    done
+  done
+  local t0=$EPOCHREALTIME
+  FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1
+  echo "STARTUP $N GPU(s) FUSERC_KERNELS=cupy: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+}
+
+export -f info unit mpi e2e examples perf pipelined startup
 STAGES=("$@")
 ((${#STAGES[@]})) || STAGES=(info unit mpi e2e examples perf pipelined)
 for s in "${STAGES[@]}"; do
@@ -208,6 +232,7 @@ for s in "${STAGES[@]}"; do
     examples) step examples 150 examples ;;
     perf) step perf 150 perf ;;
     pipelined) step pipelined 150 pipelined ;;
+    startup) step startup 600 startup ;;
     *) note "unknown stage $s" ;;
   esac
 done

@@ -3,6 +3,7 @@ on the cpu backend, results checked against NumPy."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -250,3 +251,16 @@ def test_check_against_the_reference(tmp_path: Path) -> None:
     flops = 2 * 128 * 64 * 256 * 2  # two matmuls of the global program
     assert f"{flops} flops on 4 devices" in proc.stdout
     assert np.load(tmp_path / "out0.npy").shape == (128, 64)
+
+
+def test_time_prints_the_startup_phases() -> None:
+    """`--time`: where the time to the first result went, the slowest rank's
+    per phase, and a steady run's time."""
+    import re
+
+    proc = mpirun(2, [EXAMPLES / "gpt_layer.mlir", "--mesh", "tp=2", "--time", "--check"])
+    ok(proc)
+    assert "startup of @main (slowest of 2 ranks per phase):" in proc.stderr
+    for phase in ("imports", "passes", "backend", "communicators", "kernels", "first run", "steady run", "to first result"):
+        assert re.search(rf"^  {phase} +\d+\.\d{{3}} s", proc.stderr, re.M), phase
+    assert "<= 1e-04 (f32 tolerance): ok" in proc.stdout
