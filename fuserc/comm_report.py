@@ -11,7 +11,8 @@ stream gets a vector clock of the work known to be complete before it
 `hir.wait_event`). A communication *overlaps* compute when some GEMM,
 copy or launch may run at the same time as it: on another stream, neither
 ordered before the other. Ranks that take part in the same ops are walked
-once (`_rank_groups`).
+once, and the copies of an op made for each team of a 2-D mesh's axis
+are one line (`_Classes`).
 
 Bytes are each op's `wire_bytes()` (dialects/hir_comm.py): per team
 member and execution, a ring collective's share of its buffer (nccl-tests'
@@ -102,6 +103,8 @@ class Line:
     reshard: str  # the hir.reshard marker ("" where none)
     beside: dict[str, int] = field(default_factory=dict)  # executions overlapping a GEMM / only kernels / none
     ranks: list[int] = field(default_factory=list)  # the ranks that run it
+    teams: int = 1  # the ops of the line: one per team of a 2-D mesh's axis (`op` is the first)
+    covered: list[int] | None = None  # the ranks of their teams (None: a peer copy's share out of sight)
 
     @property
     def nbytes(self) -> Fraction:
@@ -117,7 +120,7 @@ class Line:
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape), "team": list(self.team) if self.team else None,
-            "ranks": self.ranks, "runs": self.runs, "bytes": round(self.nbytes), "reshard": self.reshard,
+            "ranks": self.ranks, "teams": self.teams, "runs": self.runs, "bytes": round(self.nbytes), "reshard": self.reshard,
             "overlap": self.overlap, "overlapped_runs": self.beside.get(GEMM, 0) + self.beside.get(KERNEL, 0),
         }  # fmt: skip
 
@@ -261,8 +264,9 @@ class _Comm:
 class _Walk:
     """One rank's run of a host program, without data (module docstring)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, ranks: dict[Operation, frozenset[int]]):
         self.rank = rank
+        self.ranks = ranks  # of each team op and rank region
         self.env: dict[SSAValue, Any] = {}
         self.current: Stream = MAIN
         self.clocks: dict[Stream, Clock] = {}
@@ -305,13 +309,13 @@ class _Walk:
                 env[op.induction_var] = i
                 self.block(op.body.block)
         elif isinstance(op, hir.IfRankOp):
-            got = self.block(op.body.block) if self.rank in op.ranks else None
+            got = self.block(op.body.block) if self.rank in self.ranks[op] else None
             for r, v in zip(op.results, got or [None] * len(op.results)):
                 env[r] = v
         elif isinstance(op, hir.ConstantOp):
             env[op.result] = op.value
         elif isinstance(op, hir.TeamIndexOp):
-            env[op.result] = op.team.index(self.rank) if self.rank in op.team else None
+            env[op.result] = op.team.index(self.rank) if self.rank in self.ranks[op] else None
         elif isinstance(op, hir.AddModOp):
             a, b = env.get(op.lhs), env.get(op.rhs)
             env[op.result] = (a + b) % op.modulus if a is not None and b is not None else None
@@ -340,7 +344,7 @@ class _Walk:
         elif isinstance(op, hir.ShareOp):
             env[op.handle] = op
         elif isinstance(op, hir.CommunicationOp):
-            if self.rank in op.team:
+            if self.rank in self.ranks[op]:
                 at = self.issue()
                 env[op.token] = at.clock
                 if isinstance(op, hir.BarrierOp):
@@ -348,8 +352,8 @@ class _Walk:
                 else:
                     self.comms.append(_Comm(op, at))
         elif isinstance(op, hir.PEER_COPY_OPS):
-            team = op.shared_team()
-            if team is None or self.rank in team:
+            share = op.handle.owner
+            if not isinstance(share, hir.ShareOp) or self.rank in self.ranks[share]:
                 at = self.issue()
                 env[op.token] = at.clock
                 self.comms.append(_Comm(op, at))
@@ -399,22 +403,60 @@ def _concurrent(issued: list[tuple[_Issued, bool]], c: _Issued) -> Iterable[tupl
 # --------------------------------------------------------------------------
 
 
-def _rank_lists(func: FuncOp) -> list[tuple[int, ...]]:
-    return [op.team if isinstance(op, hir.TeamOp) else op.ranks for op in func.walk() if isinstance(op, (hir.TeamOp, hir.IfRankOp))]
+def _structure(op: Operation) -> tuple[Any, ...]:
+    """What an op and its regions do, whatever ranks they run on: names,
+    types and team sizes (two `hir.if_rank` regions of one collective over
+    the teams of a 2-D mesh have the same)."""
+    return tuple(
+        (o.name, tuple(str(v.type) for v in (*o.operands, *o.results)), len(o.team) if isinstance(o, hir.TeamOp) else None)
+        for o in op.walk()
+    )
 
 
-def _rank_groups(func: FuncOp) -> list[list[int]]:
-    """The ranks of the program, grouped by the teams and rank regions they
-    belong to: the ranks of a group run the same ops (walked once)."""
-    member: dict[int, list[int]] = defaultdict(list)
-    for i, ranks in enumerate(_rank_lists(func)):
-        for r in ranks:
-            if not member[r] or member[r][-1] != i:
-                member[r].append(i)
-    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-    for r in sorted(member):
-        groups[tuple(member[r])].append(r)
-    return list(groups.values())
+class _Classes:
+    """The ops of a host program, each in a class with the ops doing the
+    same work for other ranks: the copies of one `hir.if_rank` region per
+    team (consecutive sibling regions of one structure) and the ops at the
+    same place in them. Ranks in the same classes run the same work, so
+    one of them is walked; a report line is a class."""
+
+    def __init__(self, func: FuncOp):
+        self.key: dict[Operation, tuple[Any, ...]] = {}
+        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
+        self.ranks: dict[Operation, frozenset[int]] = {}
+        self._visit(func.body.block, ())
+
+    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
+        run: tuple[Any, ...] | None = None
+        start = 0
+        for i, op in enumerate(block.ops):
+            if isinstance(op, hir.IfRankOp):
+                shape = _structure(op)
+                if shape != run:
+                    run, start = shape, i
+                key = (parent, start, shape)
+            else:
+                run = None
+                key = (parent, i)
+            self.key[op] = key
+            self.members[key].append(op)
+            if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
+                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
+            for region in op.regions:
+                for b in region.blocks:
+                    self._visit(b, key)
+
+    def groups(self) -> list[list[int]]:
+        """The program's ranks, grouped by the classes of the teams and rank
+        regions they belong to."""
+        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+        for op, ranks in self.ranks.items():
+            for r in ranks:
+                member[r].add(self.key[op])
+        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
+        for r in sorted(member):
+            groups[frozenset(member[r])].append(r)
+        return list(groups.values())
 
 
 def _kind(op: Operation) -> str:
@@ -440,36 +482,51 @@ def _counted(op: Operation) -> Fraction:
     return Fraction(0) if isinstance(op, hir.SendOp) else op.wire_bytes()  # type: ignore[attr-defined]
 
 
+def _covered(ops: Sequence[Operation]) -> list[int] | None:
+    """The ranks of the teams of `ops` (a peer copy's: its hir.share's)."""
+    out: set[int] = set()
+    for op in ops:
+        team = op.team if isinstance(op, hir.CommunicationOp) else op.shared_team()  # type: ignore[attr-defined]
+        if team is None:
+            return None
+        out.update(team)
+    return sorted(out)
+
+
 def function_report(func: FuncOp) -> FunctionReport:
-    """The report of one host program: each rank group walked once."""
-    lines: dict[Operation, Line] = {}
+    """The report of one host program: one rank of each group walked."""
+    classes = _Classes(func)
+    lines: dict[tuple[Any, ...], Line] = {}
     per_rank: dict[int, Totals] = {}
     order = {op: i for i, op in enumerate(func.walk())}
-    for group in _rank_groups(func):
-        walk = _Walk(group[0])
+    for group in classes.groups():
+        walk = _Walk(group[0], classes.ranks)
         walk.block(func.body.block)
         totals = Totals(fences=walk.fences)
-        runs: dict[Operation, int] = defaultdict(int)
-        beside: dict[Operation, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        runs: dict[tuple[Any, ...], int] = defaultdict(int)
+        beside: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for c in walk.comms:
-            runs[c.op] += 1
+            key = classes.key[c.op]
+            runs[key] += 1
             how = walk.beside(c)
-            beside[c.op][how] += 1
+            beside[key][how] += 1
             each = _counted(c.op)
             totals.nbytes += each
             totals.count += 1
             if how:
                 totals.overlapped += each
-        for op, n in runs.items():
-            line = lines.get(op)
+        for key, n in runs.items():
+            line = lines.get(key)
             if line is None:
+                ops = classes.members[key]
+                op = ops[0]
                 dtype, shape, team, each = _static(op)
                 mark = op.attributes.get(RESHARD_ATTR)
                 reshard = mark.data if isinstance(mark, StringAttr) else ""
-                line = lines[op] = Line(0, op, _kind(op), dtype, shape, team, n, each, reshard)
+                line = lines[key] = Line(0, op, _kind(op), dtype, shape, team, n, each, reshard, teams=len(ops), covered=_covered(ops))
             line.runs = max(line.runs, n)
             line.ranks += group
-            for how, k in beside[op].items():
+            for how, k in beside[key].items():
                 line.beside[how] = line.beside.get(how, 0) + k
         for r in group:
             per_rank[r] = totals
@@ -547,7 +604,8 @@ def render(rep: CommReport) -> str:
                 shape = "x".join(map(str, ln.shape)) or "scalar"
                 n = str(len(ln.team)) if ln.team is not None else "?"
                 units = [f"{unit.of(ln.nbytes):.3f}"] if unit else []
-                team = _team_text(ln.team) + ("" if ln.team is not None and sorted(ln.team) == ln.ranks else f" on {_team_text(tuple(ln.ranks))}")
+                team = _team_text(ln.team) if ln.teams == 1 else f"{ln.teams} teams"
+                team += "" if ln.covered == ln.ranks else f" on {_team_text(tuple(ln.ranks))}"
                 rows.append([str(ln.index), ln.kind, ln.dtype, shape, n, team, str(ln.runs), ln.bytes_text, *units, ln.reshard or "-", ln.overlap])
             right = {0, 4, 6, 7} | ({8} if unit else set())
             out += _table(rows, right)

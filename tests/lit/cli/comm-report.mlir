@@ -211,14 +211,14 @@ func.func @ring(%x: tensor<16x16xf32>, %w: tensor<16x8xf32>) attributes {hir.hos
 // -----
 
 // A 2x2 mesh: an allgather over each team of 2 (8x4 into 16x4 f32, 256
-// bytes: 1/2 -> 128), each rank in one team; then rank 0 sends 8x4 f32 (128
-// bytes) to rank 2, counted once, at the receive: rank 2 moves the most.
+// bytes: 1/2 -> 128), each rank in one team: the regions of the two teams
+// are one line; then rank 0 sends 8x4 f32 (128 bytes) to rank 2, counted
+// once, at the receive: rank 2 moves the most.
 // CHECK:      @mesh2d:
-// CHECK-NEXT:   #  kind       dtype  shape  n  team               times  bytes  reshard  overlap
-// CHECK-NEXT:   1  allgather  f32    16x4   2  [0,2]                  1    128  DIDy->-  no
-// CHECK-NEXT:   2  allgather  f32    16x4   2  [1,3]                  1    128  DIDy->-  no
-// CHECK-NEXT:   3  send       f32    8x4    2  [0,2] on [0]           1  (128)  @a->@b   no
-// CHECK-NEXT:   4  recv       f32    8x4    2  [0,2] on [2]           1    128  @a->@b   no
+// CHECK-NEXT:   #  kind       dtype  shape  n  team          times  bytes  reshard  overlap
+// CHECK-NEXT:   1  allgather  f32    16x4   2  2 teams           1    128  DIDy->-  no
+// CHECK-NEXT:   2  send       f32    8x4    2  [0,2] on [0]      1  (128)  @a->@b   no
+// CHECK-NEXT:   3  recv       f32    8x4    2  [0,2] on [2]      1    128  @a->@b   no
 // CHECK-NEXT:   total on rank 2 (the most of 4 ranks): 2 communications, 256 bytes (0.00 MiB), overlapped 0 bytes (0.0%)
 // CHECK-NEXT:   total on rank 3 (the least): 1 communication, 128 bytes (0.00 MiB), overlapped 0 bytes (0.0%)
 fusion.mesh @grid shape = [2, 2]
