@@ -452,6 +452,21 @@ class FusionDefinition:
             filename=f"<FusionDefinition {self.name}>",
         )
 
+    def comm_report(self, pipeline: str = "default", unit: Any = None) -> Any:
+        """What the program communicates once lowered by `pipeline`, without
+        running it (`fuserc.comm_report.CommReport`: print it, or read its
+        lines and totals); `unit`, e.g. `"8192x4096xbf16"`, also gives the
+        totals in that tensor's bytes. `pipeline="autodiff,default"`
+        reports the forward and backward too."""
+        from fuserc.comm_report import report
+        from fuserc.ir import compiling, make_context, parse
+        from fuserc.pipeline import run_pipeline
+
+        ctx = make_context()
+        with compiling():
+            module = run_pipeline(parse(self.to_mlir(), f"<FusionDefinition {self.name}>", ctx), pipeline, ctx)
+        return report(module, unit)
+
     def execute(
         self, inputs: Sequence[Any], local: bool = False, gather: bool = True, **compile_options: Any
     ) -> list[Any]:

@@ -102,6 +102,8 @@ def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
 @click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
 @click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4).")
+@click.option("--comm-report", is_flag=True, help="After the passes, print to stderr each host program's communications: kind, dtype, shape, team, bytes per rank, reshard, overlap, and the totals.")
+@click.option("--comm-report-unit", "comm_unit", metavar="SHAPExDTYPE", callback=lambda c, p, v: comm_unit(v), help="Also give the report's bytes in units of this tensor's (8192x4096xbf16); implies --comm-report.")
 @click.option("--list-passes", is_flag=True, expose_value=False, is_eager=True, callback=_list_passes, help="List every pass with its options, their defaults and meaning, and the pipelines; then exit.")
 def opt(
     file: str,
@@ -113,6 +115,8 @@ def opt(
     print_ir_after_all: bool,
     time_passes: bool,
     meshes: tuple[str, ...],
+    comm_report: bool,
+    comm_unit: Any,
 ) -> None:
     """Parse FILE (or - for stdin), run passes, print the IR.
 
@@ -120,6 +124,7 @@ def opt(
     fuserc opt prog.mlir -p default
     fuserc opt prog.mlir -p 'default{algorithm=ring}' -o -
     fuserc opt prog.mlir --pass-pipeline 'builtin.module(propagate-shardings,stream-pipeline{num-streams=2})'
+    fuserc opt prog.mlir -p autodiff,default --comm-report -o /dev/null
 
     --list-passes prints every pass and its options (docs/passes.md has the details)."""
     from fuserc import expected, ir
@@ -140,6 +145,7 @@ def opt(
         return
     chunks = list(ir.split_input(text)) if split_input_file else [(0, text)]
     after = (lambda n, m: click.echo(pl.dump(n, m), err=True)) if print_ir_after_all else None
+    report = _comm_reporter(comm_unit) if comm_report or comm_unit else None
     outputs: list[str] = []
     problems: list[str] = []
     failed = False
@@ -147,7 +153,7 @@ def opt(
     for offset, chunk in chunks:
         produced: list[Diagnostic] = []
         try:
-            outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes))
+            outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes, report))
         except Diagnostic as d:
             if not verify_diagnostics:
                 if not split_input_file:
@@ -177,6 +183,25 @@ def opt(
         sys.exit(1)
 
 
+def comm_unit(text: str | None) -> Any:
+    """`--comm-report-unit`'s value as a `comm_report.Unit` (bad usage if malformed)."""
+    if text is None:
+        return None
+    from fuserc.comm_report import Unit
+
+    try:
+        return Unit.parse(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--comm-report-unit'") from None
+
+
+def _comm_reporter(unit: Any) -> Callable[[ModuleOp], None]:
+    """Prints the communication report of a module to stderr."""
+    from fuserc.comm_report import report
+
+    return lambda module: click.echo(report(module, unit).text(), err=True, nl=False)
+
+
 def _check_output_dir(output: str) -> None:
     """`-o` into a folder that does not exist is bad usage, found before any work."""
     folder = os.path.dirname(os.path.abspath(output))
@@ -192,8 +217,10 @@ def _process(
     timings: list[list[tuple[str, float]]],
     generic: bool,
     meshes: dict[str, tuple[int, ...]],
+    report: Callable[[ModuleOp], None] | None = None,
 ) -> str:
-    """Parse, verify and transform one input; the printed result."""
+    """Parse, verify and transform one input; the printed result (`report`
+    sees the module after the passes)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from fuserc import ir
@@ -209,6 +236,8 @@ def _process(
             raise Diagnostic(str(e)) from None
         finally:
             timings.append(runner.timings)
+        if report is not None:
+            report(module)
         return ir.to_text(module, generic)
 
 

@@ -159,6 +159,8 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams: of the last timed run with --iters, else of a run after one untraced run.")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
+@click.option("--comm-report", is_flag=True, help="Rank 0 prints the communication report of the host programs before running (as `fuserc opt --comm-report`).")
+@click.option("--comm-report-unit", "comm_unit", metavar="SHAPExDTYPE", callback=lambda c, p, v: _comm_unit(v), help="Also give the report's bytes in units of this tensor's (8192x4096xbf16); implies --comm-report.")
 @click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", callback=lambda c, p, v: mesh_options(v), help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4): run one program on jobs of several sizes.")
 @click.option("--watchdog", "watchdog_s", type=float, default=None, help="End the job when a run or a collective takes longer than this many seconds, naming the ranks that did not arrive (default $FUSERC_WATCHDOG, else 600; 0: off).")
 @click.option("--time", "time_startup", is_flag=True, help="Print where the time to the first result went (imports, passes, backend, communicators, kernels from the cache or built, first run) and a steady run's time.")
@@ -176,6 +178,8 @@ def run(
     iters: int | None,
     trace_path: str | None,
     print_host_ir: bool,
+    comm_report: bool,
+    comm_unit: Any,
     meshes: dict[str, tuple[int, ...]],
     watchdog_s: float | None,
     time_startup: bool,
@@ -208,7 +212,7 @@ def run(
     job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
-        time_startup,
+        time_startup, comm_report or comm_unit is not None, comm_unit,
     )
     job.run(lambda: _run(options, job))
 
@@ -229,6 +233,14 @@ class _Options:
     trace: str | None = None
     meshes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     time: bool = False
+    comm_report: bool = False
+    comm_unit: Any = None
+
+
+def _comm_unit(text: str | None) -> Any:
+    from fuserc.cli import comm_unit
+
+    return comm_unit(text)
 
 
 def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -312,6 +324,8 @@ def _run(o: _Options, job: Any) -> int:
         if o.print_host_ir:
             sys.stdout.write(program.host_ir())
             sys.stdout.flush()
+        if o.comm_report:
+            click.echo(program.comm_report(o.comm_unit).text(), nl=False)
     runs = _Runs(job, program, local)
     if o.iters is not None:
         steady = _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)

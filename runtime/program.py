@@ -130,6 +130,14 @@ class CompiledProgram:
 
         return to_text(self.compiled.host)
 
+    def comm_report(self, unit: Any = None) -> Any:
+        """The communication report of the compiled host programs
+        (`fuserc.comm_report.CommReport`; `unit`: a `Unit` or its text,
+        `8192x4096xbf16`)."""
+        from fuserc.comm_report import report
+
+        return report(self.compiled.host, unit)
+
     def run(self, local_inputs: Sequence[Any]) -> list[torch.Tensor | None]:
         """This rank's shards in, its result shards out (None where absent)."""
         return self.program.run(local_inputs)
