@@ -117,7 +117,8 @@ class CommunicationOp(TeamOp):
         tensors = [v for v in self.operands if isinstance(v.type, TensorType)]
         return max(tensors, key=lambda v: math.prod(shape_of(v))) if tensors else None
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         """The bytes one member moves, as a fraction of the communicated
         buffer's, in a team of n (nccl-tests' bus bytes: a ring allgather
         receives (n - 1)/n of the gathered buffer)."""
@@ -184,7 +185,8 @@ class BroadcastOp(CommunicationOp):
     def __init__(self, buffer: SSAValue | Operation, root: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, root], properties=self._props(team, backend), result_types=[TokenType()])
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         return Fraction(int(n > 1))  # the whole buffer through every link of the chain
 
 
@@ -265,7 +267,8 @@ class ReduceOp(ReducingOp):
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         return Fraction(int(n > 1))  # the whole buffer through every link of the chain
 
 
@@ -287,7 +290,8 @@ class AllreduceOp(ReducingOp):
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         return Fraction(2 * (n - 1), n)  # a reduce-scatter, then an allgather
 
 
@@ -346,7 +350,8 @@ class SendOp(CommunicationOp):
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         return Fraction(1)
 
 
@@ -363,7 +368,8 @@ class RecvOp(CommunicationOp):
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
 
-    def wire_factor(self, n: int) -> Fraction:
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
         return Fraction(1)
 
 

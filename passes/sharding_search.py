@@ -234,14 +234,17 @@ def improve(
 ) -> dict[SSAValue, Sharding]:
     """The assignment after the search (module docstring) over `ops`; `free`
     holds the values the search may pin (those the user did not annotate);
-    `made`: reshards of values outside that earlier components make."""
+    `made`: reshards of values outside that earlier components make. A
+    function's results keep what propagation gave them: they are its
+    interface (the shards a caller receives), not the plan's to change."""
     budget = budget or Budget()
     if not budget.spend(len(ops)):
         return known
     best = cost.total(ops, known, made)
     if best == 0.0:
         return known
-    pins: dict[SSAValue, Sharding] = {}
+    pins: dict[SSAValue, Sharding] = {v: known[v] for v in free & returned}
+    free = free - returned
     tried: set[tuple[SSAValue, Sharding]] = set()
     trials = 0
     improved = True
