@@ -201,8 +201,13 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.mpi_env import mpi_env, mpi_launch_problem
 
+    problem = mpi_launch_problem()
+    if problem is not None:  # every process is alone: rank 0 by the launcher's word says why
+        if jobs.launcher_rank() in (None, 0):
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(1)
     job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes

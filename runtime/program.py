@@ -105,7 +105,7 @@ def _check_meshes_fit(module: ModuleOp, ranks: int) -> None:
     meshes = [op for op in module.walk() if isinstance(op, fusion.MeshOp)]
     needed, why = mesh_ranks({m.sym_name.data: m.model for m in meshes})
     anchor = next((m for m in meshes if m.model.max_device + 1 == needed), module)
-    require_ranks(anchor, needed, why, ranks)
+    require_ranks(anchor, needed, why, ranks, anchor.model if isinstance(anchor, fusion.MeshOp) else None)
 
 
 class CompiledProgram:
