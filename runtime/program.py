@@ -180,8 +180,9 @@ class CompiledProgram:
         domains = io.input_domains(func) if func is not None else None
         return io.random_inputs(self.params, seed, domains)
 
-    def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The fusion function run unsharded in float64 (runtime/reference.py)."""
+    def reference(self, inputs: Sequence[torch.Tensor], accumulate: torch.dtype | None = torch.float64) -> list[torch.Tensor]:
+        """The fusion function run unsharded, in float64 by default, in its
+        own element types with `accumulate=None` (runtime/reference.py)."""
         from fuserc.runtime.reference import evaluate
 
         func = self.compiled.source_function()
@@ -190,7 +191,7 @@ class CompiledProgram:
                 f"@{self.compiled.entry} is already a host program: there is no fusion function to "
                 "compare against"
             )
-        return evaluate(func, list(inputs), self.compiled.entry, accumulate=torch.float64)
+        return evaluate(func, list(inputs), self.compiled.entry, accumulate=accumulate)
 
     def close(self) -> None:
         self.program.close()

@@ -275,3 +275,13 @@ def test_check_against_the_reference(tmp_path: Path) -> None:
     flops = 2 * 128 * 64 * 256 * 2  # two matmuls of the global program
     assert f"{flops} flops on 4 devices" in proc.stdout
     assert np.load(tmp_path / "out0.npy").shape == (128, 64)
+
+
+def test_check_with_nonfinite_inputs(tmp_path: Path) -> None:
+    """Inputs holding NaN or infinities are said; an output holding NaN
+    where the reference does passes, as does one that matches it finite."""
+    prog = _relu_program(tmp_path / "relu.mlir", "[2]", "4", "[DIDx]")
+    np.save(tmp_path / "x.npy", np.array([np.nan, 1.0, -np.inf, -2.0], np.float32))
+    proc = ok(mpirun(2, [prog, "-i", tmp_path / "x.npy", "--check"]))
+    assert "input 0 (%x): 1 NaN, 1 -Inf (of 4 values); the reference computes with them too" in proc.stdout
+    assert "output 0: max rel error 0.000e+00 <= 1e-04 (f32 tolerance): ok" in proc.stdout
