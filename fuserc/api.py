@@ -17,6 +17,8 @@ emits the same fusion IR text that `fuserc opt` reads (`to_mlir`), and
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,7 +106,8 @@ class _Ops:
     constants of the other operands' element type), then its keywords in
     order (`KEYWORDS`, an int where dims are expected), then what its result
     needs (`RESULT`: shape, dtype), positionally or by name; gelu takes
-    `approximate`. `help(fd.ops.layer_norm)` shows the op's documentation."""
+    `approximate`. Each builder has a real signature (`builder_signature`)
+    and the op class's docstring: `help(fd.ops.layer_norm)` shows both."""
 
     def __init__(self, fd: "FusionDefinition"):
         self._fd = fd
@@ -123,8 +126,9 @@ class _Ops:
         def build(*args: Any, **kwargs: Any) -> Tensor:
             return self.op(name, *args, **kwargs)
 
-        build.__name__ = name
-        build.__doc__ = BY_NAME[name].__doc__
+        build.__name__ = build.__qualname__ = name
+        build.__doc__ = builder_doc(BY_NAME[name])
+        build.__signature__ = builder_signature(BY_NAME[name])  # type: ignore[attr-defined]
         return build
 
     def op(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
@@ -236,6 +240,68 @@ class _Ops:
              attrs: dict[str, str]) -> Tensor:
         self._fd._ops.append(_Op(name, list(operands), result, keywords, attrs))
         return result
+
+
+_ANNOTATIONS: dict[str, Any] = {"ints": list[int] | int, "int": int, "float": float, "bool": bool, "shape": list[int], "dtype": str}
+"""The Python type a builder takes for each kind of keyword (KEYWORDS) and
+result need (RESULT)."""
+
+
+@functools.cache
+def builder_signature(cls: type) -> inspect.Signature:
+    """The signature of `fd.ops.<op>`, from the op class's facts: operands
+    (OPERANDS; `name?` optional, `*name` variadic), then keywords and what
+    the result needs (PY_ARGS, else KEYWORDS then RESULT), required unless
+    they have a default (DEFAULTS, DEFAULT_DTYPE) or are optional properties
+    of the op (None: absent), then string attributes (ATTRS) by name. After
+    an optional or variadic operand the rest are keyword-only: a call may
+    still give them positionally (`layer_norm(x, w, [2])`), which a Python
+    signature cannot say."""
+    from xdsl.irdl import OptPropertyDef
+
+    P = inspect.Parameter
+    properties = cls.get_irdl_definition().properties
+    kinds = dict(cls.KEYWORDS)
+    params: list[inspect.Parameter] = []
+    kind = P.POSITIONAL_OR_KEYWORD
+    for n in cls.OPERANDS:
+        if n.startswith("*"):
+            params.append(P(n[1:], P.VAR_POSITIONAL, annotation=Tensor))
+            kind = P.KEYWORD_ONLY
+        elif n.endswith("?"):
+            params.append(P(n[:-1], kind, default=None, annotation=Tensor | None))
+            kind = P.KEYWORD_ONLY
+        else:
+            params.append(P(n, kind, annotation=Tensor | float))
+    for n in cls.PY_ARGS or [*kinds, *[r for r in cls.RESULT.split(",") if r]]:
+        if n in cls.DEFAULTS:
+            default = cls.DEFAULTS[n]
+        elif n == "dtype" and cls.DEFAULT_DTYPE is not None:
+            default = cls.DEFAULT_DTYPE
+        elif isinstance(properties.get(n), OptPropertyDef):
+            default = None
+        else:
+            default = P.empty
+        if default is P.empty and params and params[-1].default is not P.empty and kind is P.POSITIONAL_OR_KEYWORD:
+            kind = P.KEYWORD_ONLY  # a required one after an optional one
+        annotation = _ANNOTATIONS[kinds.get(n, n)]
+        params.append(P(n, kind, default=default, annotation=annotation if default is P.empty or default is not None else annotation | None))
+    params += [P(a, P.KEYWORD_ONLY, default=None, annotation=str | None) for a in cls.ATTRS]
+    return inspect.Signature(params, return_annotation=Tensor)
+
+
+def builder_doc(cls: type) -> str:
+    """`help(fd.ops.<op>)`: the op class's documentation, then how the
+    builder reads its arguments."""
+    import textwrap
+
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    how = (
+        f"Builds `{cls.name}` (docs/language.md) in this definition and returns its result. Operands are "
+        "tensors of the definition, or Python numbers (rank-0 constants of the other operands' element type); "
+        "keywords may follow the operands positionally, in the signature's order."
+    )
+    return f"{doc}\n\n{textwrap.fill(how, 76)}"
 
 
 class _Schedule:
