@@ -355,6 +355,7 @@ class FusionDefinition:
         self._meshes: dict[str, Mesh] = {}
         self._known: set[Tensor] = set()
         self._counter = itertools.count()
+        self._propagated: tuple[str, dict[str, Sharding | None]] | None = None  # (text, sharding by name)
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -437,6 +438,28 @@ class FusionDefinition:
         from fuserc.ir import parse
 
         parse(self.to_mlir(), f"<FusionDefinition {self.name}>")
+
+    def sharding_of(self, t: Tensor) -> Sharding | None:
+        """The sharding the program uses for `t`: the one written, else the
+        one propagate-shardings gives it (None in a definition without a
+        mesh: the tensor is whole on its one device)."""
+        if t not in self._known:
+            raise Diagnostic(f"{t!r} is not a tensor of this definition")
+        if t.sharding is not None or not self._meshes:
+            return t.sharding
+        text = self.to_mlir()
+        if self._propagated is None or self._propagated[0] != text:
+            from xdsl.dialects.func import FuncOp
+
+            from fuserc.dialects.fusion import sharding_of
+            from fuserc.ir import parse
+            from fuserc.pipeline import run_pipeline
+
+            module = run_pipeline(parse(text, f"<FusionDefinition {self.name}>"), "propagate-shardings")
+            func = next(f for f in module.ops if isinstance(f, FuncOp) and f.sym_name.data == self.name)
+            values = [*func.body.block.args, *(r for op in func.body.block.ops for r in op.results)]
+            self._propagated = (text, {v.name_hint: sharding_of(v) for v in values if v.name_hint})
+        return self._propagated[1].get(t.name)
 
     @staticmethod
     def from_mlir(text: str, entry: str = "main", filename: str = "<string>") -> "FusionDefinition":
@@ -570,13 +593,16 @@ def _dtype_of(element_type: Any) -> str:
 def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh: Mesh, rank: int) -> Any:
     """The shard of a global tensor (torch or NumPy) that `rank` holds, as
     nvFuser's shard_tensor. `sharding` is a Sharding, a Tensor of a
-    definition (its sharding), or axis texts such as ["DIDx", "-"]."""
+    definition (the sharding its program uses: written, or given by
+    propagation; whole when it has none), or axis texts such as
+    ["DIDx", "-"]."""
     from fuserc.sharding import shard_array
 
     if isinstance(sharding, Tensor):
-        if sharding.sharding is None:
-            raise Diagnostic(f"{sharding!r} has no sharding")
-        sharding = sharding.sharding
+        t = sharding
+        sharding = t.fd.sharding_of(t) if t.fd is not None else t.sharding
+        if sharding is None:  # whole on every device
+            sharding = Sharding(mesh.name, tuple(parse_axis("-") for _ in t.shape))
     elif not isinstance(sharding, Sharding):
         sharding = Sharding(mesh.name, tuple(parse_axis(a) for a in sharding))
     return shard_array(array, sharding, mesh, rank)

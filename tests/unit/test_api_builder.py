@@ -315,3 +315,32 @@ def test_help_of_a_builder() -> None:
     assert str(inspect.signature(fd.ops.sum)).startswith("(input: fuserc.api.Tensor | float, dims: list[int] | int, keepdim: bool = False)")
     assert fd.ops.layer_norm.__doc__.startswith("`torch.nn.functional.layer_norm` over the trailing `dims`")
     assert fd.ops.layer_norm.__name__ == "layer_norm"
+
+
+def test_shard_tensor_of_an_input_without_a_written_sharding() -> None:
+    """What the compiled program takes for an unannotated input: the
+    sharding propagation gives it (a bias added to column-split rows is
+    split too); whole in a definition without a mesh."""
+    import torch
+
+    from fuserc.api import shard_tensor
+    from fuserc.runtime.evaluator import find_host_program, signature
+    from fuserc.runtime.program import compile_module
+
+    fd = FusionDefinition()
+    x, w, b = fd.define_tensor([8, 4]), fd.define_tensor([4, 6]), fd.define_tensor([6])
+    fd.add_output(fd.ops.add(fd.ops.matmul(x, w), b))
+    mesh = fd.sched.mesh("tp", [2])
+    fd.sched.shard(w, "tp", ["-", "DIDx"])
+    compiled = compile_module(fd.to_mlir(), "<fd>")
+    params, _ = signature(compiled.host, find_host_program(compiled.host, "main"))
+    assert fd.sharding_of(b) == params[2].sharding and str(params[2].sharding) == "#fusion.sharding<@tp, [DIDx]>"
+    assert fd.sharding_of(x) == params[0].sharding
+    bias = torch.arange(6.0)
+    assert torch.equal(shard_tensor(bias, b, mesh, 1), bias[3:])
+    assert torch.equal(shard_tensor(torch.ones(8, 4), x, mesh, 1), torch.ones(8, 4))
+    alone = FusionDefinition()
+    a = alone.define_tensor([3])
+    alone.add_output(alone.ops.relu(a))
+    assert alone.sharding_of(a) is None
+    assert torch.equal(shard_tensor(bias[:3], a, mesh, 1), bias[:3])
