@@ -608,4 +608,14 @@ def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh
     return shard_array(array, sharding, mesh, rank)
 
 
-__all__ = ["FusionDefinition", "Tensor", "shard_tensor", "Mesh", "Sharding", "format_axis"]
+def job_size() -> int:
+    """The number of ranks of the job this process is part of (under
+    mpiexec or torchrun; 1 for a process started alone), to make a mesh as
+    large as the job. Collective the first time: it starts the job's
+    communicator, as compiling does."""
+    from fuserc.runtime.mpi_env import mpi_env
+
+    return mpi_env().size
+
+
+__all__ = ["FusionDefinition", "Tensor", "shard_tensor", "job_size", "Mesh", "Sharding", "format_axis"]

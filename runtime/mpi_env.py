@@ -44,6 +44,9 @@ class MpiEnv:
     size: int
     _node_comm: Any = field(default=None, repr=False)
     _nodes: list[int] | None = field(default=None, repr=False)
+    launched_by: str | None = "mpiexec"
+    """What started the job (mpiexec, torchrun, the caller's torch.distributed
+    world), None for a process started alone."""
     launcher = "mpiexec"
 
     @property
@@ -291,21 +294,26 @@ def mpi_env() -> MpiEnv:
             from mpi4py import MPI
 
             comm = MPI.COMM_WORLD
-            _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size())
+            launched = comm.Get_size() > 1 or any(v in os.environ for v in MPI_SIZE_VARS)
+            _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by="mpiexec" if launched else None)
     return _ENV
 
 
 def _torch_env() -> TorchEnv:
     from fuserc.runtime.torch_comm import init_world
 
-    if not _torch_world_started() and not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
+    launched_by: str | None = "torchrun"
+    if _torch_world_started():
+        launched_by = "torchrun" if all(v in os.environ for v in TORCHRUN_VARS) else "torch.distributed"
+    elif not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
+        launched_by = None
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     comm = init_world()
-    return TorchEnv(comm, comm.Get_rank(), comm.Get_size())
+    return TorchEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by=launched_by)
 
 
 def _free_port() -> int:
