@@ -3,6 +3,7 @@
     mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
         [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
         [--warmup W --iters N] [--trace FILE.json] [--print-host-ir]
+    torchrun --nproc-per-node N -m fuserc run FILE ...   (the same)
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
@@ -65,8 +66,14 @@ def run(
     watchdog_s: float | None,
     debug: bool,
 ) -> None:
-    """Compile FILE (or - for stdin) and run it, one process per rank
-    (mpiexec -n N fuserc run FILE)."""
+    """Compile FILE (or - for stdin) and run it, one process per rank:
+
+    \b
+    mpiexec -n N fuserc run FILE ...
+    torchrun --nproc-per-node N -m fuserc run FILE ...
+    fuserc run FILE ...          (one rank)
+
+    docs/runtime.md says more (Launchers; `fuserc run`)."""
     if inputs and seed is not None:
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
