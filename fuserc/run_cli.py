@@ -125,6 +125,18 @@ class _Options:
     meshes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
+def run_file(
+    job: Any, file: str, *, pipeline: str = "default", backend: str = "auto", check: bool = False,
+    meshes: dict[str, tuple[int, ...]] | None = None, entry: str = "main", seed: int = 0,
+) -> int:
+    """What `fuserc run FILE` does on this rank, inside a job already
+    started (tools run several programs in one job: tools/check_examples.py):
+    rank 0's exit code (0 on the others). A diagnostic ends the job as in
+    `fuserc run`."""
+    options = _Options(file, entry, pipeline, [], seed, None, check, backend, None, None, False, None, meshes or {})
+    return _run(options, job)
+
+
 def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     """`--mesh NAME=SHAPE` options as {name: shape}; bad usage if malformed."""
     from fuserc.ir import mesh_option
