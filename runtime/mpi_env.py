@@ -244,13 +244,15 @@ def _mpi_importable() -> bool:
 
 
 def launch_commands(n: int) -> list[str]:
-    """How to start a job of `n` ranks with the launchers installed here."""
+    """How to start `fuserc run` on `n` ranks with the launchers installed
+    here."""
     import shutil
 
     out = []
     if _mpi_importable() and (shutil.which("mpiexec") or shutil.which("mpirun")):
-        out.append(f"mpiexec -n {n}")
-    out.append(f"torchrun --nproc-per-node {n}" if shutil.which("torchrun") else f"python -m torch.distributed.run --nproc-per-node {n}")
+        out.append(f"mpiexec -n {n} fuserc run ...")
+    torchrun = "torchrun" if shutil.which("torchrun") else "python -m torch.distributed.run"
+    out.append(f"{torchrun} --nproc-per-node {n} -m fuserc run ...")
     return out
 
 

@@ -173,7 +173,8 @@ def test_too_few_ranks_says_how_to_fit_the_mesh() -> None:
     proc = mpirun(2, [ROOT / "examples" / "sp_mlp.mlir"])
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.count("error:") == 1, proc.stderr
-    assert "needs 4 ranks (mesh @tp uses device 3) but the job has 2; run it with mpiexec -n 4 or " in proc.stderr
+    assert "needs 4 ranks (mesh @tp uses device 3) but the job has 2; run it with mpiexec -n 4 fuserc run ... or " in proc.stderr
+    assert "--nproc-per-node 4 -m fuserc run ..." in proc.stderr
     assert "fit @tp to this job with fuserc run --mesh tp=2" in proc.stderr
 
 
