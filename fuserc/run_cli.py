@@ -3,6 +3,7 @@
     mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
         [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
         [--warmup W --iters N] [--trace FILE.json] [--print-host-ir] [--time]
+    torchrun --nproc-per-node N -m fuserc run FILE ...   (the same)
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fuserc.check import CHECK_TOLERANCES, CheckResult, compare, precision_of  # noqa: F401  (their home is fuserc.check)
+
 if TYPE_CHECKING:  # torch and numpy load only when a program runs
     import numpy as np
     import torch
@@ -29,122 +32,6 @@ WARMUP = 5
 """Untimed runs before --iters by default: on cuda, runs 2-5 are the trial
 that chooses between replaying a captured graph and running op by op
 (runtime/graphs.py), so the timed runs are the chosen way's."""
-
-CHECK_TOLERANCES: dict[str, float] = {
-    "f64": 1e-9,
-    "f32": 1e-4,
-    "f16": 1e-2,
-    "bf16": 4e-2,
-    "i64": 0.0,
-    "i1": 0.0,
-}
-"""--check passes an output when max|out - ref| <= tol * max|ref| (normwise
-relative error). tol is that of the least precise element type among the
-values the output is computed from (an f32 result of bf16 work has bf16's).
-The reference runs in float64 on the same (rounded) inputs, so the
-tolerance covers the program's own rounding: accumulation over long
-contractions in f32, and the 8-bit (bf16) or 11-bit (f16) significands of
-the 16-bit types."""
-
-
-def _dtype_name(dtype: "torch.dtype") -> str:
-    from fuserc.dialects.interfaces import element_type
-
-    return str(element_type(dtype))
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One output against its reference: the figure compared (the max abs
-    error over the max |reference|, on the finite values) and its
-    tolerance; values that are NaN or infinite where the reference is not
-    (or not the same) are counted by kind and fail the check."""
-
-    index: int
-    dtype: str  # the element type whose tolerance applies: f32, bf16, ...
-    abs_err: float
-    rel_err: float
-    tolerance: float
-    nonfinite: dict[str, int] = field(default_factory=dict)  # NaN/+Inf/-Inf where the reference differs
-    size: int = 0
-    shape_error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.shape_error and not self.nonfinite and self.rel_err <= self.tolerance
-
-    def line(self) -> str:
-        status = "ok" if self.ok else "FAILED"
-        head = f"output {self.index}: "
-        if self.shape_error:
-            return head + f"{self.shape_error}: {status}"
-        if self.nonfinite:
-            counts = ", ".join(f"{n} {kind}" for kind, n in self.nonfinite.items())
-            return head + f"{counts} (of {self.size} values) where the reference differs: {status}"
-        cmp = "<=" if self.rel_err <= self.tolerance else ">"
-        return (
-            head + f"max rel error {self.rel_err:.3e} {cmp} {self.tolerance:.0e} ({self.dtype} tolerance): {status} "
-            f"(max abs error {self.abs_err:.3e})"
-        )
-
-
-def precision_of(func: Any) -> list[str]:
-    """For each result of a fusion function, the least precise element type
-    (the largest tolerance) among the values it is computed from."""
-    from xdsl.dialects.builtin import TensorType
-    from xdsl.dialects.func import ReturnOp
-    from xdsl.ir import OpResult
-
-    ret = func.body.block.last_op
-    assert isinstance(ret, ReturnOp)
-    out = []
-    for v in ret.operands:
-        seen, stack, names = set(), [v], []
-        while stack:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            if isinstance(value.type, TensorType):
-                names.append(str(value.type.element_type))
-            if isinstance(value, OpResult):
-                stack.extend(value.op.operands)
-        known = [n for n in names if n in CHECK_TOLERANCES]
-        out.append(max(known, key=lambda n: CHECK_TOLERANCES[n]) if known else "f32")
-    return out
-
-
-def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dtype", precision: str | None = None) -> CheckResult:
-    """The error of one output against its float64 reference; `precision`
-    (an element type name) sets the tolerance, by default the output's."""
-    import numpy as np
-    import torch
-
-    name = precision or _dtype_name(dtype)
-    tol = CHECK_TOLERANCES[name]
-    r = ref.detach().cpu().to(torch.float64).numpy()
-    g = got.astype(np.float64)
-    if g.shape != r.shape:
-        return CheckResult(index, name, 0.0, 0.0, tol, size=g.size, shape_error=f"shape {list(g.shape)} but the reference's is {list(r.shape)}")
-    if g.size == 0:
-        return CheckResult(index, name, 0.0, 0.0, tol)
-    same = (g == r) | (np.isnan(g) & np.isnan(r))
-    bad = ~np.isfinite(g) & ~same
-    nonfinite = {
-        kind: int(n)
-        for kind, n in (("NaN", np.isnan(g[bad]).sum()), ("+Inf", np.isposinf(g[bad]).sum()), ("-Inf", np.isneginf(g[bad]).sum()))
-        if n
-    }
-    both = np.isfinite(g) & np.isfinite(r)
-    diff = np.zeros_like(g)
-    np.subtract(g, r, out=diff, where=both)
-    np.abs(diff, out=diff)
-    diff[~both & ~same & np.isfinite(g)] = np.inf  # a finite value where the reference is not
-    abs_err = float(diff.max())
-    scale = float(np.abs(np.where(np.isfinite(r), r, 0.0)).max())
-    rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
-    return CheckResult(index, name, abs_err, rel_err, tol, nonfinite, g.size)
-
 
 @click.command()
 @click.argument("file")
@@ -185,8 +72,14 @@ def run(
     time_startup: bool,
     debug: bool,
 ) -> None:
-    """Compile FILE (or - for stdin) and run it, one process per rank
-    (mpiexec -n N fuserc run FILE)."""
+    """Compile FILE (or - for stdin) and run it, one process per rank:
+
+    \b
+    mpiexec -n N fuserc run FILE ...
+    torchrun --nproc-per-node N -m fuserc run FILE ...
+    fuserc run FILE ...          (one rank)
+
+    docs/runtime.md says more (Launchers; `fuserc run`)."""
     if inputs and seed is not None:
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
@@ -207,8 +100,13 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.mpi_env import mpi_env, mpi_launch_problem
 
+    problem = mpi_launch_problem()
+    if problem is not None:  # every process is alone: rank 0 by the launcher's word says why
+        if jobs.launcher_rank() in (None, 0):
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(1)
     job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
@@ -241,6 +139,18 @@ def _comm_unit(text: str | None) -> Any:
     from fuserc.cli import comm_unit
 
     return comm_unit(text)
+
+
+def run_file(
+    job: Any, file: str, *, pipeline: str = "default", backend: str = "auto", check: bool = False,
+    meshes: dict[str, tuple[int, ...]] | None = None, entry: str = "main", seed: int = 0,
+) -> int:
+    """What `fuserc run FILE` does on this rank, inside a job already
+    started (tools run several programs in one job: tools/check_examples.py):
+    rank 0's exit code (0 on the others). A diagnostic ends the job as in
+    `fuserc run`."""
+    options = _Options(file, entry, pipeline, [], seed, None, check, backend, None, None, False, None, meshes or {})
+    return _run(options, job)
 
 
 def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -420,13 +330,17 @@ def _summary(o: _Options, program: Any, saved: Sequence[str]) -> str:
 
 
 def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence["np.ndarray"]) -> int:
-    """Rank 0: compare with the reference; exit code 1 when over tolerance."""
-    refs = program.reference(list(globals_))
-    precisions = precision_of(program.compiled.source_function())
-    results = [
-        compare(i, g, r, s.dtype, p)
-        for i, (g, r, s, p) in enumerate(zip(gathered, refs, program.results, precisions))
-    ]
+    """Rank 0: compare with the reference (fuserc/check.py); exit code 1
+    when an output fails."""
+    from fuserc.check import check_outputs, input_notes
+
+    func = program.compiled.source_function()
+    for line in input_notes(func, globals_):
+        click.echo(line)
+    results = check_outputs(
+        program.compiled.source, func, program.compiled.entry, globals_, gathered,
+        [s.dtype for s in program.results], lambda accumulate: program.reference(list(globals_), accumulate),
+    )  # fmt: skip
     for r in results:
         click.echo(r.line())
     failed = [r.index for r in results if not r.ok]

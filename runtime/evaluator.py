@@ -169,7 +169,8 @@ class Program:
         meshes = module_meshes(module)
         self.params, self.results = signature(module, func)
         self.required_ranks, why = _required_ranks(func, meshes)
-        require_ranks(func, self.required_ranks, why, backend.size)
+        widest = max(meshes.values(), key=lambda m: m.max_device, default=None)
+        require_ranks(func, self.required_ranks, why, backend.size, widest if widest and widest.max_device + 1 == self.required_ranks else None)
         self.devices = _used_devices(meshes, self.required_ranks)
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
@@ -467,13 +468,23 @@ def mesh_ranks(meshes: dict[str, Mesh]) -> tuple[int, str]:
     return best, why
 
 
-def require_ranks(anchor: Operation, needed: int, why: str, size: int) -> None:
-    """A diagnostic at `anchor` when a job of `size` ranks is too small."""
+def require_ranks(anchor: Operation, needed: int, why: str, size: int, mesh: Mesh | None = None) -> None:
+    """A diagnostic at `anchor` when a job of `size` ranks is too small:
+    how to start one large enough (with the launchers installed), and how
+    to fit `mesh` (the one that needs the most ranks) to this job."""
+    from fuserc.runtime.mpi_env import launch_commands
+
     if needed > size:
+        if mesh is None:
+            fit = "give a declared mesh another shape with fuserc run --mesh NAME=SHAPE"
+        elif len(mesh.shape) == 1:
+            fit = f"fit @{mesh.name} to this job with fuserc run --mesh {mesh.name}={size}"
+        else:
+            fit = f"fit @{mesh.name} to this job with fuserc run --mesh {mesh.name}=SHAPE ({size} devices: 1x{size}, ...)"
         raise error_at(
             anchor,
-            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed} "
-            f"or torchrun --nproc-per-node {needed}",
+            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with "
+            f"{' or '.join(launch_commands(needed))}, or {fit}",
         )
 
 

@@ -80,7 +80,6 @@ commands and the tables.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -110,7 +109,9 @@ from bench import (  # noqa: E402
     init_torch_distributed,
     num_text,
     release,
+    start_torch_world,
     tflops_text,
+    torch_launched,
 )
 from bench_layer_check import WIDER, Check, Outcome, compare, judge, run_once, table  # noqa: E402
 from bench_layer_graphs import GraphCount, collectives_text, fused_text  # noqa: E402
@@ -275,34 +276,6 @@ def local_work(shape: Shape, weights: Sequence[torch.Tensor], d: int, device: to
 # --------------------------------------------------------------------------
 # The job: launcher, devices, torch.distributed
 # --------------------------------------------------------------------------
-
-
-def torch_launched() -> bool:
-    """Whether fuserc's launcher is torch.distributed (mpi_env's rule):
-    under torchrun, or without mpi4py."""
-    from fuserc.runtime.mpi_env import TORCHRUN_VARS
-
-    return all(v in os.environ for v in TORCHRUN_VARS) or importlib.util.find_spec("mpi4py") is None
-
-
-def start_torch_world(cuda: bool) -> None:
-    """Under torch's launcher: the world (NCCL on CUDA, else gloo) before
-    fuserc's job starts (fuserc adds a gloo group of its own beside NCCL)."""
-    import socket
-
-    import torch.distributed as dist
-
-    with socket.socket() as s:  # a lone process: a world of one
-        s.bind(("127.0.0.1", 0))
-        defaults = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(s.getsockname()[1])}
-    for k, v in defaults.items():
-        os.environ.setdefault(k, v)
-    if cuda:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        dist.init_process_group("gloo")
 
 
 class Job:

@@ -1,4 +1,4 @@
-"""tools/bench.py in its cpu mode under `mpiexec -n 2` (tiny shapes): every
+"""tools/bench.py in its cpu mode under `mpiexec -n 2` (and torchrun; tiny shapes): every
 figure measured in one run, fuserc checked against eager, the Markdown
 tables and the JSON; async TP reported n/a; bad shapes and bad usage.
 tools/bench_layer.py --small on 2 ranks under torchrun and mpiexec: its
@@ -53,6 +53,19 @@ def test_both_patterns(tmp_path: Path) -> None:
     if BACKEND == "cpu":
         assert "n/a: async TP: needs CUDA" in proc.stdout
     assert [r["plan"].split()[0] for r in rows if r["pattern"] == "ag"] != ["not", "not"]  # Stream(2) is pipelined
+
+
+def test_bench_under_torchrun(tmp_path: Path) -> None:
+    """The same benchmark under torchrun: torch.distributed's world is the
+    tool's, started once, and fuserc joins it."""
+    from test_torch_function import launch
+
+    out = tmp_path / "bench.json"
+    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "1", "--json", str(out)]
+    proc = launch("torchrun", 2, BENCH, args, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["fuserc"]["ms"] > 0 and row["eager"]["ms"] > 0 and row["fuserc_rel_err"] < 4e-2, row
 
 
 def test_algorithm_stream_and_bad_shape(tmp_path: Path) -> None:
