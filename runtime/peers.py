@@ -106,6 +106,10 @@ def clean_exit(status: int | None) -> bool:
 
 @dataclass
 class Peer:
+    """Another rank's process on this node: its pidfd (None where pidfds are
+    not available: its liveness is checked by pid and start time), and once
+    it ended, its wait status (None: not known here)."""
+
     rank: int
     pid: int
     pidfd: int | None
@@ -155,7 +159,7 @@ class Peers:
         return p
 
     def check(self, timeout: float = 0.0) -> list[Peer]:
-        """The peers found ended within `timeout` seconds (each once)."""
+        """The peers found ended (waiting up to `timeout` seconds for one)."""
         fds = self.fds()
         found = []
         if fds:

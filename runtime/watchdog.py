@@ -142,18 +142,13 @@ class Board:
             pass  # the folder is gone (the job ends) or full: the record is advisory
 
     def read(self) -> dict[int, dict[str, Any]]:
-        out = {}
+        """Every rank's last record."""
         try:
             files = list(self.path.glob("rank*.json"))
         except OSError:
-            return out
-        for f in files:
-            try:
-                rec = json.loads(f.read_text())
-                out[int(rec["rank"])] = rec
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return out
+            return {}
+        records = (_load(f) for f in files)
+        return {rec["rank"]: rec for rec in records if rec is not None}
 
     def claim(self, name: str) -> bool:
         """True for the first rank to claim `name` (on this board)."""
@@ -166,6 +161,10 @@ class Board:
         os.write(fd, str(self.rank).encode())
         os.close(fd)
         return True
+
+    def read_rank(self, rank: int) -> dict[str, Any] | None:
+        """Rank `rank`'s last record (None: there is none)."""
+        return _load(self.path / f"rank{rank}.json")
 
     def claimed(self, name: str) -> bool:
         """Whether a rank claimed `name` (on this board)."""
@@ -187,6 +186,15 @@ class Board:
     def remove(self) -> None:
         """Remove the folder (the job ends)."""
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _load(file: Path) -> dict[str, Any] | None:
+    """A record from the board (None when it is gone or torn)."""
+    try:
+        rec = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("rank"), int) else None
 
 
 BOARD_PREFIX = "fuserc-job-"
@@ -553,12 +561,11 @@ class Watchdog:
         ends. True when one of them failed (it did not exit with 0)."""
         failed = False
         with self._ended_lock:
-            records = self.board.read() if self.board is not None else {}
             for p in ended:
                 if clean_exit(p.status):
                     continue
                 failed = True
-                rec = records.get(p.rank)
+                rec = self.board.read_rank(p.rank) if self.board is not None else None
                 if rec is None or rec.get("ending") or self.board is None or self.board.claimed("watchdog"):
                     continue  # it said why (or was ended by the watchdog); its launcher ends the job
                 if self.board.claim(f"ended-{p.rank}"):

@@ -22,9 +22,9 @@ to print its report and exit) within the watchdog's time plus 5 s of the
 fault, and fuserc says why within 5 s of a rank's end; the exit code is
 not 0; fuserc's line names the
 failing rank (and how it ended) and blames no other. Under MPICH's Hydra a
-rank that exits, crashes or is killed is not named unless Hydra is told not
-to kill the other ranks at once (`-disable-auto-cleanup`; docs/runtime.md,
-Failure handling).
+rank that exits, crashes or is killed need not be named: Hydra kills the
+other ranks at once, except after an exit with a code under
+`-disable-auto-cleanup` (docs/runtime.md, Failure handling).
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ ENDS = ("raise", "exit", "segv", "kill")
 SLACK_S = 5.0
 HOW = {"exit": "exit code 3", "segv": "SIGSEGV", "kill": "SIGKILL"}
 """What fuserc's line says of how the rank ended."""
+HYDRA_KILLS = {"mpiexec": ("exit", "segv", "kill"), "mpiexec-keep": ("segv", "kill")}
+"""Faults after which MPICH's Hydra kills every other rank at once (it still
+does for a rank killed by a signal with -disable-auto-cleanup): fuserc's
+line naming the rank is printed only when it is faster."""
 LAUNCHER_LINE = re.compile(r"^([WEIDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ |=+$|\s*=|\*+$|YOUR APPLICATION|This typically|Please see the FAQ)")
 """Lines of the launchers' own reports (torch's logging, MPICH's banner)."""
 
@@ -138,7 +142,7 @@ def _running(record: Path, pid: int) -> bool:
 
 LAUNCHERS = {
     "mpiexec": "mpiexec -n N",
-    "mpiexec-keep": "MPICH's mpiexec -disable-auto-cleanup -n N (the other ranks live on until fuserc ends the job)",
+    "mpiexec-keep": "MPICH's mpiexec -disable-auto-cleanup -n N (after a rank's exit the others live on until fuserc ends the job)",
     "torchrun": "torchrun --standalone --nproc-per-node N",
 }
 
@@ -235,7 +239,7 @@ def judge(kind: str, launcher: str, args: argparse.Namespace, said: float, secon
         problems.append(f"ended {seconds:.1f} s after the fault (limit {limit:g} s)")
     if code == 0:
         problems.append("exit code 0")
-    if not named and not (launcher == "mpiexec" and kind in HOW):
+    if not named and not (kind in HYDRA_KILLS.get(launcher, ())):
         problems.append(f"rank {r} is not named as it should be")
     blamed = [q for q in others if f"rank {q} did not arrive" in text or f"[rank {q}]" in text or f"rank {q} ended" in text]
     if blamed:
