@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Fault injection: how `fuserc run` ends when one rank fails, under each launcher.
 
-    python tools/faults.py [--launcher mpiexec|torchrun|both] [-n 4] [--watchdog 10]
-        [--rank 1] [--kinds exit,segv,...] [--repeat K] [--program FILE]
+    python tools/faults.py [--launcher mpiexec|mpiexec-keep|torchrun|both|all] [-n 4]
+        [--watchdog 10] [--rank 1] [--kinds exit,segv,...] [--repeat K] [--program FILE]
+        [--backend cpu|cuda]
 
 Runs the program (by default examples/sp_mlp.mlir on a mesh of N) under
 `mpiexec -n N fuserc run` and `torchrun --nproc-per-node N -m fuserc run`
@@ -155,7 +156,7 @@ def command(launcher: str, args: argparse.Namespace) -> list[str]:
         keep = ["-disable-auto-cleanup"] if launcher == "mpiexec-keep" else []
         start = [args.mpiexec, *keep, "-n", str(args.n), sys.executable, "-m", "fuserc"]
     mesh = ["--mesh", f"tp={args.n}"] if args.program == DEFAULT_PROGRAM else []
-    return [*start, "run", str(args.program), *mesh, "--backend", "cpu", "--watchdog", str(args.watchdog),
+    return [*start, "run", str(args.program), *mesh, "--backend", args.backend, "--watchdog", str(args.watchdog),
             "--iters", "1000", "--warmup", "0"]  # fmt: skip
 
 
@@ -272,6 +273,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", default=",".join(SCENARIOS), help=f"faults to inject (default all: {','.join(SCENARIOS)})")
     p.add_argument("--repeat", type=int, default=1, help="runs of each fault (default 1)")
     p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM, help="default: examples/sp_mlp.mlir on a mesh of N")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default="cpu", help="the backend of the runs (default cpu)")
     return p
 
 
