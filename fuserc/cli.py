@@ -7,6 +7,7 @@ shows a Python traceback."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
@@ -20,10 +21,33 @@ if TYPE_CHECKING:
     from xdsl.passes import ModulePass
 
 
+def file_kind(path: str) -> str | None:
+    """What `path` is when it is not a regular file ('a named pipe', 'a
+    character device', ...), found without opening it (opening a named pipe
+    waits for a writer); None for a regular file or one that cannot be
+    looked at (reading it says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), None)
+
+
 def read_source(path: str) -> tuple[str, str]:
     """(text, name) of FILE, or of standard input for `-`; a file that
-    cannot be read or is not UTF-8 text is a Diagnostic."""
+    cannot be read or is not UTF-8 text is a Diagnostic, and so is a
+    device (reading one may never end)."""
     name = "<stdin>" if path == "-" else path
+    kind = file_kind(path) if path != "-" else None
+    if kind in ("a character device", "a block device"):
+        raise Diagnostic(f"cannot read {path}: it is {kind}, not a program file")
     try:
         if path == "-":
             data = sys.stdin.buffer.read()

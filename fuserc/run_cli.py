@@ -100,14 +100,14 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
-    from fuserc.runtime.mpi_env import mpi_env, mpi_launch_problem
+    from fuserc.runtime.mpi_env import load_launcher, mpi_env, mpi_launch_problem
 
     problem = mpi_launch_problem()
     if problem is not None:  # every process is alone: rank 0 by the launcher's word says why
         if jobs.launcher_rank() in (None, 0):
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
-    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
+    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
         time_startup, comm_report or comm_unit is not None, comm_unit,
@@ -168,22 +168,28 @@ def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
 
 
 def read_shared_source(job: Any, path: str) -> tuple[str, str]:
-    """FILE's text on every rank. Standard input (`-`) reaches rank 0 alone
-    under a launcher, so rank 0 reads it and shares it (or its error)."""
-    from fuserc.cli import read_source
+    """FILE's text on every rank. A regular file is read by every rank.
+    Standard input (`-`, which a launcher gives to rank 0 alone) and a
+    named pipe are read by rank 0 alone, which shares the text (or its
+    error), inside a watchdog section: a pipe that no one writes never
+    ends, the watchdog ends the job."""
+    from fuserc.cli import file_kind, read_source
     from fuserc.diagnostics import Diagnostic
 
-    env = job.env
-    if path != "-" or env.size == 1:
+    kind = "standard input" if path == "-" else file_kind(path)
+    if kind not in ("standard input", "a named pipe", "a socket"):
         return read_source(path)
+    env = job.env
     got: Any = None
-    with job.section("sharing the program read from standard input"):
+    label = "reading the program from standard input" if path == "-" else f"reading the program from {path} ({kind})"
+    with job.section(label, doer=0):
         if env.rank == 0:
             try:
                 got = read_source(path)
             except Diagnostic as d:
                 got = d
-        got = env.broadcast(got)
+        if env.size > 1:
+            got = env.broadcast(got)
     if isinstance(got, Diagnostic):
         raise got
     return got

@@ -312,6 +312,8 @@ class LinksFileError(ValueError):
 
 
 def _read(file: Path) -> Machine:
+    if file.exists() and not file.is_file():  # a named pipe would wait for a writer, a device never end
+        raise LinksFileError(file, [(None, "cannot read it: it is not a regular file")])
     try:
         text = file.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -13,6 +13,7 @@ allgather, a barrier that gives up after a time, ending the whole job).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -48,6 +49,8 @@ class MpiEnv:
     """What started the job (mpiexec, torchrun, the caller's torch.distributed
     world), None for a process started alone."""
     launcher = "mpiexec"
+    ends_stopped_ranks = True
+    """`abort` ends a stopped rank too (MPI's launchers kill with SIGKILL)."""
 
     @property
     def node_comm(self) -> Any:
@@ -57,7 +60,7 @@ class MpiEnv:
         if self._node_comm is None:
             from mpi4py import MPI
 
-            self._node_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self._node_comm = _comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank))
         return self._node_comm
 
     def reduce_op(self, name: str) -> Any:
@@ -172,6 +175,9 @@ class TorchEnv(MpiEnv):
     them. Peer copies of the cpu backend (RMA windows) need MPI."""
 
     launcher = "torchrun"
+    ends_stopped_ranks = False
+    """torchrun ends the other workers with SIGTERM, which a stopped process
+    only acts on once continued (torchrun's SIGKILL comes 30 s later)."""
 
     def reduce_op(self, name: str) -> Any:
         from fuserc.runtime.torch_comm import reduce_op
@@ -235,6 +241,14 @@ class TorchEnv(MpiEnv):
 _ENV: MpiEnv | None = None
 
 
+def load_launcher() -> None:
+    """Import what the job's bootstrap needs, before it starts: under
+    torchrun, torch (seconds of local work, which the watchdog's section of
+    the bootstrap should not count; MPI's import is its bootstrap)."""
+    if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
+        import fuserc.runtime.torch_comm  # noqa: F401
+
+
 def _mpi_importable() -> bool:
     try:
         import mpi4py  # noqa: F401
@@ -295,10 +309,26 @@ def mpi_env() -> MpiEnv:
         else:
             from mpi4py import MPI
 
-            comm = MPI.COMM_WORLD
+            comm = _comm(MPI.COMM_WORLD)
             launched = comm.Get_size() > 1 or any(v in os.environ for v in MPI_SIZE_VARS)
             _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by="mpiexec" if launched else None)
     return _ENV
+
+
+def _comm(comm: Any) -> Any:
+    """`comm` (mpi4py) with an object `allreduce` that waits without holding
+    Python's lock: mpi4py's reduces objects in an MPI operation that calls
+    Python, so a rank waiting there for a stopped peer holds the lock, its
+    watchdog's heartbeat stops, and the watchdog would take it for stopped
+    too. An allgather (which waits with the lock released) and a reduction
+    here instead: the values are a few numbers."""
+    from mpi4py import MPI
+
+    class Comm(type(comm)):  # type: ignore[misc]
+        def allreduce(self, sendobj: Any, op: Any = MPI.SUM) -> Any:
+            return functools.reduce(op, self.allgather(sendobj))
+
+    return Comm(comm)
 
 
 def _torch_env() -> TorchEnv:

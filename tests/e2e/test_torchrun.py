@@ -131,3 +131,34 @@ def test_fuserc_joins_the_callers_world(how: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     want = "torchrun" if how == "torchrun" else "torch.distributed"
     assert proc.stdout.count(f"joined {want}") == 2, proc.stdout
+
+
+def test_usage_error_under_torchrun(tmp_path: Path) -> None:
+    """Bad usage: printed once, and the ranks exit 2 (torchrun's report
+    says so of the first; torchrun itself exits 1 for any failed worker)."""
+    (tmp_path / "p.mlir").write_text("fusion.mesh @tp shape = [2]\n")
+    proc = mpirun(2, [tmp_path / "p.mlir", "--warmup", "2"], launch="torchrun", timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count("Error: --warmup needs --iters") == 1, proc.stderr
+    root = proc.stderr.split("Root Cause (first observed failure):")[-1]
+    assert re.search(r"exitcode\s*: 2 ", root), proc.stderr
+
+
+RELU = """\
+fusion.mesh @tp shape = [2]
+func.func @main(%x: tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>> {
+  %y = fusion.relu %x : (tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>
+  func.return %y : tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>
+}
+"""
+
+
+def test_input_that_is_not_a_regular_file_under_torchrun(tmp_path: Path) -> None:
+    """A named pipe with no writer given to -i: refused at once (opening it
+    would wait forever), one line."""
+    prog = tmp_path / "p.mlir"
+    prog.write_text(RELU)
+    os.mkfifo(tmp_path / "x.npy")
+    proc = mpirun(2, [prog, "--backend", "cpu", "-i", tmp_path / "x.npy", "--watchdog", "30"], launch="torchrun", timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count(f"({tmp_path / 'x.npy'}): it is a named pipe, not a regular file") == 1, proc.stderr

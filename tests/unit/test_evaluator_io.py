@@ -3,6 +3,8 @@ global outputs, --check's comparison, backend selection, failure reports."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +128,24 @@ def test_npy_validated_before_reading(case: str, tmp_path: Path) -> None:
     text = info.value.render()
     assert text.startswith(f"error: argument #0 ({path}): ") and message in text, text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("kind", ["a named pipe", "a character device", "a directory"])
+def test_only_regular_files_are_read(kind: str, tmp_path: Path) -> None:
+    """A named pipe with no writer (opening it would wait forever), a device
+    (reading it may never end) or a folder given to -i: refused at once,
+    before anything is read."""
+    path = {"a named pipe": tmp_path / "fifo.npy", "a character device": Path("/dev/zero"), "a directory": tmp_path}[kind]
+    if kind == "a named pipe":
+        os.mkfifo(path)
+    s = spec((4, 3), ["DIDx", "-"], Mesh("tp", (2,)))
+    start = time.monotonic()
+    with pytest.raises(Diagnostic) as info:
+        io.read_npy(str(path), s)
+    assert time.monotonic() - start < 5
+    assert info.value.render() == (
+        f"error: argument #0 ({path}): it is {kind}, not a regular file; -i takes .npy files written by numpy.save"
+    )
 
 
 def test_npy_layouts_and_refused_dtypes(tmp_path: Path) -> None:
