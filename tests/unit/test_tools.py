@@ -43,6 +43,7 @@ COVERED = {
     "bench_compile.py": "tests/unit/test_bench_compile.py: 1,000 ops",
     "bench_layer.py": "tests/e2e/test_bench.py: --small under torchrun and mpiexec",
     "bench_layer_check.py": "tests/e2e/test_bench.py: bench_layer's check, failing on a wrong layer",
+    "bench_layer_graphs.py": "tests/unit/test_bench_layer_graphs.py: async TP's fused calls counted in compiled graphs",
     "fuzz.py": "tests/unit/test_fuzz.py: a fixed budget of mutants",
     "trace_png.py": "tests/e2e/test_trace.py: a trace rendered",
     "test.sh": "CI itself (.ci/run)",
@@ -60,7 +61,7 @@ HELP_ONLY = {
     "gpu_check.sh": "the GPU machine's check: its embedded Python is checked here",
     "gpu_bench.sh": "the GPU machine's benchmark session",
 }
-MODULES = {"bench_layer_check.py"}
+MODULES = {"bench_layer_check.py", "bench_layer_graphs.py"}
 """Helpers imported by other tools: no command line."""
 
 
