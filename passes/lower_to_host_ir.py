@@ -519,8 +519,7 @@ class _FunctionLowering:
     def whole_view(self, value: SSAValue) -> bool:
         """`value` is its buffer reshaped (`hir.view`s only): all of it."""
         while value in self.em.source:
-            owner = value.owner
-            if not isinstance(owner, hir.ViewOp):
+            if value in self.em.views and not isinstance(value.owner, hir.ViewOp):
                 return False
             value = self.em.source[value]
         return True
