@@ -156,6 +156,21 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     return math_forward(q, k, v, causal, scale)
 
 
+_STATS_RANK: dict[tuple[torch.device, torch.dtype], int] = {}
+
+
+def _cudnn_stats_rank(q: torch.Tensor) -> int:
+    """The rank of the statistic PyTorch's cuDNN attention returns, which its
+    backward takes back as it is: [B, H, S, 1] in some versions, [B, H, S]
+    in others (found once, on a small forward)."""
+    key = (q.device, q.dtype)
+    if key not in _STATS_RANK:
+        t = torch.zeros((1, 128, 1, q.shape[-1]), dtype=q.dtype, device=q.device).transpose(1, 2)
+        stats = torch.ops.aten._scaled_dot_product_cudnn_attention(t, t, t, None, True, 0.0, False, False)[1]
+        _STATS_RANK[key] = stats.dim()
+    return _STATS_RANK[key]
+
+
 def backward(
     g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
     causal: bool, scale: float | None,
@@ -187,8 +202,9 @@ def backward(
             g, q, ke, ve, None, out, padded, none, none, 0.0, [True, True, True, False], causal, scale=scale
         )[:3]
     elif backend == CUDNN:
+        stats = lse if _cudnn_stats_rank(q) == 3 else lse.unsqueeze(-1)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            g, q, ke, ve, out, lse, none, none, None, None, None, sq, sk, 0.0, causal, scale=scale
+            g, q, ke, ve, out, stats, none, none, None, None, None, sq, sk, 0.0, causal, scale=scale
         )
     else:
         return math_backward(g, q, k, v, out, lse, causal, scale)
