@@ -194,8 +194,9 @@ def backward(
             g, q, ke, ve, out, lse, None, None, sq, sk, 0.0, causal, none, none, scale=scale
         )
     elif backend == EFFICIENT:
-        padded = torch.empty(
-            (*lse.shape[:2], -(-sq // LSE_ALIGN) * LSE_ALIGN), dtype=torch.float32, device=lse.device
+        # Rows past the last are read too: +inf makes their weights exp(s - inf) = 0.
+        padded = torch.full(
+            (*lse.shape[:2], -(-sq // LSE_ALIGN) * LSE_ALIGN), float("inf"), dtype=torch.float32, device=lse.device
         )
         padded[:, :, :sq].copy_(lse)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
