@@ -323,6 +323,13 @@ def is_float(t: Attribute) -> bool:
     return isinstance(t, FLOATS)
 
 
+def stat_type(t: Attribute) -> Attribute:
+    """The element type statistics of `t` values are computed in (as
+    PyTorch's norms, softmax and attention do): f32 for 16-bit floats, `t`
+    itself otherwise."""
+    return Float32Type() if isinstance(t, (BFloat16Type, Float16Type)) else t
+
+
 class FusionOp(IRDLOperation):
     """Base of the tensor ops: the custom syntax, verification, and the
     defaults of the interfaces of `fuserc.dialects.interfaces`.
@@ -345,7 +352,12 @@ class FusionOp(IRDLOperation):
     - ROWWISE: the op is a normalization of each row along its last dim
       that the cuda backend's row kernels compute in one pass when it is a
       launch region of its own ('softmax', 'log_softmax',
-      'cross_entropy': runtime/cuda_rows.py).
+      'cross_entropy': runtime/cuda_rows.py);
+    - RESULTS: result names in order (`name?` optional); results after the
+      first have the types `more_results` gives and the shardings
+      `more_shardings` derives from the first's;
+    - ALONE: the op is a launch region of its own, run by a kernel of its
+      own on both backends (attention: runtime/attention.py).
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()
@@ -357,6 +369,8 @@ class FusionOp(IRDLOperation):
     POINTWISE: ClassVar[bool] = False
     INDEXED: ClassVar[bool] = False
     ROWWISE: ClassVar[str | None] = None
+    RESULTS: ClassVar[tuple[str, ...]] = ("result",)
+    ALONE: ClassVar[bool] = False
     PY_ARGS: ClassVar[tuple[str, ...] | None] = None
     """The Python builder's positional arguments after the operands
     (default: the keywords in order, then the RESULT items)."""
@@ -413,16 +427,18 @@ class FusionOp(IRDLOperation):
                 f"{len(ftype.inputs.data)}",
                 type_pos,
             )
-        if len(ftype.outputs.data) != 1:
+        low, high = cls.result_counts()
+        if not low <= len(ftype.outputs.data) <= high:
+            counts = "one result" if high == 1 else f"{low} to {high} results" if low != high else f"{high} results"
             parser.raise_error(
-                f"{cls.name} has one result but its type lists {len(ftype.outputs.data)}",
+                f"{cls.name} has {counts} but its type lists {len(ftype.outputs.data)}",
                 type_pos,
             )
         operands = parser.resolve_operands(unresolved, ftype.inputs.data, pos)
         try:
             return cls.build(
                 operands=cls.group_operands(operands),
-                result_types=list(ftype.outputs.data),
+                result_types=cls.group_results(list(ftype.outputs.data)),
                 properties=props,
                 attributes=attrs,
             )
@@ -450,6 +466,15 @@ class FusionOp(IRDLOperation):
                 out.append(operands[i])
         return out
 
+    @classmethod
+    def group_results(cls, types: Sequence[Attribute]) -> list:
+        """Result types grouped as the op's result definitions expect them
+        (an optional one as a list of 0 or 1)."""
+        out: list = []
+        for i, n in enumerate(cls.RESULTS):
+            out.append(list(types[i : i + 1]) if n.endswith("?") else types[i])
+        return out
+
     def print(self, printer: Printer) -> None:
         if self.LEADING is not None:
             value = self.properties.get(self.LEADING)
@@ -465,6 +490,11 @@ class FusionOp(IRDLOperation):
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_operation_type(self)
+
+    @classmethod
+    def result_counts(cls) -> tuple[int, int]:
+        """(fewest, most) results the op may have (`RESULTS`)."""
+        return sum(1 for n in cls.RESULTS if not n.endswith("?")), len(cls.RESULTS)
 
     # -- keywords -------------------------------------------------------------
     def rowwise(self) -> str | None:
@@ -559,9 +589,43 @@ class FusionOp(IRDLOperation):
             raise VerifyException(
                 f"result element type {res.element_type} does not match {want}"
             )
+        low, high = self.result_counts()
+        if not low <= len(self.results) <= high:
+            raise VerifyException(f"{self.name} has {low} to {high} results, got {len(self.results)}")
+        more = self.more_results([_tensor(v) for v in self.operands], self.keywords(), res)
+        for k, (r, (shape, elem)) in enumerate(zip(self.results[1:], more), 1):
+            t = _tensor(r)
+            name = self.RESULTS[k].rstrip("?")
+            if tuple(t.get_shape()) != tuple(shape) or t.element_type != elem:
+                raise VerifyException(
+                    f"result #{k} ({name}) has type {_type_text(t)}, expected "
+                    f"{_type_text(TensorType(elem, list(shape)))}"
+                )
+        first = sharding_of(res)
+        if first is not None and len(self.results) > 1:
+            for k, (r, s) in enumerate(zip(self.results[1:], self.more_shardings(first)), 1):
+                if sharding_of(r) is not None and sharding_of(r) != s:
+                    raise VerifyException(
+                        f"result #{k} ({self.RESULTS[k].rstrip('?')}) has sharding {sharding_of(r)}; "
+                        f"with the first result's {first} it must be {s}"
+                    )
         verify_shardings(self, [*self.operands, *self.results])
         for err in alloc_order_errors(self):
             raise VerifyException(err)
+
+    # -- results after the first ----------------------------------------------
+    @classmethod
+    def more_results(
+        cls, operands: Sequence[TensorType], kw: dict[str, Any], first: TensorType
+    ) -> list[tuple[Shape, Attribute]]:
+        """(shape, element type) of each result after the first, in
+        `RESULTS` order (an optional one included)."""
+        return []
+
+    def more_shardings(self, first: Sharding) -> list[Sharding]:
+        """The shardings of the results after the first, from the first's:
+        they lie as the first does (the passes keep them so)."""
+        return []
 
     # -- interfaces (fuserc.dialects.interfaces) ------------------------------
     def sharding_map(self) -> OpMap | str:
@@ -571,7 +635,8 @@ class FusionOp(IRDLOperation):
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         """The result on torch tensors `args` (PyTorch's semantics), in
-        `ctx.accumulate` for floats when set, else in the declared dtypes."""
+        `ctx.accumulate` for floats when set, else in the declared dtypes;
+        a tuple, one tensor per result, for an op with several."""
         raise NotImplementedError(f"{self.name} has no reference semantics")
 
     def kernel(self, m: Math, *args: Any) -> Any:
@@ -590,6 +655,12 @@ class FusionOp(IRDLOperation):
         (`fuserc run` without -i): where the op is defined (an embedding's
         ids, log's argument) and well conditioned (weights scaled as PyTorch
         initializes them); None: standard normal values."""
+        return None
+
+    def for_derivative(self) -> "FusionOp | None":
+        """The op in the form its derivative rule reads, when that differs
+        (autodiff replaces it in the forward): an sdpa that also returns the
+        log-sum-exp its backward needs. None: the op as it is."""
         return None
 
     def expand(self, b: Any) -> SSAValue | None:
@@ -723,11 +794,13 @@ TENSOR = TensorType.constr()
 
 ALLOC_ORDER = "alloc_order"
 """Discardable attribute `alloc_order = array<i64: p0, p1, ...>` on an op
-with one tensor result: the result's buffer holds its local block with
+with a tensor result: the result's buffer holds its local block with
 dimension p0 outermost and p(r-1) innermost, i.e. it is allocated as the
 local shape permuted by p, contiguous, and the op's logical result is the
-view `buffer.permute(inverse(p))`. Absent means the identity (row-major).
-Function arguments are always row-major."""
+view `buffer.permute(inverse(p))`. On an op with several results it lays
+out each result of its rank (attention's gradients), the others are
+row-major. Absent means the identity (row-major). Function arguments are
+always row-major."""
 
 
 def alloc_order_attr(order: Sequence[int]) -> DenseArrayBase:
@@ -736,12 +809,12 @@ def alloc_order_attr(order: Sequence[int]) -> DenseArrayBase:
 
 def alloc_order_errors(op: Operation) -> list[str]:
     """Why `op`'s alloc_order attribute is malformed (empty when it is
-    absent or valid: an array<i64> permutation of its result's rank)."""
+    absent or valid: an array<i64> permutation of its first result's rank)."""
     attr = op.attributes.get(ALLOC_ORDER)
     if attr is None:
         return []
-    if len(op.results) != 1 or not isinstance(op.results[0].type, TensorType):
-        return [f"{ALLOC_ORDER} needs an op with one tensor result"]
+    if not op.results or not isinstance(op.results[0].type, TensorType):
+        return [f"{ALLOC_ORDER} needs an op with a tensor result"]
     if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
         return [f"{ALLOC_ORDER} must be an array<i64: ...>, got {attr}"]
     order = list(attr.get_values())
@@ -757,10 +830,9 @@ def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
     ident = tuple(range(len(value.type.get_shape())))
     if isinstance(value, OpResult):
         attr = value.op.attributes.get(ALLOC_ORDER)
-        if isinstance(attr, DenseArrayBase):
+        if isinstance(attr, DenseArrayBase) and len(attr) == len(ident):
             return tuple(int(v) for v in attr.get_values())
     return ident
-
 
 
 GLOBAL_ATTR = "fusion.global"

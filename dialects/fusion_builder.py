@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import NoneAttr, TensorType, bf16, f16, f32, f64, i1,
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from fuserc.dialects.fusion import FusionOp, ShardingAttr, keyword_attr, sharding_of
+from fuserc.dialects.fusion import FusionOp, ShardingAttr, keyword_attr, sharding_of, stat_type
 from fuserc.sharding import Mesh, Sharding
 
 ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "f64": f64, "i64": i64, "i1": i1}
@@ -43,10 +43,12 @@ def make_op(
     shape: Sequence[int] | None = None,
     dtype: str | Attribute | None = None,
     result_encoding: Attribute | None = None,
+    results: int | None = None,
 ) -> FusionOp:
     """A fusion op (not inserted) of `name` on `operands` with keywords `kw`
-    (Python values), its result type inferred; `shape`/`dtype` give what the
-    op cannot infer (its RESULT)."""
+    (Python values), its result types inferred; `shape`/`dtype` give what
+    the op cannot infer (its RESULT); `results` how many of its results it
+    has (default: its required ones)."""
     from fuserc.dialects.fusion_ops import op_class
 
     cls = op_class(name)
@@ -63,7 +65,9 @@ def make_op(
         given = TensorType(elem, list(shape) if shape is not None else [])
     rshape, elem = cls.infer(types, kw, given)  # type: ignore[arg-type]
     result = TensorType(elem, list(rshape), result_encoding or NoneAttr())
-    return cls.create(operands=list(operands), result_types=[result], properties=props)
+    count = cls.result_counts()[0] if results is None else results
+    more = [TensorType(e, list(s)) for s, e in cls.more_results(types, kw, result)[: count - 1]]  # type: ignore[arg-type]
+    return cls.create(operands=list(operands), result_types=[result, *more], properties=props)
 
 
 class FusionBuilder:
@@ -88,7 +92,12 @@ class FusionBuilder:
         return mesh
 
     # -- making -------------------------------------------------------------------
-    def op(
+    def op(self, name: str, *operands: SSAValue | float | int, **kw: Any) -> SSAValue:
+        """The (first) result of a new `fusion.<name>` on `operands`
+        (`op_results` says what else it takes)."""
+        return self.op_results(name, *operands, **kw)[0]
+
+    def op_results(
         self,
         name: str,
         *operands: SSAValue | float | int,
@@ -96,26 +105,29 @@ class FusionBuilder:
         dtype: str | Attribute | None = None,
         hint: str | None = None,
         placed_as: SSAValue | None = None,
+        results: int | None = None,
         **kw: Any,
-    ) -> SSAValue:
-        """The result of a new `fusion.<name>` on `operands`; with
-        `placed_as`, the result is placed as that value (where it has a
-        sharding): an op with no operands to take one from, an iota say,
-        then computes only the blocks its users need."""
+    ) -> list[SSAValue]:
+        """Every result of a new `fusion.<name>` on `operands`, keywords
+        `kw`, `results` of them (default: the op's required ones); `shape`
+        and `dtype` give what the op cannot infer; with `placed_as`, the
+        result is placed as that value (where it has a sharding): an op with
+        no operands to take one from, an iota say, then computes only the
+        blocks its users need."""
         tensors = [v for v in operands if isinstance(v, SSAValue)]
         # numbers take the element type of the values they combine with (not of a where's condition)
         like = next((v for v in tensors if v.type.element_type != i1), tensors[0] if tensors else None)  # type: ignore[attr-defined]
         values = [v if isinstance(v, SSAValue) else self.constant(v, like=like) for v in operands]
         placed = sharding_of(placed_as) if placed_as is not None else None
         encoding = ShardingAttr.get(placed.placement().with_partial(None)) if placed is not None else None
-        op = make_op(name, values, kw, shape, dtype, encoding)
+        op = make_op(name, values, kw, shape, dtype, encoding, results)
         op.location = self.before.location
         Rewriter.insert_op(op, InsertPoint.before(self.before))
         self.created.append(op)
         if hint is not None:
             base = next((v.name_hint for v in values if v.name_hint), None)
             op.results[0].name_hint = f"{base}_{hint}" if base else hint
-        return op.results[0]
+        return list(op.results)
 
     def constant(self, value: float, like: SSAValue | None = None, dtype: str | Attribute | None = None) -> SSAValue:
         """A rank-0 constant of `like`'s element type (or `dtype`)."""
@@ -129,9 +141,8 @@ class FusionBuilder:
         (as PyTorch's norms and softmax do), `x` itself otherwise."""
         t = x.type
         assert isinstance(t, TensorType)
-        if t.element_type in (bf16, f16):
-            return self.op("cast", x, dtype=f32)
-        return x
+        want = stat_type(t.element_type)
+        return self.op("cast", x, dtype=want) if want != t.element_type else x
 
     def unstat(self, y: SSAValue, like: SSAValue) -> SSAValue:
         """`y` cast back to `like`'s element type where `stat` changed it."""

@@ -229,6 +229,10 @@ class GeluOp(UnaryOp):
         return m.mul(m.mul(half, a), m.add(one, m.erf(m.mul(a, m.const(math.sqrt(0.5))))))
 
     def derivative(self, b: Any, x: SSAValue, y: SSAValue, g: SSAValue) -> SSAValue:
+        """In f32 for 16-bit types (as PyTorch's gelu_backward): one
+        elementwise chain that a kernel computes without rounding between."""
+        want = g
+        x, g = b.stat(x), b.stat(g)
         if self.form == "tanh":  # d/dx 0.5 x (1 + tanh(u)), u = c (x + k x^3)
             c, k = math.sqrt(2 / math.pi), 0.044715
             t = b.op("tanh", b.op("mul", c, b.op("add", x, b.op("mul", k, b.op("mul", x, b.op("mul", x, x))))))
@@ -239,7 +243,7 @@ class GeluOp(UnaryOp):
             cdf = b.op("mul", 0.5, b.op("add", 1.0, b.op("erf", b.op("mul", x, math.sqrt(0.5)))))
             pdf = b.op("mul", 1 / math.sqrt(2 * math.pi), b.op("exp", b.op("mul", -0.5, b.op("mul", x, x))))
             d = b.op("add", cdf, b.op("mul", x, pdf))
-        return b.op("mul", g, d)
+        return b.unstat(b.op("mul", g, d), want)
 
 
 @irdl_op_definition

@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, TensorType
 from xdsl.ir import SSAValue
-from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def, result_def
+from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, opt_result_def, prop_def, result_def
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
 from fuserc.diagnostics import error_at
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, sharding_of, stat_type, tensor_type
 from fuserc.dialects.fusion_grad import one_hot
 from fuserc.dialects.interfaces import (
     CONTRACT,
@@ -286,40 +286,61 @@ class RmsNormOp(NormOp):
 
 
 class AttentionOp(FusionOp):
-    """What sdpa and its derivative share: q, k, v, `scale`, `causal`."""
+    """What sdpa and its derivative share: q, k, v, `scale`, `causal`; a
+    launch of its own, run by PyTorch's attention kernels (`ALONE`,
+    runtime/attention.py)."""
 
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("scale", "float"), ("causal", "bool"))
     DEFAULTS: ClassVar[dict[str, Any]] = {"causal": False}
+    ALONE: ClassVar[bool] = True
     query = operand_def(TENSOR)
     key = operand_def(TENSOR)
     value = operand_def(TENSOR)
     scale = opt_prop_def(FloatAttr)
     causal = opt_prop_def(BoolAttr)
 
-    def attention(self, q: Any, k: Any, v: Any) -> Any:
-        import torch.nn.functional as F
+    def options(self) -> tuple[bool, float | None]:
+        """(causal, scale) as the attention kernels take them."""
+        return bool(self.keyword("causal")), self.keyword("scale")
 
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=bool(self.keyword("causal")), scale=self.keyword("scale"),
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
+
+def _heads_map(rank: int) -> tuple[Target, ...]:
+    """Batch and heads MAP, the rest (sequence, head_dim) whole."""
+    return (Target(MAP, 0), Target(MAP, 1), *(Target(DROP) for _ in range(rank - 2)))
+
+
+def _as_heads(s: Any, rank: int) -> Any:
+    """A sharding laid out as `s` on batch and heads, whole elsewhere."""
+    p = s.placement()
+    return p.with_dims([*p.dims[:2], *(() for _ in range(rank - 2))])
 
 
 @irdl_op_definition
 class SdpaOp(AttentionOp):
     """`scaled_dot_product_attention` on [batch, heads, seq, head_dim];
     `scale` defaults to 1/sqrt(head_dim); grouped-query attention when the
-    heads of k and v divide the heads of q. Local when batch or heads are
-    split (k and v heads split like q's); a split sequence or head_dim of q
-    or k is gathered first."""
+    heads of k and v divide the heads of q. An optional second result is
+    the log-sum-exp of each query row's scores, [batch, heads, seq_q] in
+    f32 (f64 for f64 inputs), what the derivative reads. Local when batch
+    or heads are split (k and v heads split like q's); a split sequence or
+    head_dim of q or k is gathered first."""
 
     name = "fusion.sdpa"
     OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value")
+    RESULTS: ClassVar[tuple[str, ...]] = ("result", "lse?")
     result = result_def(TENSOR)
+    lse = opt_result_def(TENSOR)
 
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
         return shapes.sdpa(s[0], s[1], s[2])
+
+    @classmethod
+    def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Any]]:
+        return [(tuple(first.get_shape())[:3], stat_type(operands[0].element_type))]
+
+    def more_shardings(self, first: Any) -> list[Any]:
+        return [first.placement().with_dims(list(first.placement().dims[:3]))]
 
     def sharding_map(self) -> OpMap:
         q = (Target(MAP, 0), Target(MAP, 1), Target(DROP, 2), Target(DROP))
@@ -328,24 +349,92 @@ class SdpaOp(AttentionOp):
         return OpMap((q, k, v), 4, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        return self.attention(*args)
+        from fuserc.runtime import attention
+
+        out, lse = attention.forward(*args, *self.options())
+        return (out, lse) if len(self.results) > 1 else out
+
+    def for_derivative(self) -> FusionOp | None:
+        """This sdpa with its log-sum-exp as a second result (typed and
+        sharded from the first), which the derivative reads instead of
+        computing the forward again."""
+        if len(self.results) > 1:
+            return None
+        first = self.results[0].type
+        assert isinstance(first, TensorType)
+        ((shape, elem),) = self.more_results([v.type for v in self.operands], self.keywords(), first)
+        s = sharding_of(first)
+        lse = tensor_type(elem, shape, self.more_shardings(s)[0] if s is not None else None)
+        return SdpaOp.create(
+            operands=list(self.operands), result_types=[first, lse],
+            properties=dict(self.properties), attributes=dict(self.attributes),
+        )
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
-        """Through `fusion.sdpa_grad` (PyTorch's attention backward), whose
-        packed result is cut into the cotangents of q, k and v."""
-        q, k, v = self.query, self.key, self.value
-        (bq, h, s, d), hkv = shape_of(q), shape_of(k)[1]
-        if shape_of(k) != (bq, hkv, s, d) or shape_of(v) != shape_of(k):
-            raise error_at(self, "the derivative of fusion.sdpa needs q, k and v of one sequence length and head_dim")
-        kw = {"scale": self.keyword("scale"), "causal": self.keyword("causal") or None}
-        packed = b.op("sdpa_grad", q, k, v, g, **kw)
-        groups = h // hkv
+        """`fusion.sdpa_grad` from q, k, v, the output, its log-sum-exp and
+        the output's cotangent: PyTorch's attention backward, no forward
+        computed again."""
+        if len(self.results) < 2:
+            raise error_at(self, "the derivative of fusion.sdpa reads its log-sum-exp (the op's second result)")
+        causal, scale = self.options()
+        kw = {"scale": scale, "causal": causal or None}
+        return list(b.op_results("sdpa_grad", self.query, self.key, self.value, self.results[0], self.results[1], g, **kw))
 
-        def part(lo: int, hi: int, shape: list[int]) -> SSAValue:
-            cut = b.op("slice", packed, starts=[0, 0, lo, 0, 0], limits=[bq, hkv, hi, s, d])
-            return b.op("reshape", cut, shape=shape)
 
-        return [part(0, groups, [bq, h, s, d]), part(groups, groups + 1, [bq, hkv, s, d]), part(groups + 1, groups + 2, [bq, hkv, s, d])]
+@irdl_op_definition
+class SdpaGradOp(AttentionOp):
+    """The derivative of `fusion.sdpa` (written by autodiff): from q, k, v,
+    the output, its log-sum-exp (sdpa's second result) and the output's
+    cotangent, the cotangents of q, k and v (three results, typed as q, k
+    and v). It reads the saved statistics and computes no forward: on a
+    GPU PyTorch's fused attention backward (flash, memory-efficient or
+    cuDNN, as scaled_dot_product_attention chooses). Local when batch or
+    heads are split."""
+
+    name = "fusion.sdpa_grad"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "out", "lse", "grad")
+    RESULTS: ClassVar[tuple[str, ...]] = ("grad_query", "grad_key", "grad_value")
+    out = operand_def(TENSOR)
+    lse = operand_def(TENSOR)
+    grad = operand_def(TENSOR)
+    grad_query = result_def(TENSOR)
+    grad_key = result_def(TENSOR)
+    grad_value = result_def(TENSOR)
+
+    @classmethod
+    def check_elements(cls, elems: list[Any], kw: dict[str, Any]) -> None:
+        """q, k, v, out and grad share one element type; lse is in that
+        type's statistics type (f32, or f64 for f64)."""
+        tensors = [e for i, e in enumerate(elems) if i != 4]
+        if len(set(tensors)) > 1:
+            raise VerifyException("q, k, v, out and grad must have one element type, got " + ", ".join(str(e) for e in tensors))
+        if len(elems) > 4 and elems[4] != stat_type(elems[0]):
+            raise VerifyException(f"lse has element type {elems[4]}; it must be {stat_type(elems[0])}")
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        out = shapes.sdpa(s[0], s[1], s[2])
+        for name, shape, want in (("out", s[3], out), ("grad", s[5], out), ("lse", s[4], out[:3])):
+            if tuple(shape) != tuple(want):
+                raise shapes.ShapeError(f"sdpa_grad: {name} {list(shape)} must have shape {list(want)}")
+        return s[0]
+
+    @classmethod
+    def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Any]]:
+        return [(tuple(t.get_shape()), t.element_type) for t in operands[1:3]]
+
+    def more_shardings(self, first: Any) -> list[Any]:
+        return [_as_heads(first, 4), _as_heads(first, 4)]
+
+    def sharding_map(self) -> OpMap:
+        four = _heads_map(4)
+        return OpMap((four, four, four, four, _heads_map(3), four), 4, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        from fuserc.runtime import attention
+
+        q, k, v, out, lse, g = args
+        return attention.backward(g, q, k, v, out, lse, *self.options())
 
 
 # ---- vocabulary-parallel ops ---------------------------------------------------------
@@ -456,43 +545,6 @@ class CrossEntropyOp(FusionOp):
         diff = b.op("sub", p, one_hot(b, self.labels, c, like=x))
         scale = b.op("div", b.stat(g), float(n))
         return [b.unstat(b.op("mul", diff, scale), self.logits), None]
-
-
-@irdl_op_definition
-class SdpaGradOp(AttentionOp):
-    """The derivative of `fusion.sdpa` (written by autodiff, not by users):
-    from q [B, H, S, D], k and v [B, Hkv, S, D] and the output's cotangent,
-    the cotangents of q, k and v packed as [B, Hkv, H/Hkv + 2, S, D]: the
-    query heads of each key head, then k's, then v's. On a GPU it runs
-    PyTorch's fused attention backward. Local when batch or heads are split."""
-
-    name = "fusion.sdpa_grad"
-    OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "grad")
-    grad = operand_def(TENSOR)
-    result = result_def(TENSOR)
-
-    @classmethod
-    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
-        out = shapes.sdpa(s[0], s[1], s[2])
-        if tuple(s[3]) != tuple(out):
-            raise shapes.ShapeError(f"sdpa_grad: the cotangent {list(s[3])} must be the output's shape {list(out)}")
-        if tuple(s[1]) != (s[0][0], s[1][1], s[0][2], s[0][3]):
-            raise shapes.ShapeError("sdpa_grad: q, k and v must have one sequence length and head_dim")
-        return (s[0][0], s[1][1], s[0][1] // s[1][1] + 2, s[0][2], s[0][3])
-
-    def sharding_map(self) -> OpMap:
-        qkv = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(DROP))
-        return OpMap((qkv, qkv, qkv, qkv), 5, None, NONE, False)
-
-    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        import torch
-
-        with torch.inference_mode(False), torch.enable_grad():
-            q, k, v = (a.clone().requires_grad_(True) for a in args[:3])
-            out = self.attention(q, k, v)
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), args[3].clone())
-        b, hkv, s, d = dk.shape
-        return torch.cat([dq.reshape(b, hkv, -1, s, d), dk.unsqueeze(2), dv.unsqueeze(2)], dim=2).detach()
 
 
 OPS: tuple[type[FusionOp], ...] = (

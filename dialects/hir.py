@@ -36,6 +36,7 @@ from fuserc.dialects.hir_compute import (  # noqa: F401
     LinearOp,
     MatmulOp,
     SelectOp,
+    TransposeOp,
     ViewOp,
 )
 from fuserc.dialects.hir_control import (  # noqa: F401
@@ -127,7 +128,7 @@ COMMUNICATION_OPS: tuple[type[CommunicationOp], ...] = (
 PEER_COPY_OPS: tuple[type[HirOp], ...] = (PutOp, GetOp)
 """One-sided copies through shared handles; they also return a token."""
 
-VIEW_OPS: tuple[type[HirOp], ...] = (SelectOp, ChunkOp, ViewOp)
+VIEW_OPS: tuple[type[HirOp], ...] = (SelectOp, ChunkOp, ViewOp, TransposeOp)
 """Ops whose result aliases their source buffer."""
 
 COMPUTE_OPS: tuple[type[HirOp], ...] = (MatmulOp, LinearOp, CopyOp, LaunchOp)
@@ -139,7 +140,7 @@ Hir = Dialect(
         AllocOp, DeallocOp, ForOp, IfRankOp, YieldOp, ConstantOp, TeamIndexOp, AddModOp, TeamRankOp,
         GetCurrentStreamOp, SetCurrentStreamOp, StreamForOp, SyncStreamOp, RecordEventOp, WaitEventOp,
         DivOp, *COMMUNICATION_OPS, WaitOp,
-        SelectOp, ChunkOp, ViewOp,
+        SelectOp, ChunkOp, ViewOp, TransposeOp,
         MatmulOp, LinearOp, CopyOp, LaunchOp,
         ShareOp, PutOp, GetOp,
     ],

@@ -174,6 +174,31 @@ class ViewOp(HirOp):
             raise VerifyException(f"result element type {element_type_of(self.result)} does not match {element_type_of(self.source)}")
 
 
+@irdl_op_definition
+class TransposeOp(HirOp):
+    """`%v = hir.transpose %buf : T -> T2`: a 2-D buffer with its two
+    dimensions swapped, an aliasing strided view (what a GEMM reads with
+    cuBLAS's transpose flags instead of a copy)."""
+
+    name = "hir.transpose"
+    source = operand_def(_TENSOR)
+    result = result_def(_TENSOR)
+
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
+
+    def __init__(self, source: SSAValue | Operation):
+        src = SSAValue.get(source)
+        t = src.type
+        assert isinstance(t, TensorType)
+        self._init(operands=[src], result_types=[TensorType(t.element_type, list(reversed(t.get_shape())))])
+
+    def verify_op(self) -> None:
+        a = shape_of(self.source)
+        if len(a) != 2:
+            raise VerifyException(f"hir.transpose takes a 2-D buffer, got {list(a)}")
+        _check_view_result(self.source, self.result, (a[1], a[0]))
+
+
 # --------------------------------------------------------------------------
 # Compute
 # --------------------------------------------------------------------------

@@ -97,6 +97,8 @@ class _Op:
     result: Tensor
     keywords: dict[str, Any] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
+    more: list[Tensor] = field(default_factory=list)
+    """Results after the first (an sdpa's log-sum-exp, read from IR)."""
 
 
 class _Ops:
@@ -192,7 +194,23 @@ class _Ops:
         kinds_of = cls.element_kinds(len(operands))
         tensors = self._operands(where, operands, kinds_of)
         result = self._infer(where, cls, tensors, keywords, shape, dtype)
-        return self._add(name, tensors, result, keywords, {k: f'"{v}"' for k, v in attrs.items() if v != "none"})
+        more = self._more(cls, tensors, keywords, result)
+        self._add(name, tensors, result, keywords, {k: f'"{v}"' for k, v in attrs.items() if v != "none"}, more)
+        return (result, *more) if more else result
+
+    def _more(self, cls: Any, operands: list[Tensor], keywords: dict[str, Any], result: Tensor) -> list[Tensor]:
+        """The results after the first an op always has (sdpa_grad's
+        cotangents of k and v), as tensors of this definition."""
+        from xdsl.dialects.builtin import TensorType
+
+        from fuserc.dialects.fusion_builder import element_attr
+
+        count = cls.result_counts()[0]
+        if count == 1:
+            return []
+        types = [TensorType(element_attr(t.dtype), list(t.shape)) for t in operands]
+        first = TensorType(element_attr(result.dtype), list(result.shape))
+        return [self._fd._new_tensor(tuple(s), _dtype_of(e)) for s, e in cls.more_results(types, keywords, first)[: count - 1]]
 
     def _operands(self, where: str, operands: list[Any], kinds: Sequence[str]) -> list[Tensor]:
         """Tensors of this definition; a number becomes a rank-0 constant:
@@ -237,8 +255,8 @@ class _Ops:
         return self._fd._new_tensor(tuple(rshape), _dtype_of(elem))
 
     def _add(self, name: str, operands: list[Tensor], result: Tensor, keywords: dict[str, Any],
-             attrs: dict[str, str]) -> Tensor:
-        self._fd._ops.append(_Op(name, list(operands), result, keywords, attrs))
+             attrs: dict[str, str], more: list[Tensor] | None = None) -> Tensor:
+        self._fd._ops.append(_Op(name, list(operands), result, keywords, attrs, list(more or [])))
         return result
 
 
@@ -421,8 +439,11 @@ class FusionDefinition:
                 " {" + ", ".join(f"{k} = {v}" for k, v in op.attrs.items()) + "}" if op.attrs else ""
             )
             tys = ", ".join(t.type_text() for t in op.operands)
+            results = [op.result, *op.more]
+            names = ", ".join(f"%{t.name}" for t in results)
+            rtys = results[0].type_text() if len(results) == 1 else "(" + ", ".join(t.type_text() for t in results) + ")"
             lines.append(
-                f"  %{op.result.name} = fusion.{op.name}{' ' if operands else ''}{operands}{kws}{attrs} : ({tys}) -> {op.result.type_text()}"
+                f"  {names} = fusion.{op.name}{' ' if operands else ''}{operands}{kws}{attrs} : ({tys}) -> {rtys}"
             )
         outs = ", ".join(f"%{t.name}" for t in self._outputs)
         out_tys = ", ".join(t.type_text() for t in self._outputs)
@@ -498,13 +519,13 @@ class FusionDefinition:
                 continue
             if not isinstance(op, FusionOp):
                 raise Diagnostic(f"unsupported op {op.name} in a fusion definition")
-            result = tensor_of(op.results[0], None)
+            result, *more = (tensor_of(r, None) for r in op.results)
             kws = op.keywords()
             attrs = {k: str(v) for k, v in op.attributes.items()}
             fd._ops.append(
-                _Op(op.name.removeprefix("fusion."), [env[v] for v in op.operands], result, kws, attrs)
+                _Op(op.name.removeprefix("fusion."), [env[v] for v in op.operands], result, kws, attrs, more)
             )
-            env[op.results[0]] = result
+            env.update(zip(op.results, [result, *more]))
         return fd
 
     def autodiff(self, save: str = "activations") -> tuple["FusionDefinition", "FusionDefinition"]:

@@ -30,9 +30,12 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
-from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, is_float, shape_of, sharding_of, with_sharding
+from fuserc.dialects.fusion import (
+    FusionOp, LinearOp, MatmulOp, MeshOp, PermuteOp, ReshapeOp, SetOp, is_float, shape_of, sharding_of, with_sharding,
+)
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
+from fuserc.passes.reshard_util import inverse
 from fuserc.sharding import Sharding
 
 SAVES = ("activations", "inputs")
@@ -72,6 +75,7 @@ class Autodiff(ModulePass):
             if name in funcs:
                 raise error_at(funcs[name], f"autodiff: @{name} exists already")
         src = _propagated(op, main)
+        _for_derivative(src)
         if self.save == "activations":
             _gather_explicitly(op, src, self.gathered_mib)
         fwd, bwd = _Derivation(src, self.entry, self.save).run()
@@ -81,6 +85,19 @@ class Autodiff(ModulePass):
 
 def _after(op: Operation) -> InsertPoint:
     return InsertPoint.after(op)
+
+
+def _for_derivative(func: FuncOp) -> None:
+    """Each op in the form its derivative rule reads (`for_derivative`: an
+    sdpa with its log-sum-exp as a second result)."""
+    for o in list(func.body.block.ops):
+        new = o.for_derivative() if isinstance(o, FusionOp) else None
+        if new is not None:
+            base = o.results[0].name_hint
+            for k, r in enumerate(new.results):
+                more = f"{base}_{new.RESULTS[k].rstrip('?')}" if base else None
+                r.name_hint = o.results[k].name_hint if k < len(o.results) else more
+            Rewriter.replace_op(o, new, new_results=list(new.results[: len(o.results)]))
 
 
 def _propagated(module: ModuleOp, main: FuncOp) -> FuncOp:
@@ -178,6 +195,9 @@ class _Derivation:
                 accumulate(to_bwd[v], ct)
         for o in reversed(forward):
             g = adjoint.get(o.results[0]) if o.results else None
+            for k, r in enumerate(o.results[1:], 1):
+                if r in adjoint:
+                    raise error_at(o, f"autodiff: '{o.name}' has no derivative through its result #{k}")
             if g is None or not isinstance(o, FusionOp) or not _is_float(o.results[0]):
                 continue
             for operand, grad in zip(o.operands, o.vjp(b, g)):
@@ -190,10 +210,21 @@ class _Derivation:
         _common_subexpressions(block, backward)
         backward = {o for o in backward if o.parent is block}
         saved = self._saved(block, primal, forward, backward)
+        paths = _row_major_ends(saved, primal, forward) if self.save == "activations" else {}
+        saved = list(dict.fromkeys(paths[v][0] if v in paths else v for v in saved))
+        saved = [v for v in [*primal, *(r for o in forward for r in o.results)] if v in set(saved)]
         _dead_code(block)
         bwd_args = [v.type for v in saved] + [c.type for c in cts]
         if self.save == "activations":
             fresh = [block.insert_arg(v.type, len(block.args)) for v in saved]
+            arg_of = dict(zip(saved, fresh))
+            first = next(o for o in block.ops if o in backward or o is final)
+            for v, (end, steps) in paths.items():  # the value again, as views of the saved end
+                b2 = FusionBuilder(before=first)
+                value = arg_of[end]
+                for kind, arg in steps:
+                    value = b2.op(kind, value, **arg)
+                v.replace_uses_with_if(value, lambda use: use.operation in backward or use.operation is final)
             for v, new in zip(saved, fresh):
                 v.replace_uses_with_if(new, lambda use: use.operation in backward or use.operation is final)
             _dead_code(block)
@@ -227,6 +258,60 @@ class _Derivation:
         outs = [to_fwd[v] for v in self.ret.operands] + [to_fwd[from_bwd[v]] for v in saved]
         block.add_op(ReturnOp(*outs))
         return FuncOp(f"{self.entry}_fwd", FunctionType.from_lists([a.type for a in block.args], [v.type for v in outs]), Region(block))
+
+
+def _row_major_ends(saved: list[SSAValue], primal: list[BlockArgument], forward: list[Operation]) -> dict[SSAValue, tuple[SSAValue, list[tuple[str, dict]]]]:
+    """For each saved value made from another by permutes and reshapes (the
+    heads of a projection, [B, H, S, D], and the projection [B*S, H*D]):
+    the value of its chain that a GEMM reads or makes, or an argument,
+    which lies row-major in memory, and the permutes and reshapes that
+    make the saved value from it again. Saving that end instead costs the
+    backward views, not copies: a permuted value returned by the forward
+    would be laid out row-major by a copy, and read back by a permuting
+    one."""
+    links: dict[SSAValue, list[tuple[SSAValue, str, dict]]] = {}
+    anchors: set[SSAValue] = set(primal)
+    for o in forward:
+        if isinstance(o, (MatmulOp, LinearOp)):
+            anchors.update(o.operands)
+            anchors.update(o.results)
+        if isinstance(o, (PermuteOp, ReshapeOp)):
+            x, r = o.operands[0], o.results[0]
+            if isinstance(o, PermuteOp):
+                dims = o.keyword("dims")
+                there, back = ("permute", {"dims": dims}), ("permute", {"dims": inverse(dims)})
+            else:
+                there, back = ("reshape", {"shape": list(shape_of(r))}), ("reshape", {"shape": list(shape_of(x))})
+            links.setdefault(x, []).append((r, *there))
+            links.setdefault(r, []).append((x, *back))
+    kept = set(saved)
+    out: dict[SSAValue, tuple[SSAValue, list[tuple[str, dict]]]] = {}
+    for v in saved:
+        if v in anchors or v not in links:
+            continue
+        # Breadth first from v; the path found leads from v to the end, so it is walked back.
+        seen: dict[SSAValue, tuple[SSAValue, str, dict] | None] = {v: None}
+        frontier, ends = [v], []
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for w, kind, arg in links.get(u, []):
+                    if w not in seen:
+                        seen[w] = (u, kind, arg)
+                        nxt.append(w)
+            ends += [w for w in nxt if w in anchors]
+            frontier = nxt
+        if not ends:
+            continue
+        end = next((w for w in ends if w in kept), ends[0])
+        steps: list[tuple[str, dict]] = []
+        w = end
+        while seen[w] is not None:  # from the end back to v: each link inverted
+            u, _, _ = seen[w]  # type: ignore[misc]
+            steps.append(next((kind, arg) for x, kind, arg in links[w] if x is u))
+            w = u
+        out[v] = (end, steps)
+    return out
 
 
 def _common_subexpressions(block: Block, among: set[Operation]) -> None:

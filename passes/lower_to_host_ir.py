@@ -14,7 +14,7 @@ types. In its body, for each fusion op in order:
 - compute: `hir.matmul` / `hir.linear` for matmul and linear (their local
   computation is the same GEMM on the local blocks), `hir.copy` for a set that
   moves no data, and `hir.launch` with the fusion ops on local types for the
-  rest; consecutive elementwise ops each used only by the next are one launch;
+  rest, in launch regions of several ops (`launch_regions`);
 - deallocation: `hir.dealloc` of each allocated buffer right after its last
   use (through views), never of arguments nor of returned buffers.
 
@@ -52,7 +52,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
@@ -75,7 +75,7 @@ from fuserc.dialects.fusion import (
     SliceOp,
     tensor_type,
 )
-from fuserc.passes import lower_reshard
+from fuserc.passes import launch_regions, local_layouts, lower_reshard
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
 from fuserc.passes.reshard_util import Resharding, mesh_table, signature
@@ -163,6 +163,9 @@ class Emitter:
             return src
         return self._view_of(hir.ViewOp(src, list(shape)), src, tag)
 
+    def transpose(self, src: SSAValue, tag: Tag) -> SSAValue:
+        return self._view_of(hir.TransposeOp(src), src, tag)
+
     def chunk(self, src: SSAValue, index: SSAValue, dim: int, chunks: int, tag: Tag) -> SSAValue:
         if chunks == 1:
             return src
@@ -211,28 +214,6 @@ class Emitter:
         while value in self.source:
             value = self.source[value]
         return value
-
-
-MAX_REGION_OPS = 64
-"""The most ops one launch region takes (bounds the search)."""
-
-MAX_REGION_OUTS = 4
-"""The most values one launch region makes for later ops."""
-
-
-def alone(op: Operation) -> bool:
-    """`op` is a launch region of its own: a softmax, log_softmax or
-    cross_entropy over rows, which the cuda backend computes in one pass
-    when nothing else is in its region (FusionOp.rowwise)."""
-    return isinstance(op, FusionOp) and op.rowwise() is not None
-
-
-def region_outputs(chain: Sequence[Operation]) -> list[SSAValue]:
-    """The values of `chain` (consecutive ops) used after it, in order; the
-    last op's always (a region yields at least its last value)."""
-    inside = set(chain)
-    outs = [o.results[0] for o in chain[:-1] if any(u.operation not in inside for u in o.results[0].uses)]
-    return [*outs, chain[-1].results[0]]
 
 
 def local_type(t: TensorType, mesh: Mesh) -> TensorType:
@@ -427,6 +408,10 @@ class _FunctionLowering:
     def devices(self, op: Operation, value: SSAValue) -> tuple[int, ...]:
         return self.mesh(op, value).devices
 
+    def op_devices(self, op: Operation) -> tuple[int, ...]:
+        """The devices that compute `op` (its first result's mesh)."""
+        return self.devices(op, op.results[0]) if op.results else ()
+
     def local(self, op: Operation, value: SSAValue) -> TensorType:
         t = value.type
         assert isinstance(t, TensorType)
@@ -442,9 +427,11 @@ class _FunctionLowering:
         shape = lt.get_shape()
         return tensor_type(lt.element_type, tuple(shape[d] for d in order_of(value)))
 
-    def result_buffer(self, op: Operation, index: int, tag: tuple[int, ...]) -> SSAValue:
-        bt = self.buffer_type(op, op.results[0])
-        return self.em.alloc(self.em.site(index), bt.get_shape(), bt.element_type, tag)
+    def result_buffer(self, result: SSAValue, index: int, tag: tuple[int, ...]) -> SSAValue:
+        """The buffer of `result` (of the op at `index`)."""
+        assert isinstance(result, OpResult)
+        bt = self.buffer_type(result.op, result)
+        return self.em.alloc(self.em.site(index, result.index), bt.get_shape(), bt.element_type, tag)
 
     def begin(self, op: Operation) -> None:
         self.em.location = op.location
@@ -469,6 +456,7 @@ class _FunctionLowering:
         _check_annotated(func)
         if len(func.body.blocks) != 1:
             raise error_at(func, f"@{func.sym_name.data} has several blocks; host programs have one")
+        local_layouts.choose(func)
         in_types = []
         for t in func.function_type.inputs.data:
             in_types.append(local_type(t, self.mesh(func, t)) if isinstance(t, TensorType) else t)
@@ -476,7 +464,7 @@ class _FunctionLowering:
         for old, new in zip(func.body.block.args, block.args):
             new.name_hint = old.name_hint
             self.values[old] = new
-        ops = list(func.body.block.ops)
+        ops = launch_regions.hoist(list(func.body.block.ops), self.resharding, self.op_devices)
         returned: list[SSAValue] = []
         i = 0
         while i < len(ops):
@@ -528,9 +516,18 @@ class _FunctionLowering:
         new.location = func.location
         return new
 
+    def whole_view(self, value: SSAValue) -> bool:
+        """`value` is its buffer reshaped (`hir.view`s only): all of it."""
+        while value in self.em.source:
+            if value in self.em.views and not isinstance(value.owner, hir.ViewOp):
+                return False
+            value = self.em.source[value]
+        return True
+
     def lower_return(self, op: ReturnOp) -> list[SSAValue]:
-        """Results are buffers of their own: an argument, a view, or a value
-        returned twice is copied into a fresh buffer first."""
+        """Results are buffers of their own: an argument, a part of a buffer
+        (a chunk, a transposed view), or a value returned twice is copied
+        into a fresh buffer first; a reshaped buffer is returned as it is."""
         out: list[SSAValue] = []
         seen: set[SSAValue] = set()
         for k, v in enumerate(op.operands):
@@ -542,7 +539,7 @@ class _FunctionLowering:
                 order = order_of(v)
                 if not is_identity(order):
                     new = self.relayout(new, inverse(order), site, tag)
-                elif isinstance(root, BlockArgument) or new in self.em.views or root in seen:
+                elif isinstance(root, BlockArgument) or not self.whole_view(new) or root in seen:
                     lt = self.local(op, v)
                     buf = self.em.alloc(site, lt.get_shape(), lt.element_type, tag)
                     self.em.copy(new, buf, tag)
@@ -560,6 +557,9 @@ class _FunctionLowering:
         if isinstance(op, SetOp):
             src, order = self.values[op.operands[0]], order_of(op.results[0])
             before = order_of(op.operands[0])
+            if launch_regions.moves_nothing(op):  # the same blocks in the same order: the same buffer
+                self.values[op.results[0]] = src
+                return i + 1
             if before != order:
                 perm = [inverse(before)[d] for d in order]
                 src = self.relayout(src, perm, self.em.site(i, 0, "relayout"), self.devices(op, op.operands[0]))
@@ -577,9 +577,9 @@ class _FunctionLowering:
             return self.lower_permute(op, i, tag)
         if isinstance(op, ReshapeOp):
             return self.lower_reshape(op, i, tag)
-        if isinstance(op, (MatmulOp, LinearOp)) and row_major:
+        if isinstance(op, (MatmulOp, LinearOp)) and (row_major or local_layouts.transposable(op)):
             return self.lower_gemm(op, ops, i, tag)
-        chain = self.local_region(ops, i)
+        chain = launch_regions.local_region(ops, i, self.resharding, self.op_devices)
         self.lower_launch(chain, i)
         return i + len(chain)
 
@@ -589,14 +589,16 @@ class _FunctionLowering:
         a tanh GELU after a linear with a bias as cuBLASLt's activation."""
         nxt, kind = self.epilogue(op, ops, i)
         last = nxt if nxt is not None else op
-        out = self.result_buffer(last, i + (nxt is not None), tag)
+        out = self.result_buffer(last.results[0], i + (nxt is not None), tag)
         acc = None
         if kind == "acc":
             assert nxt is not None
             acc = self.values[next(v for v in nxt.operands if v is not op.results[0])]
         activation = "gelu_tanh" if kind == "gelu_tanh" else None
         if isinstance(op, MatmulOp):
-            a, b = (self.values[v] for v in op.operands)
+            a, b = (self.gemm_operand(v, tag) for v in op.operands)
+            if not is_identity(order_of(op.results[0])):  # the buffer holds the product transposed: b^T a^T
+                a, b = self.gemm_operand(op.rhs, tag, True), self.gemm_operand(op.lhs, tag, True)
             self.em.emit(hir.MatmulOp(a, b, out, acc), tag, marked=True)
         else:
             x, w = self.values[op.input], self.values[op.weight]
@@ -604,6 +606,13 @@ class _FunctionLowering:
             self.em.emit(hir.LinearOp(x, w, out, bias, acc, activation), tag, marked=True)
         self.values[last.results[0]] = out
         return i + 1 + (nxt is not None)
+
+    def gemm_operand(self, v: SSAValue, tag: tuple[int, ...], transposed: bool = False) -> SSAValue:
+        """The buffer of 2-D `v` as a GEMM reads it (`transposed`: v^T): the
+        buffer itself where its memory order gives that, else its
+        `hir.transpose` view (cuBLAS's transpose flag, no copy)."""
+        buf = self.values[v]
+        return buf if is_identity(order_of(v)) != transposed else self.em.transpose(buf, tag)
 
     def epilogue(self, op: MatmulOp | LinearOp, ops: list[Operation], i: int) -> tuple[Operation | None, str | None]:
         """(the next op, "acc" | "gelu_tanh") when it can run in the GEMM's
@@ -627,40 +636,6 @@ class _FunctionLowering:
         if nxt.name == "fusion.gelu" and not plain and nxt.form == "tanh" and nxt.results[0].type == r.type:
             return nxt, "gelu_tanh"
         return None, None
-
-    def local_region(self, ops: list[Operation], i: int) -> list[Operation]:
-        """The longest run of consecutive local ops from `i` (elementwise,
-        reductions, normalizations, ...: what is not a GEMM, a layout op or
-        a resharding) on one set of devices, with at most MAX_REGION_OUTS
-        values used after it: one launch computes them all. So
-        `gelu(x*y+z)*sigmoid(z)` is one region, a layer norm written as
-        mean, sub, mul, mean, rsqrt, mul is one, and so is a residual add
-        with the layer norm after it (the sum, used again later, is a second
-        output): one generated kernel each on the cuda backend. A row-wise
-        normalization (`alone`) is a region of its own."""
-        run: list[Operation] = []
-        tag = self.devices(ops[i], ops[i].results[0]) if ops[i].results else None
-        while i + len(run) < len(ops) and len(run) < MAX_REGION_OPS:
-            nxt = ops[i + len(run)]
-            if run and not (self.regional(nxt) and self.devices(nxt, nxt.results[0]) == tag):
-                break
-            run.append(nxt)
-            if alone(nxt):
-                break
-        if len(run) > 1 and alone(run[-1]):
-            run.pop()
-        for n in range(len(run), 1, -1):
-            if len(region_outputs(run[:n])) <= MAX_REGION_OUTS:
-                return run[:n]
-        return run[:1]
-
-    def regional(self, op: Operation) -> bool:
-        """`op` can join a launch region (`local_region`)."""
-        return (
-            isinstance(op, FusionOp)
-            and not isinstance(op, (SetOp, PermuteOp, ReshapeOp, MatmulOp, LinearOp))
-            and not self.resharding(op)
-        )
 
     def lower_permute(self, op: PermuteOp, index: int, tag: tuple[int, ...]) -> int:
         """A permute is a relabelling of its operand's buffer when the
@@ -693,19 +668,25 @@ class _FunctionLowering:
     def lower_launch(self, chain: list[Operation], index: int) -> None:
         """One hir.launch computing `chain` on local blocks, yielding each
         value that later ops use (`region_outputs`)."""
+        position = {r: index + k for k, o in enumerate(chain) for r in o.results}
+        aliases = launch_regions.aliases(chain)
+        for o in aliases:
+            self.values[o.results[0]] = self.values[o.operands[0]]
+        first = chain[0]
+        chain = [o for o in chain if o not in aliases]
         last = chain[-1]
         self.begin(last)
-        self.em.location = chain[0].location
+        self.em.location = first.location
         tag = self.devices(last, last.results[0])
-        inside = {o.results[0] for o in chain}
+        inside = {r for o in chain for r in o.results}
         ins: list[SSAValue] = []
         for o in chain:
             for v in o.operands:
                 if v not in inside and v not in ins:
                     ins.append(v)
-        results = region_outputs(chain)
-        position = {o.results[0]: index + k for k, o in enumerate(chain)}
-        outs = [self.result_buffer(r.owner, position[r], tag) for r in results]
+        outputs = launch_regions.region_outputs(chain)
+        results = list(dict.fromkeys(launch_regions.same_buffer(r, chain) for r in outputs))
+        outs = [self.result_buffer(r, position[r], tag) for r in results]
 
         def body(args: Sequence[BlockArgument]) -> tuple[list[Operation], list[SSAValue]]:
             env: dict[SSAValue, SSAValue] = {}
@@ -718,9 +699,10 @@ class _FunctionLowering:
                     env[old] = built[-1].results[0]
             for o in chain:
                 new = self.local_op(o, [env[v] for v in o.operands])
-                new.results[0].name_hint = o.results[0].name_hint
                 built.append(new)
-                env[o.results[0]] = new.results[0]
+                for old_r, new_r in zip(o.results, new.results):
+                    new_r.name_hint = old_r.name_hint
+                    env[old_r] = new_r
             yielded = []
             for r in results:
                 value = env[r]
@@ -733,6 +715,8 @@ class _FunctionLowering:
         self.em.launch([self.values[v] for v in ins], outs, body, tag)
         for r, out in zip(results, outs):
             self.values[r] = out
+        for r in outputs:  # a set that moves nothing: its operand's buffer
+            self.values[r] = self.values[launch_regions.same_buffer(r, chain)]
 
     def local_op(self, op: Operation, operands: list[SSAValue]) -> Operation:
         """`op` on local blocks: the same fusion op with local types (a slice
@@ -753,7 +737,7 @@ class _FunctionLowering:
             attrs[GLOBAL_ATTR] = ArrayAttr([v.type for v in (*op.operands, op.results[0])])
         new = type(op).create(
             operands=operands,
-            result_types=[self.local(op, op.results[0])],
+            result_types=[self.local(op, r) for r in op.results],
             properties=props,
             attributes=attrs,
         )

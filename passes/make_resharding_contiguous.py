@@ -572,16 +572,18 @@ class _Decomposer:
     def reshard_result(self, op: FusionOp, local: Sharding, result: Sharding) -> None:
         if local == result.placement():
             return
-        old = op.results[0]
-        rtype = old.type
-        assert isinstance(rtype, TensorType)
-        hint = old.name_hint
-        computed = Rewriter.replace_value_with_new_type(old, with_sharding(rtype, self.with_streams(local, result, shape_of(old))))
-        s = _new_set(computed, rtype, op)
-        Rewriter.insert_op(s, InsertPoint.after(op))
-        computed.replace_uses_with_if(s.results[0], lambda use: use.operation is not s)
-        s.results[0].name_hint = hint
-        computed.name_hint = f"{hint}_local" if hint else None
+        first = self.with_streams(local, result, shape_of(op.results[0]))
+        # The results after the first lie as it does (FusionOp.more_shardings).
+        for old, want in zip(list(op.results), [first, *op.more_shardings(first)]):
+            rtype = old.type
+            assert isinstance(rtype, TensorType)
+            hint = old.name_hint
+            computed = Rewriter.replace_value_with_new_type(old, with_sharding(rtype, want))
+            s = _new_set(computed, rtype, op)
+            Rewriter.insert_op(s, InsertPoint.after(op))
+            computed.replace_uses_with_if(s.results[0], lambda use, s=s: use.operation is not s)
+            s.results[0].name_hint = hint
+            computed.name_hint = f"{hint}_local" if hint else None
 
     def with_streams(self, local: Sharding, result: Sharding, shape: Shape) -> Sharding:
         """`local` with `result`'s Stream splits where they fit: the local op
@@ -676,7 +678,10 @@ class _Layouts:
         if v not in self.parent:
             self.parent[v] = v
             self.order[v] = alloc_order_of(v)
-            self.fixed[v] = isinstance(v, BlockArgument) or (isinstance(v, OpResult) and ALLOC_ORDER in v.op.attributes)
+            # One alloc_order lays out every result of a multi-result op: kept row-major here.
+            self.fixed[v] = isinstance(v, BlockArgument) or (
+                isinstance(v, OpResult) and (ALLOC_ORDER in v.op.attributes or len(v.op.results) > 1)
+            )
             self.cons[v] = []
         root = v
         while self.parent[root] is not root:

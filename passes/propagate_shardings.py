@@ -217,6 +217,8 @@ class _FunctionPropagation:
             if s.partial and op.results[0] in self.returned:
                 s = s.with_partial(None)
             self.known[op.results[0]] = s
+            for r, more in zip(op.results[1:], op.more_shardings(s)):  # they lie as the first result
+                self.known.setdefault(r, more)
             changed = True
         return changed
 

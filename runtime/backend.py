@@ -150,6 +150,10 @@ class Backend(ABC):
         """The same contiguous memory seen with another shape."""
         return array.view(tuple(shape))
 
+    def transpose(self, array: Array) -> Array:
+        """A 2-D array with its dimensions swapped (strided, no copy)."""
+        return array.t()
+
     def base(self, array: Array) -> Array:
         """The buffer a view was made from (`array` itself if not a view)."""
         return array._base if array._base is not None else array

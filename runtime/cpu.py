@@ -115,7 +115,7 @@ def launch_with_torch(
 ) -> None:
     """Run a `hir.launch` region op by op with torch in the declared dtypes
     (each op's `reference`), writing the yielded values into `outs`."""
-    from fuserc.runtime.reference import reference_op
+    from fuserc.runtime.reference import reference_results
 
     env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
     device = outs[0].device if outs else None
@@ -126,7 +126,8 @@ def launch_with_torch(
             return
         ctx = contexts.get(op) if contexts else None
         ctx = EvalContext(ctx.accumulate, ctx.shapes, ctx.indices, device) if ctx else EvalContext(device=device)
-        env[op.results[0]] = reference_op(op, [env[v] for v in op.operands], ctx)
+        for r, value in zip(op.results, reference_results(op, [env[v] for v in op.operands], ctx), strict=True):
+            env[r] = value
     raise AssertionError("hir.launch region without hir.yield")
 
 
@@ -210,8 +211,11 @@ class CpuBackend(Backend):
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
+        from fuserc.runtime.attention import run_region
+
         self._order(reads=list(ins), writes=list(outs))
-        launch_with_torch(body, ins, outs, contexts)
+        if not run_region(body, ins, outs):
+            launch_with_torch(body, ins, outs, contexts)
 
     # ---- communication ------------------------------------------------------
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:

@@ -312,10 +312,14 @@ class CudaBackend(Backend):
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
+        from fuserc.runtime import attention
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
 
         self._begin()
+        if attention.run_region(body, ins, outs):  # a lone sdpa or sdpa_grad: PyTorch's attention kernels
+            self.fused_launches += 1
+            return
         if self.kernels == "inductor" and self._generated(body, ins, outs, contexts):
             self.fused_launches += 1
             return

@@ -407,6 +407,17 @@ def _view(pl: Planner, op: hir.ViewOp) -> Run:
     return run
 
 
+@prepares(hir.TransposeOp)
+def _transpose(pl: Planner, op: hir.TransposeOp) -> Run:
+    result, source, b = pl.slot(op.result), pl.slot(op.source), pl.backend
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[result] = b.transpose(env[source])
+
+    return run
+
+
 # ---- compute -----------------------------------------------------------------------
 
 

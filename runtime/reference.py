@@ -56,16 +56,27 @@ def reference_op(op: Operation, args: list[torch.Tensor], ctx: EvalContext | Non
     `reference`), in `ctx.accumulate` for floats when set, else in the
     declared dtypes; `ctx` also says where local blocks lie (INDEXED ops).
     The result is a fresh contiguous tensor, never a view of an argument,
-    so a caller may write into it."""
+    so a caller may write into it. The first result of an op with several
+    (`reference_results` gives them all)."""
+    return reference_results(op, args, ctx)[0]
+
+
+def reference_results(op: Operation, args: list[torch.Tensor], ctx: EvalContext | None = None) -> list[torch.Tensor]:
+    """Every result of one fusion op, as `reference_op` computes the first."""
     if not isinstance(op, fusion.FusionOp):
         raise error_at(op, f"the reference evaluator cannot run '{op.name}'")
     ctx = ctx if ctx is not None else EvalContext()
     if ctx.device is None and args:
         ctx.device = args[0].device
-    out = op.reference(args, ctx).contiguous()
-    if any(out.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in args):
-        out = out.clone()
-    return out
+    value = op.reference(args, ctx)
+    outs = list(value) if isinstance(value, (tuple, list)) else [value]
+    fresh = []
+    for out in outs[: len(op.results)]:
+        out = out.contiguous()
+        if any(out.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in args):
+            out = out.clone()
+        fresh.append(out)
+    return fresh
 
 
 def block_context(op: Operation, rank: int, mesh_of: Callable[[str], Mesh | None]) -> EvalContext | None:
@@ -190,7 +201,7 @@ def _run(func: FuncOp, args: list[torch.Tensor], accumulate: torch.dtype | None)
                 raise error_at(op, f"no function {op.callee} with a body to call")
             results = _run(callee, operands, accumulate)
         else:
-            results = [reference_op(op, operands, EvalContext(accumulate))]
+            results = reference_results(op, operands, EvalContext(accumulate))
         for res, value in zip(op.results, results, strict=True):
             _expect(op, res, value, accumulate)
             env[res] = value

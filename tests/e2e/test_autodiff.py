@@ -194,9 +194,10 @@ def test_python_autodiff(tmp_path: Path, save: str = "activations") -> None:
 def test_readme_backward_passes_its_check(n: int) -> None:
     """`mpiexec -n 4 fuserc run examples/gpt_layer.mlir -p autodiff,default
     --entry main_bwd --check` (and at --mesh tp=2, tp=1): every gradient
-    passes, the key bias's (zero but for rounding: the softmax cancels it)
-    by the rounding of the function run unsharded in f32, and each output
-    is named by its argument."""
+    passes and each output is named by its argument. (The key bias's
+    gradient is not the zero the softmax makes of it in training: the
+    attention output and log-sum-exp @main_bwd reads are random inputs
+    here, not the forward's.)"""
     from harness import mpirun
 
     args: list[object] = [GPT, "-p", "autodiff,default", "--entry", "main_bwd", "--check"]
@@ -206,4 +207,4 @@ def test_readme_backward_passes_its_check(n: int) -> None:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("output ")]
     assert len(lines) == 17 and all(line.endswith(")") and ": ok (" in line for line in lines), proc.stdout
     assert lines[0].startswith("output 0 (gradient of %x): max rel error")
-    assert lines[6].startswith("output 6 (gradient of %bk): max abs error") and "x the error of the function run unsharded" in lines[6]
+    assert lines[6].startswith("output 6 (gradient of %bk): max")

@@ -213,7 +213,7 @@ def _calls(fd: FusionDefinition) -> dict[str, dict]:
     gives it (a variadic operand under "*")."""
     t = fd.define_tensor
     x, y, b, h, w = t([4, 8]), t([4, 8]), t([8]), t([2, 4, 8]), t([8])
-    q, k = t([1, 4, 6, 8]), t([1, 2, 6, 8])
+    q, k, lse = t([1, 4, 6, 8]), t([1, 2, 6, 8]), t([1, 4, 6])
     ids, table, labels, seed, cond = t([2, 3], "i64"), t([10, 8]), t([4], "i64"), t([], "i64"), t([4, 8], "i1")
     calls: dict[str, dict] = {n: {"input": x} for n in UNARY}
     calls |= {n: {"lhs": x, "rhs": b} for n in BINARY}
@@ -237,7 +237,7 @@ def _calls(fd: FusionDefinition) -> dict[str, dict]:
         "layer_norm": {"input": h, "weight": w, "bias": b, "dims": [2], "eps": 1e-3},
         "rms_norm": {"input": h, "weight": w, "dims": [2], "eps": 1e-6},
         "sdpa": {"query": q, "key": k, "value": k, "scale": 0.25, "causal": True},
-        "sdpa_grad": {"query": q, "key": k, "value": k, "grad": q, "causal": True},
+        "sdpa_grad": {"query": q, "key": k, "value": k, "out": q, "lse": lse, "grad": q, "causal": True},
         "embedding": {"ids": ids, "table": table},
         "cross_entropy": {"logits": x, "labels": labels},
     }  # fmt: skip

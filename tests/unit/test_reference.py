@@ -89,17 +89,6 @@ class Case:
                               self.keywords, self.attrs)
 
 
-def _sdpa_grad(a: Tensors, causal: bool) -> torch.Tensor:
-    """PyTorch's attention backward, packed as fusion.sdpa_grad documents:
-    [B, Hkv, H/Hkv + 2, S, D], the query heads of each key head, then k, v."""
-    with torch.enable_grad():
-        q, k, v = (t.clone().requires_grad_(True) for t in a[:3])
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=None, enable_gqa=q.shape[1] != k.shape[1])
-        dq, dk, dv = torch.autograd.grad(out, (q, k, v), a[3].clone())
-    b, hkv, s, d = dk.shape
-    return torch.cat([dq.reshape(b, hkv, -1, s, d), dk.unsqueeze(2), dv.unsqueeze(2)], dim=2).detach()
-
-
 def _max_one_by_one(x: torch.Tensor, dims: list[int], keepdim: bool) -> torch.Tensor:
     for d in sorted(dims, reverse=True):
         x = torch.max(x, dim=d, keepdim=keepdim).values
@@ -193,15 +182,14 @@ CASES: list[Case] = [
          "causal = true"),
     Case("sdpa-scale", fusion.SdpaOp, ((1, 2, 5, 4), (1, 2, 7, 4), (1, 2, 7, 3)), (1, 2, 5, 3),
          lambda a: F.scaled_dot_product_attention(a[0], a[1], a[2], scale=0.5), "scale = 0.5"),
-    Case("sdpa_grad-causal-gqa", fusion.SdpaGradOp, ((2, 4, 6, 8), (2, 2, 6, 8), (2, 2, 6, 8), (2, 4, 6, 8)),
-         (2, 2, 4, 6, 8), lambda a: _sdpa_grad(a, causal=True), "causal = true"),
 ]
 """Ops whose operands have one element type; constant, iota, where,
 dropout, embedding and cross_entropy (several element types) are checked
-against torch in test_mixed_type_ops."""
+against torch in test_mixed_type_ops, sdpa_grad (its log-sum-exp in f32)
+in tests/unit/test_attention.py."""
 
 MIXED_TYPE_OPS = {fusion.ConstantOp, fusion.IotaOp, fusion.WhereOp, fusion.DropoutOp, fusion.EmbeddingOp,
-                  fusion.CrossEntropyOp}
+                  fusion.CrossEntropyOp, fusion.SdpaGradOp}
 
 OP_DTYPE_CASES = [
     pytest.param(case, elem, id=f"{case.id}-{elem}")

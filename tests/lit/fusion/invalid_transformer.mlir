@@ -422,6 +422,58 @@ func.func @f(%q: tensor<2x8x8x16xf32>, %k: tensor<2x0x8x16xf32>) {
 
 // -----
 
+// Sdpa's log-sum-exp: [batch, heads, seq_q] in f32 for 16-bit and f32 inputs.
+func.func @f(%q: tensor<2x4x8x16xbf16>) {
+  // expected-error @+1 {{'fusion.sdpa' op result #1 (lse) has type tensor<2x4x8xbf16>, expected tensor<2x4x8xf32>}}
+  %y, %l = fusion.sdpa %q, %q, %q : (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>) -> (tensor<2x4x8x16xbf16>, tensor<2x4x8xbf16>)
+  func.return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x4x8x16xf32>) {
+  // expected-error @+1 {{fusion.sdpa has 1 to 2 results but its type lists 3}}
+  %y:3 = fusion.sdpa %q, %q, %q : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+  func.return
+}
+
+// -----
+
+#r = #fusion.sharding<@tp, [-, DIDx, -, -]>
+fusion.mesh @tp shape = [2]
+func.func @f(%q: tensor<2x4x8x16xf32, #r>) {
+  // expected-error @+1 {{'fusion.sdpa' op result #1 (lse) has sharding #fusion.sharding<@tp, [-, -, -]>; with the first result's #fusion.sharding<@tp, [-, DIDx, -, -]> it must be #fusion.sharding<@tp, [-, DIDx, -]>}}
+  %y, %l = fusion.sdpa %q, %q, %q : (tensor<2x4x8x16xf32, #r>, tensor<2x4x8x16xf32, #r>, tensor<2x4x8x16xf32, #r>) -> (tensor<2x4x8x16xf32, #r>, tensor<2x4x8xf32, #fusion.sharding<@tp, [-, -, -]>>)
+  func.return
+}
+
+// -----
+
+// Sdpa_grad: the saved output, its log-sum-exp and the cotangent.
+func.func @f(%q: tensor<2x4x8x16xbf16>, %l: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{'fusion.sdpa_grad' op lse has element type bf16; it must be f32}}
+  %a, %b, %c = fusion.sdpa_grad %q, %q, %q, %q, %l, %q : (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8x16xbf16>) -> (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>)
+  func.return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x4x8x16xf32>, %l: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{'fusion.sdpa_grad' op sdpa_grad: lse [2, 4, 6] must have shape [2, 4, 8]}}
+  %a, %b, %c = fusion.sdpa_grad %q, %q, %q, %q, %l, %q : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x6xf32>, tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>)
+  func.return
+}
+
+// -----
+
+func.func @f(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %l: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'fusion.sdpa_grad' op result #1 (grad_key) has type tensor<2x4x8x16xf32>, expected tensor<2x2x8x16xf32>}}
+  %a, %b, %c = fusion.sdpa_grad %q, %k, %k, %q, %l, %q : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>)
+  func.return
+}
+
+// -----
+
 func.func @f(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x8xf32>) {
   // expected-error @+1 {{'fusion.sdpa' op result shape [2, 4, 8, 16] does not match the expected [2, 4, 8, 8]}}
   %y = fusion.sdpa %q, %k, %v : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x16xf32>

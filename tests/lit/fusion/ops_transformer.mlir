@@ -145,6 +145,10 @@ func.func @attention(%q: tensor<2x8x128x64xbf16>, %k: tensor<2x2x128x64xbf16>, %
   %1 = fusion.sdpa %q, %k, %v2 scale = 0.125 : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x32xbf16>) -> tensor<2x8x128x32xbf16>
   // CHECK-NEXT: %2 = fusion.sdpa %q, %k, %v scale = 0.5 causal = false : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>) -> tensor<2x8x128x64xbf16>
   %2 = fusion.sdpa %q, %k, %v scale = 0.5 causal = false : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>) -> tensor<2x8x128x64xbf16>
+  // CHECK-NEXT: %3, %4 = fusion.sdpa %q, %k, %v causal = true : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>) -> (tensor<2x8x128x64xbf16>, tensor<2x8x128xf32>)
+  %3, %4 = fusion.sdpa %q, %k, %v causal = true : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>) -> (tensor<2x8x128x64xbf16>, tensor<2x8x128xf32>)
+  // CHECK-NEXT: %5, %6, %7 = fusion.sdpa_grad %q, %k, %v, %3, %4, %0 causal = true : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128xf32>, tensor<2x8x128x64xbf16>) -> (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>)
+  %5, %6, %7 = fusion.sdpa_grad %q, %k, %v, %3, %4, %0 causal = true : (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128xf32>, tensor<2x8x128x64xbf16>) -> (tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>, tensor<2x2x128x64xbf16>)
   // CHECK-NEXT: func.return %0 : tensor<2x8x128x64xbf16>
   func.return %0 : tensor<2x8x128x64xbf16>
 // CHECK-NEXT: }

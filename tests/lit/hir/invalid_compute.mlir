@@ -110,6 +110,24 @@ func.func @f() {
 
 // -----
 
+func.func @f() {
+  %a = hir.alloc "f/a" : tensor<8x4xf32>
+  // expected-error @+1 {{'hir.transpose' op result shape [8, 4] does not match the expected [4, 8]}}
+  %t = hir.transpose %a : tensor<8x4xf32> -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  %a = hir.alloc "f/a" : tensor<2x8x4xf32>
+  // expected-error @+1 {{'hir.transpose' op hir.transpose takes a 2-D buffer, got [2, 8, 4]}}
+  %t = hir.transpose %a : tensor<2x8x4xf32> -> tensor<4x8x2xf32>
+  func.return
+}
+
+// -----
+
 // Compute
 
 func.func @f(%a: tensor<8x4xf32>, %b: tensor<5x2xf32>, %o: tensor<8x2xf32>) {

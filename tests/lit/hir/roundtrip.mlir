@@ -171,6 +171,7 @@ func.func @communications(%x: tensor<16x8xf32>, %i: index) {
 // CHECK-NEXT: %c = hir.chunk %b [%i] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // CHECK-NEXT: %d = hir.chunk %c [%i] dim = 1 chunks = 2 {tag = "d"} : (tensor<16x8xf32>, index) -> tensor<16x4xf32>
 // CHECK-NEXT: %v = hir.view %b : tensor<64x8xf32> -> tensor<4x16x8xf32>
+// CHECK-NEXT: %t = hir.transpose %b : tensor<64x8xf32> -> tensor<8x64xf32>
 // CHECK-NEXT: func.return
 // CHECK-NEXT: }
 func.func @views(%b: tensor<64x8xf32>, %i: index) {
@@ -179,6 +180,7 @@ func.func @views(%b: tensor<64x8xf32>, %i: index) {
   %c = hir.chunk %b [%i] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
   %d = hir.chunk %c [%i] dim = 1 chunks = 2 {tag = "d"} : (tensor<16x8xf32>, index) -> tensor<16x4xf32>
   %v = hir.view %b : tensor<64x8xf32> -> tensor<4x16x8xf32>
+  %t = hir.transpose %b : tensor<64x8xf32> -> tensor<8x64xf32>
   func.return
 }
 

@@ -4,11 +4,12 @@
 // ENTRY: autodiff: no function @nope to differentiate (entry = nope)
 // SAVE: save must be one of activations, inputs, got 'all'
 
-// A rule that cannot apply is a diagnostic at the op it differentiates.
-func.func @main(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x8x8xf32>) -> tensor<1x2x16x8xf32> {
-  // expected-error @+1 {{the derivative of fusion.sdpa needs q, k and v of one sequence length and head_dim}}
-  %o = fusion.sdpa %q, %k, %k : (tensor<1x2x16x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> tensor<1x2x16x8xf32>
-  func.return %o : tensor<1x2x16x8xf32>
+// A rule that cannot apply is a diagnostic at the op it differentiates:
+// sdpa's log-sum-exp (its second result) is a statistic, with no derivative.
+func.func @main(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x8x8xf32>) -> (tensor<1x2x16x8xf32>, tensor<1x2x16xf32>) {
+  // expected-error @+1 {{autodiff: 'fusion.sdpa' has no derivative through its result #1}}
+  %o, %lse = fusion.sdpa %q, %k, %k : (tensor<1x2x16x8xf32>, tensor<1x2x8x8xf32>, tensor<1x2x8x8xf32>) -> (tensor<1x2x16x8xf32>, tensor<1x2x16xf32>)
+  func.return %o, %lse : tensor<1x2x16x8xf32>, tensor<1x2x16xf32>
 }
 
 // -----

@@ -107,7 +107,8 @@ func.func @slice(%x: !t) -> !u {
 // -----
 
 // Buffer layouts (alloc_order): a matmul whose result is laid out
-// transposed is a launch with the permute; the reshard works on the
+// transposed is the GEMM w^T x^T on hir.transpose views (no copy); the
+// reshard works on the
 // transposed buffer (its dim 0 is the scattered one); a permute that undoes
 // the layout is a relabelling of the same buffer (no op); a result laid out
 // transposed is copied to row-major at the return.
@@ -127,12 +128,9 @@ func.func @layout(%x: !x, %w: !w) -> (!ct, !c) {
 // CHECK-SAME: -> (tensor<2x64xf32> {hir.global = tensor<8x64xf32, #fusion.sharding<@tp, [DIDx, -]>>}, tensor<64x2xf32> {hir.global = tensor<64x8xf32, #fusion.sharding<@tp, [-, DIDx]>>})
 // CHECK-NEXT: %c, %[[CR:.*]] = hir.if_rank [0, 1, 2, 3] -> (tensor<2x64xf32>, tensor<64x2xf32>) {
 // CHECK-NEXT: %p = hir.alloc "layout/0/0" : tensor<8x64xf32>
-// CHECK-NEXT: hir.launch ins(%x, %w : tensor<64x4xf32>, tensor<4x8xf32>) outs(%p : tensor<8x64xf32>) {
-// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<64x4xf32>, %[[W:.*]]: tensor<4x8xf32>):
-// CHECK-NEXT: %[[M:.*]] = fusion.matmul %[[X]], %[[W]] : (tensor<64x4xf32>, tensor<4x8xf32>) -> tensor<64x8xf32>
-// CHECK-NEXT: %[[T:.*]] = fusion.permute %[[M]] dims = [1, 0] : (tensor<64x8xf32>) -> tensor<8x64xf32>
-// CHECK-NEXT: hir.yield %[[T]] : tensor<8x64xf32>
-// CHECK-NEXT: }
+// CHECK-NEXT: %[[WT:.*]] = hir.transpose %w : tensor<4x8xf32> -> tensor<8x4xf32>
+// CHECK-NEXT: %[[XT:.*]] = hir.transpose %x : tensor<64x4xf32> -> tensor<4x64xf32>
+// CHECK-NEXT: hir.matmul %[[WT]], %[[XT]], %p : tensor<8x4xf32>, tensor<4x64xf32>, tensor<8x64xf32>
 // CHECK-NEXT: %[[C:.*]] = hir.alloc "layout/1/0" : tensor<2x64xf32>
 // CHECK-NEXT: %[[TOK:.*]] = hir.reduce_scatter %p, %[[C]] op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<8x64xf32>, tensor<2x64xf32>) -> !hir.token
 // CHECK-NEXT: hir.wait %[[TOK]] : !hir.token

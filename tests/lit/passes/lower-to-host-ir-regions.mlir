@@ -2,7 +2,7 @@
 
 // Launch regions: consecutive local ops (elementwise, reductions,
 // normalizations) form one hir.launch, which yields every value used after
-// it (up to 4). A fork (z feeding two branches) stays in one region, and so
+// it (up to 8). A fork (z feeding two branches) stays in one region, and so
 // does a layer norm written op by op, and a residual add with the layer norm
 // after it (the sum, used again later, a second output); a GEMM ends a
 // region.
@@ -77,4 +77,64 @@ func.func @residual_norm(%x: tensor<32x32xf32>, %r: tensor<32x32xf32>, %g: tenso
   %p = fusion.matmul %n, %w : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
   %o = fusion.add %p, %h : (tensor<32x32xf32>, tensor<32x32xf32>) -> tensor<32x32xf32>
   func.return %o : tensor<32x32xf32>
+}
+
+// -----
+
+// A bias gradient after a GEMM it does not read (the sum over rows of gelu's
+// derivative, emitted after the GEMM that reads the derivative) moves up
+// beside the ops making what it sums: one launch computes both, the GEMM
+// after it. A set that moves nothing (a mesh of one device) is the same
+// buffer: no copy, and inside a region the identity.
+// CHECK-LABEL: func.func @hoisted
+// CHECK: hir.launch
+// CHECK: fusion.gelu
+// CHECK: fusion.sum %{{.*}} dims = [0]
+// CHECK: hir.yield
+// CHECK-NEXT: }
+// CHECK-NOT: hir.launch
+// CHECK-NOT: hir.copy
+// CHECK: hir.matmul
+// CHECK-NOT: hir.launch
+// CHECK-NOT: hir.copy
+// CHECK: func.return
+fusion.mesh @one shape = [1]
+func.func @hoisted(%x: tensor<64x32xf32, #fusion.sharding<@one, [DIDx, -]>>, %w: tensor<32x16xf32, #fusion.sharding<@one, [-, -]>>)
+    -> (tensor<64x16xf32, #fusion.sharding<@one, [-, -]>>, tensor<32xf32, #fusion.sharding<@one, [-]>>) {
+  %g = fusion.gelu %x : (tensor<64x32xf32, #fusion.sharding<@one, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@one, [DIDx, -]>>
+  %r = fusion.set %g : (tensor<64x32xf32, #fusion.sharding<@one, [DIDx, -]>>) -> tensor<64x32xf32, #fusion.sharding<@one, [-, -]>>
+  %y = fusion.matmul %r, %w : (tensor<64x32xf32, #fusion.sharding<@one, [-, -]>>, tensor<32x16xf32, #fusion.sharding<@one, [-, -]>>) -> tensor<64x16xf32, #fusion.sharding<@one, [-, -]>>
+  %b = fusion.sum %r dims = [0] : (tensor<64x32xf32, #fusion.sharding<@one, [-, -]>>) -> tensor<32xf32, #fusion.sharding<@one, [-]>>
+  func.return %y, %b : tensor<64x16xf32, #fusion.sharding<@one, [-, -]>>, tensor<32xf32, #fusion.sharding<@one, [-]>>
+}
+
+// -----
+
+// Attention's operands and result, and a GEMM's transposed operand, cost no
+// copy: the heads of a projection are read as a view (the permute inside
+// sdpa's launch), sdpa writes its output in [B, S, H, D] order so the
+// permute back and the reshape to rows are views, and x^T is a
+// hir.transpose view.
+// CHECK-LABEL: func.func @views
+// CHECK: hir.linear
+// CHECK-NEXT: %[[R:.*]] = hir.view %{{.*}} : tensor<64x32xf32> -> tensor<1x64x4x8xf32>
+// CHECK: hir.launch ins(%[[R]] : tensor<1x64x4x8xf32>) outs(%[[O:.*]] : tensor<1x64x4x8xf32>)
+// CHECK: fusion.permute %{{.*}} dims = [0, 2, 1, 3] : (tensor<1x64x4x8xf32>) -> tensor<1x4x64x8xf32>
+// CHECK: fusion.sdpa
+// CHECK: fusion.permute %{{.*}} dims = [0, 2, 1, 3] : (tensor<1x4x64x8xf32>) -> tensor<1x64x4x8xf32>
+// CHECK: %[[Y:.*]] = hir.view %[[O]] : tensor<1x64x4x8xf32> -> tensor<64x32xf32>
+// CHECK: %[[XT:.*]] = hir.transpose %[[Y]] : tensor<64x32xf32> -> tensor<32x64xf32>
+// CHECK-NEXT: hir.matmul %[[XT]], %{{.*}}
+// CHECK-NOT: hir.launch
+// CHECK: func.return
+func.func @views(%x: tensor<64x32xf32>, %w: tensor<32x32xf32>, %g: tensor<64x32xf32>) -> tensor<32x32xf32> {
+  %l = fusion.linear %x, %w : (tensor<64x32xf32>, tensor<32x32xf32>) -> tensor<64x32xf32>
+  %r = fusion.reshape %l : (tensor<64x32xf32>) -> tensor<1x64x4x8xf32>
+  %q = fusion.permute %r dims = [0, 2, 1, 3] : (tensor<1x64x4x8xf32>) -> tensor<1x4x64x8xf32>
+  %o = fusion.sdpa %q, %q, %q causal = true : (tensor<1x4x64x8xf32>, tensor<1x4x64x8xf32>, tensor<1x4x64x8xf32>) -> tensor<1x4x64x8xf32>
+  %p = fusion.permute %o dims = [0, 2, 1, 3] : (tensor<1x4x64x8xf32>) -> tensor<1x64x4x8xf32>
+  %y = fusion.reshape %p : (tensor<1x64x4x8xf32>) -> tensor<64x32xf32>
+  %yt = fusion.permute %y dims = [1, 0] : (tensor<64x32xf32>) -> tensor<32x64xf32>
+  %dw = fusion.matmul %yt, %g : (tensor<32x64xf32>, tensor<64x32xf32>) -> tensor<32x32xf32>
+  func.return %dw : tensor<32x32xf32>
 }

@@ -27,7 +27,7 @@ func.func @not_dense(%x: tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) ->
 
 // -----
 
-// expected-error @+1 {{'fusion.mesh' op alloc_order needs an op with one tensor result}}
+// expected-error @+1 {{'fusion.mesh' op alloc_order needs an op with a tensor result}}
 fusion.mesh @tp shape = [4] {alloc_order = array<i64: 0>}
 
 // -----

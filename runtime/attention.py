@@ -1,0 +1,285 @@
+"""Attention's kernels: the forward with its log-sum-exp, and the backward
+from the saved output and log-sum-exp (`fusion.sdpa`, `fusion.sdpa_grad`).
+
+The log-sum-exp is one value per query row, [batch, heads, seq_q], the
+natural log of the sum of exp(scale * q.k) over the keys the row sees: the
+statistic every fused attention kernel saves for its backward, so the
+backward computes no forward again.
+
+- On cuda, the backend PyTorch's `scaled_dot_product_attention` itself
+  would take for these tensors (`aten._fused_sdp_choice`: cuDNN, flash or
+  memory-efficient attention, in the priority order of the running torch),
+  then that backend's forward and, in the backward, its backward, as
+  PyTorch's autograd pairs them. The backends agree on the statistic, so a
+  forward and a backward may even choose differently. The kernels read
+  q, k, v, the output and its cotangent strided (the heads of a [B, S, H,
+  D] buffer, as a projection's output lies): no layout copies. Grouped
+  heads are expanded for backends without them.
+- On the CPU, PyTorch's flash attention for CPU (the kernel of its sdpa
+  there) and its backward.
+- Elsewhere (no fused backend applies), `math_forward`/`math_backward`:
+  the same formulas with matrix products, in f32 for 16-bit inputs.
+
+`run_region` runs a `hir.launch` region holding one attention op (`ALONE`)
+on both backends: the region's layout permutes are views, and the results
+are copied into the region's output buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Block, BlockArgument, SSAValue
+
+Tensors = tuple[torch.Tensor, ...]
+
+MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
+"""`torch.nn.attention.SDPBackend` values (`aten._fused_sdp_choice`)."""
+
+LSE_ALIGN = 32
+"""The memory-efficient kernels keep the statistic of rows padded to a
+multiple of this."""
+
+
+def _scale(q: torch.Tensor, scale: float | None) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+
+def _grouped(q: torch.Tensor, k: torch.Tensor) -> int:
+    """Query heads per key head (1 without grouped-query attention)."""
+    return q.shape[1] // k.shape[1]
+
+
+def _expand(t: torch.Tensor, groups: int) -> torch.Tensor:
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
+def _fold(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """The cotangent of `_expand`: the query heads of each key head summed."""
+    if groups == 1:
+        return t
+    b, h, s, d = t.shape
+    return t.reshape(b, h // groups, groups, s, d).sum(2)
+
+
+def _mask(sq: int, sk: int, device: torch.device) -> torch.Tensor:
+    """PyTorch's causal mask: row i sees keys 0..i (top-left aligned)."""
+    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril()
+
+
+# ---- math: the formulas --------------------------------------------------------
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+    s = (q @ k.transpose(-2, -1)) * _scale(q, scale)
+    if causal:
+        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    return s
+
+
+def _wide(*ts: torch.Tensor) -> Tensors:
+    """16-bit tensors in f32, the rest as they are."""
+    return tuple(t.float() if t.dtype in (torch.bfloat16, torch.float16) else t for t in ts)
+
+
+def math_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> Tensors:
+    """(out, lse): out by PyTorch's math attention (what its sdpa computes
+    when no fused kernel applies), lse = logsumexp(scale q k^T)."""
+    groups = _grouped(q, k)
+    out = torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, None, 0.0, causal, scale=scale, enable_gqa=groups != 1
+    )[0]
+    wq, wk = _wide(q, _expand(k, groups))
+    return out, torch.logsumexp(_scores(wq, wk, causal, scale), dim=-1)
+
+
+def math_backward(
+    g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    causal: bool, scale: float | None,
+) -> Tensors:
+    """(dq, dk, dv) from the saved output and log-sum-exp: p = exp(scale q
+    k^T - lse), dv = p^T g, ds = p (g v^T - rowsum(g out)), dq = scale ds k,
+    dk = scale ds^T q."""
+    dtype, groups = q.dtype, _grouped(q, k)
+    g, q, k, v, out = _wide(g, q, _expand(k, groups), _expand(v, groups), out)
+    p = torch.exp(_scores(q, k, causal, scale) - lse.to(q.dtype).unsqueeze(-1))
+    dv = p.transpose(-2, -1) @ g
+    ds = p * (g @ v.transpose(-2, -1) - (g * out).sum(-1, keepdim=True))
+    c = _scale(q, scale)
+    dq, dk = (ds @ k) * c, (ds.transpose(-2, -1) @ q) * c
+    return dq.to(dtype), _fold(dk, groups).to(dtype), _fold(dv, groups).to(dtype)
+
+
+# ---- the kernels -----------------------------------------------------------------
+
+
+def choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> int:
+    """The backend PyTorch's sdpa takes for these tensors (on the CPU:
+    flash or math)."""
+    if q.device.type not in ("cpu", "cuda"):
+        return MATH
+    gqa = q.shape[1] != k.shape[1]
+    return int(torch.ops.aten._fused_sdp_choice(q, k, v, None, 0.0, causal, scale=scale, enable_gqa=gqa))
+
+
+def _cpu_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> bool:
+    return q.device.type == "cpu" and choice(q, k, v, causal, scale) == FLASH
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> Tensors:
+    """(out [B, H, Sq, Dv], lse [B, H, Sq] in the statistics type)."""
+    if _cpu_flash(q, k, v, causal, scale):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+        return out, lse
+    if q.device.type != "cuda":
+        return math_forward(q, k, v, causal, scale)
+    backend = choice(q, k, v, causal, scale)
+    groups = _grouped(q, k)
+    if backend == FLASH:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, _expand(k, groups), _expand(v, groups), 0.0, causal, False, scale=scale
+        )[:2]
+        return out, lse
+    if backend == EFFICIENT:
+        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, _expand(k, groups), _expand(v, groups), None, True, 0.0, causal, scale=scale
+        )[:2]
+        return out, lse[:, :, : q.shape[2]]
+    if backend == CUDNN:
+        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, _expand(k, groups), _expand(v, groups), None, True, 0.0, causal, False, scale=scale
+        )[:2]
+        return out, lse.reshape(q.shape[:3])
+    return math_forward(q, k, v, causal, scale)
+
+
+_STATS_RANK: dict[tuple[torch.device, torch.dtype], int] = {}
+
+
+def _cudnn_stats_rank(q: torch.Tensor) -> int:
+    """The rank of the statistic PyTorch's cuDNN attention returns, which its
+    backward takes back as it is: [B, H, S, 1] in some versions, [B, H, S]
+    in others (found once, on a small forward)."""
+    key = (q.device, q.dtype)
+    if key not in _STATS_RANK:
+        t = torch.zeros((1, 128, 1, q.shape[-1]), dtype=q.dtype, device=q.device).transpose(1, 2)
+        stats = torch.ops.aten._scaled_dot_product_cudnn_attention(t, t, t, None, True, 0.0, False, False)[1]
+        _STATS_RANK[key] = stats.dim()
+    return _STATS_RANK[key]
+
+
+def backward(
+    g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    causal: bool, scale: float | None,
+) -> Tensors:
+    """(dq, dk, dv) from the output, its log-sum-exp and its cotangent."""
+    if _cpu_flash(q, k, v, causal, scale):
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            g, q, k, v, out, lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32), 0.0, causal, scale=scale
+        )
+        return dq, dk, dv
+    if q.device.type != "cuda":
+        return math_backward(g, q, k, v, out, lse, causal, scale)
+    backend = choice(q, k, v, causal, scale)
+    groups = _grouped(q, k)
+    ke, ve = _expand(k, groups), _expand(v, groups)
+    lse = lse.float()
+    sq, sk = q.shape[2], k.shape[2]
+    none = torch.empty((), dtype=torch.int64, device=q.device)  # dropout's seed and offset: no dropout
+    if backend == FLASH:
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            g, q, ke, ve, out, lse, None, None, sq, sk, 0.0, causal, none, none, scale=scale
+        )
+    elif backend == EFFICIENT:
+        # Rows past the last are read too: +inf makes their weights exp(s - inf) = 0.
+        padded = torch.full(
+            (*lse.shape[:2], -(-sq // LSE_ALIGN) * LSE_ALIGN), float("inf"), dtype=torch.float32, device=lse.device
+        )
+        padded[:, :, :sq].copy_(lse)
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            g, q, ke, ve, None, out, padded, none, none, 0.0, [True, True, True, False], causal, scale=scale
+        )[:3]
+    elif backend == CUDNN:
+        stats = lse if _cudnn_stats_rank(q) == 3 else lse.unsqueeze(-1)
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            g, q, ke, ve, out, stats, none, none, None, None, None, sq, sk, 0.0, causal, scale=scale
+        )
+    else:
+        return math_backward(g, q, k, v, out, lse, causal, scale)
+    return dq, _fold(dk, groups), _fold(dv, groups)
+
+
+# ---- a launch region of one attention op ------------------------------------------
+
+
+def _views(body: Block) -> tuple[Any, dict[SSAValue, Any]] | None:
+    """The region's attention op and, for each value the region reads or
+    yields, how it is made from a region argument or the op's results by
+    layout ops (permute, reshape, set); None when the region is not of
+    that shape."""
+    from fuserc.dialects import fusion
+    from fuserc.dialects.fusion_nn import AttentionOp
+
+    ops = list(body.ops)
+    kernels = [o for o in ops if isinstance(o, AttentionOp)]
+    if len(kernels) != 1:
+        return None
+    steps: dict[SSAValue, Any] = {a: ("arg", a.index) for a in body.args if isinstance(a, BlockArgument)}
+    op = kernels[0]
+    for k, r in enumerate(op.results):
+        steps[r] = ("result", k)
+    for o in ops[:-1]:
+        if o is op:
+            continue
+        if not isinstance(o, (fusion.PermuteOp, fusion.ReshapeOp, fusion.SetOp)) or o.operands[0] not in steps:
+            return None
+        steps[o.results[0]] = (o, steps[o.operands[0]])
+    return op, steps
+
+
+def _apply(step: Any, leaves: dict[Any, torch.Tensor]) -> torch.Tensor:
+    from fuserc.dialects import fusion
+
+    if step[0] in ("arg", "result"):
+        return leaves[step]
+    o, inner = step
+    t = _apply(inner, leaves)
+    if isinstance(o, fusion.PermuteOp):
+        return t.permute(o.keyword("dims"))
+    if isinstance(o, fusion.ReshapeOp):
+        from fuserc.dialects.fusion import shape_of
+
+        return t.reshape(shape_of(o.results[0]))
+    return t
+
+
+_PLANS: dict[Block, tuple[Any, dict[SSAValue, Any]] | None] = {}
+
+
+def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """Run a region holding one attention op with its kernel (the module
+    docstring); False (nothing run) when the region holds none."""
+    if body not in _PLANS:
+        _PLANS[body] = _views(body)
+    found = _PLANS[body]
+    if found is None:
+        return False
+    op, steps = found
+    leaves: dict[Any, torch.Tensor] = {("arg", i): t for i, t in enumerate(ins)}
+    args = [_apply(steps[v], leaves) for v in op.operands]
+    causal, scale = op.options()
+    if op.name == "fusion.sdpa":
+        results: Tensors = forward(*args, causal, scale)[: len(op.results)]
+    else:
+        q, k, v, out, lse, g = args
+        results = backward(g, q, k, v, out, lse, causal, scale)
+    for k, t in enumerate(results):
+        leaves[("result", k)] = t
+    yielded = body.last_op
+    assert yielded is not None
+    for buf, v in zip(outs, yielded.operands, strict=True):
+        buf.copy_(_apply(steps[v], leaves))
+    return True

@@ -1,0 +1,47 @@
+// RUN: sed 's/fusion.mesh @tp shape = \[4\]/fusion.mesh @tp shape = [1]/' %examples/gpt_layer.mlir | %fuserc opt -p autodiff,default - | filecheck %s
+// RUN: sed 's/fusion.mesh @tp shape = \[4\]/fusion.mesh @tp shape = [1]/' %examples/gpt_layer.mlir | %fuserc opt -p autodiff,default - | sed -n '/func.func @main_bwd(/,$p' > %t.bwd
+// RUN: not grep -e "hir.copy" -e "dims = \[1, 0\]" %t.bwd
+// RUN: grep -c "hir.launch" %t.bwd | filecheck %s --check-prefix=LAUNCHES
+// RUN: %fuserc opt -p autodiff,default %examples/gpt_layer.mlir | filecheck %s --check-prefix=D4
+// LAUNCHES: {{^}}7{{$}}
+// The local work of the GPT layer's backward (examples/gpt_layer.mlir) on
+// one device: attention's backward reads the log-sum-exp the forward's
+// sdpa saved (no forward of attention again); the heads reach sdpa and
+// sdpa_grad as views of the projections (the permutes inside their launch
+// are views) and their results are written where the output projection's
+// GEMMs read them; the weight gradients read x^T through hir.transpose
+// views; nothing is copied. Seven launches: the bias gradients of the
+// second MLP GEMM and of the first with gelu's derivative (the sum over rows
+// of the cotangent moved up beside it), the second norm's whole backward
+// with the output projection's bias gradient, sdpa_grad, the bias gradients
+// of q and of k with the residual's sum, the first norm's backward with v's
+// bias gradient, and the replicated gradients put in one buffer for their
+// one reduction (make-resharding-contiguous's bucket; on one device it
+// reduces nothing).
+// CHECK-LABEL: func.func @main_fwd(
+// CHECK-NOT: hir.copy %{{.*}}, %{{.*}} : tensor<1x8x64x8xf32>
+// CHECK: fusion.sdpa %{{.*}} causal = true : {{.*}} -> (tensor<1x8x64x8xf32>, tensor<1x8x64xf32>)
+// CHECK-LABEL: func.func @main_bwd(
+// CHECK-SAME: %o_lse: tensor<1x8x64xf32>
+// CHECK: hir.transpose
+// CHECK: hir.launch
+// CHECK: fusion.erf
+// CHECK: fusion.sum %{{.*}} dims = [0]
+// CHECK: hir.launch
+// CHECK: fusion.rsqrt
+// CHECK: hir.launch
+// CHECK: fusion.sdpa_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %o_lse_1, %{{.*}} causal = true
+// CHECK: hir.launch
+// CHECK: hir.launch
+// CHECK: hir.launch
+// CHECK: fusion.rsqrt
+// CHECK: hir.launch
+// CHECK: fusion.concat
+// CHECK-NOT: hir.launch
+// CHECK: func.return
+
+// On 4 devices the same backward runs its sdpa_grad on each device's heads,
+// with the saved statistic of those heads.
+// D4-LABEL: func.func @main_bwd(
+// D4-SAME: %o_lse: tensor<1x2x64xf32> {hir.global = tensor<1x8x64xf32, #fusion.sharding<@tp, [-, DIDx, -]>>}
+// D4: fusion.sdpa_grad {{.*}} -> (tensor<1x2x64x8xf32>, tensor<1x2x64x8xf32>, tensor<1x2x64x8xf32>)
