@@ -57,6 +57,9 @@ HOST_ATTR = "hir.host"
 """Unit attribute marking a `func.func` as a host program."""
 GLOBAL_ATTR = "hir.global"
 """Argument/result attribute: the global (sharded) type of a local tensor."""
+STREAM_ATTR = "hir.stream"
+"""Discardable attribute `[dim, S]` on an op lowered from a fusion op whose
+result has a `Stream(S)` split on dim (read by stream-pipeline)."""
 
 
 # --------------------------------------------------------------------------
@@ -179,6 +182,20 @@ def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
 def _check_positive(value: int, what: str) -> None:
     if value <= 0:
         raise VerifyException(f"{what} must be positive, got {value}")
+
+
+def verify_discardable(op: Operation) -> None:
+    """The hir dialect's discardable attributes on any op (MLIR's
+    `verifyOperationAttribute`): `hir.stream` is `[dim, S]`, two integers
+    with dim >= 0 and S >= 1, so that no pass reading it divides by zero."""
+    mark = op.attributes.get(STREAM_ATTR)
+    if mark is None:
+        return
+    if not (isinstance(mark, ArrayAttr) and len(mark.data) == 2 and all(isinstance(a, IntegerAttr) for a in mark.data)):
+        raise VerifyException(f"{STREAM_ATTR} must be [dim, S], two integers, got {mark}")
+    dim, chunks = (a.value.data for a in mark.data)  # type: ignore[attr-defined]
+    if dim < 0 or chunks < 1:
+        raise VerifyException(f"{STREAM_ATTR} = [{dim}, {chunks}] needs dim >= 0 and S >= 1 chunks")
 
 
 # --------------------------------------------------------------------------

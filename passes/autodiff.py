@@ -30,6 +30,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, MeshOp, is_float
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
@@ -60,6 +61,7 @@ class Autodiff(ModulePass):
             raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry})")
         if "hir.host" in main.attributes:
             raise error_at(main, f"autodiff: @{self.entry} is a host program; autodiff differentiates fusion functions")
+        hir.check_fusion_function(main)
         for name in (f"{self.entry}_fwd", f"{self.entry}_bwd"):
             if name in funcs:
                 raise error_at(funcs[name], f"autodiff: @{name} exists already")

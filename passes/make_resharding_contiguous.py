@@ -77,6 +77,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
+from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     ALLOC_ORDER,
     AddOp,
@@ -132,7 +133,10 @@ class MakeReshardingContiguous(ModulePass):
         meshes = mesh_table(op)
         resharding = Resharding()
         for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
-            if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
+            if func.is_declaration or "hir.host" in func.attributes:
+                continue
+            hir.check_fusion_function(func)
+            if not _is_sharded(func):
                 continue
             _require_shardings(func)
             _expand_nonlocal(func, meshes, resharding)

@@ -183,3 +183,38 @@ def test_python_autodiff(tmp_path: Path, save: str = "activations") -> None:
     script.write_text(SCRIPT)
     proc = ok(mpirun_python(2, script, [save, "--backend", "cpu"]))
     assert "gradients of 2 inputs" in proc.stdout
+
+
+# --------------------------------------------------------------------------
+# Degenerate corrections
+# --------------------------------------------------------------------------
+
+VAR = """func.func @main(%x: tensor<4xNxf32>) -> tensor<4xf32> {
+  %v = fusion.var %x dims = [1] correction = C : (tensor<4xNxf32>) -> tensor<4xf32>
+  func.return %v : tensor<4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("n, correction", [(1, 1), (2, 2), (2, 3), (3, 1)])
+def test_var_gradient_where_the_correction_reaches_the_count(n: int, correction: int) -> None:
+    """var over N elements with a correction of N or more: the gradient is
+    PyTorch's (NaN where x is at its mean, +-inf, or finite for a correction
+    above N), compiled and run in this process, never a ZeroDivisionError."""
+    from fuserc.runtime.program import compile_text
+
+    text = VAR.replace("N", str(n)).replace("C", str(correction))
+    bwd = compile_text(text, "main_bwd", "autodiff{save=inputs},default", backend="cpu")
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64).float()
+    ct = torch.ones(4)
+    got = np.asarray(bwd.execute([x, ct])[0])
+    xr = x.double().requires_grad_()
+    with torch.autograd.set_grad_enabled(True), pytest.warns(UserWarning) if correction >= n else _no_warning():
+        torch.var(xr, dim=1, correction=correction).backward(ct.double())
+    np.testing.assert_allclose(got, xr.grad.numpy(), rtol=1e-5, equal_nan=True)
+
+
+def _no_warning():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -362,3 +362,46 @@ func.func @f() {
   %t = hir.broadcast %a root %five team = [0, 1] backend = nccl : (tensor<8xf32>, index) -> !hir.token
   func.return
 }
+
+// -----
+
+// Markers: `hir.stream = [dim, S]` has dim >= 0 and S >= 1 chunks (stream-pipeline divides by S).
+
+func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x4xf32>, %o: tensor<8x4xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.matmul' op hir.stream = [0, 0] needs dim >= 0 and S >= 1 chunks}}
+  hir.matmul %a, %b, %o {hir.stream = [0, 0]} : tensor<8x4xf32>, tensor<4x4xf32>, tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<32xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.allgather' op hir.stream = [-1, 4] needs dim >= 0 and S >= 1 chunks}}
+  %t = hir.allgather %a, %o team = [0, 1, 2, 3] backend = nccl {hir.stream = [-1, 4]} : (tensor<8xf32>, tensor<32xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<8xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.launch' op hir.stream must be [dim, S], two integers, got [0 : i64]}}
+  hir.launch ins(%a : tensor<8xf32>) outs(%o : tensor<8xf32>) {
+  ^bb0(%x: tensor<8xf32>):
+    %g = fusion.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+    hir.yield %g : tensor<8xf32>
+  } {hir.stream = [0]}
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<8xf32>) attributes {hir.host} {
+  hir.launch ins(%a : tensor<8xf32>) outs(%o : tensor<8xf32>) {
+  ^bb0(%x: tensor<8xf32>):
+    // expected-error @+1 {{'fusion.relu' op hir.stream = [0, 0] needs dim >= 0 and S >= 1 chunks}}
+    %g = fusion.relu %x {hir.stream = [0, 0]} : (tensor<8xf32>) -> tensor<8xf32>
+    hir.yield %g : tensor<8xf32>
+  }
+  func.return
+}
