@@ -12,9 +12,11 @@ Differentiation is at global shapes, before partitioning: every op's rule
 is its own `vjp` (the op classes in dialects/fusion_*.py); the ops it builds
 have no sharding and are propagated later like any program. The shardings
 main's values get from propagation are kept on the saved tensors (so the
-two functions agree on them), cotangents are sharded like main's results,
-and each gradient is set to its argument's sharding: a gradient that comes
-out partial (a replicated weight used by sharded rows) is reduced there.
+two functions agree on them; a partial one is saved reduced), cotangents
+are sharded like main's results (whole where a result is a partial sum),
+the ops of each op's derivative are located at the op, and each gradient
+is set to its argument's sharding: a gradient that comes out partial (a
+replicated weight used by sharded rows) is reduced there.
 `@main` is left as it is.
 """
 
@@ -25,13 +27,13 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
-from fuserc.dialects.fusion import FusionOp, MeshOp, is_float
+from fuserc.dialects.fusion import FusionOp, MeshOp, is_float, sharding_of, with_sharding
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
 
@@ -71,6 +73,17 @@ class Autodiff(ModulePass):
         Rewriter.insert_op(bwd, _after(fwd))
 
 
+def _whole(t: Attribute) -> Attribute:
+    """`t` with its partial sum reduced, its splits kept: the type of a
+    cotangent of a partial result (the transpose of summing the devices'
+    parts hands each device the whole cotangent) and of a partial
+    activation saved for the backward (a function input is never partial)."""
+    s = sharding_of(t)
+    if s is None or s.partial is None or not isinstance(t, TensorType):
+        return t
+    return with_sharding(t, s.with_partial(None))
+
+
 def _after(op: Operation):
     from xdsl.rewriter import InsertPoint
 
@@ -102,13 +115,14 @@ class _Derivation:
         args = list(src.body.block.args)
         results = list(self.ret.operands)
         # The backward: main's body again, then the derivative rules, in reverse.
-        block = Block(arg_types=[a.type for a in args] + [v.type for v in results])
+        block = Block(arg_types=[a.type for a in args] + [_whole(v.type) for v in results])
         primal, cts = list(block.args[: len(args)]), list(block.args[len(args) :])
         to_bwd: dict[SSAValue, SSAValue] = dict(zip(args, primal))
         forward = [o.clone(value_mapper=to_bwd) for o in src.body.block.ops if o is not self.ret]
         for o in forward:
             block.add_op(o)
         anchor = ReturnOp()
+        anchor.location = self.ret.location
         block.add_op(anchor)
         b = FusionBuilder(before=anchor)
         adjoint: dict[SSAValue, SSAValue] = {}
@@ -123,18 +137,20 @@ class _Derivation:
             g = adjoint.get(o.results[0]) if o.results else None
             if g is None or not isinstance(o, FusionOp) or not _is_float(o.results[0]):
                 continue
+            anchor.location = o.location  # the ops of its derivative are located at the op
             for operand, grad in zip(o.operands, o.vjp(b, g)):
                 if grad is not None and _is_float(operand):
                     accumulate(operand, grad)
+        anchor.location = self.ret.location
         grads = [b.op("set", adjoint[p] if p in adjoint else zeros(b, p), placed_as=p) for p in primal if _is_float(p)]
         final = ReturnOp(*grads)
         Rewriter.replace_op(anchor, final)
         backward = set(b.created)
         saved = self._saved(block, primal, forward, backward)
         _dead_code(block)
-        bwd_args = [v.type for v in saved] + [c.type for c in cts]
+        bwd_args = [_whole(v.type) for v in saved] + [c.type for c in cts]
         if self.save == "activations":
-            fresh = [block.insert_arg(v.type, len(block.args)) for v in saved]
+            fresh = [block.insert_arg(_whole(v.type), len(block.args)) for v in saved]
             for v, new in zip(saved, fresh):
                 v.replace_uses_with_if(new, lambda use: use.operation in backward or use.operation is final)
             _dead_code(block)
@@ -166,7 +182,13 @@ class _Derivation:
                 block.add_op(o.clone(value_mapper=to_fwd))
         from_bwd = {v: k for k, v in to_bwd.items()}
         outs = [to_fwd[v] for v in self.ret.operands] + [to_fwd[from_bwd[v]] for v in saved]
-        block.add_op(ReturnOp(*outs))
+        ret = ReturnOp(*outs)
+        ret.location = self.ret.location
+        block.add_op(ret)
+        b = FusionBuilder(before=ret)
+        for i in range(len(self.ret.operands), len(outs)):
+            if _whole(outs[i].type) != outs[i].type:  # a partial sum is saved reduced (_whole)
+                outs[i] = ret.operands[i] = b.op("set", outs[i], placed_as=outs[i])
         return FuncOp(f"{self.entry}_fwd", FunctionType.from_lists([a.type for a in block.args], [v.type for v in outs]), Region(block))
 
 

@@ -283,9 +283,16 @@ def _empty_as_set(op: FusionOp) -> bool:
     """An op with an empty result computes nothing: where an operand has the
     result's shape and element type (a softmax, a norm), the op becomes a
     set of it (a reshard of no data) instead of an expansion whose
-    statistics would reduce nothing. False when there is no such operand."""
+    statistics would reduce nothing. False when there is no such operand
+    (a set makes no partial sum: a partial result of nothing is then the
+    op's own, a contraction of nothing, decomposed as any other)."""
     rtype = op.results[0].type
-    same = [v for v in op.operands if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type]  # type: ignore[union-attr]
+    partial = sharding_of(op.results[0]).partial  # type: ignore[union-attr]
+    same = [
+        v for v in op.operands
+        if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type  # type: ignore[union-attr]
+        and partial in (None, sharding_of(v).partial)  # type: ignore[union-attr]
+    ]  # fmt: skip
     if not same:
         return False
     s = _new_set(same[0], rtype, op)  # type: ignore[arg-type]
@@ -402,7 +409,7 @@ class _Decomposer:
         for index, cand in enumerate(cands):
             if not self.valid(cand, rshape):
                 continue
-            wanted = [q.placement() for q in rules.required_operands(op, cand, self.mesh_of)]
+            wanted = [q.placement() for q in rules.required_operands(op, cand, self.mesh_of, current)]
             if len(wanted) != len(current) or any(not self.valid(q, s) for q, s in zip(wanted, shapes)):
                 continue
             if self.local(op, wanted, cand) != cand:

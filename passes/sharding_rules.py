@@ -275,10 +275,14 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     return Sharding(mesh_name, tuple(_fits(dims, res_shape, mesh_of(mesh_name))), partial)
 
 
-def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> list[Sharding]:
+def required_operands(
+    op: FusionOp, result: Sharding, mesh_of: MeshLookup, current: Sequence[Sharding | None] | None = None
+) -> list[Sharding]:
     """Operand placements under which `op` computes `result` locally (as far
     as one exists: a partial result of an op that cannot make one is given
-    operands without partial)."""
+    operands without partial). A partial result of an op carrying ONE
+    partial operand (a product) keeps it on the operand `current` (where
+    the operands are now) has partial over that type, if exactly one."""
     r = result.placement()
     shapes = [shape_of(v) for v in op.operands]
     mesh = mesh_of(r.mesh)
@@ -292,8 +296,10 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
     assert m is not None
     contract = r.partial if r.partial and _can_contract(m, shapes, r.partial, mesh) else None
     carried = r.partial if r.partial and not contract and m.carries == ALL else None
+    holders = [k for k, s in enumerate(current or ()) if s is not None and s.partial == r.partial]
+    one = holders[0] if r.partial and not contract and m.carries == ONE and len(holders) == 1 else None
     out: list[Sharding] = []
-    for shape, targets in zip(shapes, m.operands):
+    for k, (shape, targets) in enumerate(zip(shapes, m.operands)):
         dims: list[tuple[Split, ...]] = []
         placed = False
         for d, t in enumerate(targets):
@@ -304,7 +310,7 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
                 placed = True
             else:
                 dims.append(())
-        out.append(Sharding(r.mesh, tuple(_fits(dims, shape, mesh)), carried))
+        out.append(Sharding(r.mesh, tuple(_fits(dims, shape, mesh)), r.partial if k == one else carried))
     return out
 
 

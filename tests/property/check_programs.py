@@ -2,13 +2,18 @@
 and, for a sample, through a run checked against the reference.
 
     python3 tests/property/check_programs.py --programs 3000 [--seed 0]
-        [--run-every 10] [--ranks 4] [--keep DIR]
+        [--run-every 10] [--ranks 4] [--keep DIR] [--no-autodiff]
 
 Each program of program_gen.py goes through `fuserc opt FILE -p default`
 (the command, run in this process) and its printed output is read back;
 every tenth (`--run-every`) also runs as `fuserc run --check` does, on the
 CPU under one `mpiexec -n RANKS` for all of them (tests/e2e/batch.py).
-Outcomes:
+Each program `default` compiles also goes through `-p autodiff,default`:
+its backward must compile too, or be refused by a diagnostic on the
+user's program (at an op the user wrote, naming no other op and no
+function the compiler made); anything else is the outcome of the
+backward (`Result.grad`, "refused off the program" for a diagnostic
+elsewhere). Outcomes:
 
 - ok: compiled (and, when run, within --check's tolerance);
 - diagnostic: refused with a located message (the program asks for what
@@ -44,13 +49,16 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "e2e")]
 
 from program_gen import Program, generate  # noqa: E402
 
-OK, DIAGNOSTIC, INTERNAL, INVALID, WRONG, TIMEOUT = (
-    "ok", "diagnostic", "internal error", "invalid IR", "wrong answer", "timeout",
+OK, DIAGNOSTIC, INTERNAL, INVALID, WRONG, TIMEOUT, ELSEWHERE = (
+    "ok", "diagnostic", "internal error", "invalid IR", "wrong answer", "timeout", "refused off the program",
 )  # fmt: skip
-OUTCOMES = (OK, DIAGNOSTIC, INTERNAL, INVALID, WRONG, TIMEOUT)
-FAILURES = (INTERNAL, INVALID, WRONG, TIMEOUT)
+OUTCOMES = (OK, DIAGNOSTIC, INTERNAL, INVALID, WRONG, TIMEOUT, ELSEWHERE)
+FAILURES = (INTERNAL, INVALID, WRONG, TIMEOUT, ELSEWHERE)
+AUTODIFF = "autodiff,default"
 TIMEOUT_S = 60
 LOCATED = re.compile(r"^\S+:\d+:\d+: error: ", re.MULTILINE)
+WHERE = re.compile(r"^(\S+):(\d+):(\d+): error: (.*)$", re.MULTILINE)
+OP_AT = re.compile(r"(?:%[\w.]+(?:, %[\w.]+)* = )?((?:fusion|func)\.\w+)")
 ZERO_EXTENT = re.compile(r"tensor<(\d+x)*0x")
 
 
@@ -60,6 +68,8 @@ class Result:
     outcome: str
     detail: str = ""
     ran: bool = False
+    grad: str = ""  # the outcome of `-p autodiff,default` (programs `default` compiles)
+    grad_detail: str = ""
 
 
 class _Timeout(Exception):
@@ -70,8 +80,8 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Timeout()
 
 
-def compile_program(text: str, path: Path) -> tuple[str, str]:
-    """(outcome, detail) of `fuserc opt PATH -p default`, run in this
+def compile_program(text: str, path: Path, pipeline: str = "default") -> tuple[str, str]:
+    """(outcome, detail) of `fuserc opt PATH -p PIPELINE`, run in this
     process, and of reading its output back."""
     from fuserc.cli import main
     from fuserc.diagnostics import Diagnostic
@@ -84,7 +94,7 @@ def compile_program(text: str, path: Path) -> tuple[str, str]:
     signal.alarm(TIMEOUT_S)
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            main.main(["opt", str(path), "-p", "default", "-o", str(out)], standalone_mode=False)
+            main.main(["opt", str(path), "-p", pipeline, "-o", str(out)], standalone_mode=False)
         code = 0
     except SystemExit as e:
         code = int(e.code or 0)
@@ -106,6 +116,32 @@ def compile_program(text: str, path: Path) -> tuple[str, str]:
     except Diagnostic as d:
         return INVALID, f"the output does not read back: {d.render()}"
     return OK, ""
+
+
+def on_users_program(message: str, text: str, path: Path) -> bool:
+    """Whether the first diagnostic of `message` is located at an op of
+    `text` (the file at `path`), names no other op of the dialects and no
+    function the compiler derived (`@main_fwd`, `@main_bwd`)."""
+    m = WHERE.search(message)
+    if m is None or m.group(1) != str(path):
+        return False
+    line, col, what = int(m.group(2)), int(m.group(3)), m.group(4)
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines) or re.search(r"@main_(fwd|bwd)\b", what):
+        return False
+    at = OP_AT.match(lines[line - 1], col - 1)
+    if at is None or lines[line - 1][: col - 1].strip():
+        return False
+    named = re.findall(r"'((?:fusion|func|hir)\.\w+)'", what)
+    return all(n == at.group(1) for n in named)
+
+
+def check_autodiff(r: Result, path: Path) -> None:
+    """Set `r.grad` from `fuserc opt -p autodiff,default` on the program
+    (one `default` compiled)."""
+    r.grad, r.grad_detail = compile_program(r.program.text, path, AUTODIFF)
+    if r.grad == DIAGNOSTIC and not on_users_program(r.grad_detail, r.program.text, path):
+        r.grad = ELSEWHERE
 
 
 def run_sample(results: list[Result], ranks: int, directory: Path) -> None:
@@ -132,8 +168,11 @@ def run_sample(results: list[Result], ranks: int, directory: Path) -> None:
             r.outcome, r.detail = INTERNAL, o.detail
 
 
-def check(programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, keep: Path | None = None) -> list[Result]:
-    """Generate, compile and (every `run_every`-th) run `programs` programs."""
+def check(
+    programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, keep: Path | None = None, autodiff: bool = True
+) -> list[Result]:
+    """Generate, compile and (every `run_every`-th) run `programs` programs;
+    with `autodiff`, compile the backward of each one that compiles."""
     directory = Path(tempfile.mkdtemp(prefix="fuserc-property-")) if keep is None else keep
     directory.mkdir(parents=True, exist_ok=True)
     results = []
@@ -142,6 +181,8 @@ def check(programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, kee
         p = generate(seed + i, max_devices=ranks if runs else 8)
         outcome, detail = compile_program(p.text, directory / f"p{p.seed}.mlir")
         results.append(Result(p, outcome, detail, runs))
+        if autodiff and outcome == OK:
+            check_autodiff(results[-1], directory / f"p{p.seed}.mlir")
     sample = [r for r in results if r.ran and r.outcome == OK]
     for r in results:
         r.ran = False
@@ -150,7 +191,15 @@ def check(programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, kee
     for r in results:
         if r.outcome in FAILURES:
             (directory / f"FAILED-{r.program.seed}.txt").write_text(f"{r.outcome}\n{r.detail}\n\n{r.program.text}")
+        if r.grad in FAILURES:
+            (directory / f"FAILED-{r.program.seed}-autodiff.txt").write_text(f"{r.grad}\n{r.grad_detail}\n\n{r.program.text}")
     return results
+
+
+def failures(results: list[Result]) -> list[tuple[Result, str, str, str]]:
+    """(result, pipeline, outcome, detail) of each failure, forward or backward."""
+    out = [(r, "default", r.outcome, r.detail) for r in results if r.outcome in FAILURES]
+    return out + [(r, AUTODIFF, r.grad, r.grad_detail) for r in results if r.grad in FAILURES]
 
 
 def table(results: list[Result], seconds: float) -> str:
@@ -160,6 +209,9 @@ def table(results: list[Result], seconds: float) -> str:
     lines = [f"{'outcome':<16}{'programs':>10}{'of them run':>13}"]
     lines += [f"{o:<16}{by[o]:>10}{ran[o]:>13}" for o in OUTCOMES]
     lines.append(f"{'total':<16}{len(results):>10}{sum(ran.values()):>13}")
+    grads = collections.Counter(r.grad for r in results if r.grad)
+    if grads:
+        lines.append(f"{AUTODIFF} of the {sum(grads.values())} compiled: " + ", ".join(f"{o} {grads[o]}" for o in OUTCOMES if grads[o]))
     several = sum(1 for r in results if r.program.text.count("fusion.mesh") > 1)
     empty = sum(1 for r in results if ZERO_EXTENT.search(r.program.text))
     lines.append(f"({seconds:.0f} s; {several} with several meshes, {empty} with a zero extent)")
@@ -172,9 +224,9 @@ def table(results: list[Result], seconds: float) -> str:
 def diagnostics_summary(results: list[Result], top: int = 12) -> str:
     """The most frequent diagnostics, locations and names stripped."""
     counts = collections.Counter()
-    for r in results:
-        if r.outcome == DIAGNOSTIC:
-            first = LOCATED.sub("", r.detail.strip().splitlines()[0])
+    for r, detail in [(r, r.detail) for r in results if r.outcome == DIAGNOSTIC] + [(r, r.grad_detail) for r in results if r.grad == DIAGNOSTIC]:
+        if detail:
+            first = LOCATED.sub("", detail.strip().splitlines()[0])
             counts[re.sub(r"#fusion\.sharding<[^>]*>|tensor<[^>]*>|%\w+|@\w+|\d+", "_", first)[:140]] += 1
     return "\n".join(f"{n:6}  {msg}" for msg, n in counts.most_common(top))
 
@@ -186,14 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-every", type=int, default=10, help="run every k-th program (0: none)")
     parser.add_argument("--ranks", type=int, default=4, help="the job size of the runs")
     parser.add_argument("--keep", type=Path, default=None, help="folder for the programs and the failures")
+    parser.add_argument("--no-autodiff", action="store_true", help=f"skip -p {AUTODIFF}")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    results = check(args.programs, args.seed, args.run_every, args.ranks, args.keep)
+    results = check(args.programs, args.seed, args.run_every, args.ranks, args.keep, autodiff=not args.no_autodiff)
     print(table(results, time.monotonic() - start))
     print("most frequent diagnostics:\n" + diagnostics_summary(results))
-    failed = [r for r in results if r.outcome in FAILURES]
-    for r in failed[:10]:
-        print(f"\n--- seed {r.program.seed}: {r.outcome}\n{r.detail.strip()[-2000:]}\n{r.program.text}")
+    failed = failures(results)
+    for r, pipeline, outcome, detail in failed[:10]:
+        print(f"\n--- seed {r.program.seed} (-p {pipeline}): {outcome}\n{detail.strip()[-2000:]}\n{r.program.text}")
     return 1 if failed else 0
 
 
