@@ -59,6 +59,7 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     BACKENDS,
     GLOBAL_ATTR,
     HOST_ATTR,
+    RANGE_MIN,
     REDUCTION_OPS,
     STREAM_ATTR,
     AllocOp,
@@ -67,6 +68,8 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     HandleType,
     HirOp,
     RankList,
+    Ranks,
+    RankSetAttr,
     StreamType,
     TokenType,
     Word,
@@ -161,5 +164,5 @@ Hir = Dialect(
         MatmulOp, LinearOp, CopyOp, LaunchOp,
         ShareOp, PutOp, GetOp,
     ],
-    [TokenType, StreamType, EventType, HandleType],
+    [TokenType, StreamType, EventType, HandleType, RankSetAttr],
 )  # fmt: skip

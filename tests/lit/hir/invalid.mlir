@@ -145,8 +145,59 @@ func.func @f() {
 // -----
 
 func.func @f() {
+  // expected-error @+1 {{'hir.if_rank' op ranks must be a non-empty list of distinct non-negative ranks, got [0 to 20, 5]}}
+  hir.if_rank [0 to 20, 5] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'hir.if_rank' op ranks must be a non-empty list of distinct non-negative ranks, got [-2 to 20]}}
+  hir.if_rank [-2 to 20] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'4 to 4 step 1' is not a range of ranks: it needs start < stop and step >= 1}}
+  hir.if_rank [4 to 4] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'0 to 64 step 0' is not a range of ranks: it needs start < stop and step >= 1}}
+  %p = hir.team_index team = [0 to 64 step 0] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{a rank list of more than 4,194,304 ranks (the most devices a mesh has)}}
+  %p = hir.team_index team = [0 to 9223372036854775807] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'hir.team_index' op team must be a non-empty list of distinct non-negative ranks, got [0 to 32, 3]}}
+  %p = hir.team_index team = [0 to 32, 3] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
   // expected-error @+1 {{'hir.if_rank' op body takes no arguments}}
-  "hir.if_rank"() <{ranks = array<i64: 0>}> ({
+  "hir.if_rank"() <{ranks = #hir.ranks<[0]>}> ({
   ^bb0(%i: index):
     "hir.yield"() : () -> ()
   }) : () -> ()
