@@ -10,21 +10,22 @@ every tenth (`--run-every`) also runs as `fuserc run --check` does, on the
 CPU under one `mpiexec -n RANKS` for all of them (tests/e2e/batch.py).
 Each program `default` compiles also goes through `-p autodiff,default`:
 its backward must compile too, or be refused by a diagnostic on the
-user's program (at an op the user wrote, naming no other op and no
-function the compiler made); anything else is the outcome of the
-backward (`Result.grad`, "refused off the program" for a diagnostic
-elsewhere). Outcomes:
+user's program, as the forward (`Result.grad` is its outcome). Outcomes:
 
 - ok: compiled (and, when run, within --check's tolerance);
-- diagnostic: refused with a located message (the program asks for what
-  fuserc does not do, such as a partial sum where no contraction makes one);
+- diagnostic: refused with a located message about the user's program (the
+  program asks for what fuserc does not do, such as a partial sum where no
+  contraction makes one): at an op the user wrote, naming no other op and
+  no function the compiler derived;
+- refused off the program: a located refusal anywhere else (at, or about,
+  an op the compiler inserted, or a derived function);
 - internal error: a Python exception, or a diagnostic without a location;
 - invalid IR: a pass left IR that the verifier or the next pass rejects,
   broke its contract, or printed text that does not read back;
 - wrong answer: a run outside --check's tolerance;
 - timeout: `fuserc opt` over TIMEOUT_S, or a run that hangs.
 
-The last four are failures: the table is printed, and each failing program
+All but the first two are failures: the table is printed, and each failing program
 written to --keep (default: a temporary folder) with its message. Exit code
 1 when any program fails.
 """
@@ -136,12 +137,14 @@ def on_users_program(message: str, text: str, path: Path) -> bool:
     return all(n == at.group(1) for n in named)
 
 
-def check_autodiff(r: Result, path: Path) -> None:
-    """Set `r.grad` from `fuserc opt -p autodiff,default` on the program
-    (one `default` compiled)."""
-    r.grad, r.grad_detail = compile_program(r.program.text, path, AUTODIFF)
-    if r.grad == DIAGNOSTIC and not on_users_program(r.grad_detail, r.program.text, path):
-        r.grad = ELSEWHERE
+def compile_checked(text: str, path: Path, pipeline: str = "default") -> tuple[str, str]:
+    """`compile_program`, a diagnostic off the user's program (at an op the
+    compiler made, naming one, or a function it derived) counted as
+    ELSEWHERE: a refusal is about what the user wrote."""
+    outcome, detail = compile_program(text, path, pipeline)
+    if outcome == DIAGNOSTIC and not on_users_program(detail, text, path):
+        outcome = ELSEWHERE
+    return outcome, detail
 
 
 def run_sample(results: list[Result], ranks: int, directory: Path) -> None:
@@ -179,10 +182,11 @@ def check(
     for i in range(programs):
         runs = run_every > 0 and i % run_every == 0
         p = generate(seed + i, max_devices=ranks if runs else 8)
-        outcome, detail = compile_program(p.text, directory / f"p{p.seed}.mlir")
+        path = directory / f"p{p.seed}.mlir"
+        outcome, detail = compile_checked(p.text, path)
         results.append(Result(p, outcome, detail, runs))
         if autodiff and outcome == OK:
-            check_autodiff(results[-1], directory / f"p{p.seed}.mlir")
+            results[-1].grad, results[-1].grad_detail = compile_checked(p.text, path, AUTODIFF)
     sample = [r for r in results if r.ran and r.outcome == OK]
     for r in results:
         r.ran = False
