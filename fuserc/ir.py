@@ -33,7 +33,7 @@ Real programs nest a dozen levels."""
 _NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|[(\[{<]|[)\]}>]')
 _OPENERS = frozenset("([{<")
 _CLOSERS = frozenset(")]}>")
-_DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*")
+_DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*", re.ASCII)  # 0-9 only: `4٣` is not 43
 
 
 def make_context() -> Context:
@@ -282,7 +282,7 @@ def resize_meshes(module: ModuleOp, shapes: Mapping[str, tuple[int, ...]]) -> No
 
 def mesh_option(text: str) -> tuple[str, tuple[int, ...]]:
     """`NAME=SHAPE` of `--mesh` (`tp=2`, `grid=2x4`); ValueError if malformed."""
-    m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip())
+    m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip(), re.ASCII)
     if m is None:
         raise ValueError(f"expected NAME=SHAPE (tp=2, grid=2x4), got {text!r}")
     shape = tuple(int(n) for n in m.group(2).split("x"))

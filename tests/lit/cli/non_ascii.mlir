@@ -3,6 +3,9 @@
 // its value, never a traceback), and so is any character outside ASCII
 // that is not in a string or a comment: ² ٣ ４ here are fine.
 // RUN: %fuserc opt --split-input-file --verify-diagnostics %s
+// RUN: %exitcode %fuserc opt --mesh m=٣ %s 2>&1 | filecheck %s --check-prefix=MESH
+// MESH: Invalid value for '--mesh': expected NAME=SHAPE (tp=2, grid=2x4), got 'm=٣'
+// MESH: exit code: 2
 
 // expected-error @+1 {{unexpected '²' (U+00B2): a digit that is not 0-9}}
 fusion.mesh @m shape = [²]
@@ -32,6 +35,14 @@ fusion.mesh @m shape = [Ⅰ]
 fusion.mesh @m shape = [4]
 // expected-error @+1 {{unexpected '٤' (U+0664): a digit that is not 0-9}}
 func.func @f(%x: tensor<٤xf32>) {
+  func.return
+}
+
+// -----
+
+// After an ASCII digit too: `4٣` is not 43.
+// expected-error @+1 {{unexpected '٣' (U+0663): a digit that is not 0-9}}
+func.func @f(%x: tensor<4٣xf32>) {
   func.return
 }
 
