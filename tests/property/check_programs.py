@@ -2,7 +2,7 @@
 and, for a sample, through a run checked against the reference.
 
     python3 tests/property/check_programs.py --programs 3000 [--seed 0]
-        [--run-every 10] [--ranks 4] [--keep DIR] [--no-autodiff]
+        [--run-every 10] [--ranks 4] [--keep DIR] [--no-autodiff] [--run-backward]
 
 Each program of program_gen.py goes through `fuserc opt FILE -p default`
 (the command, run in this process) and its printed output is read back;
@@ -10,7 +10,9 @@ every tenth (`--run-every`) also runs as `fuserc run --check` does, on the
 CPU under one `mpiexec -n RANKS` for all of them (tests/e2e/batch.py).
 Each program `default` compiles also goes through `-p autodiff,default`:
 its backward must compile too, or be refused by a diagnostic on the
-user's program, as the forward (`Result.grad` is its outcome). Outcomes:
+user's program, as the forward (`Result.grad` is its outcome); with
+`--run-backward` the sample's backwards run too (`fuserc run -p
+'autodiff{save=inputs},default' --entry main_bwd --check`). Outcomes:
 
 - ok: compiled (and, when run, within --check's tolerance);
 - diagnostic: refused with a located message about the user's program (the
@@ -43,6 +45,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -71,6 +74,7 @@ class Result:
     ran: bool = False
     grad: str = ""  # the outcome of `-p autodiff,default` (programs `default` compiles)
     grad_detail: str = ""
+    grad_ran: bool = False
 
 
 class _Timeout(Exception):
@@ -147,35 +151,54 @@ def compile_checked(text: str, path: Path, pipeline: str = "default") -> tuple[s
     return outcome, detail
 
 
-def run_sample(results: list[Result], ranks: int, directory: Path) -> None:
+BACKWARD = "autodiff{save=inputs},default --entry main_bwd"
+"""How a sampled program's backward runs (tests/e2e/batch.py's spec): its
+arguments are main's and the cotangents, random in their domains."""
+
+
+def run_sample(results: list[Result], ranks: int, directory: Path, backward: bool = False) -> None:
     """Run the compiled programs of `results` under one mpiexec job (more
-    when one crashes) and set their outcomes from the checks."""
+    when one crashes) and set their outcomes from the checks; with
+    `backward`, also each @main_bwd that compiled (`Result.grad`)."""
     from batch import launch_batches
 
-    work = [(f"p{r.program.seed}", r.program.text, {"default": "default"}) for r in results]
+    work = []
+    for r in results:
+        pipes = {"default": "default"}
+        if backward and r.grad == OK:
+            pipes["backward"] = BACKWARD
+        work.append((f"p{r.program.seed}", r.program.text, pipes))
     outcomes = launch_batches(ranks, work, directory)
     for r in results:
-        o = outcomes.get(f"p{r.program.seed}/default")
         r.ran = True
-        if o is None:
-            r.outcome, r.detail = INTERNAL, "the batch reported nothing for it"
-        elif o.status == "ok":
-            continue
-        elif o.status == "fail":
-            r.outcome, r.detail = WRONG, o.detail
-        elif o.status == "crash" and ("Timeout" in o.detail or "timed out" in o.detail):
-            r.outcome, r.detail = TIMEOUT, o.detail
-        elif o.status == "error" and "internal error" not in o.detail and LOCATED.search(o.detail):
-            r.outcome, r.detail = DIAGNOSTIC, o.detail
-        else:
-            r.outcome, r.detail = INTERNAL, o.detail
+        r.outcome, r.detail = _run_outcome(outcomes.get(f"p{r.program.seed}/default"), r.outcome, r.detail)
+        if backward and r.grad == OK:
+            r.grad_ran = True
+            r.grad, r.grad_detail = _run_outcome(outcomes.get(f"p{r.program.seed}/backward"), r.grad, r.grad_detail)
+
+
+def _run_outcome(o: Any, outcome: str, detail: str) -> tuple[str, str]:
+    """(outcome, detail) after a checked run `o` (a batch.Outcome)."""
+    if o is None:
+        return INTERNAL, "the batch reported nothing for it"
+    if o.status == "ok":
+        return outcome, detail
+    if o.status == "fail":
+        return WRONG, o.detail
+    if o.status == "crash" and ("Timeout" in o.detail or "timed out" in o.detail):
+        return TIMEOUT, o.detail
+    if o.status == "error" and "internal error" not in o.detail and LOCATED.search(o.detail):
+        return DIAGNOSTIC, o.detail
+    return INTERNAL, o.detail
 
 
 def check(
-    programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, keep: Path | None = None, autodiff: bool = True
+    programs: int, seed: int = 0, run_every: int = 10, ranks: int = 4, keep: Path | None = None, autodiff: bool = True,
+    run_backward: bool = False,
 ) -> list[Result]:
     """Generate, compile and (every `run_every`-th) run `programs` programs;
-    with `autodiff`, compile the backward of each one that compiles."""
+    with `autodiff`, compile the backward of each one that compiles (and
+    with `run_backward`, run those of the sample too)."""
     directory = Path(tempfile.mkdtemp(prefix="fuserc-property-")) if keep is None else keep
     directory.mkdir(parents=True, exist_ok=True)
     results = []
@@ -191,7 +214,7 @@ def check(
     for r in results:
         r.ran = False
     if sample:
-        run_sample(sample, ranks, directory)
+        run_sample(sample, ranks, directory, run_backward and autodiff)
     for r in results:
         if r.outcome in FAILURES:
             (directory / f"FAILED-{r.program.seed}.txt").write_text(f"{r.outcome}\n{r.detail}\n\n{r.program.text}")
@@ -215,7 +238,11 @@ def table(results: list[Result], seconds: float) -> str:
     lines.append(f"{'total':<16}{len(results):>10}{sum(ran.values()):>13}")
     grads = collections.Counter(r.grad for r in results if r.grad)
     if grads:
-        lines.append(f"{AUTODIFF} of the {sum(grads.values())} compiled: " + ", ".join(f"{o} {grads[o]}" for o in OUTCOMES if grads[o]))
+        runs = sum(r.grad_ran for r in results)
+        lines.append(
+            f"{AUTODIFF} of the {sum(grads.values())} compiled: " + ", ".join(f"{o} {grads[o]}" for o in OUTCOMES if grads[o])
+            + (f" ({runs} backwards run)" if runs else "")
+        )
     several = sum(1 for r in results if r.program.text.count("fusion.mesh") > 1)
     empty = sum(1 for r in results if ZERO_EXTENT.search(r.program.text))
     lines.append(f"({seconds:.0f} s; {several} with several meshes, {empty} with a zero extent)")
@@ -243,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=4, help="the job size of the runs")
     parser.add_argument("--keep", type=Path, default=None, help="folder for the programs and the failures")
     parser.add_argument("--no-autodiff", action="store_true", help=f"skip -p {AUTODIFF}")
+    parser.add_argument("--run-backward", action="store_true", help="also run the sample's @main_bwd, checked")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    results = check(args.programs, args.seed, args.run_every, args.ranks, args.keep, autodiff=not args.no_autodiff)
+    results = check(args.programs, args.seed, args.run_every, args.ranks, args.keep, not args.no_autodiff, args.run_backward)
     print(table(results, time.monotonic() - start))
     print("most frequent diagnostics:\n" + diagnostics_summary(results))
     failed = failures(results)
