@@ -93,6 +93,8 @@ class UnaryOp(PointwiseOp):
 
 @irdl_op_definition
 class ReluOp(UnaryOp):
+    """`torch.relu`: max(x, 0); NaN stays NaN."""
+
     name = "fusion.relu"
     ELEMENTS: ClassVar[str] = "num"
     TORCH: ClassVar[str] = "relu"
@@ -106,6 +108,8 @@ class ReluOp(UnaryOp):
 
 @irdl_op_definition
 class NegOp(UnaryOp):
+    """`torch.neg`: -x."""
+
     name = "fusion.neg"
     ELEMENTS: ClassVar[str] = "num"
     TORCH: ClassVar[str] = "neg"
@@ -117,6 +121,8 @@ class NegOp(UnaryOp):
 
 @irdl_op_definition
 class AbsOp(UnaryOp):
+    """`torch.abs`: |x|."""
+
     name = "fusion.abs"
     ELEMENTS: ClassVar[str] = "num"
     TORCH: ClassVar[str] = "abs"
@@ -127,6 +133,8 @@ class AbsOp(UnaryOp):
 
 @irdl_op_definition
 class ExpOp(UnaryOp):
+    """`torch.exp`: e**x."""
+
     name = "fusion.exp"
     TORCH: ClassVar[str] = "exp"
 
@@ -136,6 +144,8 @@ class ExpOp(UnaryOp):
 
 @irdl_op_definition
 class LogOp(UnaryOp):
+    """`torch.log`: the natural logarithm; random inputs draw x positive."""
+
     name = "fusion.log"
     TORCH: ClassVar[str] = "log"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
@@ -146,6 +156,8 @@ class LogOp(UnaryOp):
 
 @irdl_op_definition
 class TanhOp(UnaryOp):
+    """`torch.tanh`."""
+
     name = "fusion.tanh"
     TORCH: ClassVar[str] = "tanh"
 
@@ -155,6 +167,8 @@ class TanhOp(UnaryOp):
 
 @irdl_op_definition
 class SigmoidOp(UnaryOp):
+    """`torch.sigmoid`: 1 / (1 + e**-x)."""
+
     name = "fusion.sigmoid"
     TORCH: ClassVar[str] = "sigmoid"
 
@@ -167,6 +181,8 @@ class SigmoidOp(UnaryOp):
 
 @irdl_op_definition
 class SiluOp(UnaryOp):
+    """`torch.nn.functional.silu`: x * sigmoid(x)."""
+
     name = "fusion.silu"
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
@@ -228,6 +244,8 @@ class GeluOp(UnaryOp):
 
 @irdl_op_definition
 class RsqrtOp(UnaryOp):
+    """`torch.rsqrt`: 1 / sqrt(x); random inputs draw x positive."""
+
     name = "fusion.rsqrt"
     TORCH: ClassVar[str] = "rsqrt"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
@@ -238,6 +256,8 @@ class RsqrtOp(UnaryOp):
 
 @irdl_op_definition
 class SqrtOp(UnaryOp):
+    """`torch.sqrt`; random inputs draw x positive."""
+
     name = "fusion.sqrt"
     TORCH: ClassVar[str] = "sqrt"
     DOMAIN: ClassVar[tuple[float, float] | None] = POSITIVE
@@ -248,6 +268,8 @@ class SqrtOp(UnaryOp):
 
 @irdl_op_definition
 class ErfOp(UnaryOp):
+    """`torch.erf`: the error function."""
+
     name = "fusion.erf"
     TORCH: ClassVar[str] = "erf"
 
@@ -257,6 +279,8 @@ class ErfOp(UnaryOp):
 
 @irdl_op_definition
 class ReciprocalOp(UnaryOp):
+    """`torch.reciprocal`: 1 / x; random inputs draw x away from 0."""
+
     name = "fusion.reciprocal"
     TORCH: ClassVar[str] = "reciprocal"
 
@@ -270,6 +294,8 @@ class ReciprocalOp(UnaryOp):
 
 @irdl_op_definition
 class SinOp(UnaryOp):
+    """`torch.sin`."""
+
     name = "fusion.sin"
     TORCH: ClassVar[str] = "sin"
 
@@ -279,6 +305,8 @@ class SinOp(UnaryOp):
 
 @irdl_op_definition
 class CosOp(UnaryOp):
+    """`torch.cos`."""
+
     name = "fusion.cos"
     TORCH: ClassVar[str] = "cos"
 
@@ -351,6 +379,9 @@ class BinaryOp(PointwiseOp):
 
 @irdl_op_definition
 class AddOp(BinaryOp):
+    """`torch.add`: lhs + rhs, broadcast as PyTorch does (shapes align from
+    the right; size-1 and rank-0 operands expand)."""
+
     name = "fusion.add"
     TORCH: ClassVar[str] = "add"
     CARRIES: ClassVar[str] = ALL
@@ -361,6 +392,8 @@ class AddOp(BinaryOp):
 
 @irdl_op_definition
 class SubOp(BinaryOp):
+    """`torch.sub`: lhs - rhs, broadcast as `add`."""
+
     name = "fusion.sub"
     TORCH: ClassVar[str] = "sub"
     CARRIES: ClassVar[str] = ALL
@@ -371,6 +404,8 @@ class SubOp(BinaryOp):
 
 @irdl_op_definition
 class MulOp(BinaryOp):
+    """`torch.mul`: lhs * rhs, broadcast as `add`."""
+
     name = "fusion.mul"
     TORCH: ClassVar[str] = "mul"
     CARRIES: ClassVar[str] = ONE
@@ -381,6 +416,8 @@ class MulOp(BinaryOp):
 
 @irdl_op_definition
 class DivOp(BinaryOp):
+    """`torch.div`: lhs / rhs (true division of floats), broadcast as `add`."""
+
     name = "fusion.div"
     ELEMENTS: ClassVar[str] = "float"
     TORCH: ClassVar[str] = "div"
@@ -409,6 +446,9 @@ class PowOp(BinaryOp):
 
 @irdl_op_definition
 class MaximumOp(BinaryOp):
+    """`torch.maximum`: the larger of lhs and rhs, elementwise (NaN if either
+    is); at a tie the gradient is shared equally."""
+
     name = "fusion.maximum"
     TORCH: ClassVar[str] = "maximum"
 
@@ -418,6 +458,9 @@ class MaximumOp(BinaryOp):
 
 @irdl_op_definition
 class MinimumOp(BinaryOp):
+    """`torch.minimum`: the smaller of lhs and rhs, elementwise (NaN if either
+    is); at a tie the gradient is shared equally."""
+
     name = "fusion.minimum"
     TORCH: ClassVar[str] = "minimum"
 
@@ -437,36 +480,48 @@ class CompareOp(BinaryOp):
 
 @irdl_op_definition
 class LtOp(CompareOp):
+    """`torch.lt`: lhs < rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.lt"
     TORCH: ClassVar[str] = "lt"
 
 
 @irdl_op_definition
 class LeOp(CompareOp):
+    """`torch.le`: lhs <= rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.le"
     TORCH: ClassVar[str] = "le"
 
 
 @irdl_op_definition
 class GtOp(CompareOp):
+    """`torch.gt`: lhs > rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.gt"
     TORCH: ClassVar[str] = "gt"
 
 
 @irdl_op_definition
 class GeOp(CompareOp):
+    """`torch.ge`: lhs >= rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.ge"
     TORCH: ClassVar[str] = "ge"
 
 
 @irdl_op_definition
 class EqOp(CompareOp):
+    """`torch.eq`: lhs == rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.eq"
     TORCH: ClassVar[str] = "eq"
 
 
 @irdl_op_definition
 class NeOp(CompareOp):
+    """`torch.ne`: lhs != rhs, an i1 tensor, broadcast as `add`."""
+
     name = "fusion.ne"
     TORCH: ClassVar[str] = "ne"
 

@@ -31,6 +31,9 @@ class LayoutOp(FusionOp):
 
 @irdl_op_definition
 class PermuteOp(LayoutOp):
+    """`torch.permute`: result dim i is operand dim dims[i]; a split moves
+    with its dimension."""
+
     name = "fusion.permute"
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"),)
     dims = prop_def(ArrayAttr[IntegerAttr[I64]])
@@ -56,6 +59,9 @@ class PermuteOp(LayoutOp):
 
 @irdl_op_definition
 class ReshapeOp(LayoutOp):
+    """`torch.reshape` to the result's shape: the same elements in row-major
+    order."""
+
     name = "fusion.reshape"
     RESULT: ClassVar[str] = "shape"
 
@@ -118,6 +124,9 @@ class BroadcastInDimOp(LayoutOp):
 
 @irdl_op_definition
 class SliceOp(LayoutOp):
+    """`x[starts[0]:limits[0], ...]`: the elements from `starts` (included) to
+    `limits` (excluded) in every dimension."""
+
     name = "fusion.slice"
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("starts", "ints"), ("limits", "ints"))
     starts = prop_def(ArrayAttr[IntegerAttr[I64]])

@@ -78,6 +78,8 @@ class SoftmaxLikeOp(FusionOp):
 
 @irdl_op_definition
 class SoftmaxOp(SoftmaxLikeOp):
+    """`torch.softmax` along `dim`."""
+
     name = "fusion.softmax"
     ROWWISE: ClassVar[str | None] = "softmax"
 
@@ -101,6 +103,8 @@ class SoftmaxOp(SoftmaxLikeOp):
 
 @irdl_op_definition
 class LogSoftmaxOp(SoftmaxLikeOp):
+    """`torch.log_softmax` along `dim`."""
+
     name = "fusion.log_softmax"
     ROWWISE: ClassVar[str | None] = "log_softmax"
 
@@ -213,6 +217,10 @@ class NormOp(FusionOp):
 
 @irdl_op_definition
 class LayerNormOp(NormOp):
+    """`torch.nn.functional.layer_norm` over the trailing `dims`, with a
+    weight and an optional bias of those dims' shape; `eps` defaults to
+    1e-5, as PyTorch's."""
+
     name = "fusion.layer_norm"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias?")
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("eps", "float"))

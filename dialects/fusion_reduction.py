@@ -78,6 +78,9 @@ class ReductionOp(FusionOp):
 
 @irdl_op_definition
 class SumOp(ReductionOp):
+    """`torch.sum` over `dims` (`keepdim` keeps them as size 1). Over a split
+    dimension each device sums its block: the result is `partial`."""
+
     name = "fusion.sum"
     REDUCED: ClassVar[str] = CONTRACT
     CARRIES: ClassVar[str] = ALL
@@ -159,18 +162,26 @@ class ExtremumOp(ReductionOp):
 
 @irdl_op_definition
 class MaxOp(ExtremumOp):
+    """`torch.amax` over `dims` (`keepdim` keeps them as size 1); over an
+    empty dimension it is refused, as PyTorch does."""
+
     name = "fusion.max"
     TORCH: ClassVar[str] = "amax"
 
 
 @irdl_op_definition
 class MinOp(ExtremumOp):
+    """`torch.amin` over `dims` (`keepdim` keeps them as size 1); over an
+    empty dimension it is refused, as PyTorch does."""
+
     name = "fusion.min"
     TORCH: ClassVar[str] = "amin"
 
 
 @irdl_op_definition
 class MeanOp(ReductionOp):
+    """`torch.mean` over `dims` (`keepdim` keeps them as size 1)."""
+
     name = "fusion.mean"
     ELEMENTS: ClassVar[str] = "float"
 

@@ -4,7 +4,9 @@ Part of the hir dialect (`fuserc.dialects.hir` gathers the ops and defines the d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 from xdsl.dialects.builtin import (
     I64,
@@ -50,6 +52,13 @@ from fuserc.dialects.hir_core import (
 # --------------------------------------------------------------------------
 # Communications
 # --------------------------------------------------------------------------
+
+
+def buffer_bytes(v: SSAValue) -> int:
+    """The bytes of a local buffer (its elements times the element's size)."""
+    t = v.type
+    assert isinstance(t, TensorType)
+    return math.prod(t.get_shape()) * t.element_type.size
 
 
 def _check_rank_ge1(v: SSAValue, what: str) -> tuple[int, ...]:
@@ -101,6 +110,25 @@ class CommunicationOp(TeamOp):
 
     def verify_shapes(self) -> None:
         """Shape rules of the communication."""
+
+    def communicated(self) -> SSAValue | None:
+        """The buffer the op's traffic is counted on (the gathered or the
+        reduced one: the larger of its operands); None for a fence."""
+        tensors = [v for v in self.operands if isinstance(v.type, TensorType)]
+        return max(tensors, key=lambda v: math.prod(shape_of(v))) if tensors else None
+
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        """The bytes one member moves, as a fraction of the communicated
+        buffer's, in a team of n (nccl-tests' bus bytes: a ring allgather
+        receives (n - 1)/n of the gathered buffer)."""
+        return Fraction(n - 1, n)
+
+    def wire_bytes(self) -> Fraction:
+        """Bytes per team member on the wire, one execution (`wire_factor`
+        of the communicated buffer; docs/hir.md, "Traffic")."""
+        buf = self.communicated()
+        return self.wire_factor(len(self.team)) * buffer_bytes(buf) if buf is not None else Fraction(0)
 
     @staticmethod
     def _props(team: Sequence[int], backend: str, op: str | None = None) -> dict[str, Attribute]:
@@ -156,6 +184,10 @@ class BroadcastOp(CommunicationOp):
 
     def __init__(self, buffer: SSAValue | Operation, root: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, root], properties=self._props(team, backend), result_types=[TokenType()])
+
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        return Fraction(int(n > 1))  # the whole buffer through every link of the chain
 
 
 @irdl_op_definition
@@ -235,6 +267,10 @@ class ReduceOp(ReducingOp):
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
 
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        return Fraction(int(n > 1))  # the whole buffer through every link of the chain
+
 
 @irdl_op_definition
 class AllreduceOp(ReducingOp):
@@ -253,6 +289,10 @@ class AllreduceOp(ReducingOp):
 
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
+
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        return Fraction(2 * (n - 1), n)  # a reduce-scatter, then an allgather
 
 
 @irdl_op_definition
@@ -310,6 +350,10 @@ class SendOp(CommunicationOp):
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
 
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        return Fraction(1)
+
 
 @irdl_op_definition
 class RecvOp(CommunicationOp):
@@ -323,6 +367,10 @@ class RecvOp(CommunicationOp):
 
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
         super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
+
+    @classmethod
+    def wire_factor(cls, n: int) -> Fraction:
+        return Fraction(1)
 
 
 @irdl_op_definition
@@ -404,6 +452,15 @@ class _PeerCopyOp(HirOp):
 
     def local_buffer(self) -> SSAValue:
         raise NotImplementedError
+
+    def wire_bytes(self) -> Fraction:
+        """The block (or whole buffer) copied, counted at the rank that issues the copy."""
+        return Fraction(buffer_bytes(self.local_buffer()))
+
+    def shared_team(self) -> tuple[int, ...] | None:
+        """The team of the handle's `hir.share`, where it is in sight."""
+        share = self.handle.owner
+        return share.team if isinstance(share, ShareOp) else None
 
     def verify_op(self) -> None:
         _check_choice(self.backend, BACKENDS, "backend")

@@ -17,6 +17,8 @@ emits the same fusion IR text that `fuserc opt` reads (`to_mlir`), and
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,7 +106,8 @@ class _Ops:
     constants of the other operands' element type), then its keywords in
     order (`KEYWORDS`, an int where dims are expected), then what its result
     needs (`RESULT`: shape, dtype), positionally or by name; gelu takes
-    `approximate`. `help(fd.ops.layer_norm)` shows the op's documentation."""
+    `approximate`. Each builder has a real signature (`builder_signature`)
+    and the op class's docstring: `help(fd.ops.layer_norm)` shows both."""
 
     def __init__(self, fd: "FusionDefinition"):
         self._fd = fd
@@ -123,8 +126,9 @@ class _Ops:
         def build(*args: Any, **kwargs: Any) -> Tensor:
             return self.op(name, *args, **kwargs)
 
-        build.__name__ = name
-        build.__doc__ = BY_NAME[name].__doc__
+        build.__name__ = build.__qualname__ = name
+        build.__doc__ = builder_doc(BY_NAME[name])
+        build.__signature__ = builder_signature(BY_NAME[name])  # type: ignore[attr-defined]
         return build
 
     def op(self, name: str, *args: Any, **kwargs: Any) -> Tensor:
@@ -238,6 +242,68 @@ class _Ops:
         return result
 
 
+_ANNOTATIONS: dict[str, Any] = {"ints": list[int] | int, "int": int, "float": float, "bool": bool, "shape": list[int], "dtype": str}
+"""The Python type a builder takes for each kind of keyword (KEYWORDS) and
+result need (RESULT)."""
+
+
+@functools.cache
+def builder_signature(cls: type) -> inspect.Signature:
+    """The signature of `fd.ops.<op>`, from the op class's facts: operands
+    (OPERANDS; `name?` optional, `*name` variadic), then keywords and what
+    the result needs (PY_ARGS, else KEYWORDS then RESULT), required unless
+    they have a default (DEFAULTS, DEFAULT_DTYPE) or are optional properties
+    of the op (None: absent), then string attributes (ATTRS) by name. After
+    an optional or variadic operand the rest are keyword-only: a call may
+    still give them positionally (`layer_norm(x, w, [2])`), which a Python
+    signature cannot say."""
+    from xdsl.irdl import OptPropertyDef
+
+    P = inspect.Parameter
+    properties = cls.get_irdl_definition().properties
+    kinds = dict(cls.KEYWORDS)
+    params: list[inspect.Parameter] = []
+    kind = P.POSITIONAL_OR_KEYWORD
+    for n in cls.OPERANDS:
+        if n.startswith("*"):
+            params.append(P(n[1:], P.VAR_POSITIONAL, annotation=Tensor))
+            kind = P.KEYWORD_ONLY
+        elif n.endswith("?"):
+            params.append(P(n[:-1], kind, default=None, annotation=Tensor | None))
+            kind = P.KEYWORD_ONLY
+        else:
+            params.append(P(n, kind, annotation=Tensor | float))
+    for n in cls.PY_ARGS or [*kinds, *[r for r in cls.RESULT.split(",") if r]]:
+        if n in cls.DEFAULTS:
+            default = cls.DEFAULTS[n]
+        elif n == "dtype" and cls.DEFAULT_DTYPE is not None:
+            default = cls.DEFAULT_DTYPE
+        elif isinstance(properties.get(n), OptPropertyDef):
+            default = None
+        else:
+            default = P.empty
+        if default is P.empty and params and params[-1].default is not P.empty and kind is P.POSITIONAL_OR_KEYWORD:
+            kind = P.KEYWORD_ONLY  # a required one after an optional one
+        annotation = _ANNOTATIONS[kinds.get(n, n)]
+        params.append(P(n, kind, default=default, annotation=annotation if default is P.empty or default is not None else annotation | None))
+    params += [P(a, P.KEYWORD_ONLY, default=None, annotation=str | None) for a in cls.ATTRS]
+    return inspect.Signature(params, return_annotation=Tensor)
+
+
+def builder_doc(cls: type) -> str:
+    """`help(fd.ops.<op>)`: the op class's documentation, then how the
+    builder reads its arguments."""
+    import textwrap
+
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    how = (
+        f"Builds `{cls.name}` (docs/language.md) in this definition and returns its result. Operands are "
+        "tensors of the definition, or Python numbers (rank-0 constants of the other operands' element type); "
+        "keywords may follow the operands positionally, in the signature's order."
+    )
+    return f"{doc}\n\n{textwrap.fill(how, 76)}"
+
+
 class _Schedule:
     """`fd.sched`: meshes and shardings (DIDx/DIDy/DIDz, Stream(S), nesting)."""
 
@@ -289,6 +355,7 @@ class FusionDefinition:
         self._meshes: dict[str, Mesh] = {}
         self._known: set[Tensor] = set()
         self._counter = itertools.count()
+        self._propagated: tuple[str, dict[str, Sharding | None]] | None = None  # (text, sharding by name)
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -372,6 +439,28 @@ class FusionDefinition:
 
         parse(self.to_mlir(), f"<FusionDefinition {self.name}>")
 
+    def sharding_of(self, t: Tensor) -> Sharding | None:
+        """The sharding the program uses for `t`: the one written, else the
+        one propagate-shardings gives it (None in a definition without a
+        mesh: the tensor is whole on its one device)."""
+        if t not in self._known:
+            raise Diagnostic(f"{t!r} is not a tensor of this definition")
+        if t.sharding is not None or not self._meshes:
+            return t.sharding
+        text = self.to_mlir()
+        if self._propagated is None or self._propagated[0] != text:
+            from xdsl.dialects.func import FuncOp
+
+            from fuserc.dialects.fusion import sharding_of
+            from fuserc.ir import parse
+            from fuserc.pipeline import run_pipeline
+
+            module = run_pipeline(parse(text, f"<FusionDefinition {self.name}>"), "propagate-shardings")
+            func = next(f for f in module.ops if isinstance(f, FuncOp) and f.sym_name.data == self.name)
+            values = [*func.body.block.args, *(r for op in func.body.block.ops for r in op.results)]
+            self._propagated = (text, {v.name_hint: sharding_of(v) for v in values if v.name_hint})
+        return self._propagated[1].get(t.name)
+
     @staticmethod
     def from_mlir(text: str, entry: str = "main", filename: str = "<string>") -> "FusionDefinition":
         """A builder holding function `entry` of fusion IR `text`."""
@@ -452,6 +541,21 @@ class FusionDefinition:
             filename=f"<FusionDefinition {self.name}>",
         )
 
+    def comm_report(self, pipeline: str = "default", unit: Any = None) -> Any:
+        """What the program communicates once lowered by `pipeline`, without
+        running it (`fuserc.comm_report.CommReport`: print it, or read its
+        lines and totals); `unit`, e.g. `"8192x4096xbf16"`, also gives the
+        totals in that tensor's bytes. `pipeline="autodiff,default"`
+        reports the forward and backward too."""
+        from fuserc.comm_report import report
+        from fuserc.ir import compiling, make_context, parse
+        from fuserc.pipeline import run_pipeline
+
+        ctx = make_context()
+        with compiling():
+            module = run_pipeline(parse(self.to_mlir(), f"<FusionDefinition {self.name}>", ctx), pipeline, ctx)
+        return report(module, unit)
+
     def execute(
         self, inputs: Sequence[Any], local: bool = False, gather: bool = True, **compile_options: Any
     ) -> list[Any]:
@@ -504,16 +608,29 @@ def _dtype_of(element_type: Any) -> str:
 def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh: Mesh, rank: int) -> Any:
     """The shard of a global tensor (torch or NumPy) that `rank` holds, as
     nvFuser's shard_tensor. `sharding` is a Sharding, a Tensor of a
-    definition (its sharding), or axis texts such as ["DIDx", "-"]."""
+    definition (the sharding its program uses: written, or given by
+    propagation; whole when it has none), or axis texts such as
+    ["DIDx", "-"]."""
     from fuserc.sharding import shard_array
 
     if isinstance(sharding, Tensor):
-        if sharding.sharding is None:
-            raise Diagnostic(f"{sharding!r} has no sharding")
-        sharding = sharding.sharding
+        t = sharding
+        sharding = t.fd.sharding_of(t) if t.fd is not None else t.sharding
+        if sharding is None:  # whole on every device
+            sharding = Sharding(mesh.name, tuple(parse_axis("-") for _ in t.shape))
     elif not isinstance(sharding, Sharding):
         sharding = Sharding(mesh.name, tuple(parse_axis(a) for a in sharding))
     return shard_array(array, sharding, mesh, rank)
 
 
-__all__ = ["FusionDefinition", "Tensor", "shard_tensor", "Mesh", "Sharding", "format_axis"]
+def job_size() -> int:
+    """The number of ranks of the job this process is part of (under
+    mpiexec or torchrun; 1 for a process started alone), to make a mesh as
+    large as the job. Collective the first time: it starts the job's
+    communicator, as compiling does."""
+    from fuserc.runtime.mpi_env import mpi_env
+
+    return mpi_env().size
+
+
+__all__ = ["FusionDefinition", "Tensor", "shard_tensor", "job_size", "Mesh", "Sharding", "format_axis"]

@@ -1,4 +1,5 @@
-"""The `fuserc` command: `opt` prints IR after passes; `run` executes it.
+"""The `fuserc` command: `opt` prints IR after passes; `run` executes it;
+`cache` shows or empties the cache of generated kernels.
 
 Exit codes: 0 success, 1 a diagnostic, 2 bad usage. A user's mistake never
 shows a Python traceback."""
@@ -6,6 +7,7 @@ shows a Python traceback."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
@@ -19,10 +21,33 @@ if TYPE_CHECKING:
     from xdsl.passes import ModulePass
 
 
+def file_kind(path: str) -> str | None:
+    """What `path` is when it is not a regular file ('a named pipe', 'a
+    character device', ...), found without opening it (opening a named pipe
+    waits for a writer); None for a regular file or one that cannot be
+    looked at (reading it says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), None)
+
+
 def read_source(path: str) -> tuple[str, str]:
     """(text, name) of FILE, or of standard input for `-`; a file that
-    cannot be read or is not UTF-8 text is a Diagnostic."""
+    cannot be read or is not UTF-8 text is a Diagnostic, and so is a
+    device (reading one may never end)."""
     name = "<stdin>" if path == "-" else path
+    kind = file_kind(path) if path != "-" else None
+    if kind in ("a character device", "a block device"):
+        raise Diagnostic(f"cannot read {path}: it is {kind}, not a program file")
     try:
         if path == "-":
             data = sys.stdin.buffer.read()
@@ -101,6 +126,8 @@ def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
 @click.option("--time-passes", is_flag=True, help="Print the time each pass took to stderr.")
 @click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4).")
+@click.option("--comm-report", is_flag=True, help="After the passes, print to stderr each host program's communications: kind, dtype, shape, team, bytes per rank, reshard, overlap, and the totals.")
+@click.option("--comm-report-unit", "comm_unit", metavar="SHAPExDTYPE", callback=lambda c, p, v: comm_unit(v), help="Also give the report's bytes in units of this tensor's (8192x4096xbf16); implies --comm-report.")
 @click.option("--list-passes", is_flag=True, expose_value=False, is_eager=True, callback=_list_passes, help="List every pass with its options, their defaults and meaning, and the pipelines; then exit.")
 def opt(
     file: str,
@@ -112,6 +139,8 @@ def opt(
     print_ir_after_all: bool,
     time_passes: bool,
     meshes: tuple[str, ...],
+    comm_report: bool,
+    comm_unit: Any,
 ) -> None:
     """Parse FILE (or - for stdin), run passes, print the IR.
 
@@ -119,6 +148,7 @@ def opt(
     fuserc opt prog.mlir -p default
     fuserc opt prog.mlir -p 'default{algorithm=ring}' -o -
     fuserc opt prog.mlir --pass-pipeline 'builtin.module(propagate-shardings,stream-pipeline{num-streams=2})'
+    fuserc opt prog.mlir -p autodiff,default --comm-report -o /dev/null
 
     --list-passes prints every pass and its options (docs/passes.md has the details)."""
     from fuserc import expected, ir
@@ -139,6 +169,7 @@ def opt(
         return
     chunks = list(ir.split_input(text)) if split_input_file else [(0, text)]
     after = (lambda n, m: click.echo(pl.dump(n, m), err=True)) if print_ir_after_all else None
+    report = _comm_reporter(comm_unit) if comm_report or comm_unit else None
     outputs: list[str] = []
     problems: list[str] = []
     failed = False
@@ -146,7 +177,7 @@ def opt(
     for offset, chunk in chunks:
         produced: list[Diagnostic] = []
         try:
-            outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes))
+            outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes, report))
         except Diagnostic as d:
             if not verify_diagnostics:
                 if not split_input_file:
@@ -176,6 +207,25 @@ def opt(
         sys.exit(1)
 
 
+def comm_unit(text: str | None) -> Any:
+    """`--comm-report-unit`'s value as a `comm_report.Unit` (bad usage if malformed)."""
+    if text is None:
+        return None
+    from fuserc.comm_report import Unit
+
+    try:
+        return Unit.parse(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--comm-report-unit'") from None
+
+
+def _comm_reporter(unit: Any) -> Callable[[ModuleOp], None]:
+    """Prints the communication report of a module to stderr."""
+    from fuserc.comm_report import report
+
+    return lambda module: click.echo(report(module, unit).text(), err=True, nl=False)
+
+
 def _check_output_dir(output: str) -> None:
     """`-o` into a folder that does not exist is bad usage, found before any work."""
     folder = os.path.dirname(os.path.abspath(output))
@@ -191,8 +241,10 @@ def _process(
     timings: list[list[tuple[str, float]]],
     generic: bool,
     meshes: dict[str, tuple[int, ...]],
+    report: Callable[[ModuleOp], None] | None = None,
 ) -> str:
-    """Parse, verify and transform one input; the printed result."""
+    """Parse, verify and transform one input; the printed result (`report`
+    sees the module after the passes)."""
     from xdsl.utils.exceptions import DiagnosticException
 
     from fuserc import ir
@@ -208,6 +260,8 @@ def _process(
             raise Diagnostic(str(e)) from None
         finally:
             timings.append(runner.timings)
+        if report is not None:
+            report(module)
         return ir.to_text(module, generic)
 
 
@@ -231,6 +285,47 @@ def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:
     for n, t in per_pass:
         out.write(f"  {t:.4f} ({100 * t / share:5.1f}%)  {n}\n")
     out.write(f"  {total:.4f} (100.0%)  Total\n")
+
+
+@main.group()
+def cache() -> None:
+    """The cache of generated kernels: $FUSERC_CACHE_DIR, else
+    ~/.cache/fuserc (docs/runtime.md)."""
+
+
+@cache.command("info")
+def cache_info() -> None:
+    """Where the cache is and what it holds."""
+    from fuserc.runtime.kernel_cache import KernelCache
+
+    info = KernelCache().info()
+    click.echo(f"cache: {info['root']}" + ("" if info["exists"] else " (empty: not created yet)"))
+    kinds = info["kinds"]
+    count = sum(kinds.values())
+    by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    click.echo(f"kernels: {count}" + (f" ({by_kind})" if count else "") + f", {_size(info['entry_bytes'])}")
+    if info["damaged"]:
+        click.echo(f"unreadable entries: {info['damaged']} (rebuilt when next needed)")
+    click.echo(f"working files: TorchInductor {_size(info['inductor_bytes'])}, Triton {_size(info['triton_bytes'])}")
+
+
+@cache.command("clear")
+def cache_clear() -> None:
+    """Remove every cached kernel (and the compilers' working files)."""
+    from fuserc.runtime.kernel_cache import KernelCache
+
+    kc = KernelCache()
+    count = len(kc.entries())
+    freed = kc.clear()
+    click.echo(f"cleared {kc.root}: {count} kernel{'s' if count != 1 else ''}, {_size(freed)} freed")
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} bytes"
 
 
 def _register_run() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import FileLineColLoc
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,14 @@ class Diagnostic(Exception):
         return head + ("\n" + self.context if self.context else "")
 
 
-def location_of(op: Operation | None) -> Location | None:
-    """The source location of `op`, or of the nearest located ancestor."""
+def location_of(op: Operation | SSAValue | None) -> Location | None:
+    """The source location of `op`, or of the nearest located ancestor; of
+    a value, its own (a function argument's name) or its op's."""
+    if isinstance(op, SSAValue):
+        loc = getattr(op, "location", None)
+        if isinstance(loc, FileLineColLoc):
+            return Location(loc.filename.data, loc.line.data, loc.column.data)
+        op = op.owner if isinstance(op.owner, Operation) else op.owner.parent_op()
     while op is not None:
         loc = op.location
         if isinstance(loc, FileLineColLoc):

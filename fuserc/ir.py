@@ -149,7 +149,8 @@ class _LocatingParser(Parser):
 
     def _raise_undefined_values(self) -> None:
         """xDSL reports values used but never defined at the end of the
-        input; report them at their first use instead."""
+        input; report them at their first use instead: the `%name` in the
+        op that uses it first, with its line."""
         uses: list[tuple[tuple[int, int], str, FileLineColLoc]] = []
         for name, refs in self.forward_ssa_references.items():
             for value in refs.values():
@@ -159,17 +160,35 @@ class _LocatingParser(Parser):
                         uses.append(((loc.line.data, loc.column.data), name, loc))
         if uses:
             _, name, loc = min(uses, key=lambda u: u[0])
-            raise Diagnostic(
-                f"use of undefined value %{name}",
-                Location(loc.filename.data, loc.line.data, loc.column.data),
-            )
+            message = f"use of undefined value %{name}"
+            content = self.lexer.input.content
+            lines = content.split("\n", loc.line.data - 1)
+            if len(lines) == loc.line.data:  # the op's offset in the input, then the name's after it
+                op_at = len(content) - len(lines[-1]) + loc.column.data - 1
+                m = re.compile(rf"%{re.escape(name)}(?![\w$.-])").search(content, op_at)
+                if m is not None:
+                    self.raise_error(message, m.start(), m.end())
+            raise Diagnostic(message, Location(loc.filename.data, loc.line.data, loc.column.data))
 
     def _get_op_by_name(self, name: str) -> type[Operation]:
-        """An unknown op is reported at the op, not at the token after its name."""
+        """An unknown op is reported at its name, with the ops its dialect
+        has (and the closest to the name)."""
         found = self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack)
         if found is None:
-            self.raise_error(f"Operation {name} is not registered", self._op_start)
+            start = self.lexer.input.content.find(name, self._op_start.start)
+            if start < 0:
+                self.raise_error(unknown_op_message(name), self._op_start)
+            self.raise_error(unknown_op_message(name), start, start + len(name))
         return found
+
+    def parse_optional_region(self, arguments=None):  # type: ignore[no-untyped-def]
+        """xDSL's, giving each entry-block argument (a function's) the
+        location of its name, so that diagnostics about an argument point
+        at it."""
+        for arg in arguments or ():
+            if arg.location is None:
+                arg.location = self._file_loc(arg.name)
+        return super().parse_optional_region(arguments)
 
     def parse_optional_type(self) -> TypeAttribute | None:
         """xDSL's, reading each distinct `tensor<...>` text once: programs
@@ -229,6 +248,25 @@ class _LocatingParser(Parser):
         if isinstance(op.location, UnknownLoc):
             op.location = self._file_loc(start)
         return op
+
+
+def unknown_op_message(name: str) -> str:
+    """`unknown op 'fusion.swish'`, the closest known name, and the ops of
+    its dialect (fusion: docs/language.md; hir: docs/hir.md)."""
+    import difflib
+
+    from fuserc.dialects.fusion import Fusion
+    from fuserc.dialects.hir import Hir
+
+    dialect = name.split(".", 1)[0]
+    docs = {"fusion": (Fusion, "docs/language.md"), "hir": (Hir, "docs/hir.md")}
+    if dialect not in docs:
+        return f"unknown op '{name}': fuserc reads the dialects builtin, func, fusion (docs/language.md) and hir (docs/hir.md)"
+    known = sorted(op.name.removeprefix(f"{dialect}.") for op in docs[dialect][0].operations)
+    close = difflib.get_close_matches(name.removeprefix(f"{dialect}."), known, n=1, cutoff=0.8)
+    hint = f" (did you mean '{dialect}.{close[0]}'?)" if close else ""
+    listing = ", ".join(known)
+    return f"unknown op '{name}'{hint}; the {dialect} ops are {listing} ({docs[dialect][1]})"
 
 
 def _parse_error(e: ParseError) -> Diagnostic:
@@ -468,11 +506,21 @@ def _verify_unique_symbols(table: Operation) -> None:
 
 def _verify_func_signature(func: FuncOp) -> None:
     """Shardings in a function's signature (also of a declaration without
-    a body) name a known mesh and fit their tensors."""
+    a body) name a known mesh and fit their tensors; a bad one on an
+    argument is reported at the argument."""
     from fuserc.dialects.fusion import verify_sharding_types
 
     ftype = func.function_type
-    verify_sharding_types(func, [*ftype.inputs.data, *ftype.outputs.data])
+    args = func.body.blocks[0].args if func.body.blocks else ()
+    for i, t in enumerate(ftype.inputs.data):
+        try:
+            verify_sharding_types(func, [t])
+        except VerifyException as e:
+            if i < len(args):
+                name = f" %{args[i].name_hint}" if args[i].name_hint else ""
+                raise Diagnostic(f"'{func.name}' op argument #{i}{name}: {e}", location_of(args[i])) from None
+            raise
+    verify_sharding_types(func, list(ftype.outputs.data))
 
 
 def _verify_one_block(func: FuncOp) -> None:

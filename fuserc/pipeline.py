@@ -79,6 +79,8 @@ PASSES: dict[str, PassEntry] = {
             "entry": "the function to differentiate",
             "save": "what the forward returns for the backward: activations (the values the "
             "derivative rules read) or inputs (the arguments; the backward recomputes the rest)",
+            "gathered-mib": "with save=activations, the MiB per device that saved gathered GEMM inputs may take "
+            "(-1: no limit); past it, the backward gathers them again",
         },
     ),
 }

@@ -2,7 +2,8 @@
 
     mpiexec -n N fuserc run FILE [--entry main] [-p PIPELINE] [-i A.npy ...]
         [--seed N] [--save-outputs DIR] [--check] [--backend auto|cpu|cuda]
-        [--warmup W --iters N] [--trace FILE.json] [--print-host-ir]
+        [--warmup W --iters N] [--trace FILE.json] [--print-host-ir] [--time]
+    torchrun --nproc-per-node N -m fuserc run FILE ...   (the same)
 
 Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fuserc.check import CHECK_TOLERANCES, CheckResult, compare, precision_of  # noqa: F401  (their home is fuserc.check)
+
 if TYPE_CHECKING:  # torch and numpy load only when a program runs
     import numpy as np
     import torch
@@ -29,122 +32,6 @@ WARMUP = 5
 """Untimed runs before --iters by default: on cuda, runs 2-5 are the trial
 that chooses between replaying a captured graph and running op by op
 (runtime/graphs.py), so the timed runs are the chosen way's."""
-
-CHECK_TOLERANCES: dict[str, float] = {
-    "f64": 1e-9,
-    "f32": 1e-4,
-    "f16": 1e-2,
-    "bf16": 4e-2,
-    "i64": 0.0,
-    "i1": 0.0,
-}
-"""--check passes an output when max|out - ref| <= tol * max|ref| (normwise
-relative error). tol is that of the least precise element type among the
-values the output is computed from (an f32 result of bf16 work has bf16's).
-The reference runs in float64 on the same (rounded) inputs, so the
-tolerance covers the program's own rounding: accumulation over long
-contractions in f32, and the 8-bit (bf16) or 11-bit (f16) significands of
-the 16-bit types."""
-
-
-def _dtype_name(dtype: "torch.dtype") -> str:
-    from fuserc.dialects.interfaces import element_type
-
-    return str(element_type(dtype))
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One output against its reference: the figure compared (the max abs
-    error over the max |reference|, on the finite values) and its
-    tolerance; values that are NaN or infinite where the reference is not
-    (or not the same) are counted by kind and fail the check."""
-
-    index: int
-    dtype: str  # the element type whose tolerance applies: f32, bf16, ...
-    abs_err: float
-    rel_err: float
-    tolerance: float
-    nonfinite: dict[str, int] = field(default_factory=dict)  # NaN/+Inf/-Inf where the reference differs
-    size: int = 0
-    shape_error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.shape_error and not self.nonfinite and self.rel_err <= self.tolerance
-
-    def line(self) -> str:
-        status = "ok" if self.ok else "FAILED"
-        head = f"output {self.index}: "
-        if self.shape_error:
-            return head + f"{self.shape_error}: {status}"
-        if self.nonfinite:
-            counts = ", ".join(f"{n} {kind}" for kind, n in self.nonfinite.items())
-            return head + f"{counts} (of {self.size} values) where the reference differs: {status}"
-        cmp = "<=" if self.rel_err <= self.tolerance else ">"
-        return (
-            head + f"max rel error {self.rel_err:.3e} {cmp} {self.tolerance:.0e} ({self.dtype} tolerance): {status} "
-            f"(max abs error {self.abs_err:.3e})"
-        )
-
-
-def precision_of(func: Any) -> list[str]:
-    """For each result of a fusion function, the least precise element type
-    (the largest tolerance) among the values it is computed from."""
-    from xdsl.dialects.builtin import TensorType
-    from xdsl.dialects.func import ReturnOp
-    from xdsl.ir import OpResult
-
-    ret = func.body.block.last_op
-    assert isinstance(ret, ReturnOp)
-    out = []
-    for v in ret.operands:
-        seen, stack, names = set(), [v], []
-        while stack:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            if isinstance(value.type, TensorType):
-                names.append(str(value.type.element_type))
-            if isinstance(value, OpResult):
-                stack.extend(value.op.operands)
-        known = [n for n in names if n in CHECK_TOLERANCES]
-        out.append(max(known, key=lambda n: CHECK_TOLERANCES[n]) if known else "f32")
-    return out
-
-
-def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dtype", precision: str | None = None) -> CheckResult:
-    """The error of one output against its float64 reference; `precision`
-    (an element type name) sets the tolerance, by default the output's."""
-    import numpy as np
-    import torch
-
-    name = precision or _dtype_name(dtype)
-    tol = CHECK_TOLERANCES[name]
-    r = ref.detach().cpu().to(torch.float64).numpy()
-    g = got.astype(np.float64)
-    if g.shape != r.shape:
-        return CheckResult(index, name, 0.0, 0.0, tol, size=g.size, shape_error=f"shape {list(g.shape)} but the reference's is {list(r.shape)}")
-    if g.size == 0:
-        return CheckResult(index, name, 0.0, 0.0, tol)
-    same = (g == r) | (np.isnan(g) & np.isnan(r))
-    bad = ~np.isfinite(g) & ~same
-    nonfinite = {
-        kind: int(n)
-        for kind, n in (("NaN", np.isnan(g[bad]).sum()), ("+Inf", np.isposinf(g[bad]).sum()), ("-Inf", np.isneginf(g[bad]).sum()))
-        if n
-    }
-    both = np.isfinite(g) & np.isfinite(r)
-    diff = np.zeros_like(g)
-    np.subtract(g, r, out=diff, where=both)
-    np.abs(diff, out=diff)
-    diff[~both & ~same & np.isfinite(g)] = np.inf  # a finite value where the reference is not
-    abs_err = float(diff.max())
-    scale = float(np.abs(np.where(np.isfinite(r), r, 0.0)).max())
-    rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
-    return CheckResult(index, name, abs_err, rel_err, tol, nonfinite, g.size)
-
 
 @click.command()
 @click.argument("file")
@@ -159,8 +46,11 @@ def compare(index: int, got: "np.ndarray", ref: "torch.Tensor", dtype: "torch.dt
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams: of the last timed run with --iters, else of a run after one untraced run.")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
+@click.option("--comm-report", is_flag=True, help="Rank 0 prints the communication report of the host programs before running (as `fuserc opt --comm-report`).")
+@click.option("--comm-report-unit", "comm_unit", metavar="SHAPExDTYPE", callback=lambda c, p, v: _comm_unit(v), help="Also give the report's bytes in units of this tensor's (8192x4096xbf16); implies --comm-report.")
 @click.option("--mesh", "meshes", multiple=True, metavar="NAME=SHAPE", callback=lambda c, p, v: mesh_options(v), help="Give a declared mesh another shape, devices 0..n-1 (--mesh tp=2, --mesh grid=2x4): run one program on jobs of several sizes.")
 @click.option("--watchdog", "watchdog_s", type=float, default=None, help="End the job when a run or a collective takes longer than this many seconds, naming the ranks that did not arrive (default $FUSERC_WATCHDOG, else 600; 0: off).")
+@click.option("--time", "time_startup", is_flag=True, help="Print where the time to the first result went (imports, passes, backend, communicators, kernels from the cache or built, first run) and a steady run's time.")
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error (also $FUSERC_DEBUG=1).")
 def run(
     file: str,
@@ -175,12 +65,21 @@ def run(
     iters: int | None,
     trace_path: str | None,
     print_host_ir: bool,
+    comm_report: bool,
+    comm_unit: Any,
     meshes: dict[str, tuple[int, ...]],
     watchdog_s: float | None,
+    time_startup: bool,
     debug: bool,
 ) -> None:
-    """Compile FILE (or - for stdin) and run it, one process per rank
-    (mpiexec -n N fuserc run FILE)."""
+    """Compile FILE (or - for stdin) and run it, one process per rank:
+
+    \b
+    mpiexec -n N fuserc run FILE ...
+    torchrun --nproc-per-node N -m fuserc run FILE ...
+    fuserc run FILE ...          (one rank)
+
+    docs/runtime.md says more (Launchers; `fuserc run`)."""
     if inputs and seed is not None:
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
@@ -201,11 +100,17 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.mpi_env import load_launcher, mpi_env, mpi_launch_problem
 
-    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env())
+    problem = mpi_launch_problem()
+    if problem is not None:  # every process is alone: rank 0 by the launcher's word says why
+        if jobs.launcher_rank() in (None, 0):
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(1)
+    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
     options = _Options(
-        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes
+        file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
+        time_startup, comm_report or comm_unit is not None, comm_unit,
     )
     job.run(lambda: _run(options, job))
 
@@ -225,6 +130,27 @@ class _Options:
     print_host_ir: bool
     trace: str | None = None
     meshes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    time: bool = False
+    comm_report: bool = False
+    comm_unit: Any = None
+
+
+def _comm_unit(text: str | None) -> Any:
+    from fuserc.cli import comm_unit
+
+    return comm_unit(text)
+
+
+def run_file(
+    job: Any, file: str, *, pipeline: str = "default", backend: str = "auto", check: bool = False,
+    meshes: dict[str, tuple[int, ...]] | None = None, entry: str = "main", seed: int = 0,
+) -> int:
+    """What `fuserc run FILE` does on this rank, inside a job already
+    started (tools run several programs in one job: tools/check_examples.py):
+    rank 0's exit code (0 on the others). A diagnostic ends the job as in
+    `fuserc run`."""
+    options = _Options(file, entry, pipeline, [], seed, None, check, backend, None, None, False, None, meshes or {})
+    return _run(options, job)
 
 
 def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -242,22 +168,28 @@ def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
 
 
 def read_shared_source(job: Any, path: str) -> tuple[str, str]:
-    """FILE's text on every rank. Standard input (`-`) reaches rank 0 alone
-    under a launcher, so rank 0 reads it and shares it (or its error)."""
-    from fuserc.cli import read_source
+    """FILE's text on every rank. A regular file is read by every rank.
+    Standard input (`-`, which a launcher gives to rank 0 alone) and a
+    named pipe are read by rank 0 alone, which shares the text (or its
+    error), inside a watchdog section: a pipe that no one writes never
+    ends, the watchdog ends the job."""
+    from fuserc.cli import file_kind, read_source
     from fuserc.diagnostics import Diagnostic
 
-    env = job.env
-    if path != "-" or env.size == 1:
+    kind = "standard input" if path == "-" else file_kind(path)
+    if kind not in ("standard input", "a named pipe", "a socket"):
         return read_source(path)
+    env = job.env
     got: Any = None
-    with job.section("sharing the program read from standard input"):
+    label = "reading the program from standard input" if path == "-" else f"reading the program from {path} ({kind})"
+    with job.section(label, doer=0):
         if env.rank == 0:
             try:
                 got = read_source(path)
             except Diagnostic as d:
                 got = d
-        got = env.broadcast(got)
+        if env.size > 1:
+            got = env.broadcast(got)
     if isinstance(got, Diagnostic):
         raise got
     return got
@@ -269,12 +201,17 @@ def _run(o: _Options, job: Any) -> int:
     from fuserc.runtime import io
     from fuserc.runtime.backend import cuda_unavailable, make_backend
     from fuserc.runtime.program import CompiledProgram, compile_module
+    from fuserc.runtime.startup import Startup, Stopwatch, process_age
 
     env = job.env
     fallback = None
+    startup = Startup()
+    startup.add("imports", process_age() or 0.0)  # the process's start to here (Python, torch, the launcher's start)
+    clock = Stopwatch()
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
         compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.nodes())
+        startup.add("passes", clock.lap())
         if o.check and compiled.source_function() is None:
             raise Diagnostic(
                 f"--check compares with the fusion function @{o.entry}, but {name} holds a host "
@@ -282,12 +219,14 @@ def _run(o: _Options, job: Any) -> int:
             )
         kind = o.backend
         if kind in ("auto", "cuda"):
-            fallback = cuda_unavailable()
+            fallback = cuda_unavailable()  # imports the cuda backend (CuPy) where it can run
             if fallback is not None and kind == "cuda":
                 raise Diagnostic(f"the cuda backend cannot run here: {fallback}")
             kind = "cpu" if fallback is not None else "cuda"
+        startup.add("imports", clock.lap())
     with job.section(f"starting the {kind} backend"):
         backend = make_backend(kind, env)
+    startup.add("backend", clock.lap())
     job.watchdog.watch(backend)
     with job.agreed("loading the program and its inputs"):
         program = CompiledProgram(compiled, backend)  # refuses a job with too few ranks
@@ -301,15 +240,25 @@ def _run(o: _Options, job: Any) -> int:
         if o.print_host_ir:
             sys.stdout.write(program.host_ir())
             sys.stdout.flush()
+        if o.comm_report:
+            click.echo(program.comm_report(o.comm_unit).text(), nl=False)
     runs = _Runs(job, program, local)
     if o.iters is not None:
-        _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
+        steady = _time(runs, WARMUP if o.warmup is None else o.warmup, o.iters, o.trace)
         results = runs.run(copy_outputs=True)  # after timing: reused buffers
-    elif o.trace:
-        runs.run()  # the traced run is warm: first-use costs (communicators, GEMM choices) fall here
-        results = _traced(runs, o.trace, lambda: runs.run(copy_outputs=True))
     else:
-        results = runs.run(copy_outputs=True)
+        if o.trace or o.time:
+            runs.run()  # a warm run follows: first-use costs (communicators, kernels, GEMM choices) fall here
+        if o.time:
+            clock.lap()
+            runs.run()
+            steady = clock.lap()
+        if o.trace:
+            results = _traced(runs, o.trace, lambda: runs.run(copy_outputs=True))
+        else:
+            results = runs.run(copy_outputs=True)
+    if o.time:
+        _report_startup(runs, startup, steady)
     gathered = None
     if o.save_dir or o.check:
         with job.section("gathering the results on rank 0"):
@@ -328,6 +277,24 @@ def _run(o: _Options, job: Any) -> int:
         return code
     except Diagnostic as d:
         job.alone(d)
+
+
+def _report_startup(runs: "_Runs", startup: Any, steady: float) -> None:
+    """`--time`: this rank's phases with its program's first run, gathered;
+    rank 0 prints the job's (the slowest rank per phase) on stderr."""
+    from fuserc.runtime.startup import combined
+
+    program = runs.program
+    first = program.program.startup
+    for phase, seconds in first.seconds.items():
+        startup.add(phase, seconds)
+    startup.kernels = first.kernels
+    startup.add("steady run", steady)
+    env = program.env
+    with runs.job.section("gathering the startup times"):
+        records = env.comm.allgather(startup)
+    if env.rank == 0:
+        click.echo(combined(records).report(f"startup of @{program.compiled.entry}", env.size), err=True, nl=False)
 
 
 class _Runs:
@@ -369,13 +336,17 @@ def _summary(o: _Options, program: Any, saved: Sequence[str]) -> str:
 
 
 def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence["np.ndarray"]) -> int:
-    """Rank 0: compare with the reference; exit code 1 when over tolerance."""
-    refs = program.reference(list(globals_))
-    precisions = precision_of(program.compiled.source_function())
-    results = [
-        compare(i, g, r, s.dtype, p)
-        for i, (g, r, s, p) in enumerate(zip(gathered, refs, program.results, precisions))
-    ]
+    """Rank 0: compare with the reference (fuserc/check.py); exit code 1
+    when an output fails."""
+    from fuserc.check import check_outputs, input_notes
+
+    func = program.compiled.source_function()
+    for line in input_notes(func, globals_):
+        click.echo(line)
+    results = check_outputs(
+        program.compiled.source, func, program.compiled.entry, globals_, gathered,
+        [s.dtype for s in program.results], lambda accumulate: program.reference(list(globals_), accumulate),
+    )  # fmt: skip
     for r in results:
         click.echo(r.line())
     failed = [r.index for r in results if not r.ok]
@@ -405,11 +376,11 @@ def _traced(runs: _Runs, path: str, body: Any) -> Any:
     return out
 
 
-def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> None:
+def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> float:
     """Median over `iters` runs of the slowest rank's time; rank 0 prints
     it with TFLOP/s per GPU (2*M*N*K per matmul/linear of the global
     program, over the devices it uses). With `trace`, the last timed run
-    is traced (its time includes the trace marks)."""
+    is traced (its time includes the trace marks). Returns the median."""
     program = runs.program
     p = program.program
     backend = program.backend
@@ -439,6 +410,7 @@ def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> Non
             f"time: median {median * 1e3:.3f} ms over {iters} iterations (warmup {warmup}); "
             f"{tflops:.3f} TFLOP/s per GPU ({flops} flops on {devices} devices, backend {backend.name})"
         )
+    return median
 
 
 def _timed_run(runs: _Runs) -> float:

@@ -34,13 +34,17 @@ def function(
     backend: str = "auto",
     save: str = "activations",
     algorithm: str | None = None,
+    time: bool = False,
 ) -> "Function":
     """A differentiable callable of this rank's local shards of `definition`'s
     inputs (a FusionDefinition, or the text of a module with `@entry`).
     `backend` "auto" follows the inputs: CUDA tensors run on the cuda
     backend, CPU tensors on the cpu backend. `save` is autodiff's option:
     "activations" keeps what the backward reads, "inputs" recomputes it.
-    `algorithm` sets stream-pipeline's option, as `-p` does on the CLI."""
+    `algorithm` sets stream-pipeline's option, as `-p` does on the CLI.
+    `time`: rank 0 prints where the first call's time went (and the first
+    backward's), as `fuserc run --time` does; `Function.startup` holds it
+    either way."""
     from fuserc.api import FusionDefinition
 
     if isinstance(definition, FusionDefinition):
@@ -55,7 +59,7 @@ def function(
         from fuserc.pipeline import with_option
 
         pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
-    return Function(text, where, entry, pipeline, backend, save)
+    return Function(text, where, entry, pipeline, backend, save, time)
 
 
 @dataclass
@@ -65,6 +69,8 @@ class _Loaded:
     backend: Any
     compiled: Any  # runtime.program.Compiled
     no_grad_reason: Diagnostic | None  # why @entry has no backward (autodiff refused it)
+    startup: Any  # runtime.startup.Startup: the Function's
+    report: bool  # print the startup at each program's first run (rank 0)
     programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
 
     def program(self, name: str) -> Any:
@@ -78,9 +84,15 @@ class _Loaded:
 class Function:
     """A compiled definition callable on torch tensors (see `function`)."""
 
-    def __init__(self, text: str, where: str, entry: str, pipeline: str, backend: str, save: str):
+    def __init__(self, text: str, where: str, entry: str, pipeline: str, backend: str, save: str, time: bool = False):
+        from fuserc.runtime.startup import Startup
+
         self.text, self.where, self.entry = text, where, entry
         self.pipeline, self.backend, self.save = pipeline, backend, save
+        self.time = time
+        self.startup = Startup()
+        """Where the first call's time went (passes, backend, and each
+        program's first run: communicators, kernels, the rest), in seconds."""
         self._loaded: dict[str, _Loaded] = {}  # by backend kind: compiled once per input signature
 
     # -- compiling ------------------------------------------------------------
@@ -95,8 +107,11 @@ class Function:
         from fuserc.runtime.backend import shared_backend
         from fuserc.runtime.mpi_env import mpi_env
         from fuserc.runtime.program import compile_module
+        from fuserc.runtime.startup import Stopwatch
 
+        clock = Stopwatch()
         be = shared_backend(kind, mpi_env())
+        self.startup.add("backend", clock.lap())
         reason: Diagnostic | None = None
         try:
             derive = f"autodiff{{entry={self.entry} save={self.save}}},{self.pipeline}"
@@ -104,7 +119,8 @@ class Function:
         except Diagnostic as e:  # no backward (an op without a rule): still callable without grad
             reason = e
             compiled = compile_module(self.text, self.where, self.entry, self.pipeline, ranks=be.size, nodes=be.env.nodes())
-        self._loaded[kind] = found = _Loaded(be, compiled, reason)
+        self.startup.add("passes", clock.lap())
+        self._loaded[kind] = found = _Loaded(be, compiled, reason, self.startup, self.time)
         return found
 
     # -- calling --------------------------------------------------------------
@@ -133,6 +149,7 @@ class Function:
 def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any]) -> list[Any]:
     """One run on this rank's shards; its results, owned by the caller."""
     b = loaded.backend
+    first = program.runs == 0
     caller = b.enter_caller()
     outs: list[Any] = []
     try:
@@ -140,7 +157,35 @@ def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any]) -> list[Any]:
         outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True)
     finally:
         b.leave_caller(caller, outs)
+    if first:
+        _first_run(loaded, program)
     return outs
+
+
+def _prepare_kernels(loaded: _Loaded, *programs: Any) -> None:
+    """The programs' generated kernels, built (or loaded) together; the
+    time goes to the Function's startup."""
+    from fuserc.runtime.startup import KERNELS
+
+    before = KERNELS.copy()
+    loaded.backend.prepare_kernels(*programs)
+    got = KERNELS.since(before)
+    loaded.startup.kernels = loaded.startup.kernels.plus(got)
+    loaded.startup.add("kernels", got.seconds)
+
+
+def _first_run(loaded: _Loaded, program: Any) -> None:
+    """Add a program's first run to the Function's startup; print it (rank 0)."""
+    import sys
+
+    startup = loaded.startup
+    for phase, seconds in program.startup.seconds.items():
+        startup.add(phase, seconds)
+    startup.kernels = startup.kernels.plus(program.startup.kernels)
+    if loaded.report and loaded.backend.rank == 0:
+        name = program.func.sym_name.data
+        sys.stderr.write(startup.report(f"fuserc.torch.function: startup to the first run of @{name}"))
+        sys.stderr.flush()
 
 
 class _Autograd(torch.autograd.Function):
@@ -149,6 +194,8 @@ class _Autograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, fn: Function, loaded: _Loaded, *inputs: Any) -> tuple[Any, ...]:
         fwd = loaded.program(f"{fn.entry}_fwd")
+        if fwd.runs == 0:  # the backward's kernels are built with the forward's, in one parallel build
+            _prepare_kernels(loaded, fwd, loaded.program(f"{fn.entry}_bwd"))
         outs = _run(loaded, fwd, inputs)
         main_results = len(loaded.program(fn.entry).results)  # (its signature; @entry is not run)
         ctx.fn, ctx.loaded = fn, loaded

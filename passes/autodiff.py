@@ -29,13 +29,14 @@ from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
-from fuserc.dialects.fusion import FusionOp, MeshOp, is_float, sharding_of, with_sharding
+from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, is_float, shape_of, sharding_of, with_sharding
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
+from fuserc.sharding import Sharding
 
 SAVES = ("activations", "inputs")
 
@@ -51,10 +52,17 @@ class Autodiff(ModulePass):
     name = "autodiff"
     entry: str = "main"
     save: str = "activations"
+    gathered_mib: int = -1
+    """With save = activations: MiB per device the saved gathered copies of
+    GEMM inputs may take (-1: no limit, as PyTorch's autograd saves the
+    gathered input of a sequence-parallel GEMM); past it, the backward
+    gathers the rest again."""
 
     def __post_init__(self) -> None:
         if self.save not in SAVES:
             raise ValueError(f"save must be one of {', '.join(SAVES)}, got '{self.save}'")
+        if self.gathered_mib < -1:
+            raise ValueError(f"gathered-mib must be -1 (no limit) or a size in MiB, got {self.gathered_mib}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
@@ -68,6 +76,8 @@ class Autodiff(ModulePass):
             if name in funcs:
                 raise error_at(funcs[name], f"autodiff: @{name} exists already")
         src = _propagated(op, main)
+        if self.save == "activations":
+            _gather_explicitly(op, src, self.gathered_mib)
         fwd, bwd = _Derivation(src, self.entry, self.save).run()
         Rewriter.insert_op(fwd, _after(main))
         Rewriter.insert_op(bwd, _after(fwd))
@@ -84,9 +94,7 @@ def _whole(t: Attribute) -> Attribute:
     return with_sharding(t, s.with_partial(None))
 
 
-def _after(op: Operation):
-    from xdsl.rewriter import InsertPoint
-
+def _after(op: Operation) -> InsertPoint:
     return InsertPoint.after(op)
 
 
@@ -102,6 +110,57 @@ def _propagated(module: ModuleOp, main: FuncOp) -> FuncOp:
     propagate_function(func)
     func.detach()
     return func
+
+
+def _gather_explicitly(module: ModuleOp, func: FuncOp, budget_mib: int) -> None:
+    """Make the gathers of GEMM inputs (the AllGather of a sequence-parallel
+    GEMM, as make-resharding-contiguous will split it) explicit `fusion.set`s
+    of the propagated function, one per value and placement, so that a
+    weight gradient reads the gathered copy the forward made (saved, like
+    any value a rule reads) instead of gathering it again: no value is
+    gathered twice across the forward and the backward. The copies are
+    kept in program order while they fit `budget_mib` per device (-1: all);
+    the backward gathers the others again (recomputation traded for memory).
+    The set's own derivative is the transposed reshard (a ReduceScatter of
+    the partial input gradient)."""
+    from fuserc.passes.reshard_util import ALLGATHER, element_bytes, local_elements, plan_reshard
+    from fuserc.passes.sharding_search import PlanCost
+
+    mesh_ops = [o for o in module.ops if isinstance(o, MeshOp)]
+    if not mesh_ops:
+        return
+    meshes = {m.sym_name.data: m.model for m in mesh_ops}
+    known = {v: s for v in _tensor_values(func) if (s := sharding_of(v)) is not None}
+    cost = PlanCost(meshes, mesh_ops)
+    budget = None if budget_mib < 0 else budget_mib * 2**20
+    used = 0
+    made: dict[tuple[SSAValue, Sharding], SSAValue] = {}
+    for op in [o for o in func.body.block.ops if isinstance(o, FusionOp) and o.WEIGHTS]:
+        part = cost.op_part(op, known)
+        if part is None:
+            continue
+        for k, placement, _ in part[1]:
+            value, src = op.operands[k], known.get(op.operands[k])
+            if k in op.WEIGHTS or src is None:
+                continue
+            plan = plan_reshard(src, placement, shape_of(value), meshes)
+            if not plan or any(step.kind != ALLGATHER for step, _ in plan):
+                continue
+            if (value, placement) not in made:
+                size = local_elements(placement, shape_of(value), meshes) * element_bytes(value.type)  # type: ignore[arg-type]
+                if budget is not None and used + size > budget:
+                    continue
+                used += size
+                gather = SetOp.create(operands=[value], result_types=[with_sharding(value.type, placement)])  # type: ignore[arg-type]
+                gather.location = op.location
+                Rewriter.insert_op(gather, InsertPoint.before(op))
+                made[(value, placement)] = gather.results[0]
+            op.operands[k] = made[(value, placement)]
+
+
+def _tensor_values(func: FuncOp) -> list[SSAValue]:
+    args = list(func.body.block.args)
+    return [v for v in [*args, *(r for o in func.body.block.ops for r in o.results)] if isinstance(v.type, TensorType)]
 
 
 class _Derivation:
@@ -146,6 +205,8 @@ class _Derivation:
         final = ReturnOp(*grads)
         Rewriter.replace_op(anchor, final)
         backward = set(b.created)
+        _common_subexpressions(block, backward)
+        backward = {o for o in backward if o.parent is block}
         saved = self._saved(block, primal, forward, backward)
         _dead_code(block)
         bwd_args = [_whole(v.type) for v in saved] + [c.type for c in cts]
@@ -190,6 +251,29 @@ class _Derivation:
             if _whole(outs[i].type) != outs[i].type:  # a partial sum is saved reduced (_whole)
                 outs[i] = ret.operands[i] = b.op("set", outs[i], placed_as=outs[i])
         return FuncOp(f"{self.entry}_fwd", FunctionType.from_lists([a.type for a in block.args], [v.type for v in outs]), Region(block))
+
+
+def _common_subexpressions(block: Block, among: set[Operation]) -> None:
+    """One op for equal ops of the rules (same kind, operands, properties,
+    attributes and result types; fusion ops are pure): the rules of two
+    GEMMs reading one input each transpose it, and one transposed copy,
+    gathered once, serves both weight gradients."""
+    seen: dict[tuple, Operation] = {}
+    for o in list(block.ops):
+        if o not in among or o.regions or not o.results:
+            continue
+        key = (
+            o.name,
+            tuple(o.operands),
+            tuple(o.properties.items()),
+            tuple(o.attributes.items()),
+            tuple(r.type for r in o.results),
+        )
+        first = seen.setdefault(key, o)
+        if first is not o:
+            for new, old in zip(first.results, o.results):
+                old.replace_all_uses_with(new)
+            Rewriter.erase_op(o)
 
 
 def _dead_code(block: Block) -> None:

@@ -312,6 +312,8 @@ class LinksFileError(ValueError):
 
 
 def _read(file: Path) -> Machine:
+    if file.exists() and not file.is_file():  # a named pipe would wait for a writer, a device never end
+        raise LinksFileError(file, [(None, "cannot read it: it is not a regular file")])
     try:
         text = file.read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -426,9 +428,11 @@ class Site:
 
     def bus(self, nbytes: float) -> float:
         """The bytes one rank moves over the bus for a collective of a
-        buffer of `nbytes` (the larger one)."""
-        d = self.team
-        return nbytes * (d - 1) / d * (2 if self.comm == ALLREDUCE else 1)
+        buffer of `nbytes` (the larger one): its hir op's wire factor."""
+        from fuserc.dialects import hir
+
+        op = hir.AllreduceOp if self.comm == ALLREDUCE else hir.AllgatherOp  # (reduce-scatter, alltoall: the same factor)
+        return nbytes * float(op.wire_factor(self.team))
 
 
 def _serial(ready: Sequence[float], each: float, start: float = 0.0) -> float:

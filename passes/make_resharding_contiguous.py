@@ -71,7 +71,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, TensorType, i64
-from xdsl.dialects.func import FuncOp
+from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -80,11 +80,9 @@ from fuserc.diagnostics import Diagnostic, error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     ALLOC_ORDER,
-    AddOp,
     alloc_order_attr,
     alloc_order_errors,
     alloc_order_of,
-    BroadcastInDimOp,
     FusionOp,
     PermuteOp,
     ReshapeOp,
@@ -139,14 +137,26 @@ class MakeReshardingContiguous(ModulePass):
             if not _is_sharded(func):
                 continue
             _require_shardings(func)
-            _expand_nonlocal(func, meshes, resharding)
-            _Decomposer(meshes, resharding).run(func)
-            _share_equal_sets(func)
+            split_resharding_ops(func, meshes, resharding)
             _split_multi_step_sets(func, meshes)
             _Layouts(meshes).run(func)
         problems = check_contract(op, resharding)
         if problems:  # a bug of this pass, not of the program
             raise Diagnostic("make-resharding-contiguous broke its contract: " + "; ".join(problems))
+
+
+def split_resharding_ops(
+    func: FuncOp, meshes: Meshes, resharding: Resharding | None = None, made: dict[tuple[SSAValue, Sharding], SSAValue] | None = None
+) -> None:
+    """Steps 1 and 2 of the pass on one function: expanded forms, then
+    local compute plus reshard sets, equal reshards shared (propagate-shardings'
+    search prices a plan with it). `made`: reshards that exist already
+    (value and placement -> the set's result), which ops reuse for free."""
+    resharding = resharding or Resharding()
+    _expand_nonlocal(func, meshes, resharding)
+    _Decomposer(meshes, resharding, made).run(func)
+    _share_equal_sets(func)
+    _bucket_returned_reductions(func, meshes)
 
 
 # --------------------------------------------------------------------------
@@ -171,6 +181,63 @@ def _share_equal_sets(func: FuncOp) -> None:
             if kept is not o:
                 o.results[0].replace_all_uses_with(kept.results[0])
                 Rewriter.erase_op(o)
+
+
+BUCKET_ELEMENTS = 1 << 22
+"""Largest partial sum (elements) that joins a bucket of returned reductions."""
+
+
+def _bucket_returned_reductions(func: FuncOp, meshes: Meshes) -> None:
+    """The AllReduces of small replicated partial sums that are only
+    returned (the gradients of a layer's norm weights and biases) become
+    one: their values flattened and concatenated (a linear op: still
+    partial), one set, then slices of the reduced buffer; one bucket per
+    mesh, partial type and element type, as DDP buckets gradients. A
+    collective's latency is paid once, not per parameter."""
+    block = func.body.block
+    ret = block.last_op
+    if not isinstance(ret, ReturnOp):
+        return
+    groups: dict[tuple, list[SetOp]] = {}
+    for o in block.ops:
+        if not isinstance(o, SetOp):
+            continue
+        src, dst = sharding_of(o.operands[0]), sharding_of(o.results[0])
+        shape = shape_of(o.results[0])
+        if src is None or dst is None or src.partial is None or dst.partial is not None or src.mesh != dst.mesh:
+            continue
+        if any(d for d in src.dims) or any(d for d in dst.dims) or math.prod(shape) > BUCKET_ELEMENTS:
+            continue
+        if not o.results[0].uses or any(u.operation is not ret for u in o.results[0].uses):
+            continue
+        groups.setdefault((src.mesh, src.partial, o.results[0].type.element_type), []).append(o)  # type: ignore[union-attr]
+    from fuserc.dialects.fusion_builder import FusionBuilder
+
+    for (mesh, ptype, elem), sets in groups.items():
+        if len(sets) < 2:
+            continue
+        b = FusionBuilder(ret)
+        partial = Sharding(mesh, ((),), ptype)
+
+        def typed(v: SSAValue, sharding: Sharding) -> SSAValue:
+            return Rewriter.replace_value_with_new_type(v, with_sharding(v.type, sharding))  # type: ignore[arg-type]
+
+        flat = []
+        for st in sets:
+            v = st.operands[0]
+            flat.append(v if len(shape_of(v)) == 1 else typed(b.op("reshape", v, shape=[math.prod(shape_of(v))]), partial))
+        reduced = typed(b.op("set", typed(b.op("concat", *flat, dim=0), partial)), partial.with_partial(None))
+        start = 0
+        for st in sets:
+            shape = list(shape_of(st.results[0]))
+            n = math.prod(shape)
+            whole = typed(b.op("slice", reduced, starts=[start], limits=[start + n]), Sharding.replicated(mesh, 1))
+            if len(shape) != 1:
+                whole = typed(b.op("reshape", whole, shape=shape), Sharding.replicated(mesh, len(shape)))
+            whole.name_hint = st.results[0].name_hint
+            st.results[0].replace_all_uses_with(whole)
+            Rewriter.erase_op(st)
+            start += n
 
 
 def _tensor_values(func: FuncOp) -> list[SSAValue]:
@@ -275,7 +342,7 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes, resharding: Resharding) -> No
             expanded = True
         if not expanded:
             return
-        propagate_function(func)
+        propagate_function(func, search=False)
     raise error_at(func, "make-resharding-contiguous: op expansions do not terminate")
 
 
@@ -336,11 +403,16 @@ class _Decomposer:
     """Rewrites each resharding op of a function into reshard sets around
     the op, which then computes locally (module docstring: the choice)."""
 
-    def __init__(self, meshes: Meshes, resharding: Resharding):
+    def __init__(self, meshes: Meshes, resharding: Resharding, made: dict[tuple[SSAValue, Sharding], SSAValue] | None = None):
         self.meshes = meshes
         self.resharding = resharding
         self.chosen: dict[tuple, tuple[Sharding, list[Sharding]] | None] = {}
-        """Op signature -> its choice (the same ops recur layer after layer)."""
+        """Op signature and reusable reshards -> its choice (the same ops recur layer after layer)."""
+        self.made: dict[tuple[SSAValue, Sharding], SSAValue] = dict(made or {})
+        """Reshards of a value to a placement made so far (program order: each
+        dominates what follows), which later ops reuse instead of resharding
+        again: a weight gradient's transpose of an activation gathered for its
+        data gradient reads that gathered copy."""
 
     def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
@@ -370,9 +442,10 @@ class _Decomposer:
         result = sharding_of(op.results[0])
         assert result is not None
         current = [sharding_of(v).placement() for v in op.operands]  # type: ignore[union-attr]
-        key = signature(op)
+        avail = self.available(op)
+        key = (signature(op), avail)
         if key not in self.chosen:
-            self.chosen[key] = self.choose(op, current, result)
+            self.chosen[key] = self.choose(op, current, result, avail)
         choice = self.chosen[key]
         if choice is None:
             raise error_at(op, self.failure(op, result))
@@ -390,8 +463,15 @@ class _Decomposer:
             msg += " (a partial sum comes only from a contraction, or from a linear op on partial operands)"
         return msg
 
-    def choose(self, op: FusionOp, current: list[Sharding], result: Sharding) -> tuple[Sharding, list[Sharding]] | None:
-        """(local result placement, operand placements) of the best candidate."""
+    def available(self, op: FusionOp) -> tuple[frozenset[Sharding], ...]:
+        """Per operand, the placements it was resharded to already."""
+        return tuple(frozenset(p for (v, p) in self.made if v is operand) for operand in op.operands)
+
+    def choose(
+        self, op: FusionOp, current: list[Sharding], result: Sharding, avail: tuple[frozenset[Sharding], ...] = ()
+    ) -> tuple[Sharding, list[Sharding]] | None:
+        """(local result placement, operand placements) of the best candidate;
+        an operand reshard in `avail` (made already) costs nothing."""
         target = result.placement()
         rshape = shape_of(op.results[0])
         shapes = [shape_of(v) for v in op.operands]
@@ -419,7 +499,10 @@ class _Decomposer:
             if after is None or any(p is None for p in before):
                 continue
             total = plan_cost(after, cand, rshape, self.meshes, element_bytes(op.results[0].type))  # type: ignore[arg-type]
-            total += sum(plan_cost(p, o, s, self.meshes, b) for p, o, s, b in zip(before, current, shapes, nbytes))  # type: ignore[arg-type]
+            total += sum(
+                0.0 if k < len(avail) and w in avail[k] else plan_cost(p, o, s, self.meshes, b)  # type: ignore[arg-type]
+                for k, (p, o, w, s, b) in enumerate(zip(before, current, wanted, shapes, nbytes))
+            )
             steps = len(after) + sum(len(p) for p in before)  # type: ignore[arg-type]
             cost = _Cost(
                 0 if self.gathers_stream_dim(op, current, wanted, result) else 1,
@@ -478,7 +561,7 @@ class _Decomposer:
         return any(self.stream_targets(op, k, c, w, result) for k, (c, w) in enumerate(zip(current, wanted)))
 
     def reshard_operands(self, op: FusionOp, current: list[Sharding], wanted: list[Sharding], result: Sharding) -> None:
-        made: dict[tuple[SSAValue, Sharding], SSAValue] = {}
+        made = self.made
         sd = result.stream_dim()
         for k, (value, cur, want) in enumerate(zip(list(op.operands), current, wanted)):
             if cur == want:
@@ -494,6 +577,8 @@ class _Decomposer:
                 _insert_before(op, s)
                 made[(value, target)] = s.results[0]
             op.operands[k] = made[(value, target)]
+            if target != want:  # a pipelined gather belongs to its consumer alone
+                del made[(value, target)]
 
     def reshard_result(self, op: FusionOp, local: Sharding, result: Sharding) -> None:
         if local == result.placement():

@@ -41,6 +41,7 @@ they are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -73,13 +74,13 @@ class PropagateShardings(ModulePass):
             propagate_function(func)
 
 
-def propagate_function(func: FuncOp) -> None:
+def propagate_function(func: FuncOp, search: bool = True) -> None:
     """Give every tensor of `func` without a sharding one (the pass, on one
-    function; make-resharding-contiguous reuses it for the ops an expansion
-    adds)."""
+    function; make-resharding-contiguous reuses it, without the search, for
+    the ops an expansion adds)."""
     scope = func.parent_block()
-    meshes = [m.sym_name.data for m in scope.ops if isinstance(m, MeshOp)] if scope else []
-    _FunctionPropagation(func, meshes).run()
+    mesh_ops = [m for m in scope.ops if isinstance(m, MeshOp)] if scope else []
+    _FunctionPropagation(func, mesh_ops, search).run()
 
 
 IMPLICIT_MESH = "implicit"
@@ -109,9 +110,11 @@ def _declare_implicit_mesh(module: ModuleOp) -> None:
 class _FunctionPropagation:
     """The propagation state of one function: value -> decided sharding."""
 
-    def __init__(self, func: FuncOp, module_meshes: list[str]):
+    def __init__(self, func: FuncOp, mesh_ops: list[MeshOp], search: bool = True):
         self.func = func
-        self.module_meshes = module_meshes
+        self.mesh_ops = mesh_ops
+        self.module_meshes = [m.sym_name.data for m in mesh_ops]
+        self.search = search
         self.ops: list[Operation] = [o for o in func.walk() if o is not func]
         args = [a for block in func.body.blocks for a in block.args]
         results = [r for o in self.ops for r in o.results]
@@ -132,18 +135,77 @@ class _FunctionPropagation:
         if not self.fixed and not self.module_meshes:
             return
         self.check_arguments()
-        while self.forward() | self.backward():
-            pass
-        self.fill_unconnected()
+        self.known = self.solve({})
+        if self.search:
+            self.known = self.searched(self.known)
         for op in self.ops:
             if isinstance(op, FusionOp):
                 self.check_meshes(op)
                 self.check_partial(op)
         self.write_types()
 
-    def forward(self) -> bool:
+    def solve(
+        self, pins: Mapping[SSAValue, Sharding], within: tuple[list[Operation], list[SSAValue]] | None = None
+    ) -> dict[SSAValue, Sharding]:
+        """Forward and backward rules until nothing changes, from what the
+        user wrote and `pins`, then what is left replicated. `within` (ops,
+        values): decide only those values, through those ops, keeping the
+        others as they are (a component of the search)."""
+        if within is None:
+            self.known = {**self.fixed, **pins}
+            ops, values = self.ops, self.values
+        else:
+            ops, values = within
+            free = set(values)
+            self.known = {v: s for v, s in self.known.items() if v not in free or v in self.fixed}
+            self.known.update(pins)
+        while self.forward(ops) | self.backward(ops):
+            pass
+        self.fill_unconnected(values)
+        return self.known
+
+    def searched(self, known: dict[SSAValue, Sharding]) -> dict[SSAValue, Sharding]:
+        """`known` after the search for a plan that communicates fewer
+        bytes (passes/sharding_search.py), one component of undecided values
+        at a time: what propagates into one never depends on another."""
+        from fuserc.passes import sharding_search as search
+
+        meshes = {m.sym_name.data: m.model for m in self.mesh_ops}
+        cost = search.PlanCost(meshes, self.mesh_ops)
+        fusion_ops = [o for o in self.ops if isinstance(o, FusionOp)]
+        budget = search.Budget()
+        made: dict[SSAValue, set[Sharding]] = {}  # reshards of values outside the components so far
+        groups = search.components(fusion_ops, search.free_values(self.values, self.fixed))
+        grouped = {o for ops, _ in groups for o in ops}
+        cost.reshards([o for o in fusion_ops if o not in grouped], known, made)  # what the user fixed
+        for ops, values in groups:
+
+            def solve(pins: Mapping[SSAValue, Sharding], ops=ops, values=values) -> dict[SSAValue, Sharding] | None:
+                saved = self.known
+                try:
+                    trial = dict(self.solve(pins, (ops, values)))
+                    for op in ops:
+                        self.check_meshes(op)
+                    return trial
+                except Diagnostic:
+                    return None
+                finally:
+                    self.known = saved
+
+            self.known = known
+            known = search.improve(ops, set(values), self.returned, known, solve, cost, budget, made)
+            inside = set(values)
+            mine: dict[SSAValue, set[Sharding]] = {}
+            cost.reshards(ops, known, mine)
+            for v, placements in mine.items():
+                if v not in inside:
+                    made.setdefault(v, set()).update(placements)
+        self.known = known
+        return known
+
+    def forward(self, ops: list[Operation]) -> bool:
         changed = False
-        for op in self.ops:
+        for op in ops:
             if not isinstance(op, FusionOp) or op.results[0] in self.known:
                 continue
             s = rules.forward(op, [self.known.get(v) for v in op.operands], self.mesh_of)
@@ -155,9 +217,9 @@ class _FunctionPropagation:
             changed = True
         return changed
 
-    def backward(self) -> bool:
+    def backward(self, ops: list[Operation]) -> bool:
         changed = False
-        for op in reversed(self.ops):
+        for op in reversed(ops):
             if not isinstance(op, FusionOp):
                 continue
             res = self.known.get(op.results[0])
@@ -180,8 +242,8 @@ class _FunctionPropagation:
             and rules.can_make_partial(owner, s.partial, self.mesh_of(s.mesh))
         )
 
-    def fill_unconnected(self) -> None:
-        rest = [v for v in self.values if v not in self.known]
+    def fill_unconnected(self, values: list[SSAValue]) -> None:
+        rest = [v for v in values if v not in self.known]
         if not rest:
             return
         meshes = sorted({s.mesh for s in self.known.values()}) or self.module_meshes

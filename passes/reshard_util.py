@@ -252,17 +252,24 @@ def local_elements(s: Sharding, shape: Shape, meshes: Meshes) -> int:
 
 
 def step_cost(step: Step, src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> float:
-    """Elements one device receives (a bandwidth estimate for choosing plans)."""
+    """Elements one device moves (a bandwidth estimate for choosing plans):
+    a collective's wire factor (its hir op's `wire_factor`, nccl-tests' bus
+    bytes) of the larger buffer; the root's receives for the rest."""
+    from fuserc.dialects import hir
+
     ls, ld = local_elements(src, shape, meshes), local_elements(dst, shape, meshes)
     n = meshes[src.mesh].axis_size(step.ptype) if step.ptype and step.kind != SCATTER else 1
+    collectives = {
+        ALLGATHER: (hir.AllgatherOp, ld),
+        ALLTOALL: (hir.AlltoallOp, ls),
+        REDUCE_SCATTER: (hir.ReduceScatterOp, ls),
+        ALLREDUCE: (hir.AllreduceOp, ls),
+    }
     if step.kind == LOCAL_SLICE:
         return 0.0
-    if step.kind == ALLGATHER:
-        return float(ld - ls)
-    if step.kind in (ALLTOALL, REDUCE_SCATTER):
-        return ls * (n - 1) / n
-    if step.kind == ALLREDUCE:
-        return 2.0 * ls * (n - 1) / n
+    if step.kind in collectives:
+        op, elements = collectives[step.kind]
+        return float(op.wire_factor(n) * elements)
     if step.kind == REDUCE:
         return float(ls * n)
     return float(ld)  # SEND_RECV, GATHER, SCATTER

@@ -14,7 +14,11 @@ collective of a function's block whose token has one wait in that block
 - its wait sits right before the first later op that touches its buffers
   (a read of its output, a write or deallocation of its input).
 A collective with no compute to overlap (no GEMM, kernel or copy would
-run between its start and its wait) is left as it is. Ops with regions
+run between its start and its wait) is left as it is. Before that, the
+compute a collective needs is moved ahead of the compute it does not
+need (since the last communication, wait or stream switch): the input
+gradient's GEMMs run before the weight gradients', so that its
+reduce-scatter runs beside them (Megatron-LM's order). Ops with regions
 count as touching what their regions touch. docs/passes.md shows the host IR before and after.
 """
 
@@ -45,6 +49,29 @@ def _root(v: SSAValue) -> SSAValue:
 def _touched(op: Operation) -> set[SSAValue]:
     """The buffers (roots) `op` and the ops of its regions use."""
     return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
+
+
+_READS_ONLY = (hir.AllocOp, hir.SelectOp, hir.ChunkOp, hir.ViewOp, hir.ConstantOp)
+
+
+def _written(op: Operation) -> set[SSAValue]:
+    """The buffers (roots) `op` and the ops of its regions write (a
+    deallocation counts as a write): a compute op's outputs, a
+    communication's buffers; every tensor it touches for an op not known
+    here."""
+    out: set[SSAValue] = set()
+    for o in op.walk():
+        if isinstance(o, (hir.MatmulOp, hir.LinearOp)):
+            out.add(_root(o.out))
+        elif isinstance(o, hir.CopyOp):
+            out.add(_root(o.dest))
+        elif isinstance(o, hir.LaunchOp):
+            out.update(_root(v) for v in o.outs)
+        elif isinstance(o, hir.DeallocOp):
+            out.add(_root(o.buffer))
+        elif not isinstance(o, _READS_ONLY):
+            out.update(_root(v) for v in o.operands if isinstance(v.type, TensorType))
+    return out
 
 
 def _computes(op: Operation) -> bool:
@@ -93,6 +120,7 @@ def overlap_collectives(block: Block) -> int:
         wait = _wait_of(comm, block)
         if wait is None:
             continue
+        _needed_first(comm)
         buffers = {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
         allocs = [v.owner for v in comm.operands if isinstance(v.owner, hir.AllocOp) and v.owner.parent_block() is block]
         needed = _definitions(comm, block)
@@ -117,6 +145,45 @@ def overlap_collectives(block: Block) -> int:
         _move(comm, wait, [a for a in dict.fromkeys(allocs) if a in lifted], anchor, nxt)
         moved += 1
     return moved
+
+
+_BOUNDARY = (hir.WaitOp, hir.GetCurrentStreamOp, hir.SetCurrentStreamOp, hir.StreamForOp, hir.SyncStreamOp, hir.RecordEventOp, hir.WaitEventOp)
+"""Ops compute is never moved across: a wait guards buffers its token
+does not name, and stream switches belong to the ops around them."""
+
+
+def _needed_first(comm: Operation) -> None:
+    """Reorder the ops between the last boundary (a communication, a wait,
+    a stream op) and `comm` so that those `comm` depends on come first, in
+    their order, then `comm`'s turn, then the others, in their order. An op
+    depends on an earlier one that defines a value it reads or touches a
+    buffer it touches (transitively); the others touch nothing the moved
+    ones touch, so the order of their effects is kept."""
+    window: list[Operation] = []
+    prev = comm.prev_op
+    while prev is not None and not isinstance(prev, _BOUNDARY) and not _communicates(prev):
+        window.append(prev)
+        prev = prev.prev_op
+    if len(window) < 2:
+        return
+    window.reverse()
+    cone: set[Operation] = set()
+    need_values = {v for o in comm.walk() for v in o.operands}
+    cone_touched, cone_written = _touched(comm), _written(comm)
+    for op in reversed(window):
+        touched, written = _touched(op), _written(op)
+        if set(op.results) & need_values or written & cone_touched or touched & cone_written:
+            cone.add(op)
+            need_values |= {v for o in op.walk() for v in o.operands}
+            cone_touched |= touched
+            cone_written |= written
+    rest = [o for o in window if o not in cone]
+    if not cone or not any(_computes(o) for o in rest) or window.index(rest[0]) > max(window.index(c) for c in cone):
+        return  # nothing to run beside the collective, or already in that order
+    for o in rest:
+        o.detach()
+    for o in rest:
+        Rewriter.insert_op(o, InsertPoint.before(comm))
 
 
 def _move(comm: Operation, wait: Operation, lifted: list[Operation], anchor: Operation, end: Operation) -> None:

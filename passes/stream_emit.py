@@ -352,12 +352,12 @@ class SiteLowering:
             return c, c
         return e.value(hir.DivOp(c, self.k), "dev"), e.value(hir.AddModOp(c, e.const(0), self.k), "sub")
 
-    def gemm_on(self, e: Emitter, rows: SSAValue, out: SSAValue, acc: SSAValue | None = None) -> None:
-        """The site's GEMM on a block of rows of its input into `out` (plus
-        `acc`, added in the GEMM's epilogue, when given)."""
-        gemm = self.site.gemm  # never one that accumulates already (chunk_dims)
-        assert gemm is not None
-        e.add(rebuild(gemm, {0: rows, len(gemm.operands) - 1: out}, acc))
+    def gemm_on(self, e: Emitter, rows: SSAValue, out: Callable[[SSAValue], SSAValue], acc: SSAValue | None = None) -> None:
+        """The site's GEMMs on a block of rows of their input, each into
+        `out(its output buffer)` (plus `acc`, added in the GEMM's epilogue,
+        when given)."""
+        for gemm in self.site.gemms:  # never one that accumulates already (chunk_dims)
+            e.add(rebuild(gemm, {0: rows, len(gemm.operands) - 1: out(gemm.operands[-1])}, acc))
 
     # ---- local ----------------------------------------------------------------
     def local(self) -> None:
@@ -391,7 +391,7 @@ class SiteLowering:
             token = b.value(self.reshard(hir.BroadcastOp(xc, root_, site.team, ag.backend)), "tok")
             b.add(hir.WaitOp(token))
             if site.gemm is not None:
-                self.gemm_on(b, xc, b.chunk(site.gemm.operands[-1], c, plan.chunks, hint="yc"))
+                self.gemm_on(b, xc, lambda y: b.chunk(y, c, plan.chunks, hint="yc"))
 
         self.loop(0, plan.chunks, body)
         e.join(main, plan.streams, plan.chunks)
@@ -411,12 +411,11 @@ class SiteLowering:
         assert isinstance(ag, hir.AllgatherOp)
         x, xg = ag.input, ag.output
         gemm = site.gemm
-        y = gemm.operands[-1] if gemm is not None else None
         read_later = gemm is None or bool(sole_users(xg, set(site.erase)))
         main = e.value(hir.GetCurrentStreamOp(), "main")
         ring, pos = self.ring(e)
-        y_mine = e.chunk(y, pos, d, hint="ymine") if y is not None else None
-        compute = self.compute_stream(e, main) if y is not None else main
+        y_mine = {g.operands[-1]: e.chunk(g.operands[-1], pos, d, hint="ymine") for g in site.gemms}
+        compute = self.compute_stream(e, main) if gemm is not None else main
         # The copy into the shared buffer and the fence run on the main
         # stream: every pull below waits for main, so no get reads a peer's
         # buffer before that peer has written it in this run. The copy is
@@ -426,11 +425,11 @@ class SiteLowering:
         shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
         e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
-        if y_mine is not None:
+        if gemm is not None:
             e.add(hir.SetCurrentStreamOp(compute))
 
             def local(b: Emitter, c: SSAValue) -> None:
-                self.gemm_on(b, b.chunk(x, c, k, hint="xc"), b.chunk(y_mine, c, k, hint="yc"))  # type: ignore[arg-type]
+                self.gemm_on(b, b.chunk(x, c, k, hint="xc"), lambda y: b.chunk(y_mine[y], c, k, hint="yc"))
 
             self.loop(0, k, local)
         e.add(hir.SetCurrentStreamOp(main))
@@ -463,11 +462,10 @@ class SiteLowering:
         def gemm_chunk(b: Emitter, c: SSAValue, static: int | None) -> None:
             b.add(hir.SyncStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))  # after its transfer
             peer, sub, xc = slot(b, c, static)
-            assert y is not None
-            self.gemm_on(b, xc, b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
+            self.gemm_on(b, xc, lambda y: b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
 
         self.mark_loop(ring.steps(e, k, plan.chunks, pull))
-        if y is not None:
+        if gemm is not None:
             e.add(hir.SetCurrentStreamOp(compute))
             self.mark_loop(ring.steps(e, k, plan.chunks, gemm_chunk))
         if read_later:  # the gathered buffer must hold this device's block too
@@ -564,7 +562,7 @@ class SiteLowering:
             b.on_stream(c, plan.streams, main)
             pc = b.chunk(p, c, plan.chunks, hint="pc")
             if site.gemm is not None:
-                self.gemm_on(b, b.chunk(site.gemm.operands[0], c, plan.chunks, hint="xc"), pc)
+                self.gemm_on(b, b.chunk(site.gemm.operands[0], c, plan.chunks, hint="xc"), lambda _: pc)
             root_, sub = self.owner_and_sub(b, c)
             red = hir.ReduceOp(pc, b.chunk(y, sub, k, hint="yc"), root_, site.team, "sum", rs.backend)
             b.add(hir.WaitOp(b.value(self.reshard(red), "tok")))
@@ -631,7 +629,7 @@ class SiteLowering:
                     out = y if isinstance(j, int) else bb.chunk(y, j, k, hint="yc")
                 else:
                     out = sub(bb, p, q, j, "pc")
-                self.gemm_on(bb, sub(bb, x, q, j, "xc"), out, None if first else out)
+                self.gemm_on(bb, sub(bb, x, q, j, "xc"), lambda _: out, None if first else out)
                 if last:
                     return
                 bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
@@ -709,7 +707,7 @@ class SiteLowering:
                 peer = b.value(hir.AddModOp(pos, b.const((d - 1 - t) % d), d), "from")
 
                 def chunk(bb: Emitter, j: SSAValue | int) -> None:
-                    self.gemm_on(bb, sub(bb, x, q, j, "xc"), sub(bb, p, q, j, "pc"))
+                    self.gemm_on(bb, sub(bb, x, q, j, "xc"), lambda _: sub(bb, p, q, j, "pc"))
                     bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
                     bb.add(hir.SyncStreamOp(compute))
                     ring.fence(bb)  # every device's GEMM (t, j) is done
@@ -741,7 +739,7 @@ class SiteLowering:
 
         def own(b: Emitter, j: SSAValue | int) -> None:
             yc = y if isinstance(j, int) else b.chunk(y, j, k, hint="yc")
-            self.gemm_on(b, sub(b, x, pos, j, "xc"), yc)
+            self.gemm_on(b, sub(b, x, pos, j, "xc"), lambda _: yc)
             b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, j, 0, k)))
             b.add(hir.SyncStreamOp(compute))
             b.add(_sum_launch(yc, [slot(b, b.const(t), j) for t in range(d - 1)]))

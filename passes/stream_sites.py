@@ -467,6 +467,9 @@ class Site:
     producers: list[Operation] = field(default_factory=list)
     """CHUNKS: compute ops making the collective's input in the same chunks,
     first to last (each one's output is the next one's cut input)."""
+    more_gemms: list[Operation] = field(default_factory=list)
+    """ALLGATHER: further GEMMs reading the same gathered rows (q, k and v of
+    attention), run on each chunk after `gemm`."""
     producer_dims: list[int] = field(default_factory=list)  # the output dim each one is cut along
 
     @property
@@ -486,6 +489,11 @@ class Site:
         return self.comm.operands[1]
 
     @property
+    def gemms(self) -> list[Operation]:
+        """The site's GEMMs, in program order."""
+        return [self.gemm, *self.more_gemms] if self.gemm is not None else []
+
+    @property
     def marked(self) -> list[Operation]:
         """The ops of the site that carry a Stream split (what a plan of
         `none` explains)."""
@@ -495,7 +503,7 @@ class Site:
         buf = self.buffer
         assert isinstance(buf.type, TensorType)
         nbytes = math.prod(shape_of(buf)) * element_bytes(buf.type)
-        flops = sum(gemm_flops(o) for o in [*self.producers, *([self.gemm] if self.gemm is not None else [])])
+        flops = sum(gemm_flops(o) for o in [*self.producers, *self.gemms])
         if self.chunked is None:
             return cost_model.Site(self.kind, flops, nbytes, str(element_type_of(buf)), self.d)
         compute = cost_model.BEFORE if self.producers else cost_model.AFTER if self.gemm is not None else ""
@@ -562,21 +570,48 @@ def _allgather_site(ag: hir.AllgatherOp, block: Block, order: dict[Operation, in
     own = stream_mark(ag)
     written = own[1] if own is not None and own[0] == 0 else None
     users = [u.operation for u in xg.uses if isinstance(u.operation, GEMM_OPS) and u.index == 0]
-    gemm = next((g for g in users if g.parent_block() is block and order[g] > order[wait]), None)
-    if gemm is not None and any(order.get(u, -1) < order[gemm] for u in sole_users(xg, {ag, gemm})):
-        gemm = None  # read between the gather and the GEMM
-    if gemm is not None:
-        cut = chunk_dims(gemm, 0)
-        mark = stream_mark(gemm)
-        if cut is None or 0 not in cut or 1 in cut or (mark is not None and mark[0] != 0):
-            gemm = None  # the rows of the GEMM are not the rows of its input
-        elif mark is not None:
-            written = mark[1]
-    if gemm is None:  # the gather alone: only as the user asked, chunk c from one device
+    gemms = sorted((g for g in users if g.parent_block() is block and order[g] > order[wait]), key=order.__getitem__)
+    gemms = [g for g in gemms if _rows_of_input(g)]
+    if gemms and any(order.get(u, -1) < order[gemms[0]] for u in sole_users(xg, {ag, *gemms})):
+        gemms = []  # read between the gather and the GEMM
+    if gemms:
+        marks = [m for m in (stream_mark(g) for g in gemms) if m is not None]
+        if marks:  # a Stream split written on a GEMM: that GEMM alone, as written
+            gemms = [next(g for g in gemms if stream_mark(g) is not None)]
+            written = marks[0][1]
+        else:
+            gemms = [gemms[0], *[g for g in gemms[1:] if _movable_to(g, gemms[0], block, order)]]
+    if not gemms:  # the gather alone: only as the user asked, chunk c from one device
         if written is None:
             return None
         return Site(ALLGATHER, wait, [wait, ag], None, written, ag, ag.team)
-    return Site(ALLGATHER, gemm, [gemm, wait, ag], gemm, written, ag, ag.team)
+    first, more = gemms[0], gemms[1:]
+    allocs = [g.operands[-1].owner for g in more if order[g.operands[-1].owner] > order[first]]  # type: ignore[index]
+    for a in allocs:  # the later GEMMs' outputs, allocated before the pipeline
+        a.detach()
+        block.insert_op_before(a, first)
+        order[a] = order[first] - 0.5  # type: ignore[assignment]
+    return Site(ALLGATHER, first, [*more[::-1], first, wait, ag], first, written, ag, ag.team, more_gemms=more)
+
+
+def _rows_of_input(gemm: Operation) -> bool:
+    """The GEMM's rows are the rows of its input (its input may be cut by
+    rows into chunks, each giving those rows of its output)."""
+    cut = chunk_dims(gemm, 0)
+    mark = stream_mark(gemm)
+    return cut is not None and 0 in cut and 1 not in cut and (mark is None or mark[0] == 0)
+
+
+def _movable_to(gemm: Operation, anchor: Operation, block: Block, order: dict[Operation, int]) -> bool:
+    """`gemm` can run at `anchor` instead: its other operands are defined
+    before it (its output may be an allocation, which moves along)."""
+    for i, v in enumerate(gemm.operands):
+        owner = v.owner
+        if i == 0 or not isinstance(owner, Operation) or owner.parent_block() is not block:
+            continue
+        if order[owner] > order[anchor] and not (i == len(gemm.operands) - 1 and isinstance(owner, hir.AllocOp)):
+            return False
+    return True
 
 
 def _reduce_scatter_site(rs: hir.ReduceScatterOp, block: Block, order: dict[Operation, int]) -> Site | None:

@@ -89,6 +89,11 @@ class Backend(ABC):
         """Create (once, cached) whatever each team needs to communicate.
         Called on every rank with the same teams in the same order."""
 
+    def prepare_kernels(self, *programs: Any) -> None:
+        """Before the programs' first runs: make the generated kernels their
+        runs will launch (the cuda backend's, from the kernel cache or built
+        in parallel: runtime/kernel_builds.py). Nothing by default."""
+
     # ---- arrays -------------------------------------------------------------
     @abstractmethod
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> Array:

@@ -115,6 +115,7 @@ class CudaBackend(Backend):
 
         node = env.node_comm  # collective: every rank builds its backend at the same point
         local_rank = env.node_rank
+        self.local_rank, self.local_size = local_rank, node.Get_size()
         count = cupy.cuda.runtime.getDeviceCount()
         self.device = local_rank % count
         cupy.cuda.Device(self.device).use()
@@ -165,6 +166,14 @@ class CudaBackend(Backend):
     # ---- program load -------------------------------------------------------
     def prepare_teams(self, teams: Sequence[Team]) -> None:
         self.comms.prepare(teams)
+
+    def prepare_kernels(self, *programs: Any) -> None:
+        """The programs' region and row kernels, from the kernel cache or
+        built in parallel (runtime/kernel_builds.py), before their first runs."""
+        if self.kernels == "inductor":
+            from fuserc.runtime.kernel_builds import prepare
+
+            prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size)
 
     # ---- arrays -------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

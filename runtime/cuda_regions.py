@@ -13,8 +13,11 @@ into the output buffers are fused into the kernels). Why Inductor rather
 than a generator of our own: it is the code generator torch.compile uses,
 so a region runs at torch.compile's speed by construction, and what it
 learns (autotuning, new fusions) fuserc gets with it. The price is the
-compile time of a region's first run (cached on disk across processes by
-Inductor).
+build time of a region's kernels: each is built once per machine and kept
+in fuserc's kernel cache (runtime/kernel_cache.py: the artifact of
+`torch._inductor.standalone_compile`, loaded again without tracing or
+compiling), and a program's are built in parallel before its first run
+(runtime/kernel_builds.py).
 
 A region whose trace or compile fails is remembered and runs op by op
 (`None`); `FUSERC_KERNELS=cupy` keeps to the CuPy elementwise kernels of
@@ -23,9 +26,12 @@ runtime/cuda_fusion.py and op-by-op torch for the rest.
 
 from __future__ import annotations
 
+import io
 import os
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +41,10 @@ KERNELS_ENV = "FUSERC_KERNELS"
 KERNELS = ("inductor", "cupy")
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
-_COMPILED: dict[tuple[Block, tuple[Layout, ...]], Callable[..., Any] | None] = {}
+Aliases = tuple[int, ...]
+_COMPILED: dict[tuple[Block, tuple[Layout, ...], Aliases], Callable[..., Any] | None] = {}
+"""The region kernels of this process, by region, layouts and aliases
+(None: the region runs op by op)."""
 
 
 def kernels_mode() -> str:
@@ -54,8 +63,48 @@ def kernels_mode() -> str:
     return mode
 
 
-def _layout(t: torch.Tensor) -> Layout:
+def layout_of(t: torch.Tensor) -> Layout:
+    """What a kernel is built for: shape, strides, dtype."""
     return (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def aliases_of(tensors: Sequence[torch.Tensor]) -> Aliases | None:
+    """For each operand of a launch (ins, then outs), the first operand that
+    is the very same view (its own index when none): a kernel is built for
+    that sharing (an output that is also an input is read before it is
+    written). None when an operand overlaps another without being the same
+    view: no kernel is built for it (the region runs op by op). Works on
+    meta tensors too (their buffers are told apart by storage)."""
+    spans = [_span(t) for t in tensors]
+    out = list(range(len(tensors)))
+    for i, si in enumerate(spans):
+        if si is None:
+            continue
+        for j in range(i):
+            sj = spans[j]
+            if sj is None or si[0] != sj[0] or si[1] >= sj[2] or sj[1] >= si[2]:
+                continue
+            a, b = tensors[i], tensors[j]
+            if si != sj or a.shape != b.shape or a.stride() != b.stride() or a.dtype != b.dtype:
+                return None
+            out[i] = out[j]
+            break
+    return tuple(out)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """(buffer, first byte, end byte) a tensor may touch; None when empty."""
+    n = t.numel()
+    if n == 0:
+        return None
+    size = t.element_size()
+    if t.is_meta:
+        buffer, start = t.untyped_storage()._cdata, t.storage_offset() * size
+    else:
+        buffer, start = 0, t.data_ptr()
+    if not t.is_contiguous():
+        n = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))
+    return buffer, start, start + n * size
 
 
 def _like(t: torch.Tensor) -> torch.Tensor:
@@ -81,12 +130,211 @@ def trace_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.
     return make_fx(region)(*[_like(t) for t in ins], *[_like(t) for t in outs])
 
 
-def compile_region(graph: Any) -> Callable[..., Any]:
-    """The traced graph compiled by Inductor (static shapes, one graph)."""
+def lift_constants(graph: Any) -> list[torch.Tensor]:
+    """Make the tensors the trace captured as constants (where the local
+    blocks of INDEXED ops lie, scalars made inside an op's semantics)
+    trailing inputs of the graph, in order, and return them: a compiled
+    artifact saved to disk and loaded again takes every tensor as an
+    input (Inductor keeps none of a graph's attributes with it)."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    last = placeholders[-1] if placeholders else None
+    constants: list[torch.Tensor] = []
+    for node in list(graph.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(graph, node.target)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if last is None:
+            with graph.graph.inserting_before(next(iter(graph.graph.nodes))):
+                last = graph.graph.placeholder(f"constant{len(constants)}")
+        else:
+            with graph.graph.inserting_after(last):
+                last = graph.graph.placeholder(f"constant{len(constants)}")
+        node.replace_all_uses_with(last)
+        graph.graph.erase_node(node)
+        delattr(graph, node.target)
+        constants.append(value)
+    graph.recompile()
+    return constants
+
+
+class RegionKernel:
+    """A region's compiled kernels, called with (ins..., outs...); the
+    graph's constants follow as inputs of its own."""
+
+    __slots__ = ("fn", "constants")
+
+    def __init__(self, fn: Callable[..., Any], constants: Sequence[torch.Tensor]):
+        self.fn, self.constants = fn, tuple(constants)
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.fn(*args, *self.constants)
+
+
+def _zeros(layout: Layout, device: torch.device) -> torch.Tensor:
+    shape, stride, dtype = layout
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+
+
+def _on(contexts: Any, device: torch.device) -> Any:
+    """The contexts with their global indices already on `device`, so the
+    trace holds them as device tensors (no copy from the host per call)."""
+    if not contexts:
+        return contexts
+    from dataclasses import replace
+
+    return {op: replace(c, indices={k: v.to(device) for k, v in c.indices.items()}) for op, c in contexts.items()}
+
+
+def build_region(
+    body: Block, layouts: Sequence[Layout], aliases: Aliases, n_ins: int, contexts: Any, device: torch.device
+) -> tuple[dict[str, bytes] | None, RegionKernel]:
+    """Trace the region on zero tensors of the given layouts and compile
+    its graph with Inductor (static shapes), for operands shared as
+    `aliases` says: the entry's sections (the artifact of
+    `torch._inductor.standalone_compile`, and the graph's constants; None
+    where this torch cannot save it) and the kernel."""
+    args: list[torch.Tensor] = []
+    for layout, first in zip(layouts, aliases, strict=True):
+        args.append(args[first] if first < len(args) else _zeros(layout, device))
+    graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device))
+    constants = lift_constants(graph)
+    import torch._inductor
+
+    standalone = getattr(torch._inductor, "standalone_compile", None)  # torch >= 2.8
+    if standalone is None:
+        return None, RegionKernel(_dynamo_compile(graph), constants)
+    artifact = standalone(graph, [*args, *constants], dynamic_shapes="from_example_inputs", options={})
+    kernel = RegionKernel(artifact, constants)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fuserc-") as folder:
+            path = os.path.join(folder, "artifact")
+            artifact.save(path=path, format="binary")
+            with open(path, "rb") as f:
+                data = f.read()
+    except Exception:  # noqa: BLE001 - a graph Inductor cannot serialize still runs; it is not kept
+        return None, kernel
+    held = io.BytesIO()
+    torch.save([(c.detach().cpu(), c.device.type) for c in constants], held)
+    return {"artifact": data, "constants": held.getvalue()}, kernel
+
+
+def load_region(sections: dict[str, bytes], device: torch.device) -> RegionKernel:
+    """The kernel of an entry written by `build_region`."""
+    from torch._inductor import CompiledArtifact
+
+    with tempfile.TemporaryDirectory(prefix="fuserc-") as folder:
+        path = os.path.join(folder, "artifact")
+        with open(path, "wb") as f:
+            f.write(sections["artifact"])
+        artifact = CompiledArtifact.load(path=path, format="binary")
+    held = torch.load(io.BytesIO(sections["constants"]), weights_only=True)
+    constants = [t.to(device if kind != "cpu" else "cpu") for t, kind in held]
+    return RegionKernel(artifact, constants)
+
+
+def _dynamo_compile(graph: Any) -> Callable[..., Any]:
+    """The graph compiled by torch.compile (static shapes, one graph): where
+    this torch has no `standalone_compile`, kept for this process only."""
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
     return torch.compile(graph, backend="inductor", dynamic=False, fullgraph=True)
+
+
+def region_text(body: Block) -> str:
+    """The region as IR text: its part of the kernel's key, and what a
+    build worker parses."""
+    from xdsl.printer import Printer
+
+    out = io.StringIO()
+    region = body.parent_region()
+    assert region is not None
+    Printer(stream=out).print_region(region)
+    return out.getvalue()
+
+
+@dataclass
+class RegionJob:
+    """The kernel of one region at one set of layouts, for the kernel
+    cache (runtime/kernel_builds.py)."""
+
+    body: Block
+    layouts: tuple[Layout, ...]
+    aliases: Aliases
+    n_ins: int
+    contexts: Any
+    device: torch.device
+
+    kind = "region"
+
+    @property
+    def key(self) -> Any:
+        from fuserc.runtime.kernel_builds import device_id, layout_fields
+        from fuserc.runtime.kernel_cache import kernel_key
+
+        found = getattr(self, "_key", None)
+        if found is None:
+            fields = {
+                "ir": region_text(self.body),
+                "layouts": layout_fields(self.layouts),
+                "aliases": list(self.aliases),
+                "ins": self.n_ins,
+                "contexts": {str(i): _context_fields(c) for i, c in self._contexts().items()},
+            }
+            found = self._key = kernel_key(self.kind, fields, device_id(self.device, index=True))
+        return found
+
+    def describe(self) -> str:
+        names = [op.name.removeprefix("fusion.") for op in self.body.ops if op.name != "hir.yield"]
+        return f"a hir.launch region ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+
+    def _contexts(self) -> dict[int, Any]:
+        """The contexts by the position of their op in the region."""
+        contexts = self.contexts or {}
+        return {i: contexts[op] for i, op in enumerate(self.body.ops) if op in contexts}
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ir": region_text(self.body),
+            "layouts": self.layouts,
+            "aliases": self.aliases,
+            "n_ins": self.n_ins,
+            "contexts": self._contexts(),
+        }
+
+    def build(self) -> tuple[dict[str, bytes] | None, RegionKernel]:
+        return build_region(self.body, self.layouts, self.aliases, self.n_ins, self.contexts, self.device)
+
+    def load(self, sections: dict[str, bytes]) -> RegionKernel:
+        return load_region(sections, self.device)
+
+    def install(self, kernel: RegionKernel | None) -> None:
+        _COMPILED[(self.body, self.layouts, self.aliases)] = kernel
+
+    def installed(self) -> bool:
+        return (self.body, self.layouts, self.aliases) in _COMPILED
+
+
+def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[dict[str, bytes] | None, Any]:
+    """A worker's build of a `RegionJob.spec()` (runtime/kernel_worker.py)."""
+    from fuserc.ir import make_context
+    from xdsl.parser import Parser
+
+    region = Parser(make_context(), spec["ir"]).parse_region()
+    body = region.block
+    ops = list(body.ops)
+    contexts = {ops[i]: c for i, c in spec["contexts"].items()}
+    return build_region(body, spec["layouts"], spec["aliases"], spec["n_ins"], contexts, device)
+
+
+def _context_fields(c: Any) -> dict[str, Any]:
+    return {
+        "shapes": {str(k): list(v) for k, v in sorted(c.shapes.items())},
+        "indices": {f"{k}:{d}": v.tolist() for (k, d), v in sorted(c.indices.items())},
+    }
 
 
 def run_region(
@@ -97,23 +345,32 @@ def run_region(
     compile_now: bool = True,
 ) -> bool:
     """Run the region's generated kernels; False (nothing run) when the
-    region has none (its compile failed before, or `compile_now` is False
-    and it has not been compiled for this layout: a CUDA graph capture
-    cannot compile)."""
-    key = (body, tuple(_layout(t) for t in (*ins, *outs)))
+    region has none (its build failed before, or `compile_now` is False
+    and it has none for this layout yet: a CUDA graph capture cannot
+    compile). A region not built yet is fetched from the kernel cache
+    (runtime/kernel_builds.py), or built, at its first run."""
+    operands = (*ins, *outs)
+    aliases = aliases_of(operands)
+    if aliases is None:
+        return False
+    key = (body, tuple(layout_of(t) for t in operands), aliases)
     fn = _COMPILED.get(key, False)
     if fn is False:
         if not compile_now:
             return False
+        from fuserc.runtime.kernel_builds import fetch
+
+        fn = fetch(RegionJob(*key, len(ins), contexts, operands[0].device))
+        if fn is None:
+            return False
         try:
-            fn = compile_region(trace_region(body, ins, outs, contexts))
-            fn(*ins, *outs)  # compiles, and is this run (a failed compile has written nothing)
+            fn(*operands)  # its first call (a failure has written nothing)
         except Exception as e:  # noqa: BLE001 - any failure falls back to running op by op
-            warnings.warn(f"fuserc: a hir.launch region runs op by op (its kernel did not compile: {e})", stacklevel=2)
-            fn = None
-        _COMPILED[key] = fn
-        return fn is not None
+            warnings.warn(f"fuserc: a hir.launch region runs op by op (its kernel failed: {e})", stacklevel=2)
+            _COMPILED[key] = None
+            return False
+        return True
     if fn is None:
         return False
-    fn(*ins, *outs)
+    fn(*operands)
     return True

@@ -27,6 +27,7 @@ import triton.language as tl
 from xdsl.ir import Block, BlockArgument
 
 from fuserc.dialects.fusion import FusionOp
+from fuserc.runtime.cuda_regions import Layout, layout_of
 
 MAX_COLS = 16384
 """The longest row a program holds in registers (16 warps, 32 values a thread)."""
@@ -61,25 +62,37 @@ def _warps(block: int) -> int:
     return 4 if block <= 1024 else 8 if block <= 4096 else 16
 
 
+def applies(mode: str, x: torch.Tensor, out: torch.Tensor, labels: torch.Tensor | None = None) -> bool:
+    """Whether the row kernel runs `mode` of `x` into `out` (contiguous rows
+    of at most `MAX_COLS` elements of a 16- or 32-bit float type)."""
+    cols = x.shape[-1] if x.dim() else 0
+    if not (0 < cols <= MAX_COLS and x.dtype in DTYPES and x.is_contiguous() and out.is_contiguous()):
+        return False
+    if mode == "cross_entropy":
+        return labels is not None and x.dim() == 2 and labels.is_contiguous() and x.shape[0] > 0
+    return True
+
+
 def rows(mode: str, x: torch.Tensor, out: torch.Tensor, labels: torch.Tensor | None = None) -> bool:
     """`mode` of contiguous `x` along its last dim into `out` (the 0-d mean
     loss for cross_entropy); False (nothing run) when the kernel does not
     apply to these tensors."""
-    cols = x.shape[-1] if x.dim() else 0
-    if not (0 < cols <= MAX_COLS and x.dtype in DTYPES and x.is_contiguous() and out.is_contiguous()):
+    if not applies(mode, x, out, labels):
         return False
+    _launch(mode, x, out, labels)
+    return True
+
+
+def _launch(mode: str, x: torch.Tensor, out: torch.Tensor, labels: torch.Tensor | None) -> None:
+    cols = x.shape[-1]
     n = x.numel() // cols
     block = triton.next_power_of_2(cols)
     if mode == "cross_entropy":
-        if labels is None or x.dim() != 2 or not labels.is_contiguous() or n == 0:
-            return False
         losses = torch.empty(n, dtype=torch.float32, device=x.device)
         _rows_kernel[(n,)](x, losses, labels, cols, MODE=2, BLOCK=block, num_warps=_warps(block))
         out.copy_(losses.mean())
-        return True
-    if n:
+    elif n:
         _rows_kernel[(n,)](x, out, x, cols, MODE=MODES[mode], BLOCK=block, num_warps=_warps(block))
-    return True
 
 
 @dataclass(frozen=True)
@@ -110,10 +123,100 @@ def _find(body: Block) -> RowPlan | None:
     return RowPlan(mode, tuple(v.index for v in op.operands))
 
 
-def run_rows(body: Block, ins: Any, outs: Any) -> bool:
-    """Run the region with its row kernel; False when it has none."""
+def _found(body: Block, ins: Any, outs: Any) -> tuple[str, tuple[Any, Any, Any], tuple[Layout, ...]] | None:
+    """The row kernel's mode, operands (x, out, labels or None) and their
+    layouts for a launch of `body`; None when it runs none."""
     plan = plan_of(body)
     if plan is None:
-        return False
+        return None
+    x, out = ins[plan.inputs[0]], outs[0]
     labels = ins[plan.inputs[1]] if plan.mode == "cross_entropy" else None
-    return rows(plan.mode, ins[plan.inputs[0]], outs[0], labels)
+    if not applies(plan.mode, x, out, labels):
+        return None
+    return plan.mode, (x, out, labels), tuple(layout_of(t) for t in (x, out, labels) if t is not None)
+
+
+def rows_job(body: Block, ins: Any, outs: Any, device: torch.device) -> RowsJob | None:
+    """The row kernel a launch of `body` on these operands (tensors, or
+    meta tensors of the same layouts) runs; None when it runs none."""
+    found = _found(body, ins, outs)
+    return None if found is None else RowsJob(found[0], found[2], device)
+
+
+def run_rows(body: Block, ins: Any, outs: Any) -> bool:
+    """Run the region with its row kernel; False when it has none. The
+    first launch of each mode and layouts in this process goes through the
+    kernel cache (runtime/kernel_builds.py): one process of the machine
+    compiles the kernel into the cache's Triton folder, the others load it
+    from there."""
+    found = _found(body, ins, outs)
+    if found is None:
+        return False
+    mode, (x, out, labels), layouts = found
+    ready_key = (mode, layouts)
+    ready = _READY.get(ready_key)
+    if ready is None:
+        from fuserc.runtime.kernel_builds import first_launch
+
+        ready = _READY[ready_key] = first_launch(RowsJob(mode, layouts, x.device), lambda: _launch(mode, x, out, labels))
+        return ready
+    if ready:
+        _launch(mode, x, out, labels)
+    return ready
+
+
+_READY: dict[tuple[str, tuple[Layout, ...]], bool] = {}
+"""Row launches (mode, layouts of x, out and labels) this process has made
+(False: their kernel could not be built; Inductor's runs instead)."""
+
+
+@dataclass
+class RowsJob:
+    """The row kernel of one mode at one set of layouts, for the kernel
+    cache: its entry only marks that the kernel is in the cache's Triton
+    folder (Triton's own cache, keyed by the kernel and the GPU's
+    architecture, holds the binary), so it is the same for every GPU of a
+    machine."""
+
+    mode: str
+    layouts: tuple[Layout, ...]
+    device: torch.device
+
+    kind = "rows"
+
+    @property
+    def key(self) -> Any:
+        from fuserc.runtime.kernel_builds import device_id, layout_fields
+        from fuserc.runtime.kernel_cache import kernel_key
+
+        fields = {"mode": self.mode, "layouts": layout_fields(self.layouts)}
+        return kernel_key(self.kind, fields, device_id(self.device, index=False))
+
+    def describe(self) -> str:
+        return f"the {self.mode} row kernel"
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": self.mode, "layouts": self.layouts}
+
+    def build(self) -> tuple[dict[str, bytes], bool]:
+        return build_spec(self.spec(), self.device)
+
+    def load(self, sections: dict[str, bytes]) -> bool:
+        return True  # Triton finds the binary in the cache's folder at the first launch
+
+    def install(self, value: Any) -> None:
+        pass  # the first launch itself marks the layouts ready (`run_rows`)
+
+    def installed(self) -> bool:
+        return (self.mode, self.layouts) in _READY
+
+
+def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[dict[str, bytes], bool]:
+    """Compile the row kernel of a `RowsJob.spec()`: one launch on zero
+    tensors of its layouts (Triton compiles at a kernel's first launch)."""
+    x, out, *labels = (
+        torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_() for shape, stride, dtype in spec["layouts"]
+    )
+    _launch(spec["mode"], x, out, labels[0] if labels else None)
+    return {"built": b""}, True
+

@@ -27,6 +27,7 @@ be tested end to end.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,7 @@ from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, Injected
     module_meshes,
 )
 from fuserc.runtime.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
+from fuserc.runtime.startup import KERNELS, Startup
 from fuserc.sharding import Mesh, Sharding
 
 _OWNERS = itertools.count()
@@ -167,7 +169,8 @@ class Program:
         meshes = module_meshes(module)
         self.params, self.results = signature(module, func)
         self.required_ranks, why = _required_ranks(func, meshes)
-        require_ranks(func, self.required_ranks, why, backend.size)
+        widest = max(meshes.values(), key=lambda m: m.max_device, default=None)
+        require_ranks(func, self.required_ranks, why, backend.size, widest if widest and widest.max_device + 1 == self.required_ranks else None)
         self.devices = _used_devices(meshes, self.required_ranks)
         self.teams = collect_teams(func)
         self._shares = any(isinstance(op, hir.ShareOp) for op in func.walk())
@@ -184,6 +187,7 @@ class Program:
         self._owning = False  # in a run whose results go to the caller (`run_prepared(owned_results=True)`)
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
+        self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/startup.py)
 
     @staticmethod
     def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":
@@ -247,6 +251,9 @@ class Program:
         on the caller's stream (`Backend.empty_for_caller`), not taken from
         the cache, and any other result is handed out (`_hand_out`), so the
         next run cannot overwrite what the caller holds."""
+        first = self.runs == 0
+        if first:
+            clock, kernels_before = time.perf_counter(), KERNELS.copy()
         interp = self._interp
         if interp is None:
             interp = self._start()
@@ -293,6 +300,11 @@ class Program:
             self.backend.barrier()  # one-sided copies into this rank are done
         self.last_flops = flops
         self.runs += 1
+        if first:
+            kernels = self.startup.kernels = KERNELS.since(kernels_before)
+            self.startup.add("kernels", kernels.seconds)
+            rest = time.perf_counter() - clock - kernels.seconds - self.startup.seconds.get("communicators", 0.0)
+            self.startup.add("first run", max(0.0, rest))
         return results
 
     def _hand_out(self, results: Sequence[Any]) -> list[Any]:
@@ -363,13 +375,17 @@ class Program:
 
     def _start(self) -> Interpreter:
         """At the first run (after the input checks): make the teams, plan
-        the ops for this rank, and make the interpreter every run reuses."""
+        the ops for this rank, make the interpreter every run reuses, and
+        have the backend fetch or build the kernels the run will launch."""
         if not self._prepared:
+            clock = time.perf_counter()
             self.backend.prepare_teams(self.teams)
+            self.startup.add("communicators", time.perf_counter() - clock)
             self._prepared = True
         if self._plan is None:
             self._plan = Planner(self).plan()
         self._interp = Interpreter(self, self._plan)
+        self.backend.prepare_kernels(self)
         return self._interp
 
     def entry_of(self, array: Array) -> CacheEntry | None:
@@ -452,13 +468,23 @@ def mesh_ranks(meshes: dict[str, Mesh]) -> tuple[int, str]:
     return best, why
 
 
-def require_ranks(anchor: Operation, needed: int, why: str, size: int) -> None:
-    """A diagnostic at `anchor` when a job of `size` ranks is too small."""
+def require_ranks(anchor: Operation, needed: int, why: str, size: int, mesh: Mesh | None = None) -> None:
+    """A diagnostic at `anchor` when a job of `size` ranks is too small:
+    how to start one large enough (with the launchers installed), and how
+    to fit `mesh` (the one that needs the most ranks) to this job."""
+    from fuserc.runtime.mpi_env import launch_commands
+
     if needed > size:
+        if mesh is None:
+            fit = "give a declared mesh another shape with fuserc run --mesh NAME=SHAPE"
+        elif len(mesh.shape) == 1:
+            fit = f"fit @{mesh.name} to this job with fuserc run --mesh {mesh.name}={size}"
+        else:
+            fit = f"fit @{mesh.name} to this job with fuserc run --mesh {mesh.name}=SHAPE ({size} devices: 1x{size}, ...)"
         raise error_at(
             anchor,
-            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with mpiexec -n {needed} "
-            f"or torchrun --nproc-per-node {needed}",
+            f"the program needs {needed} ranks ({why}) but the job has {size}; run it with "
+            f"{' or '.join(launch_commands(needed))}, or {fit}",
         )
 
 

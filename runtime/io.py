@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,12 +107,23 @@ def read_npy(path: str, spec: ValueSpec) -> np.ndarray:
     the magic bytes and version, a well-formed header with a plain dtype (no
     objects: nothing is unpickled), the data's size against the file's
     length, and the dtype and shape the argument expects (so a forged
-    header never allocates). A Diagnostic names the argument and the file."""
+    header never allocates). Only a regular file is read: a named pipe or a
+    device is refused before anything is read from it (a pipe with no
+    writer would never deliver). A Diagnostic names the argument and the
+    file."""
     from numpy.lib import format as npy
+
+    from fuserc.cli import file_kind
 
     where = f"{spec.label} ({path})"
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe opens at once: it is refused below
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            kind = file_kind(path) or "something else"
+            raise Diagnostic(f"{where}: it is {kind}, not a regular file; -i takes .npy files written by numpy.save")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             length = os.fstat(f.fileno()).st_size
             head = f.read(len(NPY_MAGIC) + 2)
             if len(head) < len(NPY_MAGIC) + 2 or not head.startswith(NPY_MAGIC):

@@ -2,7 +2,7 @@
 
 Every rank runs the same steps; a failure on any rank must end the whole
 job promptly with one copy of its message, never a hang (docs/runtime.md,
-Failure handling). Three cases:
+Failure handling). Four cases:
 
 - **Every rank knows the outcome.** Steps without communication (reading
   and compiling the program, loading the inputs) end in an *agreement*
@@ -17,6 +17,10 @@ Failure handling). Three cases:
   message is claimed on the job's board (runtime/watchdog.py) before it
   is printed.
 - **A rank does not arrive.** The watchdog ends the job and names it.
+- **A rank ends without a word** (it exits with an error code, crashes, is
+  killed). A rank of its node names it with how it ended
+  (runtime/watchdog.py); a survivor's own failure that follows (a lost
+  connection) is not printed (`fail`).
 
 The launcher (mpiexec: runtime/mpi_env.py; torchrun: TorchEnv in the same module) provides
 `Launcher`: rank, size, `broadcast`, `allgather`, `barrier_within(seconds)`
@@ -41,6 +45,14 @@ from fuserc.diagnostics import Diagnostic
 from fuserc.runtime.watchdog import Board, Watchdog
 
 DEBUG_ENV = "FUSERC_DEBUG"
+PEER_GRACE_S = 0.5
+"""How long a rank that failed where the others may wait for it looks for
+a peer of its node that ended just before (its own failure, a lost
+connection, then follows from that one's end, which is reported)."""
+LOST_CONNECTION = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|EPIPE|remote process exited|Connection refused"
+)
+"""What a communication library says when a peer's process is gone."""
 AGREE_GRACE_S = 30.0
 """How long a rank that failed waits for the others at an agreement before
 it decides that they are stuck elsewhere (in a collective it left) and
@@ -54,6 +66,8 @@ before any bootstrap (usage errors are printed by rank 0 only)."""
 class Launcher(Protocol):
     rank: int
     size: int
+    ends_stopped_ranks: bool
+    """Whether `abort` ends a stopped (SIGSTOP) rank too."""
 
     def broadcast(self, obj: Any, root: int = 0) -> Any: ...
 
@@ -145,16 +159,28 @@ class Job:
     out: Any = field(default_factory=lambda: sys.stderr)
 
     @classmethod
-    def start(cls, bootstrap: Callable[[], Launcher], timeout: float, debug: bool = False) -> Job:
+    def start(
+        cls,
+        bootstrap: Callable[[], Launcher],
+        timeout: float,
+        debug: bool = False,
+        own_process: bool = False,
+        prepare: Callable[[], None] | None = None,
+    ) -> Job:
         """Collective: the watchdog first (so that a rank stopped while the
         job starts is caught too; rank and size from the launcher's
-        environment until it is up), then the launcher's bootstrap and the
-        job's board."""
-        dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout)
+        environment until it is up), then the launcher's bootstrap (after
+        `prepare`, its local work: imports) and the job's board.
+        `own_process`: the process is fuserc's (`fuserc run`, a tool), so
+        the watchdog may take SIGTERM (runtime/watchdog.py)."""
+        dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout, own_signals=own_process)
         dog.start()
+        if prepare is not None:
+            prepare()
         with dog.section("starting the job"):
             env = bootstrap()
             dog.rank, dog.size, dog.end_job = env.rank, env.size, env.abort
+            dog.end_stopped = not env.ends_stopped_ranks
             if timeout > 0 and env.size > 1:
                 dog.board = Board.create(env)
         return cls(env, dog, debug)
@@ -164,8 +190,8 @@ class Job:
         if self.watchdog.board is not None:
             self.watchdog.board.close()
 
-    def section(self, label: str) -> Any:
-        return self.watchdog.section(label)
+    def section(self, label: str, doer: int | None = None) -> Any:
+        return self.watchdog.section(label, doer)
 
     # ---- outcomes -------------------------------------------------------------
     def agree(self, label: str, error: BaseException | None) -> None:
@@ -207,14 +233,25 @@ class Job:
 
     def fail(self, error: BaseException) -> NoReturn:
         """This rank failed where the others may wait for it: print (one copy
-        per distinct message across the job), end the job."""
-        text = describe(error, self.debug)
-        board = self.watchdog.board
-        same = re.sub(r" on rank \d+", "", text)  # the same failure on several ranks: one copy
-        key = hashlib.sha1(same.encode()).hexdigest()[:16]
-        if board is None or board.claim(f"failure-{key}"):
-            self._print(prefixed(f"[rank {self.env.rank}] ", text))
-        self.watchdog.stop()
+        per distinct message across the job), end the job. When a rank of
+        this node ended just before, this failure follows from it (a lost
+        connection): that rank's end is what is reported."""
+        dog = self.watchdog
+        if not dog.peer_failed(PEER_GRACE_S):
+            text = describe(error, self.debug)
+            if not self.debug and not isinstance(error, Diagnostic) and LOST_CONNECTION.search(str(error)):
+                first = str(error).strip().splitlines()[0]
+                text = (
+                    f"error: lost the connection to another rank in {dog.label} (a rank of another node "
+                    f"ended, or a node or the network failed): {type(error).__name__}: {first}"
+                )
+            board = dog.board
+            same = re.sub(r" on rank \d+", "", text)  # the same failure on several ranks: one copy
+            key = hashlib.sha1(same.encode()).hexdigest()[:16]
+            if board is None or board.claim(f"failure-{key}"):
+                self._print(prefixed(f"[rank {self.env.rank}] ", text))
+        dog.mark_ending()
+        dog.stop()
         if self.env.size == 1:
             os._exit(exit_code(error))  # no other rank to stop; no abort banner
         time.sleep(0.5)  # the launcher forwards the message before the abort kills everyone
@@ -256,17 +293,17 @@ def current() -> Job:
     bootstrap, with the watchdog's timeout from the environment)."""
     global _CURRENT
     if _CURRENT is None:
-        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.mpi_env import load_launcher, mpi_env
         from fuserc.runtime.watchdog import timeout_from
 
-        _CURRENT = Job.start(mpi_env, timeout_from(None), debug_from_env())
+        _CURRENT = Job.start(mpi_env, timeout_from(None), debug_from_env(), own_process=True, prepare=load_launcher)
     return _CURRENT
 
 
-def start(bootstrap: Callable[[], Launcher], timeout: float, debug: bool) -> Job:
-    """Start the job of this process (collective)."""
+def start(bootstrap: Callable[[], Launcher], timeout: float, debug: bool, prepare: Callable[[], None] | None = None) -> Job:
+    """Start the job of this process, `fuserc run`'s (collective)."""
     global _CURRENT
-    _CURRENT = Job.start(bootstrap, timeout, debug)
+    _CURRENT = Job.start(bootstrap, timeout, debug, own_process=True, prepare=prepare)
     return _CURRENT
 
 

@@ -13,6 +13,7 @@ allgather, a barrier that gives up after a time, ending the whole job).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -25,6 +26,10 @@ from fuserc.diagnostics import Diagnostic
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """The environment torchrun gives each process (it selects TorchEnv; checked
 without importing torch, which the start of an MPI job does not need)."""
+
+MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+"""Where MPI launchers (MPICH's Hydra, Open MPI, MVAPICH) put the job's
+size: a process that sees one of them above 1 was started by mpiexec."""
 
 POLL_S = 0.002
 """How often a barrier with a time limit polls for completion."""
@@ -40,7 +45,12 @@ class MpiEnv:
     size: int
     _node_comm: Any = field(default=None, repr=False)
     _nodes: list[int] | None = field(default=None, repr=False)
+    launched_by: str | None = "mpiexec"
+    """What started the job (mpiexec, torchrun, the caller's torch.distributed
+    world), None for a process started alone."""
     launcher = "mpiexec"
+    ends_stopped_ranks = True
+    """`abort` ends a stopped rank too (MPI's launchers kill with SIGKILL)."""
 
     @property
     def node_comm(self) -> Any:
@@ -50,7 +60,7 @@ class MpiEnv:
         if self._node_comm is None:
             from mpi4py import MPI
 
-            self._node_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self._node_comm = _comm(self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank))
         return self._node_comm
 
     def reduce_op(self, name: str) -> Any:
@@ -165,6 +175,9 @@ class TorchEnv(MpiEnv):
     them. Peer copies of the cpu backend (RMA windows) need MPI."""
 
     launcher = "torchrun"
+    ends_stopped_ranks = False
+    """torchrun ends the other workers with SIGTERM, which a stopped process
+    only acts on once continued (torchrun's SIGKILL comes 30 s later)."""
 
     def reduce_op(self, name: str) -> Any:
         from fuserc.runtime.torch_comm import reduce_op
@@ -228,6 +241,14 @@ class TorchEnv(MpiEnv):
 _ENV: MpiEnv | None = None
 
 
+def load_launcher() -> None:
+    """Import what the job's bootstrap needs, before it starts: under
+    torchrun, torch (seconds of local work, which the watchdog's section of
+    the bootstrap should not count; MPI's import is its bootstrap)."""
+    if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
+        import fuserc.runtime.torch_comm  # noqa: F401
+
+
 def _mpi_importable() -> bool:
     try:
         import mpi4py  # noqa: F401
@@ -236,33 +257,95 @@ def _mpi_importable() -> bool:
     return True
 
 
+def launch_commands(n: int) -> list[str]:
+    """How to start `fuserc run` on `n` ranks with the launchers installed
+    here."""
+    import shutil
+
+    out = []
+    if _mpi_importable() and (shutil.which("mpiexec") or shutil.which("mpirun")):
+        out.append(f"mpiexec -n {n} fuserc run ...")
+    torchrun = "torchrun" if shutil.which("torchrun") else "python -m torch.distributed.run"
+    out.append(f"{torchrun} --nproc-per-node {n} -m fuserc run ...")
+    return out
+
+
+def mpi_launch_problem() -> str | None:
+    """Why this process cannot join the job mpiexec started, or None: an
+    MPI launcher says the job has several ranks, but mpi4py is missing, so
+    every process would run alone as a job of one."""
+    if all(v in os.environ for v in TORCHRUN_VARS) or _torch_world_started():
+        return None
+    sizes = [os.environ.get(v, "").strip() for v in MPI_SIZE_VARS]
+    size = next((int(s) for s in sizes if s.isdigit()), 1)
+    if size <= 1 or _mpi_importable():
+        return None
+    return (
+        f"mpiexec started a job of {size} ranks, but mpi4py is not installed, so each process would run alone: "
+        f"pip install 'fuserc[mpi]' (mpi4py and MPICH), or launch with torchrun --nproc-per-node {size} -m fuserc ..."
+    )
+
+
+def _torch_world_started() -> bool:
+    """Whether the caller already started torch.distributed's world (checked
+    without importing torch)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def mpi_env() -> MpiEnv:
     """The process's job environment, made on first call: torch.distributed
-    under torchrun (or when mpi4py is not installed), else MPI (outside any
-    launcher this is a job of one rank)."""
+    under torchrun, when the caller already started its world (joined, never
+    started twice), or when mpi4py is not installed; else MPI (outside any
+    launcher this is a job of one rank). A job mpiexec started without
+    mpi4py is a Diagnostic (`mpi_launch_problem`)."""
     global _ENV
     if _ENV is None:
-        if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
+        problem = mpi_launch_problem()
+        if problem is not None:
+            raise Diagnostic(problem)
+        if all(v in os.environ for v in TORCHRUN_VARS) or _torch_world_started() or not _mpi_importable():
             _ENV = _torch_env()
         else:
             from mpi4py import MPI
 
-            comm = MPI.COMM_WORLD
-            _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size())
+            comm = _comm(MPI.COMM_WORLD)
+            launched = comm.Get_size() > 1 or any(v in os.environ for v in MPI_SIZE_VARS)
+            _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by="mpiexec" if launched else None)
     return _ENV
+
+
+def _comm(comm: Any) -> Any:
+    """`comm` (mpi4py) with an object `allreduce` that waits without holding
+    Python's lock: mpi4py's reduces objects in an MPI operation that calls
+    Python, so a rank waiting there for a stopped peer holds the lock, its
+    watchdog's heartbeat stops, and the watchdog would take it for stopped
+    too. An allgather (which waits with the lock released) and a reduction
+    here instead: the values are a few numbers."""
+    from mpi4py import MPI
+
+    class Comm(type(comm)):  # type: ignore[misc]
+        def allreduce(self, sendobj: Any, op: Any = MPI.SUM) -> Any:
+            return functools.reduce(op, self.allgather(sendobj))
+
+    return Comm(comm)
 
 
 def _torch_env() -> TorchEnv:
     from fuserc.runtime.torch_comm import init_world
 
-    if not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
+    launched_by: str | None = "torchrun"
+    if _torch_world_started():
+        launched_by = "torchrun" if all(v in os.environ for v in TORCHRUN_VARS) else "torch.distributed"
+    elif not all(v in os.environ for v in TORCHRUN_VARS):  # a lone process: a world of one
+        launched_by = None
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     comm = init_world()
-    return TorchEnv(comm, comm.Get_rank(), comm.Get_size())
+    return TorchEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by=launched_by)
 
 
 def _free_port() -> int:

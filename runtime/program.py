@@ -105,7 +105,7 @@ def _check_meshes_fit(module: ModuleOp, ranks: int) -> None:
     meshes = [op for op in module.walk() if isinstance(op, fusion.MeshOp)]
     needed, why = mesh_ranks({m.sym_name.data: m.model for m in meshes})
     anchor = next((m for m in meshes if m.model.max_device + 1 == needed), module)
-    require_ranks(anchor, needed, why, ranks)
+    require_ranks(anchor, needed, why, ranks, anchor.model if isinstance(anchor, fusion.MeshOp) else None)
 
 
 class CompiledProgram:
@@ -129,6 +129,14 @@ class CompiledProgram:
         from fuserc.ir import to_text
 
         return to_text(self.compiled.host)
+
+    def comm_report(self, unit: Any = None) -> Any:
+        """The communication report of the compiled host programs
+        (`fuserc.comm_report.CommReport`; `unit`: a `Unit` or its text,
+        `8192x4096xbf16`)."""
+        from fuserc.comm_report import report
+
+        return report(self.compiled.host, unit)
 
     def run(self, local_inputs: Sequence[Any]) -> list[torch.Tensor | None]:
         """This rank's shards in, its result shards out (None where absent)."""
@@ -180,8 +188,9 @@ class CompiledProgram:
         domains = io.input_domains(func) if func is not None else None
         return io.random_inputs(self.params, seed, domains)
 
-    def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The fusion function run unsharded in float64 (runtime/reference.py)."""
+    def reference(self, inputs: Sequence[torch.Tensor], accumulate: torch.dtype | None = torch.float64) -> list[torch.Tensor]:
+        """The fusion function run unsharded, in float64 by default, in its
+        own element types with `accumulate=None` (runtime/reference.py)."""
         from fuserc.runtime.reference import evaluate
 
         func = self.compiled.source_function()
@@ -190,7 +199,7 @@ class CompiledProgram:
                 f"@{self.compiled.entry} is already a host program: there is no fusion function to "
                 "compare against"
             )
-        return evaluate(func, list(inputs), self.compiled.entry, accumulate=torch.float64)
+        return evaluate(func, list(inputs), self.compiled.entry, accumulate=accumulate)
 
     def close(self) -> None:
         self.program.close()

@@ -19,7 +19,13 @@ deadline passes, the ranks behind the others are those whose section is
 earlier, whose count on a team they belong to is lower than a teammate's,
 or whose heartbeat has stopped. The rank that notices first (an exclusive
 file on the board) prints the message; then it ends the job through its
-launcher (`abort`), which kills every rank, the stopped ones included.
+launcher (`abort`), which kills every rank (the stopped ones included; under
+torchrun, whose SIGTERM a stopped process ignores, the reporter first kills
+the stopped ranks of its node itself).
+
+The same thread watches the processes of the other ranks of its node
+(runtime/peers.py): a rank that ends without having said why is named,
+with how it ended, by the first of them to see it, and the job ends.
 
 The watchdog starts before the launcher's bootstrap (rank and size from
 the launcher's environment) and needs of the launcher only `broadcast(obj)`
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import sys
@@ -48,7 +55,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, NamedTuple, Protocol, TextIO
+
+from fuserc.runtime.peers import Peer, Peers, alive, clean_exit, how, identity, start_time
 
 WATCHDOG_ENV = "FUSERC_WATCHDOG"
 DEFAULT_TIMEOUT_S = 600.0
@@ -133,18 +142,13 @@ class Board:
             pass  # the folder is gone (the job ends) or full: the record is advisory
 
     def read(self) -> dict[int, dict[str, Any]]:
-        out = {}
+        """Every rank's last record."""
         try:
             files = list(self.path.glob("rank*.json"))
         except OSError:
-            return out
-        for f in files:
-            try:
-                rec = json.loads(f.read_text())
-                out[int(rec["rank"])] = rec
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return out
+            return {}
+        records = (_load(f) for f in files)
+        return {rec["rank"]: rec for rec in records if rec is not None}
 
     def claim(self, name: str) -> bool:
         """True for the first rank to claim `name` (on this board)."""
@@ -157,6 +161,14 @@ class Board:
         os.write(fd, str(self.rank).encode())
         os.close(fd)
         return True
+
+    def read_rank(self, rank: int) -> dict[str, Any] | None:
+        """Rank `rank`'s last record (None: there is none)."""
+        return _load(self.path / f"rank{rank}.json")
+
+    def claimed(self, name: str) -> bool:
+        """Whether a rank claimed `name` (on this board)."""
+        return (self.path / f"claim-{name}").exists()
 
     def close(self) -> None:
         """Remove this rank's record; the last rank out removes the folder."""
@@ -174,6 +186,15 @@ class Board:
     def remove(self) -> None:
         """Remove the folder (the job ends)."""
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _load(file: Path) -> dict[str, Any] | None:
+    """A record from the board (None when it is gone or torn)."""
+    try:
+        rec = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("rank"), int) else None
 
 
 BOARD_PREFIX = "fuserc-job-"
@@ -195,20 +216,10 @@ def sweep(root: Path) -> None:
             pids = []
             for f in folder.glob("rank*.json"):
                 pids.append(int(json.loads(f.read_text())["pid"]))
-            if not any(_alive(p) for p in pids):
+            if not any(alive(p) for p in pids):
                 shutil.rmtree(folder, ignore_errors=True)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------
@@ -216,17 +227,32 @@ def _alive(pid: int) -> bool:
 # --------------------------------------------------------------------------
 
 
-def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_s: float) -> tuple[list[str], list[int], list[int]]:
-    """(one line per rank that holds the others up, the ranks waiting for
-    them, the ranks with no record).
+class Verdict(NamedTuple):
+    """Who holds the job up, from the ranks' records."""
+
+    lines: list[str]
+    """One line per rank that holds the others up."""
+    waiting: list[int]
+    """The ranks that wait for them."""
+    unknown: list[int]
+    """The ranks with no record."""
+    stopped: list[int]
+    """The ranks among those holding the job up whose heartbeat stopped."""
+
+
+def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_s: float) -> Verdict:
+    """Who holds the job up when a section is over time.
 
     A rank holds the others up when its heartbeat stopped (it is stopped,
     or stuck outside Python), or its section is earlier than the latest
-    any rank reached; else, when it started fewer communications on one of
-    its teams than a teammate, unless it is itself ahead of such a rank on
-    a team they share (it waits for that one)."""
+    any rank reached and than that of every rank whose heartbeat stopped
+    (a rank behind only as far as a stopped one may be waiting for it);
+    else, when it started fewer communications on one of its teams than a
+    teammate, unless it is itself ahead of such a rank on a team they
+    share (it waits for that one); else, in a section one rank does alone
+    while the others wait (reading the program it shares), that rank."""
     if not records:
-        return [], [], list(range(size))
+        return Verdict([], [], list(range(size)), [])
     latest = max(r["seq"] for r in records.values())
     front = {q: r for q, r in records.items() if r["seq"] == latest}
     label = next(iter(front.values()))["label"]
@@ -247,31 +273,38 @@ def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_
                 lag[q] = key
                 break
     stale = {q: now - r["time"] for q, r in records.items() if now - r["time"] > stale_s}
-    behind = {q for q, r in records.items() if r["seq"] < latest}
+    first_stopped = min((records[q]["seq"] for q in stale), default=latest)
+    behind = {q for q, r in records.items() if r["seq"] < min(latest, first_stopped)}
     if stale or behind:
         culprits = sorted(set(stale) | behind)
-    else:
+    elif lag:
         def ahead(q: int, other: int) -> bool:
             return any(q in t and other in t and count(q, k) > count(other, k) for k, t in members.items())
 
         culprits = sorted(q for q in lag if not any(ahead(q, o) for o in lag if o != q)) or sorted(lag)
+    else:
+        doers = {r.get("doer") for r in front.values()}
+        doer = doers.pop() if len(doers) == 1 else None
+        culprits = [doer] if doer in records else []
     lines = []
     for q in culprits:
         r = records[q]
         why = []
         if q in stale:
             why.append(f"no heartbeat for {stale[q]:.1f} s (stopped, or stuck outside Python)")
-        if q in behind:
+        if r["seq"] < latest:
             why.append(f"still at {r['label']}, the others are at {label}")
         elif q in lag:
             key = lag[q]
             there = [t for t in members[key] if t in front and count(t, key) > count(q, key)]
             are = "are" if len(there) > 1 else "is"
             why.append(f"not at {key} #{count(q, key) + 1} of {label}, where rank{'s' if len(there) > 1 else ''} {_ranks(there)} {are}")
+        elif not why:
+            why.append("it does this step alone and has not finished it")
         lines.append(f"rank {q} did not arrive: {'; '.join(why)}")
     waiting = [q for q in sorted(records) if q not in culprits]
     unknown = [q for q in range(size) if q not in records]
-    return lines, waiting, unknown
+    return Verdict(lines, waiting, unknown, sorted(q for q in culprits if q in stale))
 
 
 # --------------------------------------------------------------------------
@@ -292,7 +325,15 @@ class Watchdog:
     (rank and size from the launcher's environment), so that a rank stopped
     while the job starts is caught too; `board` and `end_job` (the
     launcher's `abort`) are set once the bootstrap is done (until then the
-    job ends by exiting: the launcher ends the other ranks)."""
+    job ends by exiting: the launcher ends the other ranks).
+
+    Its thread also watches the processes of the other ranks of this node
+    (runtime/peers.py): a rank that ends without having said why (it exited
+    with an error code, crashed, was killed) is named, with how it ended,
+    by one of them, and the job ends. With `own_signals` (a process that is
+    fuserc's own: `fuserc run`, the tools) the thread also takes SIGTERM, so
+    that a launcher ending this rank (torchrun, once a peer ended) lets it
+    say so first; the rank then exits at once with 143."""
 
     rank: int
     size: int
@@ -300,16 +341,27 @@ class Watchdog:
     board: Board | None = None
     end_job: Callable[[int], Any] = os._exit
     out: TextIO = field(default_factory=lambda: sys.stderr)
+    own_signals: bool = False
+    end_stopped: bool = False
+    """The launcher cannot end a stopped rank (torchrun): the rank that
+    reports SIGKILLs those of its node."""
     seq: int = 0
     label: str = "starting"
+    doer: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
     teams: dict[str, list[int]] = field(default_factory=dict)
+    peers: Peers | None = None
     _deadline: float | None = None
     _since: float = 0.0
     _thread: threading.Thread | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _wake: tuple[int, int] | None = None
     _fired: bool = False
+    _ending: bool = False
+    _end_at: float | None = None
+    _remove_board: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ended_lock: threading.Lock = field(default_factory=threading.Lock)
+    _start: int | None = field(default_factory=lambda: start_time(os.getpid()))
 
     @property
     def interval(self) -> float:
@@ -324,22 +376,44 @@ class Watchdog:
     def start(self) -> None:
         if self.timeout <= 0 or self._thread is not None:
             return
+        self._wake = os.pipe()
+        os.set_blocking(self._wake[1], False)
+        if self.own_signals:
+            _take_sigterm(self._wake[1])
         self._beat()
         self._thread = threading.Thread(target=self._loop, name="fuserc-watchdog", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
+        if self._thread is None:
+            return
+        _give_back_sigterm(self._wake[1] if self._wake else -1)
+        self._poke(WAKE_STOP)
+        if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-            self._thread = None
+            if not self._thread.is_alive() and self._wake is not None:
+                for fd in self._wake:
+                    os.close(fd)
+                self._wake = None
+        self._thread = None
+        if self.peers is not None:
+            self.peers.close()
+
+    def _poke(self, byte: int) -> None:
+        if self._wake is not None:
+            try:
+                os.write(self._wake[1], bytes([byte]))
+            except OSError:
+                pass
 
     @contextmanager
-    def section(self, label: str) -> Iterator[None]:
+    def section(self, label: str, doer: int | None = None) -> Iterator[None]:
         """A step every rank takes (in the same order) that needs the others:
-        the job ends when it lasts longer than the timeout."""
+        the job ends when it lasts longer than the timeout. `doer`: the rank
+        doing the step alone while the others wait for it."""
         self.seq += 1
         self.label = label
+        self.doer = doer
         self._since = time.time()
         self._deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
         self._beat()
@@ -409,12 +483,16 @@ class Watchdog:
         return {
             "rank": self.rank,
             "pid": os.getpid(),
+            "where": _IDENTITY,
+            "start": self._start,
             "time": time.time(),
             "seq": self.seq,
             "label": self.label,
+            "doer": self.doer,
             "since": self._since,
             "counts": dict(self.counts),
             "teams": dict(self.teams),
+            "ending": self._ending,
         }
 
     def _beat(self) -> None:
@@ -422,25 +500,111 @@ class Watchdog:
             with self._lock:  # the main thread (a new section) and the heartbeat
                 self.board.write(self.record())
 
+    def mark_ending(self) -> None:
+        """This rank ends knowingly (it said why, or another rank did): its
+        peers do not report its end as a failure of its own."""
+        self._ending = True
+        self._beat()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._beat()
-            deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline and not self._fired:
-                self._fired = True
-                self.expire()
+        next_beat = time.monotonic() + self.interval
+        while True:
+            now = time.monotonic()
+            wait = next_beat - now
+            if self._end_at is not None:
+                wait = min(wait, self._end_at - now)
+            peers = self.peers.fds() if self.peers is not None else {}
+            poller = select.poll()
+            poller.register(self._wake[0], select.POLLIN)
+            for fd in peers:
+                poller.register(fd, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(max(0.0, wait) * 1000)}
+            ended = [self.peers.ended(peers[fd]) for fd in ready if fd in peers] if self.peers is not None else []
+            if ended:
+                self.peers_ended(ended)
+            if self._wake[0] in ready:
+                pokes = os.read(self._wake[0], 64)
+                if signal.SIGTERM in pokes:
+                    if self.peers is not None:  # a peer's end first: the launcher ends this rank because of it
+                        self.peers_ended(self.peers.check(0.0))
+                    self._exit(128 + signal.SIGTERM)
+                if WAKE_STOP in pokes:
+                    return
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.interval
+                self._beat()
+                self._track()
+                deadline = self._deadline
+                if deadline is not None and now > deadline and not self._fired:
+                    self._fired = True
+                    self.expire()
+            if self._end_at is not None and now >= self._end_at:
+                self._end()
+                return
+
+    def _track(self) -> None:
+        """Watch the processes of this node's other ranks as their records
+        appear (every rank's, once)."""
+        if self.board is None:
+            return
+        with self._ended_lock:  # the main thread may ask too (`peer_failed`)
+            if self.peers is None:
+                self.peers = Peers(self.rank, _IDENTITY)
+            if len(self.peers.seen) < self.size - 1:
+                self.peers.track(self.board.read())
+
+    def peers_ended(self, ended: list[Peer]) -> bool:
+        """Ranks of this node whose processes ended: a rank that ended
+        without saying why (its record is there, not marked as ending) is
+        named with how it ended by the first rank to see it, and the job
+        ends. True when one of them failed (it did not exit with 0)."""
+        failed = False
+        with self._ended_lock:
+            for p in ended:
+                if clean_exit(p.status):
+                    continue
+                failed = True
+                rec = self.board.read_rank(p.rank) if self.board is not None else None
+                if rec is None or rec.get("ending") or self.board is None or self.board.claimed("watchdog"):
+                    continue  # it said why (or was ended by the watchdog); its launcher ends the job
+                if self.board.claim(f"ended-{p.rank}"):
+                    where = f" (last at {rec['label']})" if rec.get("label") else ""
+                    self._write(f"error: rank {p.rank} ended: {how(p.status)}{where}")
+                if self._end_at is None:
+                    self._end_at = time.monotonic() + REPORT_GRACE_S
+                self._ending = True
+        return failed
+
+    def peer_failed(self, within: float) -> bool:
+        """Whether a rank of this node ended with an error within `within`
+        seconds (before this rank's own failure, which then follows from
+        it: a lost connection); its end is reported if it said nothing."""
+        self._track()
+        if self.peers is None:
+            return False
+        if any(p.ended and not clean_exit(p.status) for p in self.peers.peers.values()):
+            return True
+        return self.peers_ended(self.peers.check(within))
 
     def message(self) -> str:
         """What a user sees when the current section is over time."""
+        return self._message()[0]
+
+    def _message(self) -> tuple[str, list[int]]:
         head = (
             f"error: watchdog: {self.label} did not complete within {self.timeout:g} s "
             f"(--watchdog SECONDS or ${WATCHDOG_ENV} sets the time; 0 turns it off)"
         )
+        if self.size == 1:
+            return head, []
         if self.board is None:
-            return head + "; which ranks did not arrive is unknown (no job folder)"
+            return head + "; which ranks did not arrive is unknown (no job folder)", []
         self._beat()
         time.sleep(min(self.interval, 0.2))  # the other ranks' latest records
-        culprits, waiting, unknown = stragglers(self.board.read(), self.size, time.time(), self.stale_s)
+        records = self.board.read()
+        verdict = stragglers(records, self.size, time.time(), self.stale_s)
+        culprits, waiting, unknown = verdict.lines, verdict.waiting, verdict.unknown
         lines = [head, *("  " + c for c in culprits)]
         if not culprits:
             lines.append("  every rank arrived and none completes (a deadlock in the program?)")
@@ -451,25 +615,90 @@ class Watchdog:
                 f"  no record of rank{'s' if len(unknown) > 1 else ''} {_ranks(unknown)} (on another node? "
                 f"${JOB_DIR_ENV} on a shared file system lets the watchdog see them)"
             )
-        return "\n".join(lines)
+        return "\n".join(lines), [q for q in verdict.stopped if records[q].get("where") == _IDENTITY]
 
     def expire(self) -> None:
-        """End the job: the first rank to notice reports, the others wait
-        for the job to end (and end it themselves if it does not)."""
+        """End the job: the first rank to notice reports, ends the ranks of
+        its node that are stopped when the launcher cannot (torchrun's
+        SIGTERM; its SIGKILL comes 30 s later) and ends the job; the others
+        end it themselves if it does not end."""
         reporter = self.board is None or self.board.claim("watchdog")
-        if reporter:
-            text = self.message()
-            try:
-                self.out.write(text + "\n")
-                self.out.flush()
-            except (OSError, ValueError):
-                pass
-            time.sleep(REPORT_GRACE_S)
-        else:
-            time.sleep(self.stale_s + 5.0)
-        if self.board is not None and reporter:
+        self._ending = True
+        if not reporter:
+            self._end_at = time.monotonic() + self.stale_s + 5.0
+            return
+        text, stopped = self._message()
+        self._write(text)
+        records = self.board.read() if self.board is not None and self.end_stopped else {}
+        for q in stopped:
+            rec = records.get(q)
+            if rec is not None and alive(int(rec["pid"]), rec.get("start")):
+                try:
+                    os.kill(int(rec["pid"]), signal.SIGKILL)
+                except OSError:
+                    pass
+        self._end_at = time.monotonic() + REPORT_GRACE_S
+        self._remove_board = True
+
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text + "\n")
+            self.out.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _end(self) -> None:
+        """End the job (the watchdog's report or a peer's end)."""
+        self.mark_ending()
+        if self.board is not None and self._remove_board:
             self.board.remove()
         self.end_job(1)
+
+    def _exit(self, code: int) -> None:
+        """The launcher ends this rank (SIGTERM): at once, after what a
+        peer's end had to report."""
+        self.mark_ending()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+
+WAKE_STOP = 0
+"""The byte that stops the watchdog's thread (signals wake it with their
+number: `signal.set_wakeup_fd`)."""
+_IDENTITY = identity()
+
+
+def _take_sigterm(wake_fd: int) -> None:
+    """SIGTERM wakes the watchdog's thread, which ends the process (the main
+    thread may be blocked in a collective, where a Python handler would
+    never run). Only from the main thread, and only when nobody else
+    handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    previous = signal.set_wakeup_fd(wake_fd, warn_on_full_buffer=False)
+    if previous != -1:  # someone else's: leave it all to them
+        signal.set_wakeup_fd(previous)
+        return
+    signal.signal(signal.SIGTERM, _ignore)
+
+
+def _give_back_sigterm(wake_fd: int) -> None:
+    """SIGTERM ends the process again (the watchdog's thread stops)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is _ignore:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """SIGTERM's Python handler: the watchdog's thread acts on it."""
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -5,6 +5,7 @@
         [--warmup W] [--iters N] [--backend cuda|cpu] [--pipeline P]
         [--algorithm auto|collective|ring|none] [--stream auto|S]
         [--seed N] [--small] [--json FILE]
+    torchrun --nproc-per-node 4 tools/bench.py ...        (the same)
 
 For each shape, in one run and the same processes, each figure measured
 with the same method (synchronize, barrier, then the median over N
@@ -274,9 +275,6 @@ def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters
     """Seconds of each of `iters` iterations, the slowest rank's, after
     `warmup` untimed ones. Ranks meet (synchronized, barrier) before each
     iteration, outside the timed region."""
-    import numpy as np
-    from mpi4py import MPI
-
     for _ in range(warmup):
         step()
     times = []
@@ -286,9 +284,7 @@ def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters
         mark = clock.start()
         step()
         times.append(clock.stop(mark))
-    arr = np.array(times, dtype=np.float64)
-    comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.MAX)
-    return arr.tolist()
+    return [max(per_rank) for per_rank in zip(*comm.allgather(times))]
 
 
 def figure(times: Sequence[float], flops: int) -> Figure:
@@ -321,14 +317,13 @@ def failure_reason(e: BaseException) -> str:
 
 
 def max_rel_err(got: Any, ref: Any, comm: Any) -> float:
-    """max |got - ref| / max |ref| over every rank's block."""
-    from mpi4py import MPI
-
+    """max |got - ref| / max |ref| over every rank's block (either
+    launcher's communicator: objects gathered, no MPI operators)."""
     g, r = got.float(), ref.float()
     if g.shape != r.shape:
         return math.inf
-    num = comm.allreduce(float((g - r).abs().max()), op=MPI.MAX)
-    den = comm.allreduce(float(r.abs().max()), op=MPI.MAX)
+    num = max(comm.allgather(float((g - r).abs().max())))
+    den = max(comm.allgather(float(r.abs().max())))
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
@@ -361,7 +356,11 @@ class Bench:
         else:
             self.device = torch.device("cpu")
         self.clock = cuda_clock() if self.cuda else host_clock()
-        self.group_name = init_torch_distributed(self.comm, self.rank, self.d, self.env.node_rank, self.device if self.cuda else None)
+        import torch.distributed as dist
+
+        if not dist.is_initialized():  # under mpiexec: the tool's own world (under torchrun: main's)
+            init_torch_distributed(self.comm, self.rank, self.d, self.env.node_rank, self.device if self.cuda else None)
+        self.group_name = dist.group.WORLD.group_name
         self.async_tp_reason = self._async_tp_unavailable()
 
     # ---- setup ------------------------------------------------------------------
@@ -549,9 +548,39 @@ class Bench:
         import torch.distributed as dist
 
         self.sync()
-        if dist.is_initialized():
-            dist.destroy_process_group()
         self.backend.close()
+        if dist.is_initialized() and not torch_launched():  # the world of an MPI job is the tool's own
+            dist.destroy_process_group()
+
+
+def torch_launched() -> bool:
+    """Whether fuserc's launcher is torch.distributed (mpi_env's rule):
+    under torchrun, or without mpi4py."""
+    import importlib.util
+
+    from fuserc.runtime.mpi_env import TORCHRUN_VARS
+
+    return all(v in os.environ for v in TORCHRUN_VARS) or importlib.util.find_spec("mpi4py") is None
+
+
+def start_torch_world(cuda: bool) -> None:
+    """Under torch's launcher: the world (NCCL on CUDA, else gloo) before
+    fuserc's job starts, which joins it (adding a gloo group of its own
+    beside NCCL): torch.distributed's world is started once."""
+    import torch
+    import torch.distributed as dist
+
+    defaults = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    for k, v in defaults.items():  # a lone process: a world of one
+        os.environ.setdefault(k, v)
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+    if cuda:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
 
 
 def init_torch_distributed(comm: Any, rank: int, size: int, local_rank: int, device: Any | None) -> str:
@@ -720,6 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(failure_reason(e))
     from fuserc.runtime.job import run_guarded
 
+    if torch_launched():
+        start_torch_world(cuda=args.backend == "cuda")
     run_guarded(lambda: run(args))
 
 

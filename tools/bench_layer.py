@@ -3,7 +3,7 @@
 
     torchrun --nproc-per-node 4 tools/bench_layer.py [--hidden 4096,8192]
         [--tokens 8192,16384] [--mode fwd|fwdbwd|both] [--warmup W] [--iters N]
-        [--repeats R] [--json FILE]
+        [--repeats R] [--json FILE] [--cpu-compile]
     mpiexec -n 4 python tools/bench_layer.py ...          (the same under MPI)
     python tools/bench_layer.py ...                        (one GPU: d = 1)
     torchrun --nproc-per-node 2 tools/bench_layer.py --small   (the CPU, gloo: a smoke run)
@@ -28,10 +28,22 @@ on the same inputs and weights:
 - eager: the same layer as a torch nn.Module, parallelized with DTensor's
   `parallelize_module` (SequenceParallel for the norms, ColwiseParallel for
   q, k, v and fc1, RowwiseParallel to tokens for the projections);
-- async TP: that module under torch.compile with
-  `torch._inductor.config._micro_pipeline_tp` and symmetric memory enabled
-  for the group (CUDA and d > 1 only; plain torch.compile at d = 1; n/a
-  on the CPU).
+- torch.compile: that module under plain torch.compile (Inductor, no
+  async TP);
+- async TP: that module under torch.compile with Inductor's
+  `_micro_pipeline_tp` and symmetric memory enabled for the group (CUDA
+  and d > 1 only). Whether it fused anything is counted in the graphs it
+  compiled (tools/bench_layer_graphs.py): its fused all-gather + matmul
+  and matmul + reduce-scatter calls and the collectives left unfused,
+  per mode; plain torch.compile's collectives likewise.
+
+The two compiled variants are n/a on the CPU unless --cpu-compile asks
+for them (Inductor's C++ builds of the layer take minutes there).
+
+Peak memory: torch.cuda.max_memory_allocated of the rank, reset before
+each variant's mode, over its warm-up and timed iterations (what the
+harness holds for every variant, inputs and the eager module's weights,
+included); n/a on the CPU.
 
 Timing: W untimed iterations, then R repeats of N back-to-back iterations
 with the device drained before and after each repeat (ranks meet at a
@@ -44,13 +56,14 @@ TFLOP/s per GPU counts the model's FLOPs on one rank: forward
 24*T*H^2/d (the GEMMs, MLP 4H) + 2*T^2*H/d (causal attention, half of
 QK^T and PV); forward+backward 3x that. Ratios: "/ limit" is the
 limit's time over the figure's (1.00: as fast as the local work with no
-communication at all); "eager / fuserc" and "async TP / fuserc" are
-speedups of fuserc over each baseline (> 1: fuserc faster).
+communication at all); "eager / fuserc", "torch.compile / fuserc" and
+"async TP / fuserc" are speedups of fuserc over each baseline (> 1:
+fuserc faster).
 
 The check (tools/bench_layer_check.py): one forward+backward of each
 variant on the same inputs (the forward alone with --mode fwd); the output
 and the gradients (of x and of every weight, this rank's shards) of
-fuserc and async TP against eager's, and of all three against a
+fuserc and the compiled variants against eager's, and of all against a
 reference (eager in f32 for a bf16 run, f64 for f32), as
 max |a - b| / max |b| over all ranks. A variant whose error against the
 reference exceeds twice eager's plus a floor (bf16 1e-2, f32 1e-5), for
@@ -67,7 +80,6 @@ commands and the tables.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -76,6 +88,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +109,20 @@ from bench import (  # noqa: E402
     init_torch_distributed,
     num_text,
     release,
+    start_torch_world,
     tflops_text,
+    torch_launched,
 )
 from bench_layer_check import WIDER, Check, Outcome, compare, judge, run_once, table  # noqa: E402
+from bench_layer_graphs import GraphCount, collectives_text, fused_text  # noqa: E402
 from gpt_layer import WEIGHTS, block, build  # noqa: E402
 
 HEAD_DIM = 128
-VARIANTS = (("limit", "limit"), ("fuserc", "fuserc"), ("eager", "eager"), ("async_tp", "async TP"))
+VARIANTS = (("limit", "limit"), ("fuserc", "fuserc"), ("eager", "eager"), ("compile", "torch.compile"), ("async_tp", "async TP"))
+BASELINES = VARIANTS[2:]
+"""The variants fuserc's speedups are over."""
+CHECKED = ("eager", "fuserc", "compile", "async_tp")
+COMPILED = ("compile", "async_tp")
 MODES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
 
@@ -132,6 +152,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="the CPU, f32, hidden 64, 32 tokens, head dim 16: tests the harness")
     p.add_argument("--perturb", type=float, default=0.0, metavar="E", help="add E to fuserc's first layer_norm bias (the check must then fail)")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="rank 0 also writes every figure as JSON")
+    p.add_argument("--cpu-compile", action="store_true", help="with --small, run the torch.compile variants on the CPU too (minutes of Inductor C++ builds)")
     return p
 
 
@@ -257,34 +278,6 @@ def local_work(shape: Shape, weights: Sequence[torch.Tensor], d: int, device: to
 # --------------------------------------------------------------------------
 
 
-def torch_launched() -> bool:
-    """Whether fuserc's launcher is torch.distributed (mpi_env's rule):
-    under torchrun, or without mpi4py."""
-    from fuserc.runtime.mpi_env import TORCHRUN_VARS
-
-    return all(v in os.environ for v in TORCHRUN_VARS) or importlib.util.find_spec("mpi4py") is None
-
-
-def start_torch_world(cuda: bool) -> None:
-    """Under torch's launcher: the world (NCCL on CUDA, else gloo) before
-    fuserc's job starts (fuserc adds a gloo group of its own beside NCCL)."""
-    import socket
-
-    import torch.distributed as dist
-
-    with socket.socket() as s:  # a lone process: a world of one
-        s.bind(("127.0.0.1", 0))
-        defaults = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(s.getsockname()[1])}
-    for k, v in defaults.items():
-        os.environ.setdefault(k, v)
-    if cuda:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        dist.init_process_group("gloo")
-
-
 class Job:
     """This process: rank, size, device, fuserc's communicator and torch's mesh."""
 
@@ -306,21 +299,25 @@ class Job:
             init_torch_distributed(self.comm, self.rank, self.d, self.env.node_rank, self.device if self.cuda else None)
         self.group_name = dist.group.WORLD.group_name
         self.mesh = DeviceMesh(self.device.type, list(range(self.d)))
+        self.compile_reason = None if self.cuda or a.cpu_compile else "on the CPU only with --cpu-compile (Inductor's C++ builds take minutes)"
         self.async_tp_reason = self._async_tp()
+        if self.compile_reason is None:
+            import torch._functorch.config as functorch
+
+            functorch.enable_autograd_cache = False  # every graph compiled, so GraphCount sees it
 
     def _async_tp(self) -> str | None:
-        """Turn on async TP for the world; why not, where it cannot."""
+        """Symmetric memory for the world's group; why async TP cannot run."""
         if not self.cuda:
             return "needs CUDA (symmetric memory)"
         if self.d < 2:
-            return None  # plain torch.compile
+            return "d = 1: no collective to fuse (torch.compile is the same work)"
         try:
             import torch._inductor.config as inductor
             import torch.distributed._symmetric_memory as symm_mem
 
             if not hasattr(inductor, "_micro_pipeline_tp"):
                 return "this torch has no torch._inductor.config._micro_pipeline_tp"
-            inductor._micro_pipeline_tp = True
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # a no-op in newer torch
                 symm_mem.enable_symm_mem_for_group(self.group_name)
@@ -335,6 +332,14 @@ class Job:
     def drain(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
+
+    def reset_peak(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_mib(self) -> float | None:
+        """The most memory torch allocated on the GPU since `reset_peak` (None on the CPU)."""
+        return torch.cuda.max_memory_allocated(self.device) / 2**20 if self.cuda else None
 
     def release(self) -> None:
         release(self.comm, self.device if self.cuda else None)
@@ -424,11 +429,16 @@ def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argpar
     return Variant(lambda: f(*leaves), leaves, release=f.close)
 
 
-def module_variant(m: nn.Module, x: torch.Tensor, job: Job, compile: bool = False) -> Variant:
-    """`m` on this rank's x, or `m` under torch.compile."""
+def module_variant(m: nn.Module, x: torch.Tensor, job: Job, options: dict[str, Any] | None = None) -> Variant:
+    """`m` on this rank's x, or, with Inductor `options`, `m` under
+    torch.compile (compiled afresh: dynamo's caches are reset, so that a
+    module compiled before with other options is not reused)."""
     x = x.clone().requires_grad_(True)
     params = dict(m.named_parameters())
-    fn = torch.compile(m) if compile else m
+    fn: Callable[..., torch.Tensor] = m
+    if options is not None:
+        torch._dynamo.reset()
+        fn = torch.compile(m, options=options)
     return Variant(lambda: fn(x), [x, *(params[n] for n in WEIGHTS)], job.stream)
 
 
@@ -463,13 +473,15 @@ class Row:
     flops_per_gpu: int
     figures: dict[str, Figure] = field(default_factory=dict)
     speedup: dict[str, float | None] = field(default_factory=dict)  # baseline ms / fuserc ms
+    peak_mib: dict[str, float | None] = field(default_factory=dict)  # per variant (None: n/a)
+    graphs: dict[str, dict[str, int] | None] = field(default_factory=dict)  # compile, async_tp: GraphCount.mode
 
 
 @dataclass
 class ShapeResult:
     shape: Shape
     rows: list[Row]
-    checks: dict[str, Check] = field(default_factory=dict)  # eager, fuserc, async_tp
+    checks: dict[str, Check] = field(default_factory=dict)  # CHECKED
     compared: str = ""  # what the check ran: forward+backward or forward
 
 
@@ -499,7 +511,9 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
     if problem:
         for r in rows:
             r.figures = {k: Figure(reason=problem) for k, _ in VARIANTS}
-        res.checks = {k: Check(reason=problem) for k in ("eager", "fuserc", "async_tp")}
+            r.peak_mib = {k: None for k, _ in VARIANTS}
+            r.graphs = {k: None for k in COMPILED}
+        res.checks = {k: Check(reason=problem) for k in CHECKED}
         return res
     from fuserc.api import shard_tensor
     from fuserc.sharding import Mesh
@@ -516,8 +530,10 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
     del glob, ct_glob
     job.release()
 
-    def measure(key: str, make: Callable[[], Variant], eager: Outcome | None = None) -> Outcome | None:
-        """The variant's figures in every mode, and its check."""
+    def measure(key: str, make: Callable[[], Variant], eager: Outcome | None = None, graphs: GraphCount | None = None) -> Outcome | None:
+        """The variant's figures and peak memory in every mode, the graphs
+        it compiled (`graphs`, for the compiled ones), and its check."""
+        peaks: dict[str, float | None] = {}
 
         def body() -> tuple[dict[str, list[float]], Outcome]:
             with job.stream():
@@ -527,7 +543,10 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
                 out = run_once(v, ct, a.mode != "fwd")  # (a compiled module compiles here)
                 times = {}
                 for m in modes:
+                    job.drain()
+                    job.reset_peak()
                     times[m] = timed(v.forward if m == "fwd" else lambda: v.step(ct), job, a)
+                    peaks[m] = job.peak_mib()
                 return times, out
             finally:
                 v.close()
@@ -535,6 +554,9 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
         got, why = agreed(job.comm, body)
         for r in rows:
             r.figures[key] = Figure(reason=why) if got is None else figure(got[0][r.mode], r.flops_per_gpu)
+            r.peak_mib[key] = peaks.get(r.mode) if got is not None else None
+            if key in COMPILED:
+                r.graphs[key] = graphs.mode(r.mode) if graphs is not None and got is not None else None
         if key == "limit":
             return None
         if got is None:
@@ -550,25 +572,28 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
     job.release()
     measure("fuserc", lambda: fuserc_variant(shape, shards, job, a), eager)
     job.release()
-    if job.async_tp_reason:
-        for r in rows:
-            r.figures["async_tp"] = Figure(reason=job.async_tp_reason)
-        res.checks["async_tp"] = Check(reason=job.async_tp_reason)
-    else:
-        measure("async_tp", lambda: module_variant(module, shards[0], job, compile=True), eager)
+    for key, why, options in (("compile", job.compile_reason, {}), ("async_tp", job.async_tp_reason or job.compile_reason, {"_micro_pipeline_tp": True})):
+        if why:
+            for r in rows:
+                r.figures[key], r.peak_mib[key], r.graphs[key] = Figure(reason=why), None, None
+            res.checks[key] = Check(reason=why)
+            continue
+        count = GraphCount()
+        measure(key, partial(module_variant, module, shards[0], job, {**options, "post_grad_custom_post_pass": count}), eager, count)
+        job.release()
     del module, eager, reference
     job.release()
     measure("limit", lambda: module_variant(local_work(shape, shards[1:], job.d, job.device), shards[0], job))
     del shards, ct
     job.release()
     base = res.checks["eager"].vs_reference
-    for key in ("fuserc", "async_tp"):
+    for key in CHECKED[1:]:
         judge(res.checks[key], base, a.dtype)
     for r in rows:
         lim, fus = r.figures["limit"].ms, r.figures["fuserc"].ms
         for f in r.figures.values():
             f.ratio = lim / f.ms if lim and f.ms else None
-        for key in ("eager", "async_tp"):
+        for key, _ in BASELINES:
             ms = r.figures[key].ms
             r.speedup[key] = ms / fus if ms and fus else None
     return res
@@ -588,8 +613,13 @@ def line(res: ShapeResult, row: Row) -> str:
             parts.append(f"{title} n/a ({f.reason})")
         else:
             parts.append(f"{title} {f.ms:.3f} ms {tflops_text(f.tflops)} TFLOP/s ({num_text(f.ratio, '.2f')} of limit)")
-    sp = ", ".join(f"{t} / fuserc {num_text(row.speedup.get(k), '.2f')}" for k, t in VARIANTS[2:])
-    return f"[hidden {row.hidden} tokens {row.tokens} d={row.ranks} {MODES[row.mode]}] " + " | ".join(parts) + f" | {sp}"
+    sp = ", ".join(f"{t} / fuserc {num_text(row.speedup.get(k), '.2f')}" for k, t in BASELINES)
+    peaks = ", ".join(f"{t} {num_text(row.peak_mib.get(k), '.0f')}" for k, t in VARIANTS)
+    return (
+        f"[hidden {row.hidden} tokens {row.tokens} d={row.ranks} {MODES[row.mode]}] " + " | ".join(parts) + f" | {sp}"
+        f" | peak MiB: {peaks} | torch.compile's collectives: {collectives_text(row.graphs.get('compile'))}"
+        f" | async TP: {fused_text(row.graphs.get('async_tp'))}"
+    )
 
 
 def markdown(rows: Sequence[Row], mode: str, dtype: str) -> str:
@@ -598,19 +628,36 @@ def markdown(rows: Sequence[Row], mode: str, dtype: str) -> str:
     head = ["hidden", "tokens", "heads"]
     for i, (_, title) in enumerate(VARIANTS):
         head += [f"{title} ms", f"{title} TFLOP/s"] + ([] if i == 0 else [f"{title} / limit"])
-    head += ["eager / fuserc", "async TP / fuserc"]
+    head += [f"{title} / fuserc" for _, title in BASELINES]
     out = [f"### {MODES[mode]} ({rows[0].ranks} ranks, {dtype})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    notes: dict[str, None] = {}
+    notes: dict[str, None] = {}  # the lines under the table
     for r in rows:
         cells = [str(r.hidden), str(r.tokens), str(r.heads)]
         for i, (key, title) in enumerate(VARIANTS):
             f = r.figures[key]
             if f.ms is None:
-                notes[f"{title}: {f.reason}"] = None
+                notes[f"n/a: {title}: {f.reason}"] = None
             cells += [num_text(f.ms, ".3f"), tflops_text(f.tflops)] + ([] if i == 0 else [num_text(f.ratio, ".2f")])
-        cells += [num_text(r.speedup.get("eager"), ".2f"), num_text(r.speedup.get("async_tp"), ".2f")]
+        cells += [num_text(r.speedup.get(k), ".2f") for k, _ in BASELINES]
         out.append("| " + " | ".join(cells) + " |")
-    out += [""] + [f"- n/a: {n}" for n in notes] if notes else []
+        fused = r.graphs.get("async_tp")
+        if fused is not None and not fused["ag_matmul"] and not fused["matmul_rs"]:
+            notes[f"async TP at hidden {r.hidden}, tokens {r.tokens} fused nothing ({collectives_text(fused)} left): torch.compile's graph, micro-pipeline TP found no pattern"] = None
+    out += [""] + [f"- {n}" for n in notes] if notes else []
+    return "\n".join(out)
+
+
+def memory_markdown(rows: Sequence[Row], mode: str) -> str:
+    """Per mode: each variant's peak memory, and what torch.compile and
+    async TP made of the collectives (tools/bench_layer_graphs.py)."""
+    head = ["hidden", "tokens", *(f"{title} peak MiB" for _, title in VARIANTS), "torch.compile: collectives", "async TP: fused"]
+    out = [f"### {MODES[mode]}: peak memory per GPU and the compiled graphs' collectives", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r.hidden), str(r.tokens), *(num_text(r.peak_mib.get(k), ".0f") for k, _ in VARIANTS)]
+        cells += [collectives_text(r.graphs.get("compile")), fused_text(r.graphs.get("async_tp"))]
+        out.append("| " + " | ".join(cells) + " |")
+    if all(v is None for r in rows for v in r.peak_mib.values()):
+        out += ["", "- n/a: peak memory: needs CUDA (torch.cuda.max_memory_allocated)"]
     return "\n".join(out)
 
 
@@ -649,7 +696,8 @@ def run(a: argparse.Namespace) -> int:
     job = Job(a)
     lead, wide = job.rank == 0, WIDER[a.dtype][1]
     if lead:
-        compiled = f"n/a: {job.async_tp_reason}" if job.async_tp_reason else ("micro-pipeline TP" if job.d > 1 else "d=1: plain torch.compile")
+        why = job.async_tp_reason or job.compile_reason
+        compiled = f"n/a: {why}" if why else "micro-pipeline TP"
         print(f"fuserc bench_layer: {job.d} rank(s) on {job.device_name()}, {a.dtype}, head dim {a.head_dim}, "
               f"warmup {a.warmup}, {a.repeats} x {a.iters} iterations; async TP: {compiled}", flush=True)  # fmt: skip
     results = []
@@ -659,7 +707,7 @@ def run(a: argparse.Namespace) -> int:
         if lead:
             for r in res.rows:
                 print(line(res, r), flush=True)
-            for key, title in (VARIANTS[2], VARIANTS[1], VARIANTS[3]):
+            for key, title in (VARIANTS[2], VARIANTS[1], VARIANTS[3], VARIANTS[4]):
                 c = res.checks.get(key) or Check(reason="not run")
                 print(f"  check ({res.compared}) {title}: {c.text(wide)}", flush=True)
     bad = failures(results)
@@ -669,6 +717,7 @@ def run(a: argparse.Namespace) -> int:
             rows = [r for res in results for r in res.rows if r.mode == mode]
             if rows:
                 print(markdown(rows, mode, a.dtype) + "\n")
+                print(memory_markdown(rows, mode) + "\n")
         print(table([(r.shape.hidden, r.shape.tokens, r.checks) for r in results], wide, results[0].compared) + "\n")
         if a.json_path:
             Path(a.json_path).write_text(json.dumps(as_json(results, job, a), indent=1))

@@ -154,7 +154,7 @@ def table(shapes: Sequence[tuple[int, int, dict[str, Check]]], wide: str, compar
         return [f"{c.output:.2e}", "-" if c.grads is None else f"{c.grads:.2e} ({c.worst_grad})"]
 
     for hidden, tokens, checks in shapes:
-        for key, title in (("eager", "eager"), ("fuserc", "fuserc"), ("async_tp", "async TP")):
+        for key, title in (("eager", "eager"), ("fuserc", "fuserc"), ("compile", "torch.compile"), ("async_tp", "async TP")):
             c = checks.get(key) or Check(reason="not run")
             if c.reason:
                 out.append(f"| {hidden} | {tokens} | {title} | n/a | n/a | n/a | n/a | n/a: {c.reason} |")

@@ -1,15 +1,31 @@
 #!/usr/bin/env python
-"""Fault injection: how `fuserc run` ends when one rank fails.
+"""Fault injection: how `fuserc run` ends when one rank fails, under each launcher.
 
-    python tools/faults.py [-n 4] [--watchdog 10] [--program FILE] [--rank 1]
+    python tools/faults.py [--launcher mpiexec|mpiexec-keep|torchrun|both|all] [-n 4]
+        [--watchdog 10] [--rank 1] [--kinds exit,segv,...] [--repeat K] [--program FILE]
+        [--backend cpu|cuda]
 
-Runs the program under `mpiexec -n N fuserc run` once per way a rank can
-fail (raises, exits, segfaults, is killed, is stopped with SIGSTOP from
-outside, never reaches a collective) and prints, for each, the time from
-the failure to the end of the job, the exit code and what the user saw.
-The failures come from `$FUSERC_FAULT` (runtime/watchdog.py), at the
-rank's first communication, except the external SIGSTOP, sent by this
-script to the rank's process once the run has started.
+Runs the program (by default examples/sp_mlp.mlir on a mesh of N) under
+`mpiexec -n N fuserc run` and `torchrun --nproc-per-node N -m fuserc run`
+(and MPICH's `mpiexec -disable-auto-cleanup`, with `--launcher all`) once
+per way a rank can fail (raises, exits, segfaults, is killed, is
+stopped with SIGSTOP from outside or stops itself, never reaches a
+collective) and prints, for each, the time from the failure to the end of
+the job, the exit code, whether fuserc's own line named the failing rank,
+and what the user saw (fuserc's lines; the launcher's report after them is
+left out). The failures come from `$FUSERC_FAULT` (runtime/watchdog.py), at
+the rank's first communication, except the external SIGSTOP, sent by this
+script to the rank's process once its run has started.
+
+Each outcome is checked (exit 1 when one fails its check): the job ends
+(its last rank's process is gone; torchrun takes one to a few seconds more
+to print its report and exit) within the watchdog's time plus 5 s of the
+fault, and fuserc says why within 5 s of a rank's end; the exit code is
+not 0; fuserc's line names the
+failing rank (and how it ended) and blames no other. Under MPICH's Hydra a
+rank that exits, crashes or is killed need not be named: Hydra kills the
+other ranks at once, except after an exit with a code under
+`-disable-auto-cleanup` (docs/runtime.md, Failure handling).
 """
 
 from __future__ import annotations
@@ -22,9 +38,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+
+from fuserc.runtime.peers import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 MPI_ENV = {
@@ -35,64 +55,81 @@ MPI_ENV = {
     "OMP_NUM_THREADS": "1",
     "PYTHONUNBUFFERED": "1",
 }
-SCENARIOS = [
-    ("rank raises", "raise"),
-    ("rank exits (code 3)", "exit"),
-    ("rank segfaults", "segv"),
-    ("rank killed (SIGKILL)", "kill"),
-    ("rank stopped (SIGSTOP, from outside)", "external-stop"),
-    ("rank stops itself (SIGSTOP)", "stop"),
-    ("rank never reaches a collective", "hang"),
-]
+SCENARIOS = {
+    "raise": "rank raises",
+    "exit": "rank exits (code 3)",
+    "segv": "rank segfaults",
+    "kill": "rank killed (SIGKILL)",
+    "external-stop": "rank stopped (SIGSTOP, from outside)",
+    "stop": "rank stops itself (SIGSTOP)",
+    "hang": "rank never reaches a collective",
+}
+ENDS = ("raise", "exit", "segv", "kill")
+"""Faults where the rank's process ends: fuserc says why within SLACK_S."""
+SLACK_S = 5.0
+HOW = {"exit": "exit code 3", "segv": "SIGSEGV", "kill": "SIGKILL"}
+"""What fuserc's line says of how the rank ended."""
+HYDRA_KILLS = {"mpiexec": ("exit", "segv", "kill"), "mpiexec-keep": ("segv", "kill")}
+"""Faults after which MPICH's Hydra kills every other rank at once (it still
+does for a rank killed by a signal with -disable-auto-cleanup): fuserc's
+line naming the rank is printed only when it is faster."""
+LAUNCHER_LINE = re.compile(r"^([WEIDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ |=+$|\s*=|\*+$|YOUR APPLICATION|This typically|Please see the FAQ)")
+"""Lines of the launchers' own reports (torch's logging, MPICH's banner)."""
 
 
-def _pid_of_rank(marker: str, rank: int) -> int | None:
-    """The process of `rank` in the job whose environment holds `marker`."""
+@dataclass
+class Outcome:
+    """How one job ended, and whether that is as it should be."""
+
+    kind: str
+    launcher: str
+    said: float  # from the fault to fuserc's first line
+    seconds: float  # from the fault to the end of the job (its last rank's end)
+    code: int
+    lines: list[str]  # what fuserc said
+    named: bool  # fuserc's line named the failing rank (and how it ended)
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _ranks_of(marker: str) -> dict[int, int]:
+    """rank -> process of the ranks of the job whose environment holds
+    `marker` (mpiexec gives a rank PMI_RANK, torchrun RANK)."""
+    found = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            env = (d / "environ").read_bytes().split(b"\0")
+            env = dict(e.split(b"=", 1) for e in (d / "environ").read_bytes().split(b"\0") if b"=" in e)
         except OSError:
             continue
-        if f"FAULTS_MARK={marker}".encode() in env and f"PMI_RANK={rank}".encode() in env:
-            return int(d.name)
-    return None
+        rank = env.get(b"PMI_RANK", env.get(b"RANK"))
+        if env.get(b"FAULTS_MARK") == marker.encode() and rank is not None and rank.isdigit():
+            found[int(rank)] = int(d.name)
+    return found
 
 
-def scenario(kind: str, args: argparse.Namespace, mpiexec: str) -> tuple[float, int, str]:
-    """(seconds from the failure to the job's end, exit code, stderr)."""
-    marker = uuid.uuid4().hex
-    env = {**os.environ, **MPI_ENV, "FAULTS_MARK": marker}
-    if kind != "external-stop":
-        env["FUSERC_FAULT"] = f"{args.rank}:{kind}"
-    cmd = [mpiexec, "-n", str(args.n), sys.executable, "-m", "fuserc", "run", str(args.program),
-           "--backend", "cpu", "--watchdog", str(args.watchdog), "--iters", "1000", "--warmup", "0"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    struck = None
-    if kind == "external-stop":  # once the ranks run (a record on the job's board says so), stop one
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            pid = _pid_of_rank(marker, args.rank)
-            records = list(Path(tempfile.gettempdir()).glob(f"fuserc-job-*/rank{args.rank}.json"))
-            if pid and any(_running(r, pid) for r in records):
-                os.kill(pid, signal.SIGSTOP)
-                struck = time.time()
-                break
+class _Ranks(threading.Thread):
+    """Watches the job's rank processes: when the last one ended (the job's
+    end, before the launcher's own report and exit)."""
+
+    def __init__(self, marker: str, n: int, proc: subprocess.Popen[str]):
+        super().__init__(daemon=True)
+        self.marker, self.n, self.proc = marker, n, proc
+        self.pids: dict[int, int] = {}
+        self.ended: float | None = None
+
+    def run(self) -> None:
+        while self.proc.poll() is None:
+            if len(self.pids) < self.n:
+                self.pids.update(_ranks_of(self.marker))
+            elif not any(alive(pid) for pid in self.pids.values()):
+                self.ended = time.time()
+                return
             time.sleep(0.05)
-    try:
-        out, err = proc.communicate(timeout=args.watchdog * 3 + 120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return float("inf"), -1, err + "\n(killed by this script: the job did not end)"
-    launcher = [line.strip() for line in out.splitlines() if "EXIT STRING" in line or "EXIT CODE" in line]
-    err += "".join(f"\n(mpiexec) {line}" for line in launcher)
-    end = time.time()
-    m = re.search(r"FUSERC_FAULT: \w+ before .* \(at (\d+\.\d+)\)", err)
-    if m:
-        struck = float(m.group(1))
-    return (end - struck) if struck else float("nan"), proc.returncode, err
 
 
 def _running(record: Path, pid: int) -> bool:
@@ -104,24 +141,171 @@ def _running(record: Path, pid: int) -> bool:
     return f'"pid": {pid},' in text and '"label": "run' in text
 
 
-def main(argv: list[str] | None = None) -> int:
+LAUNCHERS = {
+    "mpiexec": "mpiexec -n N",
+    "mpiexec-keep": "MPICH's mpiexec -disable-auto-cleanup -n N (after a rank's exit the others live on until fuserc ends the job)",
+    "torchrun": "torchrun --standalone --nproc-per-node N",
+}
+
+
+def command(launcher: str, args: argparse.Namespace) -> list[str]:
+    """`fuserc run` of the program on N ranks under `launcher`."""
+    if launcher == "torchrun":
+        start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.n), "-m", "fuserc"]
+    else:
+        keep = ["-disable-auto-cleanup"] if launcher == "mpiexec-keep" else []
+        start = [args.mpiexec, *keep, "-n", str(args.n), sys.executable, "-m", "fuserc"]
+    mesh = ["--mesh", f"tp={args.n}"] if args.program == DEFAULT_PROGRAM else []
+    return [*start, "run", str(args.program), *mesh, "--backend", args.backend, "--watchdog", str(args.watchdog),
+            "--iters", "1000", "--warmup", "0"]  # fmt: skip
+
+
+def scenario(kind: str, launcher: str, args: argparse.Namespace) -> Outcome:
+    """Run one fault under one launcher and judge how the job ended."""
+    marker = uuid.uuid4().hex
+    env = {**os.environ, **MPI_ENV, "FAULTS_MARK": marker}
+    if kind != "external-stop":
+        env["FUSERC_FAULT"] = f"{args.rank}:{kind}"
+    proc = subprocess.Popen(command(launcher, args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[tuple[float, str]] = []  # (when, line) of stderr
+    reader = threading.Thread(target=lambda: lines.extend((time.time(), line.rstrip("\n")) for line in proc.stderr), daemon=True)
+    reader.start()
+    ranks = _Ranks(marker, args.n, proc)
+    ranks.start()
+    struck = None
+    if kind == "external-stop":  # once the rank runs (its record on the job's board says so), stop it
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            pid = ranks.pids.get(args.rank)
+            records = list(Path(tempfile.gettempdir()).glob(f"fuserc-job-*/rank{args.rank}.json"))
+            if pid and any(_running(r, pid) for r in records):
+                os.kill(pid, signal.SIGSTOP)
+                struck = time.time()
+                break
+            time.sleep(0.05)
+    try:
+        proc.wait(timeout=args.watchdog * 3 + 120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        reader.join(timeout=10)
+        return Outcome(kind, launcher, float("inf"), float("inf"), -1, [t for _, t in lines], False, ["the job did not end (killed by this script)"])
+    end = time.time()
+    reader.join(timeout=10)
+    ranks.join(timeout=10)
+    end = min(end, ranks.ended or end)
+    stderr = "\n".join(t for _, t in lines)
+    m = re.search(r"FUSERC_FAULT: \w+ before .* \(at (\d+\.\d+)\)", stderr)
+    if m:
+        struck = float(m.group(1))
+    words = fuserc_lines(stderr)
+    first = next((when for when, t in lines if words and t == words[0]), float("nan"))
+    if struck is None:
+        return Outcome(kind, launcher, float("nan"), float("nan"), proc.returncode, words, False, ["the fault did not happen"])
+    return judge(kind, launcher, args, first - struck, end - struck, proc.returncode, stderr)
+
+
+def fuserc_lines(stderr: str) -> list[str]:
+    """What fuserc said: stderr without notes, the fault hook's lines and
+    the launcher's own report (torchrun's ChildFailedError traceback)."""
+    lines, in_report = [], False
+    for line in stderr.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            in_report = True  # torchrun's ChildFailedError: to the end of its report
+        if in_report or not line.strip() or LAUNCHER_LINE.match(line) or line.startswith(("note:", "FUSERC_FAULT:")):
+            continue
+        lines.append(line)
+    return lines
+
+
+def judge(kind: str, launcher: str, args: argparse.Namespace, said: float, seconds: float, code: int, stderr: str) -> Outcome:
+    """The outcome of one job and what is wrong with it: `said` and
+    `seconds` are the times from the fault to fuserc's first line and to
+    the end of the job."""
+    lines = fuserc_lines(stderr)
+    text = "\n".join(lines)
+    r = args.rank
+    others = [q for q in range(args.n) if q != r]
+    if kind == "raise":
+        named = f"[rank {r}]" in text and "injected failure" in text
+    elif kind in HOW:
+        named = bool(re.search(rf"error: rank {r} ended: .*{HOW[kind]}", text))
+    else:
+        named = f"rank {r} did not arrive" in text
+    problems = []
+    limit = args.watchdog + SLACK_S
+    if kind in ENDS and lines and not said <= SLACK_S:
+        problems.append(f"said why {said:.1f} s after the fault (limit {SLACK_S:g} s)")
+    if not seconds <= limit:
+        problems.append(f"ended {seconds:.1f} s after the fault (limit {limit:g} s)")
+    if code == 0:
+        problems.append("exit code 0")
+    if not named and not (kind in HYDRA_KILLS.get(launcher, ())):
+        problems.append(f"rank {r} is not named as it should be")
+    blamed = [q for q in others if f"rank {q} did not arrive" in text or f"[rank {q}]" in text or f"rank {q} ended" in text]
+    if blamed:
+        problems.append(f"innocent rank{'s' if len(blamed) > 1 else ''} {', '.join(map(str, blamed))} named")
+    if "Traceback" in text:
+        problems.append("a Python traceback from fuserc")
+    return Outcome(kind, launcher, said, seconds, code, lines, named, problems)
+
+
+DEFAULT_PROGRAM = ROOT / "examples" / "sp_mlp.mlir"
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (the tests build theirs with this)."""
+    p = parser()
+    args = p.parse_args(argv)
+    args.mpiexec = shutil.which("mpiexec") or shutil.which("mpirun")
+    return args
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--launcher", choices=[*LAUNCHERS, "both", "all"], default="both",
+        help="; ".join(f"{k}: {v}" for k, v in LAUNCHERS.items()) + "; both: mpiexec and torchrun (default); all: the three",
+    )  # fmt: skip
     p.add_argument("-n", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--rank", type=int, default=1, help="the failing rank (default 1)")
     p.add_argument("--watchdog", type=float, default=10.0, help="the watchdog's time (default 10 s)")
-    p.add_argument("--program", type=Path, default=ROOT / "examples" / "sp_mlp.mlir")
-    args = p.parse_args(argv)
-    mpiexec = shutil.which("mpiexec") or shutil.which("mpirun")
-    if mpiexec is None:
-        print("error: mpiexec is not installed", file=sys.stderr)
+    p.add_argument("--kinds", default=",".join(SCENARIOS), help=f"faults to inject (default all: {','.join(SCENARIOS)})")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each fault (default 1)")
+    p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM, help="default: examples/sp_mlp.mlir on a mesh of N")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default="cpu", help="the backend of the runs (default cpu)")
+    return p
+
+
+def _secs(x: float) -> str:
+    return "-" if x != x else f"{x:.1f}s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = options(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown fault {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+    launchers = {"both": ["mpiexec", "torchrun"], "all": list(LAUNCHERS)}.get(args.launcher, [args.launcher])
+    if any(launcher.startswith("mpiexec") for launcher in launchers) and args.mpiexec is None:
+        print("error: mpiexec is not installed (pip install 'fuserc[mpi]')", file=sys.stderr)
         return 1
-    print(f"{'scenario':<40}{'ends after':>12}{'exit':>6}  message")
-    for name, kind in SCENARIOS:
-        seconds, code, err = scenario(kind, args, mpiexec)
-        lines = [line for line in err.strip().splitlines() if not line.startswith(("note:", "FUSERC_FAULT:"))]
-        shown = " | ".join(lines)[:300]
-        print(f"{name:<40}{seconds:>11.1f}s{code:>6}  {shown}", flush=True)
-    return 0
+    print(f"{'launcher':<13}{'scenario':<38}{'said after':>11}{'ends after':>11}{'exit':>6}{'named':>7}  message")
+    failed = 0
+    for launcher in launchers:
+        for kind in kinds:
+            for _ in range(args.repeat):
+                o = scenario(kind, launcher, args)
+                shown = " | ".join(o.lines)[:300]
+                print(f"{launcher:<13}{SCENARIOS[kind]:<38}{_secs(o.said):>11}{_secs(o.seconds):>11}{o.code:>6}{'yes' if o.named else 'no':>7}  {shown}", flush=True)
+                for problem in o.problems:
+                    print(f"{'':<13}  FAILED: {problem}", flush=True)
+                failed += not o.ok
+    if failed:
+        print(f"{failed} run{'s' if failed > 1 else ''} failed {'their' if failed > 1 else 'its'} check", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Checks the cuda backend on a machine with NVIDIA GPUs, in one go: installs
-# the wheels carried in .whl/ (xdsl and its needs), makes this checkout
-# importable as the package `fuserc`, then runs the cuda backend's unit
-# tests, the end-to-end tests (whose default backend, auto, is cuda there),
-# every example through the lowering with --check on the cuda backend, and
-# timings. NVLink multicast stays off throughout.
+# the wheels carried in .whl/ (xdsl and its needs), puts this checkout on
+# PYTHONPATH (it imports as the package `fuserc`), then runs the cuda
+# backend's unit tests, the end-to-end tests (whose default backend, auto,
+# is cuda there), every example through the lowering with --check on the
+# cuda backend, and timings. NVLink multicast stays off throughout.
 #
-#   tools/gpu_check.sh [STAGE ...]     stages: info unit mpi e2e examples perf pipelined
-#                                      (default: all, in that order)
+#   tools/gpu_check.sh [STAGE ...]   stages: info unit mpi graphs e2e examples perf pipelined
+#                                    (default: all, in that order), and startup
+#                                    (time to a first result: cold and warm kernel cache)
+#
+# Each stage has its own time limit, sized for 4 H100s with room to spare
+# (e2e took 162 s there): info 60, unit 150, mpi 240, graphs 240, e2e 300,
+# examples 180, perf 150, pipelined 180, startup 600 s. Stages are skipped
+# once GPU_CHECK_BUDGET_S seconds (default 560) are spent, so that one call
+# of at most 10 minutes runs, for example, `info unit mpi`, then
+# `graphs e2e`, then `examples perf pipelined`.
 #
 # Logs: $OUT/log.txt (everything) and $OUT/summary.txt (one line a step);
-# $OUT defaults to /tmp/gpu_check. Each step has its own time limit, and
-# steps are skipped once GPU_CHECK_BUDGET_S seconds (default 280) are spent.
+# $OUT defaults to /tmp/gpu_check.
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -21,7 +28,7 @@ LOG=$OUT/log.txt
 SUMMARY=$OUT/summary.txt
 : >"$LOG"
 : >"$SUMMARY"
-BUDGET=${GPU_CHECK_BUDGET_S:-280}
+BUDGET=${GPU_CHECK_BUDGET_S:-560}
 N=${GPU_CHECK_RANKS:-4}
 LOWERING=propagate-shardings,make-resharding-contiguous,lower-to-host-ir
 
@@ -53,15 +60,14 @@ step() {
 export MPIRUN=${GPU_CHECK_MPIRUN:-"mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH -x PYTHONSAFEPATH -x GPU_CHECK_BACKEND"}
 export REPO N LOWERING GPU_CHECK_BACKEND=${GPU_CHECK_BACKEND:-cuda}
 
-# ---- setup: wheels, and the repository folders as fuserc.* -----------------
+# ---- setup: wheels; the checkout itself is the package fuserc -------------------
 setup() {
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
-  rm -rf /tmp/pkg && mkdir -p /tmp/pkg/fuserc
-  cp -r fuserc/*.py /tmp/pkg/fuserc/
-  for sub in dialects passes runtime; do ln -s "$REPO/$sub" "/tmp/pkg/fuserc/$sub"; done
-  python3 -c "import fuserc.runtime.cuda as c, fuserc.passes, xdsl; print('cuda backend:', c.unavailable_reason() or 'available')"
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+  fi
+  python3 -c "import fuserc.runtime.cuda as c, fuserc.passes, xdsl; print('fuserc from', fuserc.runtime.__file__); print('cuda backend:', c.unavailable_reason() or 'available')"
 }
-export PYTHONPATH=/tmp/pkg:/tmp/site
+export PYTHONPATH=$REPO:/tmp/site
 export -f setup
 step setup 60 setup || { note "setup failed: see log.txt"; exit 1; }
 
@@ -83,45 +89,19 @@ unit() {  # in one process: planner, fused kernels, GEMMs, every op vs cpu, memo
 
 mpi() {  # the collectives program and large send/recv/put/get on NCCL and CUDA IPC, 2 to N GPUs
   # (the cpu variant is left out: MPI windows fail under the Open MPI of some GPU images)
-  python3 -m pytest -q -p no:cacheprovider tests/unit/test_cuda_backend.py -k "under_mpiexec and not cpu"
+  python3 -m pytest -q -p no:cacheprovider tests/unit/test_cuda_backend.py -k "under_mpiexec and not cpu and not cuda_graphs"
+}
+
+graphs() {  # runs captured once and replayed as CUDA graphs, on 2 and 4 GPUs
+  python3 -m pytest -q -p no:cacheprovider tests/unit/test_cuda_backend.py -k "cuda_graphs_under_mpiexec"
 }
 
 e2e() {  # hand-written host programs; backend auto = cuda here
   python3 -m pytest -q -p no:cacheprovider tests/e2e/test_run.py -k "not test_collectives"
 }
 
-examples() {  # every example, one mpirun: PIPELINE (default: the lowering alone) + --check on cuda
-  local pipe=${1:-$LOWERING}
-  cat >/tmp/run_examples.py <<'EOF'
-"""Each example compiled by the lowering and checked on the cuda backend,
-in one MPI job (one startup); an exception ends the job."""
-import os
-import sys
-from pathlib import Path
-
-from fuserc.run_cli import _Options, _run
-from fuserc.runtime.mpi_env import abort_job, mpi_env
-
-BACKEND = os.environ.get("GPU_CHECK_BACKEND", "cuda")
-env = mpi_env()
-results = []
-for path in sys.argv[2:]:
-    if env.rank == 0:
-        print(f"--- {path}", flush=True)
-    try:
-        code = _run(_Options(path, "main", sys.argv[1], [], 0, None, True, BACKEND, None, None, False))
-    except BaseException as e:  # noqa: BLE001
-        abort_job(env, e)
-    env.comm.Barrier()
-    results.append((Path(path).name, code))
-if env.rank == 0:
-    for name, code in results:
-        print(f"{'ok' if code == 0 else 'FAILED'}: {name}")
-    sys.exit(1 if any(code for _, code in results) else 0)
-EOF
-  local files=()
-  for f in examples/*.mlir; do [[ $f == *large* ]] || files+=("$f"); done
-  $MPIRUN -n "$N" python3 /tmp/run_examples.py "$pipe" "${files[@]}"
+examples() {  # every example, one job: PIPELINE (default: the lowering alone) + --check on cuda
+  $MPIRUN -n "$N" python3 tools/check_examples.py --pipeline "${1:-$LOWERING}" --backend "$GPU_CHECK_BACKEND"
 }
 
 perf() {  # GEMMs and a fused chain through the backend; the collectives program; AllGather+GEMM
@@ -196,18 +176,43 @@ pipelined() {  # every example through the default pipeline (stream-pipeline: ri
   $MPIRUN -n 4 python3 -m fuserc run examples/allgather_matmul_large.mlir --backend cuda --warmup 3 --iters 10
 }
 
-export -f info unit mpi e2e examples perf pipelined
+startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall time with an empty kernel cache
+  # (cold: nothing of Inductor's or Triton's reused either), with it filled (warm), and cold without build
+  # workers; each run prints its startup phases (--time)
+  local n sizes=("$N")
+  [[ $N != 1 ]] && sizes+=(1)
+  for n in "${sizes[@]}"; do
+    local dir
+    dir=$(mktemp -d)
+    for run in cold warm cold-no-workers; do
+      [[ $run == cold-no-workers ]] && dir=$(mktemp -d)
+      local workers=""
+      [[ $run == cold-no-workers ]] && workers=0
+      local t0=$EPOCHREALTIME
+      FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN -x FUSERC_CACHE_DIR -x FUSERC_BUILD_WORKERS -n "$n" \
+        python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
+      echo "STARTUP $n GPU(s) $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+    done
+  done
+  local t0=$EPOCHREALTIME
+  FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1
+  echo "STARTUP $N GPU(s) FUSERC_KERNELS=cupy: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+}
+
+export -f info unit mpi graphs e2e examples perf pipelined startup
 STAGES=("$@")
-((${#STAGES[@]})) || STAGES=(info unit mpi e2e examples perf pipelined)
+((${#STAGES[@]})) || STAGES=(info unit mpi graphs e2e examples perf pipelined)
 for s in "${STAGES[@]}"; do
   case $s in
     info) step info 60 info ;;
     unit) step unit 150 unit ;;
-    mpi) step mpi 150 mpi ;;
-    e2e) step e2e 200 e2e ;;
-    examples) step examples 150 examples ;;
+    mpi) step mpi 240 mpi ;;
+    graphs) step graphs 240 graphs ;;
+    e2e) step e2e 300 e2e ;;
+    examples) step examples 180 examples ;;
     perf) step perf 150 perf ;;
-    pipelined) step pipelined 150 pipelined ;;
+    pipelined) step pipelined 180 pipelined ;;
+    startup) step startup 600 startup ;;
     *) note "unknown stage $s" ;;
   esac
 done

@@ -1,12 +1,14 @@
-"""A sequence-parallel MLP built, sharded and run from Python.
+"""A sequence-parallel MLP built, sharded and run from Python, on as many
+devices as the job has ranks (1, 2, 4, 8 or 16).
 
     mpiexec -n 4 python examples/python/sp_mlp.py
+    torchrun --nproc-per-node 2 examples/python/sp_mlp.py
 """
 
 import torch
 import torch.nn.functional as F
 
-from fuserc.api import FusionDefinition
+from fuserc.api import FusionDefinition, job_size
 
 fd = FusionDefinition()
 x = fd.define_tensor([64, 16], "f32")
@@ -16,8 +18,8 @@ h = fd.ops.gelu(fd.ops.matmul(x, w1))
 y = fd.ops.matmul(h, w2)
 fd.add_output(y)
 
-# Schedule: 4 devices; sequence split on x and y, tensor parallel weights.
-fd.sched.mesh("tp", [4])
+# Schedule: the job's devices; sequence split on x and y, tensor parallel weights.
+fd.sched.mesh("tp", [job_size()])
 fd.sched.shard(x, "tp", ["DIDx", "-"])
 fd.sched.shard(w1, "tp", ["-", "DIDx"])
 fd.sched.shard(w2, "tp", ["DIDx", "-"])

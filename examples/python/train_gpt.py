@@ -20,6 +20,7 @@ random Markov chain, so the loss falls towards the chain's entropy.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -158,6 +159,10 @@ def main() -> None:
     p.add_argument("--quiet", action="store_true", help="no line per step")
     a = p.parse_args()
     a.dtype = "f32"
+    if a.device == "cuda" and not torch.cuda.is_available():
+        usage_error(p, f"--device cuda: this torch ({torch.__version__}) has no CUDA device to use")
+    if a.plot and importlib.util.find_spec("matplotlib") is None:
+        usage_error(p, "--plot needs matplotlib (pip install matplotlib)")
 
     from fuserc.runtime.mpi_env import mpi_env
 
@@ -202,19 +207,30 @@ def main() -> None:
     compared = a.dropout == 0
     ok = not compared or worst <= a.tolerance
     if rank == 0:
-        if a.plot:
-            plot(a.plot, curve, ref_curve, devices)
         verdict = "ok" if ok else "FAILED"
         what = f"max rel diff {worst:.2e} (tolerance {a.tolerance:g}): {verdict}" if compared else "dropout on: not compared"
         print(
-            f"trained {a.steps} steps on {devices} rank(s) ({env.launcher}, {a.device}) in {seconds:.1f} s: "
+            f"trained {a.steps} steps on {devices} rank(s) ({env.launched_by or 'one process'}, {a.device}) in {seconds:.1f} s: "
             f"loss {curve[0]:.4f} -> {curve[-1]:.4f} (PyTorch {ref_curve[0]:.4f} -> {ref_curve[-1]:.4f}; "
             f"chain entropy floor {entropy(data):.4f}); {what}",
             flush=True,
         )
+        if a.plot:
+            plot(a.plot, curve, ref_curve, devices)
     loss_fn.close()
     if not ok:
         raise SystemExit(1)
+
+
+def usage_error(p: argparse.ArgumentParser, message: str) -> None:
+    """Bad usage, before any work: said once per job (every rank finds it),
+    exit 2 on every rank."""
+    from fuserc.runtime.job import launcher_rank
+
+    if launcher_rank() in (None, 0):
+        p.print_usage(sys.stderr)
+        print(f"{p.prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def entropy(data: Data) -> float:

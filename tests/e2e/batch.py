@@ -13,7 +13,7 @@ each pipeline's checked run as DIR/PIPELINE/in<i>.npy and out<i>.npy, as
 `fuserc run --save-outputs` does, for tests computing their own reference).
 For each case and pipeline every rank does what `fuserc run FILE -p SPEC
 --check --iters 1 --warmup 0` does (runtime/program.py, runtime/io.py,
-run_cli.compare): compile, random global inputs from the seed, each rank's
+fuserc.check.compare): compile, random global inputs from the seed, each rank's
 shards, a run on other inputs then the checked run (reusing the cached
 buffers), the results gathered to rank 0 and compared there with the
 unsharded float64 reference under the same tolerances. Rank 0 prints one line per case and pipeline:
@@ -182,7 +182,7 @@ def run_case(program: Any, env: Any, seed: int, save: str | None = None) -> tupl
     as `--iters` runs before the run it checks: cached buffers then hold
     the first run's data), checked against the reference, on rank 0
     ("", "" on the others). Raises _RunFailure when a run fails."""
-    from fuserc.run_cli import compare, precision_of
+    from fuserc.check import compare, precision_of
     from fuserc.runtime import io
 
     try:

@@ -34,10 +34,10 @@ ROOT = Path(__file__).parents[2]
 
 def test_docs_example_runs_as_written() -> None:
     """docs/python.md's complete example is examples/python/sp_mlp.py, and it
-    runs under mpiexec -n 4."""
+    runs on a mesh as large as the job (here mpiexec -n 2)."""
     example = ROOT / "examples" / "python" / "sp_mlp.py"
     doc = (ROOT / "docs" / "python.md").read_text()
     code = doc.split("```python\n", 1)[1].split("```", 1)[0]
     assert code.strip() in example.read_text(), "docs/python.md and examples/python/sp_mlp.py differ"
-    proc = ok(mpirun_python(4, example, []))
-    assert "max abs error" in proc.stdout
+    proc = ok(mpirun_python(2, example, []))
+    assert "max abs error" in proc.stdout and "fusion.mesh @tp shape = [2]" in proc.stdout

@@ -217,6 +217,30 @@ def test_python_autodiff(tmp_path: Path, save: str = "activations") -> None:
 
 
 # --------------------------------------------------------------------------
+# The README's command
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [4, 2, 1])
+def test_readme_backward_passes_its_check(n: int) -> None:
+    """`mpiexec -n 4 fuserc run examples/gpt_layer.mlir -p autodiff,default
+    --entry main_bwd --check` (and at --mesh tp=2, tp=1): every gradient
+    passes, the key bias's (zero but for rounding: the softmax cancels it)
+    by the rounding of the function run unsharded in f32, and each output
+    is named by its argument."""
+    from harness import mpirun
+
+    args: list[object] = [GPT, "-p", "autodiff,default", "--entry", "main_bwd", "--check"]
+    if n < 4:
+        args += ["--mesh", f"tp={n}"]
+    proc = ok(mpirun(n, args, timeout=180))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("output ")]
+    assert len(lines) == 17 and all(line.endswith(")") and ": ok (" in line for line in lines), proc.stdout
+    assert lines[0].startswith("output 0 (gradient of %x): max rel error")
+    assert lines[6].startswith("output 6 (gradient of %bk): max abs error") and "x the error of the function run unsharded" in lines[6]
+
+
+# --------------------------------------------------------------------------
 # Degenerate corrections
 # --------------------------------------------------------------------------
 

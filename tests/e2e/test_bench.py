@@ -1,8 +1,9 @@
-"""tools/bench.py in its cpu mode under `mpiexec -n 2` (tiny shapes): every
+"""tools/bench.py in its cpu mode under `mpiexec -n 2` (and torchrun; tiny shapes): every
 figure measured in one run, fuserc checked against eager, the Markdown
 tables and the JSON; async TP reported n/a; bad shapes and bad usage.
 tools/bench_layer.py --small on 2 ranks under torchrun and mpiexec: its
-figures, tables and JSON, and its check failing on a wrong layer."""
+figures, peak memory and compiled graphs' collectives (n/a on the CPU),
+tables and JSON, and its check failing on a wrong layer."""
 
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def test_both_patterns(tmp_path: Path) -> None:
     if BACKEND == "cpu":
         assert "n/a: async TP: needs CUDA" in proc.stdout
     assert [r["plan"].split()[0] for r in rows if r["pattern"] == "ag"] != ["not", "not"]  # Stream(2) is pipelined
+
+
+def test_bench_under_torchrun(tmp_path: Path) -> None:
+    """The same benchmark under torchrun: torch.distributed's world is the
+    tool's, started once, and fuserc joins it."""
+    from test_torch_function import launch
+
+    out = tmp_path / "bench.json"
+    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "1", "--json", str(out)]
+    proc = launch("torchrun", 2, BENCH, args, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["fuserc"]["ms"] > 0 and row["eager"]["ms"] > 0 and row["fuserc_rel_err"] < 4e-2, row
 
 
 def test_algorithm_stream_and_bad_shape(tmp_path: Path) -> None:
@@ -106,6 +120,7 @@ LAYER = Path(__file__).parents[2] / "tools" / "bench_layer.py"
 LAYER_SHAPE = ["--small"] if BACKEND == "cpu" else ["--hidden", "256", "--tokens", "256"]
 """The CPU (f32, head dim 16, hidden 64, 32 tokens) or, on the cuda suite, a
 small bf16 layer on the GPUs (head dim 128, 2 heads)."""
+VARIANT_KEYS = ["limit", "fuserc", "eager", "compile", "async_tp"]
 LAYER_NAMES = ["x", "ln1.weight", "ln1.bias", "attn.wq.weight", "attn.wq.bias", "attn.wk.weight", "attn.wk.bias",
                "attn.wv.weight", "attn.wv.bias", "attn.wo.weight", "attn.wo.bias", "ln2.weight", "ln2.bias",
                "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"]  # fmt: skip
@@ -125,9 +140,15 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     tables and the JSON."""
     proc, data = _layer("torchrun", tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for title in ("### forward (2 ranks", "### forward+backward (2 ranks", "### The check (forward+backward): max |a - b| / max |b| against eager and against the "):
+    for title in (
+        "### forward (2 ranks", "### forward+backward (2 ranks", "### The check (forward+backward): max |a - b| / max |b| against eager and against the ",
+        "### forward: peak memory per GPU and the compiled graphs' collectives", "### forward+backward: peak memory per GPU and the compiled graphs' collectives",
+    ):  # fmt: skip
         assert title in proc.stdout, proc.stdout
     assert "| hidden | tokens | heads | limit ms | limit TFLOP/s | fuserc ms | fuserc TFLOP/s | fuserc / limit | eager ms" in proc.stdout
+    assert "| torch.compile ms | torch.compile TFLOP/s | torch.compile / limit | async TP ms |" in proc.stdout
+    assert "| eager / fuserc | torch.compile / fuserc | async TP / fuserc |" in proc.stdout
+    assert "| limit peak MiB | fuserc peak MiB | eager peak MiB | torch.compile peak MiB | async TP peak MiB | torch.compile: collectives | async TP: fused |" in proc.stdout
     assert data["ranks"] == 2 and data["repeats"] == 2
     rows = data["rows"]
     assert [r["mode"] for r in rows] == ["fwd", "fwdbwd"]
@@ -142,8 +163,16 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
             assert f["tflops"] == pytest.approx(r["flops_per_gpu"] / (f["ms"] / 1e3) / 1e12)
             assert f["ratio"] == pytest.approx(figs["limit"]["ms"] / f["ms"])
         assert r["speedup"]["eager"] == pytest.approx(figs["eager"]["ms"] / figs["fuserc"]["ms"])
+        assert sorted(r["peak_mib"]) == sorted(VARIANT_KEYS) and sorted(r["graphs"]) == ["async_tp", "compile"]
+        assert sorted(r["speedup"]) == ["async_tp", "compile", "eager"]
         if BACKEND == "cpu":
             assert figs["async_tp"]["ms"] is None and figs["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
+            assert figs["compile"]["ms"] is None and "--cpu-compile" in figs["compile"]["reason"]
+            assert all(v is None for v in r["peak_mib"].values()) and r["graphs"] == {"compile": None, "async_tp": None}
+        else:
+            assert all(r["peak_mib"][k] > 0 for k in ("limit", "fuserc", "eager", "compile")), r["peak_mib"]
+            graphs = r["graphs"]["compile"]
+            assert graphs["ag_matmul"] == graphs["matmul_rs"] == 0 and graphs["all_gather"] > 0, graphs  # plain compile fuses nothing
     (c,) = data["checks"]
     assert c["compared"] == "forward+backward" and data["reference"] == ("f64" if BACKEND == "cpu" else "f32")
     eager, fuserc = c["eager"], c["fuserc"]
@@ -155,9 +184,11 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     assert all(fuserc["vs_reference"]["per_grad"][k] <= bound[k] for k in bound)
     if BACKEND == "cpu":
         assert fuserc["vs_eager"]["output"] < 1e-5 and max(fuserc["vs_eager"]["per_grad"].values()) < 1e-5
-        assert c["async_tp"]["reason"] == "needs CUDA (symmetric memory)"
+        assert c["async_tp"]["reason"] == "needs CUDA (symmetric memory)" and "--cpu-compile" in c["compile"]["reason"]
+        assert "- n/a: peak memory: needs CUDA (torch.cuda.max_memory_allocated)" in proc.stdout
+        assert re.search(r"^\| \d+ \| \d+ \| torch\.compile \| n/a \| .* \| n/a: on the CPU only with --cpu-compile", proc.stdout, re.M), proc.stdout
     else:
-        assert c["async_tp"]["ok"] is True, c
+        assert c["async_tp"]["ok"] is True and c["compile"]["ok"] is True, c
     assert re.search(r"^\| \d+ \| \d+ \| fuserc \| .* \| ok \|$", proc.stdout, re.M), proc.stdout
 
 

@@ -5,6 +5,7 @@ of what ran, and the watchdog ending a job whose rank does not arrive."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def test_one_diagnostic_per_job() -> None:
     proc = mpirun(3, ["-", "--backend", "auto"], stdin=PROGRAM.replace("fusion.relu", "fusion.relux"))
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.count("error:") == 1, proc.stderr
-    assert "<stdin>:3:3: error: Operation fusion.relux is not registered" in proc.stderr
+    assert "<stdin>:3:8: error: unknown op 'fusion.relux' (did you mean 'fusion.relu'?)" in proc.stderr
     _clean(proc.stderr + proc.stdout)
     if not torch.cuda.is_available():
         assert proc.stderr.count("note: running on the cpu backend") <= 1
@@ -98,4 +99,17 @@ def test_watchdog_names_the_rank_that_does_not_arrive(fault: str, reason: str, t
     assert elapsed < 75  # the watchdog ended it, not the harness's timeout
     assert proc.stderr.count("error: watchdog: run 1 of @main did not complete within 3 s") == 1, proc.stderr
     assert reason in proc.stderr, proc.stderr
+    _clean(proc.stderr + proc.stdout)
+
+
+def test_program_from_a_pipe_nobody_writes(tmp_path: Path) -> None:
+    """A named pipe as the program is read by rank 0 alone inside the
+    watchdog (an input file that is one is refused at once:
+    test_evaluator_io.py, test_torchrun.py): nobody writes it, the watchdog
+    ends the job naming rank 0."""
+    os.mkfifo(tmp_path / "p.fifo")
+    proc = mpirun(2, [tmp_path / "p.fifo", "--backend", "cpu", "--watchdog", "3"], timeout=80)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: watchdog: reading the program from {tmp_path / 'p.fifo'} (a named pipe) did not complete within 3 s"), proc.stderr
+    assert "  rank 0 did not arrive: it does this step alone and has not finished it\n  rank 1 waits for it" in proc.stderr
     _clean(proc.stderr + proc.stdout)

@@ -3,6 +3,7 @@ on the cpu backend, results checked against NumPy."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness import PROGRAMS, mpirun, ok, program
+from harness import PROGRAMS, mpirun, mpirun_python, ok, program
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RNG = np.random.default_rng(1234)
 
@@ -165,6 +168,30 @@ def test_too_few_ranks(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_too_few_ranks_says_how_to_fit_the_mesh() -> None:
+    """The launchers that can start a job large enough, and `--mesh` to fit
+    the program to this one."""
+    proc = mpirun(2, [ROOT / "examples" / "sp_mlp.mlir"])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert "needs 4 ranks (mesh @tp uses device 3) but the job has 2; run it with mpiexec -n 4 fuserc run ... or " in proc.stderr
+    assert "--nproc-per-node 4 -m fuserc run ..." in proc.stderr
+    assert "fit @tp to this job with fuserc run --mesh tp=2" in proc.stderr
+
+
+def test_mpiexec_without_mpi4py(tmp_path: Path) -> None:
+    """mpiexec starts processes that cannot join one job without mpi4py:
+    said once, with how to add it, not that the job has one rank."""
+    script = tmp_path / "fuserc_without_mpi4py.py"
+    script.write_text("import sys\nsys.modules['mpi4py'] = None  # as if not installed\nfrom fuserc.cli import main\nmain()\n")
+    proc = mpirun_python(2, script, ["run", str(ROOT / "examples" / "sp_mlp.mlir"), "--mesh", "tp=2"])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert "mpiexec started a job of 2 ranks, but mpi4py is not installed" in proc.stderr
+    assert "pip install 'fuserc[mpi]'" in proc.stderr and "torchrun --nproc-per-node 2" in proc.stderr
+    assert "needs" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 def _relu_program(path: Path, mesh: str, shape: str, axes: str) -> Path:
     t = f"tensor<{shape}xf32, #fusion.sharding<@m, {axes}>>"
     path.write_text(
@@ -250,3 +277,26 @@ def test_check_against_the_reference(tmp_path: Path) -> None:
     flops = 2 * 128 * 64 * 256 * 2  # two matmuls of the global program
     assert f"{flops} flops on 4 devices" in proc.stdout
     assert np.load(tmp_path / "out0.npy").shape == (128, 64)
+
+
+def test_time_prints_the_startup_phases() -> None:
+    """`--time`: where the time to the first result went, the slowest rank's
+    per phase, and a steady run's time."""
+    import re
+
+    proc = mpirun(2, [EXAMPLES / "gpt_layer.mlir", "--mesh", "tp=2", "--time", "--check"])
+    ok(proc)
+    assert "startup of @main (slowest of 2 ranks per phase):" in proc.stderr
+    for phase in ("imports", "passes", "backend", "communicators", "kernels", "first run", "steady run", "to first result"):
+        assert re.search(rf"^  {phase} +\d+\.\d{{3}} s", proc.stderr, re.M), phase
+    assert "<= 1e-04 (f32 tolerance): ok" in proc.stdout
+
+
+def test_check_with_nonfinite_inputs(tmp_path: Path) -> None:
+    """Inputs holding NaN or infinities are said; an output holding NaN
+    where the reference does passes, as does one that matches it finite."""
+    prog = _relu_program(tmp_path / "relu.mlir", "[2]", "4", "[DIDx]")
+    np.save(tmp_path / "x.npy", np.array([np.nan, 1.0, -np.inf, -2.0], np.float32))
+    proc = ok(mpirun(2, [prog, "-i", tmp_path / "x.npy", "--check"]))
+    assert "input 0 (%x): 1 NaN, 1 -Inf (of 4 values); the reference computes with them too" in proc.stdout
+    assert "output 0: max rel error 0.000e+00 <= 1e-04 (f32 tolerance): ok" in proc.stdout

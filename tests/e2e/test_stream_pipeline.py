@@ -198,6 +198,39 @@ def test_allgather_linear_bias_two_chunks_per_device(n: int, algorithm: str, tmp
     assert "hir.div" in out
 
 
+def qkv(n: int) -> str:
+    """Three column-parallel linears (q, k, v) of one sequence-sharded input:
+    one gather feeds three GEMMs; their results summed (so all are used)."""
+    m = 4 * n
+    x = f"tensor<{m}x16xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = f"tensor<{2 * n}x16xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    b = f"tensor<{2 * n}xf32, #fusion.sharding<@tp, [DIDx]>>"
+    y = f"tensor<{m}x{2 * n}xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %wq: {w}, %bq: {b}, %wk: {w}, %bk: {b}, %wv: {w}, %bv: {b}) -> {y} {{
+  %q = fusion.linear %x, %wq, %bq : ({x}, {w}, {b}) -> {y}
+  %k = fusion.linear %x, %wk, %bk : ({x}, {w}, {b}) -> {y}
+  %v = fusion.linear %x, %wv, %bv : ({x}, {w}, {b}) -> {y}
+  %s = fusion.add %q, %k : ({y}, {y}) -> {y}
+  %t = fusion.mul %s, %v : ({y}, {y}) -> {y}
+  func.return %t : {y}
+}}
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", ["collective", "ring"])
+def test_allgather_feeding_three_gemms(n: int, algorithm: str, tmp_path: Path) -> None:
+    """One gathered input of three GEMMs (attention's q, k and v) is one
+    site: each chunk feeds the three GEMMs, no gather left whole."""
+    prog = write(tmp_path, "qkv", qkv(n))
+    out = check(n, prog, pipeline(algorithm=algorithm))
+    (p,) = pipelines(out)
+    assert p["algorithm"] == algorithm
+    assert "hir.allgather" not in out
+    assert out.count("hir.linear") == (6 if algorithm == "ring" else 3)  # (the ring: own chunk, then peers')
+
+
 def test_allgather_repeated_runs(tmp_path: Path) -> None:
     """The ring's shared buffer is cached and shared once; the fences keep
     later runs from overwriting it while a peer reads: the checked result

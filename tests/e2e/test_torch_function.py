@@ -56,3 +56,31 @@ def test_train_gpt_matches_pytorch(how: str, n: int, tmp_path: Path) -> None:
     assert all(abs(float(a) - float(b)) <= 1e-3 * float(b) for a, b in steps), steps
     assert re.search(rf"trained 8 steps on {n} rank\(s\) \({how}, {DEVICE}\).*: ok$", proc.stdout, re.M), proc.stdout
     assert png.stat().st_size > 1000
+
+
+def test_train_gpt_alone_and_its_usage_errors(tmp_path: Path) -> None:
+    """Started alone it says so (no launcher); --plot without matplotlib
+    and --device cuda without CUDA are refused before training, once."""
+    script = ROOT / "examples" / "python" / "train_gpt.py"
+    env = {**os.environ, **MPI_ENV}
+    small = ["--steps", "2", "--layers", "1", "--tokens", "16", "--vocab", "32", "--hidden", "32", "--ffn", "64"]
+    proc = subprocess.run([sys.executable, script, *small, "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"trained 2 steps on 1 rank\(s\) \(one process, cpu\)", proc.stdout), proc.stdout
+    blocker = tmp_path / "no_matplotlib.py"
+    blocker.write_text(
+        "import runpy, sys\nsys.modules['matplotlib'] = None  # as if not installed\n"
+        f"sys.argv = sys.argv[1:]\nrunpy.run_path({str(script)!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run([sys.executable, blocker, script, "--plot", str(tmp_path / "l.png")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "--plot needs matplotlib" in proc.stderr and "step" not in proc.stdout, proc.stderr
+    if not torch_has_cuda():
+        proc = launch("mpiexec", 2, script, ["--device", "cuda"], timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("--device cuda: this torch") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

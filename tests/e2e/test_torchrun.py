@@ -6,7 +6,10 @@ per job size, checked against the float64 reference as under mpiexec
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,3 +78,87 @@ def test_share_needs_mpi_under_torchrun(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "hir.share on the cpu backend needs MPI" in proc.stderr, proc.stderr[-3000:]
     assert "internal error" not in proc.stderr
+
+
+JOIN = """
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from fuserc.api import FusionDefinition
+from fuserc.runtime.job import launcher_rank, launcher_size
+from fuserc.runtime.mpi_env import TorchEnv, mpi_env
+
+if sys.argv[1] == "torchrun":
+    dist.init_process_group("gloo")  # from torchrun's variables
+else:  # under mpiexec, a world of the caller's own, with no torchrun variables
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=launcher_rank(), world_size=launcher_size())
+world = dist.group.WORLD
+fd = FusionDefinition()
+x = fd.define_tensor([8, 4], "f32")
+fd.add_output(fd.ops.relu(x))
+fd.sched.mesh("tp", [2])
+fd.sched.shard(x, "tp", ["DIDx", "-"])
+xs = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+(out,) = fd.compile(backend="cpu").execute([xs])
+env = mpi_env()
+assert isinstance(env, TorchEnv) and env.size == 2, env
+assert dist.is_initialized() and dist.group.WORLD is world and dist.get_world_size() == 2
+dist.barrier()  # the caller's world still works
+assert torch.equal(out, xs.relu())
+print(f"joined {env.launched_by}")
+"""
+
+
+@pytest.mark.parametrize("how", ["torchrun", "mpiexec"])
+def test_fuserc_joins_the_callers_world(how: str, tmp_path: Path) -> None:
+    """A script that started torch.distributed itself: fuserc joins that
+    world (never starts a second one), under either launcher."""
+    import socket
+
+    from harness import MPI_ENV, launcher
+
+    script = tmp_path / "join.py"
+    script.write_text(JOIN)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    python = [sys.executable] if how == "mpiexec" else []
+    env = {**os.environ, **MPI_ENV}
+    proc = subprocess.run([*launcher(how, 2), *python, str(script), how, port], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    want = "torchrun" if how == "torchrun" else "torch.distributed"
+    assert proc.stdout.count(f"joined {want}") == 2, proc.stdout
+
+
+def test_usage_error_under_torchrun(tmp_path: Path) -> None:
+    """Bad usage: printed once, and the ranks exit 2 (torchrun's report
+    says so of the first; torchrun itself exits 1 for any failed worker)."""
+    (tmp_path / "p.mlir").write_text("fusion.mesh @tp shape = [2]\n")
+    proc = mpirun(2, [tmp_path / "p.mlir", "--warmup", "2"], launch="torchrun", timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count("Error: --warmup needs --iters") == 1, proc.stderr
+    root = proc.stderr.split("Root Cause (first observed failure):")[-1]
+    assert re.search(r"exitcode\s*: 2 ", root), proc.stderr
+
+
+RELU = """\
+fusion.mesh @tp shape = [2]
+func.func @main(%x: tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>> {
+  %y = fusion.relu %x : (tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>
+  func.return %y : tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>
+}
+"""
+
+
+def test_input_that_is_not_a_regular_file_under_torchrun(tmp_path: Path) -> None:
+    """A named pipe with no writer given to -i: refused at once (opening it
+    would wait forever), one line."""
+    prog = tmp_path / "p.mlir"
+    prog.write_text(RELU)
+    os.mkfifo(tmp_path / "x.npy")
+    proc = mpirun(2, [prog, "--backend", "cpu", "-i", tmp_path / "x.npy", "--watchdog", "30"], launch="torchrun", timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count(f"({tmp_path / 'x.npy'}): it is a named pipe, not a regular file") == 1, proc.stderr

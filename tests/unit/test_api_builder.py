@@ -200,3 +200,147 @@ def test_builder_errors_leave_the_definition_as_it_was() -> None:
         fd.ops.softplus(x)
     after = fd.to_mlir()
     assert "fusion.constant" not in after and after.count("fusion.") == before.count("fusion.")
+
+
+# ---- every builder's signature and documentation, from the op class -------------------------
+
+UNARY = "relu neg abs exp log tanh sigmoid silu gelu rsqrt sqrt erf reciprocal sin cos set".split()
+BINARY = "add sub mul div pow maximum minimum lt le gt ge eq ne".split()
+
+
+def _calls(fd: FusionDefinition) -> dict[str, dict]:
+    """One call of every builder, every argument by the name its signature
+    gives it (a variadic operand under "*")."""
+    t = fd.define_tensor
+    x, y, b, h, w = t([4, 8]), t([4, 8]), t([8]), t([2, 4, 8]), t([8])
+    q, k = t([1, 4, 6, 8]), t([1, 2, 6, 8])
+    ids, table, labels, seed, cond = t([2, 3], "i64"), t([10, 8]), t([4], "i64"), t([], "i64"), t([4, 8], "i1")
+    calls: dict[str, dict] = {n: {"input": x} for n in UNARY}
+    calls |= {n: {"lhs": x, "rhs": b} for n in BINARY}
+    calls["gelu"] = {"input": x, "approximate": "tanh"}
+    calls |= {
+        "matmul": {"lhs": x, "rhs": fd.define_tensor([8, 3])},
+        "linear": {"input": x, "weight": t([3, 8]), "bias": t([3])},
+        "cast": {"input": x, "dtype": "bf16"},
+        "where": {"condition": cond, "lhs": x, "rhs": y},
+        "constant": {"value": 0.5, "dtype": "f32"},
+        "iota": {"shape": [4, 8], "dim": 1, "dtype": "f32"},
+        "dropout": {"input": x, "seed": seed, "p": 0.25},
+        "sum": {"input": h, "dims": [0, 2], "keepdim": True},
+        "max": {"input": x, "dims": 1}, "min": {"input": x, "dims": [0]}, "mean": {"input": h, "dims": -1},
+        "var": {"input": h, "dims": [2], "correction": 0, "keepdim": True},
+        "permute": {"input": h, "dims": [2, 0, 1]}, "reshape": {"input": h, "shape": [8, 8]},
+        "broadcast_in_dim": {"input": b, "shape": [5, 8], "dims": [1]},
+        "slice": {"input": x, "starts": [1, 0], "limits": [3, 8]},
+        "concat": {"*": [x, y, x], "dim": 1},
+        "softmax": {"input": x, "dim": 1}, "log_softmax": {"input": x, "dim": 0},
+        "layer_norm": {"input": h, "weight": w, "bias": b, "dims": [2], "eps": 1e-3},
+        "rms_norm": {"input": h, "weight": w, "dims": [2], "eps": 1e-6},
+        "sdpa": {"query": q, "key": k, "value": k, "scale": 0.25, "causal": True},
+        "sdpa_grad": {"query": q, "key": k, "value": k, "grad": q, "causal": True},
+        "embedding": {"ids": ids, "table": table},
+        "cross_entropy": {"logits": x, "labels": labels},
+    }  # fmt: skip
+    return calls
+
+
+def test_every_builder_has_the_ops_signature_and_documentation() -> None:
+    """`fd.ops.<op>` has a real signature (operands, keywords, result needs,
+    defaults) and the op class's docstring; a call by those names builds
+    the op with those keywords, and the same call by position (where the
+    signature allows it) builds the same op."""
+    import inspect
+    import pydoc
+
+    from fuserc.dialects.fusion_ops import BY_NAME
+
+    fd = FusionDefinition()
+    calls = _calls(fd)
+    assert set(calls) == set(BY_NAME), set(BY_NAME) ^ set(calls)
+    for name, cls in BY_NAME.items():
+        doc = cls.__dict__.get("__doc__")
+        assert doc and doc.strip(), f"{cls.__name__} has no docstring"
+        build = getattr(fd.ops, name)
+        sig = inspect.signature(build)
+        params = sig.parameters
+        assert list(params) != ["args", "kwargs"], name
+        keywords = {k for k, _ in cls.KEYWORDS}
+        assert keywords <= set(params), f"{name}: keywords {keywords - set(params)} missing from {sig}"
+        operands = [n.strip("*?") for n in cls.OPERANDS]
+        assert list(params)[: len(operands)] == operands, f"{name}: {sig}"
+        text = pydoc.render_doc(build, renderer=pydoc.plaintext)
+        assert f"{name}{sig}" in text and inspect.cleandoc(doc).splitlines()[0] in text, text
+        # by name
+        call = dict(calls[name])
+        variadic = call.pop("*", [])
+        bound = sig.bind(*variadic, **call)  # the names are the signature's
+        made = len(fd._ops)
+        build(*bound.args, **bound.kwargs)
+        op = fd._ops[-1]
+        assert len(fd._ops) > made and op.name == name, name
+        given = {k: v for k, v in call.items() if k in keywords}
+        for k, v in given.items():
+            want = [v] if isinstance(v, int) and dict(cls.KEYWORDS)[k] == "ints" else v
+            assert op.keywords.get(k, cls.DEFAULTS.get(k)) == want, f"{name}: {k} = {op.keywords.get(k)}, given {v}"
+        # by position, as far as the signature allows
+        positional, rest = [*variadic], dict(call)
+        for p in params.values():  # the longest run of positional ones given
+            if p.kind is not p.POSITIONAL_OR_KEYWORD or p.name not in rest:
+                break
+            positional.append(rest.pop(p.name))
+        build(*positional, **rest)
+        again = fd._ops[-1]
+        assert (again.name, again.keywords, again.attrs, again.result.shape, again.result.dtype) == (
+            op.name, op.keywords, op.attrs, op.result.shape, op.result.dtype
+        ), name
+        # a required argument left out: the signature and the builder both refuse
+        required = [p for p in params.values() if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
+        if required:
+            short = {k: v for k, v in call.items() if k != required[-1].name}
+            with pytest.raises(TypeError):
+                sig.bind(*variadic, **short)
+            with pytest.raises(Diagnostic):
+                build(*variadic, **short)
+    fd.verify()
+
+
+def test_help_of_a_builder() -> None:
+    import inspect
+
+    fd = FusionDefinition()
+    assert str(inspect.signature(fd.ops.layer_norm)) == (
+        "(input: fuserc.api.Tensor | float, weight: fuserc.api.Tensor | float, bias: fuserc.api.Tensor | None = None, "
+        "*, dims: list[int] | int, eps: float = 1e-05) -> fuserc.api.Tensor"
+    )
+    assert str(inspect.signature(fd.ops.sum)).startswith("(input: fuserc.api.Tensor | float, dims: list[int] | int, keepdim: bool = False)")
+    assert fd.ops.layer_norm.__doc__.startswith("`torch.nn.functional.layer_norm` over the trailing `dims`")
+    assert fd.ops.layer_norm.__name__ == "layer_norm"
+
+
+def test_shard_tensor_of_an_input_without_a_written_sharding() -> None:
+    """What the compiled program takes for an unannotated input: the
+    sharding propagation gives it (a bias added to column-split rows is
+    split too); whole in a definition without a mesh."""
+    import torch
+
+    from fuserc.api import shard_tensor
+    from fuserc.runtime.evaluator import find_host_program, signature
+    from fuserc.runtime.program import compile_module
+
+    fd = FusionDefinition()
+    x, w, b = fd.define_tensor([8, 4]), fd.define_tensor([4, 6]), fd.define_tensor([6])
+    fd.add_output(fd.ops.add(fd.ops.matmul(x, w), b))
+    mesh = fd.sched.mesh("tp", [2])
+    fd.sched.shard(w, "tp", ["-", "DIDx"])
+    compiled = compile_module(fd.to_mlir(), "<fd>")
+    params, _ = signature(compiled.host, find_host_program(compiled.host, "main"))
+    assert fd.sharding_of(b) == params[2].sharding and str(params[2].sharding) == "#fusion.sharding<@tp, [DIDx]>"
+    assert fd.sharding_of(x) == params[0].sharding
+    bias = torch.arange(6.0)
+    assert torch.equal(shard_tensor(bias, b, mesh, 1), bias[3:])
+    assert torch.equal(shard_tensor(torch.ones(8, 4), x, mesh, 1), torch.ones(8, 4))
+    alone = FusionDefinition()
+    a = alone.define_tensor([3])
+    alone.add_output(alone.ops.relu(a))
+    assert alone.sharding_of(a) is None
+    assert torch.equal(shard_tensor(bias[:3], a, mesh, 1), bias[:3])

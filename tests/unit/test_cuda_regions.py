@@ -58,7 +58,8 @@ def test_traced_regions_match_the_reference(name: str, entry: str, monkeypatch: 
 def test_a_region_compiles_with_inductor() -> None:
     """Inductor's code generation (C++ on the CPU; Triton on a GPU) of a
     softmax region (a reduction, its broadcast back, an elementwise chain)
-    writing into a transposed output buffer."""
+    writing into a transposed output buffer; saved as a cache entry's
+    sections and loaded again."""
     from fuserc.dialects import hir
     from fuserc.ir import make_context, parse
     from fuserc.pipeline import run_pipeline
@@ -73,11 +74,15 @@ func.func @main(%x: tensor<32x48xf32>) -> tensor<32x48xf32> {
     module = run_pipeline(parse(text, "r.mlir", ctx), "default", ctx)
     (launch,) = [op for op in module.walk() if isinstance(op, hir.LaunchOp)]
     x = torch.randn(32, 48)
-    out = torch.empty(48, 32).t()
-    fn = cuda_regions.compile_region(cuda_regions.trace_region(launch.body.block, [x], [out]))
-    fn(x, out)
-    torch.testing.assert_close(out, torch.softmax(x, 1))
-    assert out.stride() == (1, 32), "the output buffer was replaced, not written"
+    layouts = [cuda_regions.layout_of(x), ((32, 48), (1, 32), torch.float32)]
+    sections, kernel = cuda_regions.build_region(launch.body.block, layouts, (0, 1), 1, None, torch.device("cpu"))
+    assert sections is not None
+    loaded = cuda_regions.load_region(sections, torch.device("cpu"))
+    for fn in (kernel, loaded):
+        out = torch.empty(48, 32).t()
+        fn(x, out)
+        torch.testing.assert_close(out, torch.softmax(x, 1))
+        assert out.stride() == (1, 32), "the output buffer was replaced, not written"
 
 
 # ---- every kind of region at odd shapes: generated kernels on a GPU, traced graphs on the CPU ----

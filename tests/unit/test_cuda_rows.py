@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -86,3 +87,43 @@ func.func @main(%x: tensor<16x24xf32>, %l: tensor<16xi64>) -> (tensor<16x24xf32>
     plans = [rows_mod.plan_of(op.body.block) for op in module.walk() if isinstance(op, hir.LaunchOp)]
     # each row-wise op is a region of its own (the mul before the log_softmax too)
     assert [p.mode if p else None for p in plans] == ["softmax", None, "cross_entropy", None, "log_softmax"]
+
+
+def test_row_kernels_go_through_the_kernel_cache(rows_mod: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row kernel's first launch in a process is fetched from the kernel
+    cache (built into it the first time); a launch planned ahead is a row
+    kernel job, keyed without the GPU's index (Triton's kernels are not
+    tied to one GPU)."""
+    from fuserc.dialects import hir
+    from fuserc.ir import make_context, parse
+    from fuserc.pipeline import run_pipeline
+    from fuserc.runtime import kernel_builds
+    from fuserc.runtime.kernel_cache import KernelCache
+    from fuserc.runtime.startup import KERNELS
+
+    monkeypatch.setenv("FUSERC_CACHE_DIR", str(tmp_path))
+    text = """
+func.func @main(%x: tensor<16x24xf32>) -> tensor<16x24xf32> {
+  %a = fusion.softmax %x dim = 1 : (tensor<16x24xf32>) -> tensor<16x24xf32>
+  func.return %a : tensor<16x24xf32>
+}
+"""
+    ctx = make_context()
+    (launch,) = [op for op in run_pipeline(parse(text, "rows.mlir", ctx), "default", ctx).walk() if isinstance(op, hir.LaunchOp)]
+    body = launch.body.block
+    dev = "cuda" if GPU else "cpu"
+    x = torch.randn(16, 24, device=dev)
+    out = torch.empty_like(x)
+    for how in ("built", "loaded"):
+        rows_mod._READY.clear()  # as in a new process
+        before = KERNELS.copy()
+        assert rows_mod.run_rows(body, [x], [out])
+        assert getattr(KERNELS.since(before), how) == 1
+        torch.testing.assert_close(out.cpu(), torch.softmax(x.cpu(), 1))
+    before = KERNELS.copy()
+    assert rows_mod.run_rows(body, [x], [out]) and KERNELS.since(before).total == 0  # ready in this process
+    (entry,) = KernelCache().entries()
+    rows_mod._READY.clear()  # (planning leaves out kernels this process has)
+    (group,) = kernel_builds.group_jobs([(body, (x.to("meta"),), (out.to("meta"),), None)], x.device)
+    assert group[0].kind == "rows" and KernelCache().entry_path(group[0].key) == entry
+    assert "cuda:" not in group[0].key.doc["device"]

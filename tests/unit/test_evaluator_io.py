@@ -3,6 +3,8 @@ global outputs, --check's comparison, backend selection, failure reports."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,7 @@ import torch
 
 from fuserc.diagnostics import Diagnostic, Location
 from fuserc.dialects.fusion import ShardingAttr
-from fuserc.run_cli import CHECK_TOLERANCES, compare
+from fuserc.check import CHECK_TOLERANCES, ROUNDING_FACTOR, check_outputs, compare, input_notes, output_labels
 from fuserc.runtime import io
 from fuserc.runtime.backend import make_backend
 from fuserc.runtime.evaluator import ValueSpec
@@ -128,6 +130,24 @@ def test_npy_validated_before_reading(case: str, tmp_path: Path) -> None:
     assert "\n" not in text
 
 
+@pytest.mark.parametrize("kind", ["a named pipe", "a character device", "a directory"])
+def test_only_regular_files_are_read(kind: str, tmp_path: Path) -> None:
+    """A named pipe with no writer (opening it would wait forever), a device
+    (reading it may never end) or a folder given to -i: refused at once,
+    before anything is read."""
+    path = {"a named pipe": tmp_path / "fifo.npy", "a character device": Path("/dev/zero"), "a directory": tmp_path}[kind]
+    if kind == "a named pipe":
+        os.mkfifo(path)
+    s = spec((4, 3), ["DIDx", "-"], Mesh("tp", (2,)))
+    start = time.monotonic()
+    with pytest.raises(Diagnostic) as info:
+        io.read_npy(str(path), s)
+    assert time.monotonic() - start < 5
+    assert info.value.render() == (
+        f"error: argument #0 ({path}): it is {kind}, not a regular file; -i takes .npy files written by numpy.save"
+    )
+
+
 def test_npy_layouts_and_refused_dtypes(tmp_path: Path) -> None:
     s = spec((4, 3), ["DIDx", "-"], Mesh("tp", (2,)))
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -227,9 +247,79 @@ def test_check_names_nan_and_inf() -> None:
     same = compare(2, ref.numpy().astype(np.float32), ref, torch.float32)
     assert same.ok and same.rel_err == 0.0
     finite_where_inf = compare(3, np.array([1.0, 2.0, 3.0], np.float32), torch.tensor([1.0, 2.0, float("inf")], dtype=torch.float64), torch.float32)
-    assert not finite_where_inf.ok and "max rel error inf > 1e-04" in finite_where_inf.line()
+    assert finite_where_inf.line() == "output 3: 1 finite value (of 3) where the reference is NaN or infinite: FAILED"
+    both = compare(5, np.array([np.nan, 2.0], np.float32), torch.tensor([1.0, float("nan")], dtype=torch.float64), torch.float32)
+    assert both.line() == "output 5: 1 NaN (of 2 values) where the reference differs; 1 finite value (of 2) where the reference is NaN or infinite: FAILED"
     shape = compare(4, np.zeros((2, 2), np.float32), torch.zeros(4, dtype=torch.float64), torch.float32)
     assert shape.line() == "output 4: shape [2, 2] but the reference's is [4]: FAILED"
+
+
+def test_check_near_zero_reference_by_the_rounding_of_the_unsharded_function() -> None:
+    """A reference that is zero but for rounding (a bias gradient the
+    softmax cancels) fails any relative test; its error is judged against
+    the same function's unsharded error in its own element types."""
+    ref = torch.full((8,), 2e-15, dtype=torch.float64)
+    rounded = ref + 1e-6  # the unsharded f32 computation's own error
+    near = compare(6, (ref + 3e-6).numpy(), ref, torch.float32, rounded=rounded, label="gradient of %bk")
+    assert near.ok and near.rel_err > 1e8
+    assert near.line().startswith(f"output 6 (gradient of %bk): max abs error 3.000e-06 <= 1.000e-05, {ROUNDING_FACTOR:g} x the error")
+    assert near.line().endswith(": ok (max rel error 1.500e+09 > 1e-04, f32 tolerance)")
+    wrong = compare(6, (ref + 1e-3).numpy(), ref, torch.float32, rounded=rounded)
+    assert wrong.line().startswith("output 6: max rel error 5.000e+11 > 1e-04 (f32 tolerance): FAILED (max abs error 1.000e-03 > 1.000e-05, 10 x")
+    alone = compare(6, (ref + 3e-6).numpy(), ref, torch.float32)  # without the unsharded error: relative only
+    assert not alone.ok
+
+
+def test_check_outputs_runs_the_second_reference_only_when_needed() -> None:
+    """The float64 reference always; the one in the program's own types
+    only for an output over its tolerance."""
+    from fuserc.ir import parse
+
+    text = """
+    func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+      %y = fusion.exp %x : (tensor<4xf32>) -> tensor<4xf32>
+      func.return %y, %x : tensor<4xf32>, tensor<4xf32>
+    }"""
+    module = parse(text)
+    func = module.body.block.first_op
+    x = torch.linspace(-1, 1, 4)
+    asked: list[object] = []
+
+    def reference(accumulate: object) -> list[torch.Tensor]:
+        asked.append(accumulate)
+        from fuserc.runtime.reference import evaluate
+
+        return evaluate(func, [x], accumulate=accumulate)
+
+    exact = [torch.exp(x).numpy(), x.numpy()]
+    results = check_outputs(module, func, "main", [x], exact, [torch.float32] * 2, reference)
+    assert all(r.ok for r in results) and asked == [torch.float64]
+    off = [exact[0] + np.float32(1e-3), exact[1]]
+    results = check_outputs(module, func, "main", [x], off, [torch.float32] * 2, reference)
+    assert asked[1:] == [torch.float64, None]
+    assert not results[0].ok and results[0].rounding is not None and results[1].ok
+
+
+def test_check_names_gradients_and_notes_nonfinite_inputs() -> None:
+    from fuserc.ir import parse
+    from fuserc.pipeline import run_pipeline
+
+    text = """
+    func.func @main(%x: tensor<4x8xf32>, %ids: tensor<4xi64>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
+      %y = fusion.mul %x, %w : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+      func.return %y : tensor<4x8xf32>
+    }"""
+    module = run_pipeline(parse(text), "autodiff")
+    assert output_labels(module, "main_bwd", 2) == ["gradient of %x", "gradient of %w"]
+    assert output_labels(module, "main_fwd", 3) == ["result 0 of @main", "saved for @main_bwd", "saved for @main_bwd"]
+    assert output_labels(module, "main", 1) == [""]
+    func = module.body.block.first_op
+    x = torch.zeros(4, 8)
+    x[0, :3] = float("nan")
+    x[1, 0] = float("-inf")
+    assert input_notes(func, [x, torch.zeros(4, dtype=torch.int64), torch.ones(8)]) == [
+        "input 0 (%x): 3 NaN, 1 -Inf (of 32 values); the reference computes with them too"
+    ]
 
 
 def test_backend_selection() -> None:

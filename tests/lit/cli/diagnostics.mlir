@@ -17,8 +17,10 @@ func.func @malformed(%x: tensor<8x4xf32>) {
 
 // -----
 
-// An unknown op.
-// CHECK: diagnostics.mlir:[[# @LINE + 2]]:3: error: Operation fusion.transpose is not registered
+// An unknown op: at its name, with the ops of its dialect.
+// CHECK: diagnostics.mlir:[[# @LINE + 4]]:8: error: unknown op 'fusion.transpose'; the fusion ops are abs, add, {{.*}}, where (docs/language.md)
+// CHECK-NEXT: %y = fusion.transpose %x
+// CHECK-NEXT: ^^^^^^^^^^^^^^^^
 func.func @unknown_op(%x: tensor<8x4xf32>) {
   %y = fusion.transpose %x : (tensor<8x4xf32>) -> tensor<4x8xf32>
   func.return
@@ -26,8 +28,17 @@ func.func @unknown_op(%x: tensor<8x4xf32>) {
 
 // -----
 
-// An unknown mesh, in a signature.
-// CHECK: diagnostics.mlir:[[# @LINE + 1]]:1: error: 'func.func' op invalid sharding #fusion.sharding<@nope, [DIDx, -]> on tensor<64x16xf32>: unknown mesh @nope
+// A misspelt op: the closest name too.
+// CHECK: diagnostics.mlir:[[# @LINE + 2]]:8: error: unknown op 'fusion.relux' (did you mean 'fusion.relu'?); the fusion ops are
+func.func @misspelt_op(%x: tensor<8x4xf32>) {
+  %y = fusion.relux %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+// An unknown mesh, in a signature: at the argument.
+// CHECK: diagnostics.mlir:[[# @LINE + 1]]:25: error: 'func.func' op argument #0 %x: invalid sharding #fusion.sharding<@nope, [DIDx, -]> on tensor<64x16xf32>: unknown mesh @nope
 func.func @unknown_mesh(%x: tensor<64x16xf32, #fusion.sharding<@nope, [DIDx, -]>>) {
   func.return
 }
@@ -46,10 +57,18 @@ func.func @unknown_mesh_result(%x: tensor<64x16xf32>) {
 
 // A split that does not divide its extent.
 fusion.mesh @tp shape = [4]
-// CHECK: diagnostics.mlir:[[# @LINE + 1]]:1: error: 'func.func' op invalid sharding #fusion.sharding<@tp, [DIDx, -]> on tensor<66x16xf32>: dimension 0 of extent 66 is not divisible by 4 (DIDx on @tp of shape [4])
-func.func @not_divisible(%x: tensor<66x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) {
+// CHECK: diagnostics.mlir:[[# @LINE + 2]]:26: error: 'func.func' op argument #1 %w: invalid sharding #fusion.sharding<@tp, [DIDx, -]> on tensor<66x16xf32>: dimension 0 of extent 66 is not divisible by 4 (DIDx on @tp of shape [4])
+func.func @not_divisible(%x: tensor<64x16xf32>,
+                         %w: tensor<66x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) {
   func.return
 }
+
+// -----
+
+// A result's sharding: at the function.
+fusion.mesh @tp shape = [4]
+// CHECK: diagnostics.mlir:[[# @LINE + 1]]:1: error: 'func.func' op invalid sharding #fusion.sharding<@tp, [DIDx]> on tensor<6xf32>: dimension 0 of extent 6 is not divisible by 4
+func.func private @bad_result(tensor<8xf32>) -> tensor<6xf32, #fusion.sharding<@tp, [DIDx]>>
 
 // -----
 
@@ -79,9 +98,11 @@ fusion.mesh @tp shape = [2]
 
 // -----
 
-// A value that is never defined.
+// A value that is never defined: at its use, with the line.
 func.func @undefined(%x: tensor<8x4xf32>) {
-  // CHECK: diagnostics.mlir:[[# @LINE + 1]]:3: error: use of undefined value %w
+  // CHECK: diagnostics.mlir:[[# @LINE + 3]]:23: error: use of undefined value %w
+  // CHECK-NEXT: %y = fusion.add %x, %w : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  // CHECK-NEXT: ^^
   %y = fusion.add %x, %w : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   func.return
 }

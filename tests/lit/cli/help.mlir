@@ -18,3 +18,10 @@
 // CHECK: exit code: 0
 // MAIN: Usage: fuserc [OPTIONS] COMMAND [ARGS]...
 // MAIN: opt
+
+// `fuserc run --help` names both launchers.
+// RUN: %fuserc run --help | filecheck %s --check-prefix=RUNHELP
+// RUNHELP: Usage: fuserc run [OPTIONS] FILE
+// RUNHELP: mpiexec -n N fuserc run FILE
+// RUNHELP: torchrun --nproc-per-node N -m fuserc run FILE
+// RUNHELP: --check

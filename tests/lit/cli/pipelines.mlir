@@ -76,6 +76,8 @@
 // LIST-NEXT:         the function to differentiate
 // LIST-NEXT:     save=str (default: activations)
 // LIST-NEXT:         what the forward returns for the backward
+// LIST-NEXT:     gathered-mib=int (default: -1)
+// LIST-NEXT:         with save=activations, the MiB per device that saved gathered GEMM inputs may take
 // LIST-NEXT: Pipelines (an option given to a pipeline, default{algorithm=ring}, goes to its pass that has it):
 // LIST-NEXT:   default
 // LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline

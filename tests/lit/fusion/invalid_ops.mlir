@@ -279,7 +279,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xf32>) {
-  // expected-error @+1 {{Operation fusion.frobnicate is not registered}}
+  // expected-error @+1 {{unknown op 'fusion.frobnicate'; the fusion ops are abs, add, }}
   %y = fusion.frobnicate %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
   func.return
 }

@@ -77,7 +77,7 @@ func.func @f(%x: tensor<64xf32, #fusion.sharding<@tp, [DIDx*]>>)
 // -----
 
 fusion.mesh @tp shape = [4]
-// expected-error @+1 {{'func.func' op invalid sharding #fusion.sharding<@nope, [DIDx, -]> on tensor<64x16xf32>: unknown mesh @nope}}
+// expected-error @+1 {{'func.func' op argument #0 %x: invalid sharding #fusion.sharding<@nope, [DIDx, -]> on tensor<64x16xf32>: unknown mesh @nope}}
 func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@nope, [DIDx, -]>>) {
   func.return
 }

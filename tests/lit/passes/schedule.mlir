@@ -58,3 +58,22 @@ func.func @bookkeeping(%x: tensor<16x8xf32>, %y: tensor<64x8xf32>) -> tensor<64x
   hir.copy %g, %y : tensor<64x8xf32>, tensor<64x8xf32>
   func.return %y : tensor<64x8xf32>
 }
+// The ops a collective needs run first: the input gradient's GEMM (%dx)
+// moves above the weight gradient's (%dw), which it does not need, so the
+// reduce-scatter of %dx starts before %dw's GEMM and runs beside it.
+// CHECK-LABEL: func.func @needed_first
+// CHECK:      hir.matmul %g, %w, %dx
+// CHECK:      hir.reduce_scatter %dx, %r
+// CHECK:      hir.matmul %xt, %g, %dw
+// CHECK:      hir.wait
+// CHECK-NEXT: func.return
+func.func @needed_first(%g: tensor<64x32xf32>, %w: tensor<32x16xf32>, %xt: tensor<16x64xf32>) -> (tensor<16x32xf32>, tensor<16x16xf32>) attributes {hir.host} {
+  %dw = hir.alloc "needed_first/0" : tensor<16x32xf32>
+  hir.matmul %xt, %g, %dw : tensor<16x64xf32>, tensor<64x32xf32>, tensor<16x32xf32>
+  %dx = hir.alloc "needed_first/1" : tensor<64x16xf32>
+  hir.matmul %g, %w, %dx : tensor<64x32xf32>, tensor<32x16xf32>, tensor<64x16xf32>
+  %r = hir.alloc "needed_first/2" : tensor<16x16xf32>
+  %t = hir.reduce_scatter %dx, %r op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<64x16xf32>, tensor<16x16xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  func.return %dw, %r : tensor<16x32xf32>, tensor<16x16xf32>
+}

@@ -1,0 +1,318 @@
+"""The cost-driven part of propagate-shardings: where to reduce and where to gather.
+
+Propagation's rules decide each undecided value from its neighbours, one op
+at a time; they cannot see that a bias add of a row-parallel GEMM's partial
+sum is better done on the sharded side (a ReduceScatter, then a local add)
+than on the replicated one (an AllReduce, then a slice), that a norm's
+backward should reduce-scatter its incoming partial sum in bf16 before its
+f32 arithmetic, or that a transpose of a value gathered elsewhere should be
+computed from that gathered copy instead of being gathered again. Those are
+choices of the communication plan, which is the compiler's to make, as
+GSPMD/Shardy's and XLA's SPMD partitioner's are.
+
+So propagate-shardings ends with a local search over the values it decided
+(never over what the user wrote): at every place where the propagated plan
+communicates, it tries pinning the value there to the placement its
+producer computes locally, or to the one its consumer needs, propagates the
+rest again around the pin, and keeps the pin when the whole function then
+communicates fewer bytes. `PlanCost` prices a function's plan exactly as
+make-resharding-contiguous will split it (the expanded forms of norms and of
+a linear with a bias included, bf16 and f32 sizes told apart), counting one
+reshard of a value to a placement once however many ops read it (as that
+pass shares equal reshards). The search is greedy (first improvement, in
+program order) and bounded (`MAX_TRIALS` propagations per function), so it
+is deterministic and its compile time grows with the places that
+communicate, not with the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.rewriter import Rewriter
+
+from fuserc.diagnostics import Diagnostic
+from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, shape_of, sharding_of, with_sharding
+from fuserc.passes import sharding_rules as rules
+from fuserc.passes.reshard_util import Meshes, element_bytes, plan_cost, plan_reshard
+from fuserc.sharding import Mesh, Sharding, Split
+
+MAX_TRIALS = 400
+"""Propagations the search may try per component."""
+
+WORK = 200_000
+"""Op visits (a trial visits the ops of its component once to propagate,
+once to price) the search may spend per function: a bound on its compile
+time, whatever the program."""
+
+Assignment = Mapping[SSAValue, Sharding]
+
+_Want = tuple[int, Sharding, float]
+"""An operand index, the placement the op needs it in, and the bytes of that reshard."""
+
+
+class PlanCost:
+    """The bytes a function's plan communicates per device under an
+    assignment of shardings, as make-resharding-contiguous would split it.
+    Each op's part is found once per (op kind, properties, types, shardings)
+    by running that pass's expansion and decomposition on a function holding
+    the op alone."""
+
+    def __init__(self, meshes: Meshes, mesh_ops: Sequence[MeshOp]):
+        self.meshes = meshes
+        self.mesh_ops = list(mesh_ops)
+        self._ops: dict[tuple, tuple[float, tuple[_Want, ...]] | None] = {}
+
+    def mesh_of(self, name: str) -> Mesh | None:
+        return self.meshes.get(name)
+
+    def total(self, ops: Sequence[Operation], known: Assignment, made: Mapping[SSAValue, set[Sharding]] | None = None) -> float:
+        """Bytes of every op's own communication plus each distinct reshard
+        of a value its consumers need (inf when some op cannot be split);
+        `made`: reshards that exist already (free to reuse)."""
+        bytes_ = 0.0
+        wanted: dict[tuple[SSAValue, Sharding], float] = {}
+        made = {v: set(p) for v, p in (made or {}).items()}
+        for op in ops:
+            part = self.op_part(op, known, made)
+            if part is None:
+                return float("inf")
+            own, wants = part
+            bytes_ += own
+            for k, placement, cost in wants:
+                if placement not in made.get(op.operands[k], ()):
+                    wanted.setdefault((op.operands[k], placement), cost)
+                made.setdefault(op.operands[k], set()).add(placement)
+        return bytes_ + sum(wanted.values())
+
+    def reshards(self, ops: Sequence[Operation], known: Assignment, made: dict[SSAValue, set[Sharding]]) -> None:
+        """Add to `made` the reshards `ops` make of their operands under `known`."""
+        for op in ops:
+            part = self.op_part(op, known, made)
+            for k, placement, _ in part[1] if part else ():
+                made.setdefault(op.operands[k], set()).add(placement)
+
+    def op_part(
+        self, op: Operation, known: Assignment, made: Mapping[SSAValue, set[Sharding]] | None = None
+    ) -> tuple[float, tuple[_Want, ...]] | None:
+        """(bytes the op's split communicates apart from resharding its
+        operands, the operand reshards it needs) for `op` under `known`;
+        `made`: the placements each value was resharded to by earlier ops,
+        which the op may reuse (make-resharding-contiguous does)."""
+        if not isinstance(op, FusionOp) or not op.results:
+            return 0.0, ()
+        operands = [known[v] for v in op.operands]
+        results = [known[r] for r in op.results]
+        if isinstance(op, SetOp):
+            src, dst = operands[0], results[0]
+            return self.reshard_bytes(op.operands[0], src, dst), ()
+        if rules.computes_locally(op, operands, results[0], self.mesh_of):
+            return 0.0, ()
+        avail = tuple(frozenset(made.get(v, ())) if made else frozenset() for v in op.operands)
+        key = (
+            op.name,
+            tuple(op.properties.items()),
+            tuple((v.type, s) for v, s in zip(op.operands, operands)),
+            tuple((r.type, s) for r, s in zip(op.results, results)),
+            avail,
+        )
+        if key not in self._ops:
+            self._ops[key] = self._split_alone(op, operands, results, avail)
+        return self._ops[key]
+
+    def reshard_bytes(self, value: SSAValue, src: Sharding, dst: Sharding) -> float:
+        shape = shape_of(value)
+        plan = plan_reshard(src, dst, shape, self.meshes)
+        if plan is None:
+            return float("inf")
+        return plan_cost(plan, src, shape, self.meshes, element_bytes(value.type))  # type: ignore[arg-type]
+
+    def _split_alone(
+        self, op: FusionOp, operands: list[Sharding], results: list[Sharding], avail: tuple[frozenset[Sharding], ...]
+    ) -> tuple[float, tuple[_Want, ...]] | None:
+        """make-resharding-contiguous's expansion and decomposition of `op`
+        alone in a scratch function (its operands' reshards in `avail` made
+        beforehand); None when it cannot be split."""
+        from fuserc.passes.make_resharding_contiguous import split_resharding_ops
+
+        arg_types = [with_sharding(v.type, s) for v, s in zip(op.operands, operands)]  # type: ignore[arg-type]
+        block = Block(arg_types=arg_types)
+        made: dict[tuple[SSAValue, Sharding], SSAValue] = {}
+        for arg, placements in zip(block.args, avail):
+            for p in sorted(placements, key=str):
+                pre = SetOp.create(operands=[arg], result_types=[with_sharding(arg.type, p)])  # type: ignore[arg-type]
+                block.add_op(pre)
+                made[(arg, p)] = pre.results[0]
+        clone = op.clone(value_mapper=dict(zip(op.operands, block.args)))
+        for r, s in zip(clone.results, results):
+            Rewriter.replace_value_with_new_type(r, with_sharding(r.type, s))  # type: ignore[arg-type]
+        block.add_ops([clone, ReturnOp(*clone.results)])
+        func = FuncOp("scratch", FunctionType.from_lists(arg_types, [r.type for r in clone.results]), Region(block))
+        ModuleOp([m.clone() for m in self.mesh_ops] + [func])
+        try:
+            split_resharding_ops(func, self.meshes, made=made)
+        except Diagnostic:
+            return None
+        own, wants = 0.0, []
+        for s in func.body.walk():
+            if not isinstance(s, SetOp) or (s.results[0] in made.values() and not s.results[0].uses):
+                continue
+            src, dst = sharding_of(s.operands[0]), sharding_of(s.results[0])
+            assert src is not None and dst is not None
+            cost = self.reshard_bytes(s.operands[0], src, dst)
+            arg = s.operands[0]
+            if isinstance(arg, BlockArgument) and arg.owner is block:
+                wants.append((arg.index, dst.placement(), cost))
+            else:
+                own += cost
+        return own, tuple(wants)
+
+
+Solve = Callable[[Mapping[SSAValue, Sharding]], "dict[SSAValue, Sharding] | None"]
+"""Propagation with some values pinned: every value's sharding, or None when
+the pins make propagation fail."""
+
+
+class Budget:
+    """What is left of a function's search work (`WORK` op visits)."""
+
+    def __init__(self, work: int = WORK):
+        self.left = work
+
+    def spend(self, ops: int) -> bool:
+        """Take `ops` visits; False (nothing taken) when they do not fit."""
+        if ops > self.left:
+            return False
+        self.left -= ops
+        return True
+
+
+def components(ops: Sequence[FusionOp], free: set[SSAValue]) -> list[tuple[list[Operation], list[SSAValue]]]:
+    """The undecided values in groups that propagation decides apart (two
+    values are together when one op touches both), each with the ops that
+    touch it, in program order."""
+    parent: dict[SSAValue, SSAValue] = {v: v for v in free}
+
+    def find(v: SSAValue) -> SSAValue:
+        while parent[v] is not v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    touching: list[tuple[Operation, list[SSAValue]]] = []
+    for op in ops:
+        mine = [v for v in (*op.operands, *op.results) if v in parent]
+        if not mine:
+            continue
+        touching.append((op, mine))
+        for v in mine[1:]:
+            a, b = find(mine[0]), find(v)
+            if a is not b:
+                parent[b] = a
+    groups: dict[SSAValue, tuple[list[Operation], list[SSAValue]]] = {}
+    for op, mine in touching:
+        group = groups.setdefault(find(mine[0]), ([], []))
+        group[0].append(op)
+    order = {v: i for i, v in enumerate(free)}
+    for v in sorted(free, key=lambda v: order[v]):
+        groups.setdefault(find(v), ([], []))[1].append(v)
+    return list(groups.values())
+
+
+def improve(
+    ops: Sequence[Operation],
+    free: set[SSAValue],
+    returned: set[SSAValue],
+    known: dict[SSAValue, Sharding],
+    solve: Solve,
+    cost: PlanCost,
+    budget: Budget | None = None,
+    made: Mapping[SSAValue, set[Sharding]] | None = None,
+) -> dict[SSAValue, Sharding]:
+    """The assignment after the search (module docstring) over `ops`; `free`
+    holds the values the search may pin (those the user did not annotate);
+    `made`: reshards of values outside that earlier components make. A
+    function's results keep what propagation gave them: they are its
+    interface (the shards a caller receives), not the plan's to change."""
+    budget = budget or Budget()
+    if not budget.spend(len(ops)):
+        return known
+    best = cost.total(ops, known, made)
+    if best == 0.0:
+        return known
+    pins: dict[SSAValue, Sharding] = {v: known[v] for v in free & returned}
+    free = free - returned
+    tried: set[tuple[SSAValue, Sharding]] = set()
+    trials = 0
+    improved = True
+    while improved and trials < MAX_TRIALS:
+        improved = False
+        for value, placement in _candidates(ops, free, returned, known, cost):
+            if (value, placement) in tried or value in pins:
+                continue
+            if trials >= MAX_TRIALS or not budget.spend(2 * len(ops)):
+                return known
+            tried.add((value, placement))
+            trials += 1
+            trial = solve({**pins, value: placement})
+            if trial is not None:
+                total = cost.total(ops, trial, made)
+                if total < best * (1 - 1e-9):
+                    pins[value] = placement
+                    known, best, improved = trial, total, True
+                    tried.clear()  # what failed before may pay now
+                    break
+    return known
+
+
+def _candidates(
+    ops: Sequence[Operation], free: set[SSAValue], returned: set[SSAValue], known: Assignment, cost: PlanCost
+) -> list[tuple[SSAValue, Sharding]]:
+    """Where the plan communicates: an op's result pinned to what the op
+    computes locally (reduce or gather later, at its consumers), and an
+    operand pinned to what its consumer needs (reduce or gather earlier,
+    at its producer)."""
+    out: list[tuple[SSAValue, Sharding]] = []
+    for op in ops:
+        part = cost.op_part(op, known)
+        if not isinstance(op, FusionOp) or not op.results or part is None:
+            continue
+        own, wants = part
+        if own == 0.0 and not wants:
+            continue
+        res = op.results[0]
+        if res in free and not isinstance(op, SetOp):
+            local = rules.local_result(op, [known[v] for v in op.operands], cost.mesh_of)
+            if local is not None and local != known[res].placement() and not (local.partial and res in returned):
+                if not local.errors(shape_of(res), cost.mesh_of(local.mesh)):
+                    out.append((res, local))
+        for k, placement, _ in wants:
+            v = op.operands[k]
+            if v in free and not (placement.partial and v in returned):
+                out.append((v, placement))
+            if v in free:  # a partial sum reduce-scattered where it is made, not reduced whole
+                out.extend((v, p) for p in _scattered(known[v], shape_of(v), cost.mesh_of(known[v].mesh)))
+        if isinstance(op, SetOp) and op.operands[0] in free:
+            out.append((op.operands[0], known[res].placement()))
+    return out
+
+
+def _scattered(s: Sharding, shape: Sequence[int], mesh: Mesh | None) -> list[Sharding]:
+    """The placements a ReduceScatter of partial sum `s` gives: its type
+    added as the innermost split of one dimension (where it divides)."""
+    if s.partial is None:
+        return []
+    out = []
+    for d in range(len(shape)):
+        t = s.with_partial(None).with_dims([(*x, Split(s.partial)) if i == d else x for i, x in enumerate(s.dims)]).placement()
+        if not t.errors(shape, mesh):
+            out.append(t)
+    return out
+
+
+def free_values(values: Sequence[SSAValue], fixed: Mapping[SSAValue, Sharding]) -> set[SSAValue]:
+    """Values the search may pin: tensors the user left undecided."""
+    return {v for v in values if v not in fixed and isinstance(v.type, TensorType)}

@@ -1,0 +1,587 @@
+"""A program's generated kernels, fetched from the kernel cache or built
+before its first run, in parallel (runtime/kernel_cache.py is the cache).
+
+At a program's first run on the cuda backend (`prepare`, before any op):
+1. The launches the run will make are found by running the program on a
+   `LayoutBackend`: every buffer a meta tensor (shape, strides, dtype, no
+   memory), no device work, no communication; each `hir.launch` is
+   recorded with its operands. The interpreter's views are torch's on
+   either backend, so the layouts are the run's.
+2. Each launch becomes a job: a row kernel (runtime/cuda_rows.py) or a
+   region's Inductor kernels (runtime/cuda_regions.py), with its key.
+   Launches with the same key (the same region text at the same layouts)
+   share one kernel.
+3. Jobs whose entry is in the cache are loaded. The others are built, each
+   by the process that takes its key's lock: this one, or a worker process
+   it starts (runtime/kernel_worker.py, `FUSERC_BUILD_WORKERS`), which
+   writes the entry that this process then loads. The ranks of a machine
+   start at different jobs, so that kernels they share (row kernels, and
+   Triton's compiled kernels in the cache's Triton folder) are built once.
+   A key held by another process is waited for at the end.
+Local rank 0 prints a line of progress on stderr while a build lasts.
+A launch the dry run did not foresee is fetched at its first run (`fetch`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import pickle
+import platform
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol
+
+import torch
+from xdsl.ir import Block
+
+from fuserc.runtime.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
+from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, Sections, Unusable
+from fuserc.runtime.startup import KERNELS as COUNTS
+
+WORKERS_ENV = "FUSERC_BUILD_WORKERS"
+MAX_WORKERS = 8
+MIN_JOBS_FOR_WORKERS = 4
+"""A worker pays for itself once a process has this many kernels to build
+(a worker starts in a few seconds: Python, torch, a CUDA context)."""
+PROGRESS_AFTER_S = 3.0
+PROGRESS_EVERY_S = 5.0
+
+class Job(Protocol):
+    """A kernel to fetch or build (cuda_regions.RegionJob, cuda_rows.RowsJob)."""
+
+    kind: str
+    layouts: tuple[Any, ...]
+
+    @property
+    def key(self) -> KernelKey: ...
+
+    def describe(self) -> str: ...
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def build(self) -> tuple[Sections | None, Any]: ...
+
+    def load(self, sections: Sections) -> Any: ...
+
+    def install(self, value: Any) -> None: ...
+
+    def installed(self) -> bool: ...
+
+
+def device_id(device: torch.device, index: bool) -> str:
+    """The device part of a key: the GPU's architecture and CUDA version
+    (with its index when the kernel names its device: Inductor's code
+    does), or the CPU's vector extensions."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        where = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()} " if index else "cuda "
+        return f"{where}sm_{major}{minor} cuda {torch.version.cuda}"
+    return f"{device.type} {torch.backends.cpu.get_cpu_capability()} {platform.machine()}"
+
+
+def layout_fields(layouts: Sequence[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]) -> list[list[Any]]:
+    """Layouts as JSON values for a key."""
+    return [[list(shape), list(stride), str(dtype).removeprefix("torch.")] for shape, stride, dtype in layouts]
+
+
+# ---- one kernel -------------------------------------------------------------------
+
+
+def fetch(job: Job) -> Any:
+    """`job`'s kernel from the cache, or built (waiting for another process
+    that is building it); installed, counted. None when it cannot be built
+    (with a warning: it runs another way)."""
+    start = time.perf_counter()
+    try:
+        return _fetch([job], KernelCache())
+    finally:
+        COUNTS.seconds += time.perf_counter() - start
+
+
+def first_launch(job: Job, launch: Callable[[], None]) -> bool:
+    """A row kernel's first launch in this process: fetched (built into the
+    cache's Triton folder by one process of the machine), then launched
+    where Triton finds it. False when it cannot be built (nothing launched)."""
+    cache = KernelCache()
+    if fetch(job) is None:
+        return False
+    with cache.working_dirs():
+        launch()
+    return True
+
+
+def _fetch(group: Sequence[Job], cache: KernelCache, lock: KeyLock | None = None) -> Any:
+    """The kernel of a group of jobs with one key (holding its lock when
+    `lock` is given), installed for each."""
+    job = group[0]
+    try:
+        with cache.working_dirs():
+            if lock is None:
+                got = cache.fetch(job.key, job.build, job.load)
+            else:
+                got = cache.fetch_locked(job.key, job.build, job.load, time.perf_counter())
+    except Exception as e:  # noqa: BLE001 - a kernel that cannot be built: the launch runs another way
+        COUNTS.failed += 1
+        warnings.warn(f"fuserc: no generated kernel for {job.describe()} ({type(e).__name__}: {e}); it runs another way", stacklevel=3)
+        for j in group:
+            j.install(None)
+        return None
+    _counted(got)
+    for j in group:
+        j.install(got.value)
+    return got.value
+
+
+def _counted(got: Fetched) -> None:
+    COUNTS.count(got.how)
+    if got.note:
+        warnings.warn(f"fuserc: {got.note}", stacklevel=4)
+
+
+# ---- a program's kernels ------------------------------------------------------------
+
+
+def prepare(
+    programs: Sequence[Any], device: torch.device, local_rank: int = 0, local_size: int = 1, workers: int | None = None
+) -> None:
+    """Fetch or build every kernel the programs' runs will launch on
+    `device` (see the module's docstring), before their first runs."""
+    start = time.perf_counter()
+    try:
+        launches = [launch for program in programs for launch in needed_launches(program)]
+    except Exception as e:  # noqa: BLE001 - the run reports a bad program; its kernels then come at first use
+        from fuserc.diagnostics import Diagnostic
+
+        if not isinstance(e, Diagnostic):
+            warnings.warn(f"fuserc: kernels are built as the run reaches them (the run could not be planned ahead: {e})", stacklevel=2)
+        return
+    try:
+        build_all(group_jobs(launches, device), device, local_rank, local_size, workers)
+    finally:
+        COUNTS.seconds += time.perf_counter() - start
+
+
+def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]], device: torch.device) -> list[list[Job]]:
+    """The jobs of the launches not installed yet, grouped by key."""
+    from fuserc.runtime.cuda_regions import RegionJob, aliases_of, layout_of
+
+    rows_job = _rows_jobs(device)
+    groups: dict[str, list[Job]] = {}
+    seen: set[Hashable] = set()
+    for body, ins, outs, contexts in launches:
+        job: Job | None = rows_job(body, ins, outs, device) if rows_job else None
+        if job is None:
+            aliases = aliases_of((*ins, *outs))
+            if aliases is None:
+                continue  # operands that overlap in part: the region runs op by op
+            job = RegionJob(body, tuple(layout_of(t) for t in (*ins, *outs)), aliases, len(ins), contexts, device)
+        ident = (job.kind, body, job.layouts, getattr(job, "aliases", None))
+        if ident in seen or job.installed():
+            continue
+        seen.add(ident)
+        groups.setdefault(job.key.digest, []).append(job)
+    return list(groups.values())
+
+
+def _rows_jobs(device: torch.device) -> Callable[..., Job | None] | None:
+    """cuda_rows.rows_job where row kernels run (a GPU, or Triton's
+    interpreter), else None."""
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    try:
+        from fuserc.runtime.cuda_rows import rows_job
+    except ImportError:
+        return None
+    return rows_job
+
+
+def build_all(
+    groups: Sequence[Sequence[Job]], device: torch.device, local_rank: int = 0, local_size: int = 1, workers: int | None = None
+) -> None:
+    """Load the groups whose entry is cached; build the others (here and in
+    `workers` worker processes: by default `worker_count`)."""
+    cache = KernelCache()
+    missing = [g for g in groups if not cache.entry_path(g[0].key).exists()]
+    n = worker_count(len(missing), local_size) if workers is None else workers
+    pool = _Pool(n, device, cache) if n > 0 and missing else None  # they start while the others load
+    try:
+        todo = missing + _load_all([g for g in groups if not any(g is m for m in missing)], cache)
+        if todo:
+            first = (local_rank * len(todo)) // max(local_size, 1)
+            _build(collections.deque([*todo[first:], *todo[:first]]), pool, cache, _Progress(len(todo), local_rank == 0, n if pool else 0, cache))
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _load_all(groups: Sequence[Sequence[Job]], cache: KernelCache) -> list[Sequence[Job]]:
+    """Load and install the groups' kernels; the groups whose entry is not
+    there or unusable (rebuilt, with its note, by whoever takes its lock)."""
+    left = []
+    with cache.working_dirs():
+        for group in groups:
+            try:
+                value = cache.load(group[0].key, group[0].load)
+            except Unusable:
+                value = None
+            if value is None:
+                left.append(group)
+                continue
+            COUNTS.count("loaded")
+            for j in group:
+                j.install(value)
+    return left
+
+
+def _build(pending: collections.deque[Sequence[Job]], pool: _Pool | None, cache: KernelCache, progress: _Progress) -> None:
+    """Build the pending groups: each whose lock this process takes, by an
+    idle worker or here; then wait for those other processes hold."""
+    held_elsewhere: list[Sequence[Job]] = []
+    while pending or (pool is not None and pool.running()):
+        if pool is not None:
+            for group, lock, error in pool.finished(timeout=0.0 if pending else 0.2):
+                _finish(group, lock, error, cache)
+                progress.done()
+        if not pending:
+            progress.show()
+            continue
+        group = pending.popleft()
+        lock = cache.key_lock(group[0].key)
+        if not lock.acquire(wait=False):
+            lock.release()
+            held_elsewhere.append(group)
+            continue
+        worker = pool.idle() if pool is not None else None
+        if worker is not None and worker.submit(group, lock):
+            continue
+        try:
+            _fetch(group, cache, lock)
+        finally:
+            lock.release()
+        progress.done()
+    for group in held_elsewhere:  # another process builds it: wait, then load (or build, if it failed)
+        _fetch(group, cache)
+        progress.done()
+    progress.end()
+
+
+def _finish(group: Sequence[Job], lock: KeyLock, error: str | None, cache: KernelCache) -> None:
+    """A worker's build is done: load its entry (build here if it failed)."""
+    try:
+        if error is None:
+            try:
+                with cache.working_dirs():
+                    value = cache.load(group[0].key, group[0].load)
+            except Unusable:
+                value = None
+            if value is not None:
+                COUNTS.count("built")
+                for j in group:
+                    j.install(value)
+                return
+        _fetch(group, cache, lock)
+    finally:
+        lock.release()
+
+
+def worker_count(jobs: int, local_size: int) -> int:
+    """Build workers for `jobs` kernels to build: `$FUSERC_BUILD_WORKERS`,
+    else none under `MIN_JOBS_FOR_WORKERS` kernels, else one per kernel
+    beyond the first, at most one per CPU core this rank's share of the
+    machine has beyond its own, at most `MAX_WORKERS`."""
+    explicit = os.environ.get(WORKERS_ENV, "").strip()
+    if explicit:
+        try:
+            return max(0, int(explicit))
+        except ValueError:
+            from fuserc.diagnostics import Diagnostic
+
+            raise Diagnostic(f"${WORKERS_ENV} must be a whole number of worker processes, got '{explicit}'") from None
+    if jobs < MIN_JOBS_FOR_WORKERS:
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(jobs - 1, cores // max(local_size, 1) - 1, MAX_WORKERS))
+
+
+class _Progress:
+    """Local rank 0's line on stderr while kernels are built: after
+    `PROGRESS_AFTER_S`, then every `PROGRESS_EVERY_S`, and at the end of a
+    build that showed any."""
+
+    def __init__(self, total: int, show: bool, workers: int, cache: KernelCache):
+        self.total, self.show_lines, self.workers, self.cache = total, show, workers, cache
+        self.count = 0
+        self.start = self.last = time.perf_counter()
+        self.shown = False
+
+    def done(self) -> None:
+        self.count += 1
+        self.show()
+
+    def show(self) -> None:
+        now = time.perf_counter()
+        if not self.show_lines or now - self.start < PROGRESS_AFTER_S or (self.shown and now - self.last < PROGRESS_EVERY_S):
+            return
+        helpers = f", {self.workers} build worker{'s' if self.workers != 1 else ''}" if self.workers else ""
+        self._print(f"fuserc: building kernels: {self.count} of {self.total} ready after {now - self.start:.0f} s{helpers}")
+        self.shown, self.last = True, now
+
+    def end(self) -> None:
+        if self.shown:
+            took = time.perf_counter() - self.start
+            self._print(f"fuserc: {self.total} kernel{'s' if self.total != 1 else ''} ready in {took:.1f} s (kept in {self.cache.root})")
+
+    @staticmethod
+    def _print(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+# ---- build workers --------------------------------------------------------------------
+
+_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCALRANKID", "FUSERC_FAULT", "FUSERC_FAIL_RANK")
+
+
+def worker_env() -> dict[str, str]:
+    """A build worker's environment: this process's, without what would make
+    it look like a rank of the job, with Inductor compiling in the worker
+    itself (the workers are the parallelism)."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    return env
+
+
+class _Worker:
+    """A build worker process (runtime/kernel_worker.py) and the job it runs."""
+
+    def __init__(self, device: torch.device, cache: KernelCache):
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fuserc.runtime.kernel_worker", str(device), str(cache.root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=worker_env(),
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.out = self.proc.stdout.fileno()
+        self.ready = False
+        self.alive = True
+        self.job: tuple[Sequence[Job], KeyLock] | None = None
+
+    def submit(self, group: Sequence[Job], lock: KeyLock) -> bool:
+        """Hand the worker a job; False when it has ended."""
+        job = group[0]
+        assert self.proc.stdin is not None
+        try:
+            _send(self.proc.stdin, {"key": job.key, "spec": job.spec()})
+        except OSError:
+            self.alive = False
+            return False
+        self.job = (group, lock)
+        return True
+
+    def receive(self) -> dict[str, Any] | None:
+        """The worker's next message; None when it has ended."""
+        return _receive(self.out)
+
+    def stop(self) -> None:
+        """End the worker (it holds nothing between jobs: its entries are
+        written whole or not at all)."""
+        self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.log):
+            with contextlib.suppress(OSError):
+                f.close()  # type: ignore[union-attr]
+
+    def failure(self) -> str:
+        """Why the worker ended: its exit status and the end of its stderr."""
+        with contextlib.suppress(OSError):
+            self.log.seek(0)
+            tail = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
+            return f"a build worker ended (exit status {self.proc.poll()}): " + " / ".join(tail)
+        return "a build worker ended"
+
+
+class _Pool:
+    """Build workers started together; each runs one job at a time."""
+
+    def __init__(self, n: int, device: torch.device, cache: KernelCache):
+        self.workers: list[_Worker] = []
+        try:
+            for _ in range(n):
+                self.workers.append(_Worker(device, cache))
+        except OSError as e:
+            warnings.warn(f"fuserc: kernels are built in this process alone (a build worker could not start: {e})", stacklevel=3)
+        self.warned = False
+
+    def idle(self) -> _Worker | None:
+        return next((w for w in self.workers if w.alive and w.ready and w.job is None), None)
+
+    def running(self) -> bool:
+        return any(w.alive and w.job is not None for w in self.workers)
+
+    def finished(self, timeout: float) -> list[tuple[Sequence[Job], KeyLock, str | None]]:
+        """The jobs that ended within `timeout` seconds, with the error of
+        each that failed; notes workers that became ready or ended."""
+        fds = {w.out: w for w in self.workers if w.alive}
+        if not fds:
+            return []
+        readable, _, _ = select.select(list(fds), [], [], timeout)
+        out: list[tuple[Sequence[Job], KeyLock, str | None]] = []
+        for fd in readable:
+            w = fds[fd]
+            msg = w.receive()
+            if msg is None:
+                w.alive = False
+                why = w.failure()
+                if w.job is not None:
+                    out.append((*w.job, why))
+                    w.job = None
+                if not self.warned:
+                    self.warned = True
+                    warnings.warn(f"fuserc: {why}; its kernels are built in this process", stacklevel=3)
+            elif msg.get("ready"):
+                w.ready = True
+            elif w.job is not None:
+                out.append((*w.job, msg.get("error")))
+                w.job = None
+        return out
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+def _send(stream: Any, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(data).to_bytes(8, "little") + data)
+    stream.flush()
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int) -> Any:
+    head = _read_exactly(fd, 8)
+    if head is None:
+        return None
+    data = _read_exactly(fd, int.from_bytes(head, "little"))
+    return None if data is None else pickle.loads(data)
+
+
+# ---- the dry run ----------------------------------------------------------------------
+
+
+def needed_launches(program: Any) -> list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]]:
+    """Every `hir.launch` a run of `program` makes on this rank, in order,
+    with its operands as meta tensors (their layouts are the run's) and
+    its contexts: the program run on a `LayoutBackend`."""
+    from fuserc.runtime.evaluator import Program
+
+    backend = LayoutBackend(program.backend.env)
+    dry = Program(program.module, program.func, backend)
+    inputs = [backend.empty(p.shape, p.dtype) if p.present_on(backend.rank) else None for p in program.params]
+    dry._start().run(inputs, False)  # the planning and the interpreter of a first run
+    return backend.launches
+
+
+class LayoutBackend(Backend):
+    """The backend of a dry run: buffers are meta tensors (their views are
+    torch's, as on cpu and cuda), nothing is computed or communicated,
+    each launch is recorded."""
+
+    name = "layout"
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        self.launches: list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]] = []
+        self._stream = Stream()
+        self._pool: dict[tuple[int, int], Stream] = {}
+
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        pass
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+    def from_host(self, value: torch.Tensor) -> torch.Tensor:
+        return self.empty(value.shape, value.dtype)
+
+    def adopt(self, value: torch.Tensor) -> torch.Tensor:
+        return self.from_host(value)
+
+    def to_host(self, array: torch.Tensor) -> torch.Tensor:
+        return torch.empty(tuple(array.shape), dtype=array.dtype)
+
+    def copy(self, src: Any, dst: Any) -> None:
+        pass
+
+    def matmul(self, a: Any, b: Any, out: Any, acc: Any = None) -> None:
+        pass
+
+    def linear(self, x: Any, w: Any, bias: Any, out: Any, acc: Any = None, activation: str | None = None) -> None:
+        pass
+
+    def launch(self, body: Block, ins: Sequence[Any], outs: Sequence[Any], contexts: Contexts | None = None) -> None:
+        self.launches.append((body, tuple(ins), tuple(outs), contexts))
+
+    def _work(self, *_: Any) -> Work:
+        return Work()
+
+    allgather = broadcast = scatter = gather = reduce = allreduce = reduce_scatter = alltoall = send = recv = _work  # type: ignore[assignment]
+    put = get = team_barrier = put_block = get_block = _work  # type: ignore[assignment]
+
+    def wait(self, work: Work) -> None:
+        pass
+
+    def get_current_stream(self) -> Stream:
+        return self._stream
+
+    def set_current_stream(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def stream_for(self, index: int, pool_size: int) -> Stream:
+        return self._pool.setdefault((pool_size, index % pool_size), Stream())
+
+    def record_event(self) -> Event:
+        return Event()
+
+    def wait_event(self, event: Event) -> None:
+        pass
+
+    def share(self, buf: Any, team: Team) -> Handle:
+        handle = Handle()
+        handle.team = team
+        return handle
+
+    def release_handle(self, handle: Handle) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def barrier(self) -> None:
+        pass
+
+    def timer_start(self) -> Any:
+        return 0.0
+
+    def timer_stop(self, mark: Any) -> float:
+        return 0.0

@@ -1,0 +1,263 @@
+"""A program's generated kernels through the kernel cache, on the CPU
+(runtime/kernel_builds.py, runtime/cuda_regions.py): the dry run finds the
+launches a run makes (with their layouts, views and aliases); the kernels
+(Inductor's C++ ones here, Triton on a GPU: the same path) are built in
+parallel by this process and a build worker, are right, and are loaded by
+a later start; a damaged entry is rebuilt with a note; another version is
+a miss; processes racing for a kernel build it once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fuserc.runtime import cuda_regions, kernel_builds
+from fuserc.runtime.cpu import CpuBackend, launch_with_torch
+from fuserc.runtime.kernel_cache import KernelCache, kernel_key, versions
+from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.program import compile_text
+from fuserc.runtime.startup import KERNELS
+
+ROOT = Path(__file__).parents[2]
+CPU = torch.device("cpu")
+
+STRIDED = """
+func.func @main(%x: tensor<8x16xf32> {hir.global = tensor<8x16xf32>}) -> (tensor<8x16xf32> {hir.global = tensor<8x16xf32>}) attributes {hir.host} {
+  %y = hir.alloc "main/y" : tensor<8x16xf32>
+  hir.for %i = 0 to 2 {
+    %xi = hir.chunk %x [%i] dim = 1 chunks = 2 : (tensor<8x16xf32>, index) -> tensor<8x8xf32>
+    %yi = hir.chunk %y [%i] dim = 1 chunks = 2 : (tensor<8x16xf32>, index) -> tensor<8x8xf32>
+    hir.launch ins(%xi : tensor<8x8xf32>) outs(%yi : tensor<8x8xf32>) {
+    ^bb0(%a: tensor<8x8xf32>):
+      %e = fusion.exp %a : (tensor<8x8xf32>) -> tensor<8x8xf32>
+      %t = fusion.tanh %e : (tensor<8x8xf32>) -> tensor<8x8xf32>
+      hir.yield %t : tensor<8x8xf32>
+    }
+  }
+  %v = hir.view %y : tensor<8x16xf32> -> tensor<4x32xf32>
+  hir.launch ins(%v : tensor<4x32xf32>) outs(%v : tensor<4x32xf32>) {
+  ^bb0(%b: tensor<4x32xf32>):
+    %s = fusion.sum %b dims = [0] keepdim = true : (tensor<4x32xf32>) -> tensor<1x32xf32>
+    %bb = fusion.broadcast_in_dim %s dims = [0, 1] : (tensor<1x32xf32>) -> tensor<4x32xf32>
+    %m = fusion.mul %b, %bb : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+    hir.yield %m : tensor<4x32xf32>
+  }
+  func.return %y : tensor<8x16xf32>
+}
+"""
+"""Two regions: one launched twice on column chunks (strided views), one
+whose output is its input (a reduction read before the buffer is written)."""
+
+T = "tensor<16x8xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+INDEXED = f"""
+fusion.mesh @tp shape = [1]
+func.func @main(%x: {T}, %s: tensor<i64>) -> {T} {{
+  %y = fusion.mul %x, %x : ({T}, {T}) -> {T}
+  %d = fusion.dropout %y, %s p = 0.25 : ({T}, tensor<i64>) -> {T}
+  func.return %d : {T}
+}}
+"""
+"""A region with an INDEXED op: the global indices of its rows are
+constants of its graph (inputs of the saved kernel)."""
+
+
+class Recording(CpuBackend):
+    """The cpu backend, noting each launch; with `check`, each launch also
+    runs its generated kernel and compares it with the ops run one by one."""
+
+    def __init__(self, check: bool = False):
+        super().__init__(mpi_env())
+        self.check = check
+        self.seen: list[tuple[Any, ...]] = []
+        self.wrong: list[str] = []
+
+    def launch(self, body: Any, ins: Any, outs: Any, contexts: Any = None) -> None:
+        operands = (*ins, *outs)
+        key = (body, tuple(cuda_regions.layout_of(t) for t in operands), cuda_regions.aliases_of(operands))
+        self.seen.append((*key, sorted(contexts or {}, key=id)))
+        if not self.check:
+            super().launch(body, ins, outs, contexts)
+            return
+        want = [o.clone() for o in outs]
+        launch_with_torch(body, [i.clone() for i in ins], want, contexts)
+        kernel = cuda_regions._COMPILED[key]
+        assert kernel is not None
+        kernel(*operands)
+        if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(outs, want)):
+            self.wrong.append(" ".join(op.name for op in body.ops))
+
+
+def _program(text: str, check: bool = False) -> Any:
+    return compile_text(text, pipeline="" if "hir.host" in text else "default", backend=Recording(check))
+
+
+def _run(program: Any) -> None:
+    program.execute(program.random_inputs(1))
+
+
+def _gpt() -> str:
+    return re.sub(r"(fusion\.mesh @tp shape = )\[\d+\]", r"\g<1>[1]", (ROOT / "examples" / "gpt_layer.mlir").read_text())
+
+
+@pytest.mark.parametrize("text", [STRIDED, INDEXED, "gpt"], ids=["strided", "indexed", "gpt"])
+def test_the_dry_run_finds_every_launch(text: str) -> None:
+    program = _program(_gpt() if text == "gpt" else text)
+    planned = kernel_builds.needed_launches(program.program)
+    _run(program)
+    assert all(t.is_meta for _, ins, outs, _ in planned for t in (*ins, *outs))
+    got = [
+        (body, tuple(cuda_regions.layout_of(t) for t in (*ins, *outs)), cuda_regions.aliases_of((*ins, *outs)), sorted(c or {}, key=id))
+        for body, ins, outs, c in planned
+    ]
+    assert got == program.backend.seen
+    if text == STRIDED:
+        assert [a for _, _, a, _ in got] == [(0, 1), (0, 1), (0, 0)]
+        assert got[0][1][0][1] == (16, 1)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache for this module's tests (the compilers' working files in
+    it make later builds of the same kernels quicker)."""
+    root = tmp_path_factory.mktemp("kernels")
+    old = os.environ.get("FUSERC_CACHE_DIR")
+    os.environ["FUSERC_CACHE_DIR"] = str(root)
+    yield root
+    if old is None:
+        del os.environ["FUSERC_CACHE_DIR"]
+    else:
+        os.environ["FUSERC_CACHE_DIR"] = old
+
+
+def _prepare(*programs: Any, workers: int = 0) -> Any:
+    before = KERNELS.copy()
+    kernel_builds.prepare([p.program for p in programs], CPU, workers=workers)
+    return KERNELS.since(before)
+
+
+@pytest.fixture(scope="module")
+def built(cache_dir: Path) -> Any:
+    """The kernels of both programs built on a cold cache, by this process
+    and one build worker."""
+    return _prepare(_program(STRIDED), _program(INDEXED), workers=1)
+
+
+def _builders(root: Path) -> set[int]:
+    pids = set()
+    for path in KernelCache(root).entries():
+        with path.open("rb") as f:
+            f.readline()
+            pids.add(int(json.loads(f.readline())["builder"].split(":")[1]))
+    return pids
+
+
+def test_kernels_are_built_in_parallel(built: Any, cache_dir: Path) -> None:
+    assert (built.built, built.loaded, built.failed) == (3, 0, 0)
+    builders = _builders(cache_dir)
+    assert os.getpid() in builders and len(builders) == 2, "this process and its worker built them"
+
+
+def test_a_later_start_loads_every_kernel_and_they_are_right(built: Any) -> None:
+    programs = [_program(STRIDED, check=True), _program(INDEXED, check=True)]
+    got = _prepare(*programs)
+    assert (got.loaded, got.built, got.rebuilt) == (3, 0, 0)
+    for p in programs:
+        _run(p)
+        assert p.backend.wrong == []
+
+
+def _entry_of(program: Any, index: int) -> Any:
+    (group,) = kernel_builds.group_jobs([kernel_builds.needed_launches(program.program)[index]], CPU)
+    return group[0]
+
+
+def test_a_damaged_entry_is_rebuilt_with_a_note(built: Any, cache_dir: Path) -> None:
+    program = _program(STRIDED, check=True)
+    job = _entry_of(program, 2)
+    path = KernelCache().entry_path(job.key)
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="is damaged .*; building it again"):
+        got = _prepare(program)
+    assert (got.rebuilt, got.loaded, got.built) == (1, 1, 0)
+    _run(program)
+    assert program.backend.wrong == []
+
+
+def test_another_version_is_a_miss(built: Any) -> None:
+    job = _entry_of(_program(STRIDED), 0)
+    cache = KernelCache()
+    assert cache.read(job.key) is not None
+    for name in ("fuserc", "torch", "triton"):
+        other = kernel_key(job.key.kind, job.key.doc["fields"], job.key.doc["device"], {**versions(), name: "0.0.0"})
+        assert other.digest != job.key.digest and cache.read(other) is None
+
+
+RACER = """
+import json, os, sys, time
+import torch
+from fuserc.ir import make_context, parse
+from fuserc.runtime import kernel_builds
+from fuserc.runtime.cuda_regions import RegionJob
+from fuserc.runtime.startup import KERNELS
+
+text, go = sys.argv[1], sys.argv[2]
+body = next(op for op in parse(open(text).read(), "strided.mlir", make_context()).walk() if op.name == "hir.launch").body.block
+job = RegionJob(body, (((8, 8), (16, 1), torch.float32),) * 2, (0, 1), 1, None, torch.device("cpu"))
+print(job.key.digest, flush=True)
+while not os.path.exists(go):
+    time.sleep(0.01)
+kernel_builds.build_all([[job]], torch.device("cpu"), workers=0)
+print(json.dumps({"built": KERNELS.built, "waited": KERNELS.waited, "loaded": KERNELS.loaded}))
+"""
+
+
+def test_racing_processes_build_a_region_once(built: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """Three processes start at once on a kernel missing from the cache:
+    one builds it, the others wait and load it."""
+    job = _entry_of(_program(STRIDED), 0)
+    KernelCache().entry_path(job.key).unlink()
+    (tmp_path / "strided.mlir").write_text(STRIDED)
+    (tmp_path / "racer.py").write_text(RACER)
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, str(tmp_path / "racer.py"), str(tmp_path / "strided.mlir"), str(go)], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    for p in procs:  # each has its key: it is ready
+        assert p.stdout is not None and p.stdout.readline().strip() == job.key.digest
+    go.touch()
+    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert sorted(r["built"] for r in results) == [0, 0, 1]
+    assert all(r["built"] + r["waited"] + r["loaded"] == 1 for r in results)
+    assert KernelCache().read(job.key) is not None
+
+
+def test_a_worker_builds_the_kernel_this_process_would(built: Any) -> None:
+    """What a build worker gets (the job's spec, pickled: the region as
+    text, its layouts, aliases and INDEXED ops' contexts) makes the same
+    kernel as the region itself."""
+    import pickle
+
+    program = _program(INDEXED)
+    (launch,) = kernel_builds.needed_launches(program.program)
+    (group,) = kernel_builds.group_jobs([launch], CPU)
+    with KernelCache().working_dirs():
+        _, kernel = cuda_regions.build_spec(pickle.loads(pickle.dumps(group[0].spec())), CPU)
+    body, ins, outs, contexts = launch
+    args = [torch.randn(t.shape) if t.dtype.is_floating_point else torch.tensor(7) for t in (*ins, *outs)]
+    want = torch.empty(outs[0].shape)
+    launch_with_torch(body, args[: len(ins)], [want], contexts)
+    kernel(*args)
+    assert torch.allclose(args[-1], want, atol=1e-6) and (want == 0).any()  # dropped elements: the indices matter
