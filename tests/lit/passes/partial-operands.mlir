@@ -1,5 +1,6 @@
-// Partial sums that propagate-shardings carries, which make-resharding-contiguous
-// must realize (it refused them, or broke its contract):
+// Partial sums carried by the ops below (written here, as propagate-shardings
+// may choose them), which make-resharding-contiguous must realize (it refused
+// them, or broke its contract):
 // - a product keeps its one partial operand partial and slices the other;
 // - a contraction over a mesh axis of one device with a partial operand;
 // - a contraction of nothing (an empty result) into a partial sum is the
@@ -12,13 +13,17 @@
 // CHECK: %[[E:.*]] = fusion.set {{.*}} -> tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, -]>>
 // CHECK: fusion.mul %[[E]], %[[S]] {{.*}} -> tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, -], partial = DIDy>>
 // CHECK: fusion.set {{.*}} partial = DIDy>>) -> tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>
+!p = tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, -], partial = DIDy>>
+!s = tensor<6x6x1xf32, #fusion.sharding<@m0, [DIDx, -, -], partial = DIDy>>
+!r = tensor<6x6x12xf32, #fusion.sharding<@m0, [-, -, -]>>
+!b = tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>
 fusion.mesh @m0 shape = [2, 2]
-func.func @product(%a: tensor<6x6x12xf32, #fusion.sharding<@m0, [-, -, -]>>, %b: tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>) -> tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>> {
-  %s = fusion.sum %b dims = [2] keepdim = true : (tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>) -> tensor<6x6x1xf32>
-  %e = fusion.exp %a : (tensor<6x6x12xf32, #fusion.sharding<@m0, [-, -, -]>>) -> tensor<6x6x12xf32>
-  %p = fusion.mul %e, %s : (tensor<6x6x12xf32>, tensor<6x6x1xf32>) -> tensor<6x6x12xf32>
-  %d = fusion.sub %b, %p : (tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>, tensor<6x6x12xf32>) -> tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>
-  func.return %d : tensor<6x6x12xf32, #fusion.sharding<@m0, [DIDx, -, DIDy]>>
+func.func @product(%a: !r, %b: !b) -> !b {
+  %s = fusion.sum %b dims = [2] keepdim = true : (!b) -> !s
+  %e = fusion.exp %a : (!r) -> !r
+  %p = fusion.mul %e, %s : (!r, !s) -> !p
+  %d = fusion.sub %b, %p : (!b, !p) -> !b
+  func.return %d : !b
 }
 
 // -----
@@ -27,9 +32,9 @@ func.func @product(%a: tensor<6x6x12xf32, #fusion.sharding<@m0, [-, -, -]>>, %b:
 // CHECK: fusion.matmul {{.*}} -> tensor<2x12xf32, #fusion.sharding<@m, [-, -], partial = DIDx>>
 fusion.mesh @m shape = [1, 3]
 func.func @one_device_axis(%x: tensor<2x2x6xf32, #fusion.sharding<@m, [-, -, DIDx]>>, %w: tensor<2x12xf32, #fusion.sharding<@m, [DIDy, -]>>) -> tensor<2x12xf32, #fusion.sharding<@m, [-, -]>> {
-  %p = fusion.sum %x dims = [2] : (tensor<2x2x6xf32, #fusion.sharding<@m, [-, -, DIDx]>>) -> tensor<2x2xf32>
-  %y = fusion.matmul %p, %w : (tensor<2x2xf32>, tensor<2x12xf32, #fusion.sharding<@m, [DIDy, -]>>) -> tensor<2x12xf32>
-  %z = fusion.relu %y : (tensor<2x12xf32>) -> tensor<2x12xf32, #fusion.sharding<@m, [-, -]>>
+  %p = fusion.sum %x dims = [2] : (tensor<2x2x6xf32, #fusion.sharding<@m, [-, -, DIDx]>>) -> tensor<2x2xf32, #fusion.sharding<@m, [-, -], partial = DIDx>>
+  %y = fusion.matmul %p, %w : (tensor<2x2xf32, #fusion.sharding<@m, [-, -], partial = DIDx>>, tensor<2x12xf32, #fusion.sharding<@m, [DIDy, -]>>) -> tensor<2x12xf32, #fusion.sharding<@m, [-, -], partial = DIDx>>
+  %z = fusion.relu %y : (tensor<2x12xf32, #fusion.sharding<@m, [-, -], partial = DIDx>>) -> tensor<2x12xf32, #fusion.sharding<@m, [-, -]>>
   func.return %z : tensor<2x12xf32, #fusion.sharding<@m, [-, -]>>
 }
 
