@@ -257,10 +257,12 @@ def _common_subexpressions(block: Block, among: set[Operation]) -> None:
     """One op for equal ops of the rules (same kind, operands, properties,
     attributes and result types; fusion ops are pure): the rules of two
     GEMMs reading one input each transpose it, and one transposed copy,
-    gathered once, serves both weight gradients."""
+    gathered once, serves both weight gradients. Ops without operands (a
+    constant, an iota) are kept apart: each takes its mesh from its users,
+    and two of them may serve users on different meshes."""
     seen: dict[tuple, Operation] = {}
     for o in list(block.ops):
-        if o not in among or o.regions or not o.results:
+        if o not in among or o.regions or not o.results or not o.operands:
             continue
         key = (
             o.name,

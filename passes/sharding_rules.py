@@ -389,7 +389,7 @@ def computes_locally(
     if not operands:  # a constant, an iota: each device makes its block itself
         return True
     res = result.placement()
-    local = local_result(op, operands, mesh_of)
+    local = local_result(op, [_over_devices(s, mesh_of(s.mesh)) for s in operands], mesh_of)
     if local is None:
         return False
     m = op_map(op)
@@ -405,7 +405,9 @@ def computes_locally(
 
 def _over_devices(s: Sharding, mesh: Mesh | None) -> Sharding:
     """`s` without its device splits over mesh axes of one device: they
-    place nothing (`[DIDy*Stream(2)]` on a mesh [1, 2] is `[Stream(2)]`)."""
+    place nothing (`[DIDy*Stream(2)]` on a mesh [1, 2] is `[Stream(2)]`),
+    on the result as on the operands (an operand's gather pipelined along
+    the result's `DIDz*Stream(2)` keeps its DIDz)."""
     if mesh is None or s.mesh != mesh.name:
         return s
     ones = {p for p in ("DIDx", "DIDy", "DIDz")[: len(mesh.shape)] if mesh.axis_size(p) == 1}
