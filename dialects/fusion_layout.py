@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, var_operand_def
 
 from fuserc import shapes
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, sharding_of
 from fuserc.dialects.fusion_grad import zeros
 from fuserc.dialects.interfaces import ALL, DROP, MAP, RESHAPE, EvalContext, OpMap, Target, identity, normalized
 
@@ -223,6 +223,12 @@ class SetOp(LayoutOp):
         return args[0]
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """The cotangent itself; moved back to the operand's mesh where the
+        set moves between meshes (its transpose), since no other op reads
+        tensors of two meshes."""
+        src, dst = sharding_of(self.input), sharding_of(self.results[0])
+        if src is not None and dst is not None and src.mesh != dst.mesh:
+            return [b.op("set", g, placed_as=self.input)]
         return [g]
 
 

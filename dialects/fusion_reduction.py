@@ -235,11 +235,14 @@ class VarOp(ReductionOp):
         return b.unstat(b.op("div", ss, b.constant(denom, like=x)), self.input)
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
-        """2 (x - mean) / (N - correction) times the cotangent."""
+        """2 (x - mean) / (N - correction) times the cotangent, divided at
+        run time as PyTorch's backward does: where N - correction is 0 the
+        gradient is NaN (x at its mean: 0/0) or +-inf, where it is negative
+        it is finite (PyTorch's forward clamps it at 0, its backward not)."""
         x, dims = self.input, self.reduced()
         n = count(shape_of(x), dims) - self.keyword("correction")
         centered = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
-        return [b.op("mul", self.expanded(b, g), b.op("mul", centered, 2.0 / n))]
+        return [b.op("mul", self.expanded(b, g), b.op("div", b.op("mul", centered, 2.0), float(n)))]
 
 
 OPS: tuple[type[FusionOp], ...] = (SumOp, MaxOp, MinOp, MeanOp, VarOp)

@@ -60,13 +60,17 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     BACKENDS,
     GLOBAL_ATTR,
     HOST_ATTR,
+    RANGE_MIN,
     REDUCTION_OPS,
+    STREAM_ATTR,
     AllocOp,
     DeallocOp,
     EventType,
     HandleType,
     HirOp,
     RankList,
+    Ranks,
+    RankSetAttr,
     StreamType,
     TokenType,
     Word,
@@ -76,8 +80,11 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     int_array,
     rank_array,
     select_shape,
+    verify_discardable,
 )
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, TensorType, UnitAttr
+
+from fuserc.diagnostics import error_at
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Dialect, Operation
 
@@ -89,6 +96,20 @@ from xdsl.ir import Dialect, Operation
 def is_host_program(func_op: Operation) -> bool:
     """Whether `func_op` is a `func.func` carrying the `hir.host` unit attribute."""
     return isinstance(func_op, FuncOp) and HOST_ATTR in func_op.attributes
+
+
+def check_fusion_function(func_op: FuncOp) -> None:
+    """Fusion passes transform functions of fusion ops: one that holds
+    host-IR ops without being marked a host program is refused at its
+    first such op (its tensors are local buffers, not global values)."""
+    for op in func_op.walk():
+        if op.name.startswith("hir."):
+            raise error_at(
+                op,
+                f"'{op.name}' op is host IR in @{func_op.sym_name.data}, which is not a host program "
+                f"(a function marked `attributes {{{HOST_ATTR}}}`): the fusion passes transform "
+                "functions of fusion ops only",
+            )
 
 
 def mark_host_program(func_op: FuncOp) -> None:
@@ -144,5 +165,5 @@ Hir = Dialect(
         MatmulOp, LinearOp, CopyOp, LaunchOp,
         ShareOp, PutOp, GetOp,
     ],
-    [TokenType, StreamType, EventType, HandleType],
+    [TokenType, StreamType, EventType, HandleType, RankSetAttr],
 )  # fmt: skip

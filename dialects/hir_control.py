@@ -45,10 +45,11 @@ from fuserc.dialects.hir_core import (
     StreamType,
     _check_position,
     _check_positive,
-    _fmt_ints,
     _ints,
-    _parse_int_list,
+    RankSetAttr,
+    Ranks,
     check_ranks,
+    parse_runs,
     rank_array,
 )
 
@@ -195,10 +196,11 @@ class ForOp(HirOp):
 class IfRankOp(HirOp):
     """`%r... = hir.if_rank [R, ...] (-> (T, ...))? { ... hir.yield %v... }`:
     the region runs only on the listed ranks; elsewhere the results are absent.
-    Without results the ending hir.yield is implicit."""
+    Without results the ending hir.yield is implicit. The ranks are a
+    `Ranks` (runs: `[0 to 4096]`), however many devices they cover."""
 
     name = "hir.if_rank"
-    ranks_attr = prop_def(DenseArrayBase.constr(i64), prop_name="ranks")
+    ranks_attr = prop_def(RankSetAttr, prop_name="ranks")
     res = var_result_def()
     body = region_def("single_block")
 
@@ -206,7 +208,7 @@ class IfRankOp(HirOp):
 
     def __init__(
         self,
-        ranks: Sequence[int],
+        ranks: Sequence[int] | Ranks,
         result_types: Sequence[Attribute] = (),
         body: Region | Block | None = None,
     ):
@@ -216,12 +218,12 @@ class IfRankOp(HirOp):
         if not result_types:
             _ensure_yield(region)
         super().__init__(
-            properties={"ranks": rank_array(ranks)}, result_types=[list(result_types)], regions=[region]
+            properties={"ranks": RankSetAttr.get(Ranks.of(ranks))}, result_types=[list(result_types)], regions=[region]
         )
 
     @property
-    def ranks(self) -> tuple[int, ...]:
-        return _ints(self.ranks_attr)
+    def ranks(self) -> Ranks:
+        return self.ranks_attr.model
 
     def verify_op(self) -> None:
         check_ranks(self.ranks, "ranks")
@@ -238,7 +240,7 @@ class IfRankOp(HirOp):
                 )
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" " + _fmt_ints(self.ranks))
+        printer.print_string(" " + str(self.ranks))
         if self.results:
             printer.print_string(" -> (")
             printer.print_list([r.type for r in self.results], printer.print_attribute)
@@ -254,7 +256,7 @@ class IfRankOp(HirOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> "IfRankOp":
-        ranks = _parse_int_list(parser)
+        ranks = Ranks.of(parse_runs(parser), runs=True)
         types: list[Attribute] = []
         if parser.parse_optional_punctuation("->"):
             types = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_type)

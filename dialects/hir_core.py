@@ -4,7 +4,8 @@ Part of the hir dialect (`fuserc.dialects.hir` gathers the ops and defines the d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -42,11 +43,12 @@ from xdsl.irdl.declarative_assembly_format import (
     PrintingState,
     irdl_custom_directive,
 )
-from xdsl.parser import Parser
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc.dialects.fusion import element_type_of
+from fuserc.sharding import MAX_MESH_DEVICES
 
 BACKENDS: tuple[str, ...] = ("nccl", "cuda_ipc", "mpi")
 
@@ -57,6 +59,9 @@ HOST_ATTR = "hir.host"
 """Unit attribute marking a `func.func` as a host program."""
 GLOBAL_ATTR = "hir.global"
 """Argument/result attribute: the global (sharded) type of a local tensor."""
+STREAM_ATTR = "hir.stream"
+"""Discardable attribute `[dim, S]` on an op lowered from a fusion op whose
+result has a `Stream(S)` split on dim (read by stream-pipeline)."""
 
 
 # --------------------------------------------------------------------------
@@ -119,31 +124,197 @@ def _ints(attr: ArrayAttr[IntegerAttr] | DenseArrayBase) -> tuple[int, ...]:
     return tuple(a.value.data for a in attr.data)
 
 
-def _fmt_ints(values: Sequence[int]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
+# --------------------------------------------------------------------------
+# Rank lists as runs
+# --------------------------------------------------------------------------
+
+Run = tuple[int, int, int]
+"""`(start, stop, step)`: the ranks of `range(start, stop, step)`, step >= 1."""
+
+RANGE_MIN = 16
+"""A run of this many equally spaced increasing ranks is written `A to B`
+(`A to B step S`; B exclusive, as hir.for's bounds), a shorter one rank by
+rank: small teams read as they are, a mesh of millions is a few words."""
 
 
-def _parse_int_list(parser: Parser) -> list[int]:
-    return parser.parse_comma_separated_list(
-        parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
-    )
+def rank_runs(values: Sequence[int]) -> tuple[Run, ...]:
+    """`values`, in order, as maximal increasing arithmetic runs (one for a
+    whole mesh, a DIDx slice or a strided DIDy team, found at C speed)."""
+    n = len(values)
+    if n == 0:
+        return ()
+    if isinstance(values, range) and values.step > 0:
+        return ((values.start, values.start + n * values.step, values.step),)
+    first, last = values[0], values[-1]
+    if n >= 2 and last > first and (last - first) % (n - 1) == 0:
+        step = (last - first) // (n - 1)
+        if tuple(values) == tuple(range(first, last + 1, step)):
+            return ((first, last + 1, step),)
+    runs: list[Run] = []
+    i = 0
+    while i < n:
+        start = values[i]
+        if i + 1 == n or values[i + 1] <= start:
+            runs.append((start, start + 1, 1))
+            i += 1
+            continue
+        step = values[i + 1] - start
+        j = i + 1
+        while j + 1 < n and values[j + 1] - values[j] == step:
+            j += 1
+        runs.append((start, values[j] + 1, step))
+        i = j + 1
+    return tuple(runs)
+
+
+def format_runs(runs: Sequence[Run]) -> str:
+    """`[0, 1, 2]`, `[0 to 4096]`, `[0 to 4096 step 2, 9000]` (RANGE_MIN; a
+    run's stop is its start plus its length times its step)."""
+    items: list[str] = []
+    for start, stop, step in runs:
+        r = range(start, stop, step)
+        if len(r) >= RANGE_MIN:
+            items.append(f"{start} to {start + len(r) * step}" + (f" step {step}" if step != 1 else ""))
+        else:
+            items.extend(str(v) for v in r)
+    return "[" + ", ".join(items) + "]"
+
+
+def parse_runs(parser: Parser | AttrParser) -> list[Run]:
+    """`[ITEM, ...]`, ITEM ::= INT (`to` INT (`step` INT)?)? (stop exclusive);
+    at most MAX_MESH_DEVICES ranks in all (a list is a team or the ranks of
+    meshes: never more devices than a mesh may have)."""
+    total = 0
+
+    def item() -> Run:
+        nonlocal total
+        pos = parser.pos
+        start = parser.parse_integer(allow_boolean=False)
+        stop, step = start + 1, 1
+        if parser.parse_optional_keyword("to"):
+            stop = parser.parse_integer(allow_boolean=False)
+            step = parser.parse_integer(allow_boolean=False) if parser.parse_optional_keyword("step") else 1
+            if step < 1 or stop <= start:
+                parser.raise_error(f"'{start} to {stop} step {step}' is not a range of ranks: it needs start < stop and step >= 1", pos, parser.pos)
+        total += len(range(start, stop, step))
+        if total > MAX_MESH_DEVICES:
+            parser.raise_error(f"a rank list of more than {MAX_MESH_DEVICES:,} ranks (the most devices a mesh has)", pos, parser.pos)
+        return (start, stop, step)
+
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, item)
+
+
+def _expand(runs: Sequence[Run]) -> list[int]:
+    return [v for run in runs for v in range(*run)]
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """A set of ranks as increasing, disjoint runs (`rank_runs`): what
+    `hir.if_rank` stores, so that its size, text and membership test grow
+    with the runs of the program, not with the devices of its meshes (a
+    mesh of 4,194,304 devices is one run). `Ranks.of` orders what it is
+    given; duplicates are kept for the verifier to refuse."""
+
+    runs: tuple[Run, ...]
+
+    @classmethod
+    def of(cls, ranks: Iterable[int] | Sequence[Run] | "Ranks", runs: bool = False) -> "Ranks":
+        if isinstance(ranks, Ranks):
+            return ranks
+        given = tuple(ranks) if runs else rank_runs(ranks if isinstance(ranks, (range, tuple, list)) else tuple(ranks))  # type: ignore[arg-type]
+        if cls(given).ordered():  # type: ignore[arg-type]
+            return cls(given)  # type: ignore[arg-type]
+        values = sorted(_expand(given))  # type: ignore[arg-type]
+        if any(a == b for a, b in zip(values, values[1:])):
+            return cls(given)  # type: ignore[arg-type]
+        return cls(rank_runs(values))
+
+    def ordered(self) -> bool:
+        """Runs increasing and disjoint (each after the last rank of the one before)."""
+        last = None
+        for start, stop, step in self.runs:
+            if step < 1 or stop <= start or (last is not None and start <= last):
+                return False
+            last = range(start, stop, step)[-1]
+        return True
+
+    def __contains__(self, rank: object) -> bool:
+        return isinstance(rank, int) and any(a <= rank < b and (rank - a) % s == 0 for a, b, s in self.runs)
+
+    def __iter__(self) -> Iterator[int]:
+        for run in self.runs:
+            yield from range(*run)
+
+    def __len__(self) -> int:
+        return sum(len(range(*run)) for run in self.runs)
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+    @property
+    def last(self) -> int:
+        """The largest rank (the runs are ordered)."""
+        return max(range(*run)[-1] for run in self.runs)
+
+    def __str__(self) -> str:
+        return format_runs(self.runs)
+
+
+@irdl_attr_definition
+class RankSetAttr(ParametrizedAttribute):
+    """`#hir.ranks<[0 to 4096, 5000]>`: a `Ranks`, stored as its runs'
+    (start, stop, step) triples in one packed array."""
+
+    name = "hir.ranks"
+
+    runs: DenseArrayBase
+
+    @staticmethod
+    def get(ranks: Ranks) -> "RankSetAttr":
+        attr = RankSetAttr(rank_array([v for run in ranks.runs for v in run]))
+        attr.__dict__["_model"] = ranks
+        return attr
+
+    @property
+    def model(self) -> Ranks:
+        model = self.__dict__.get("_model")
+        if model is None:
+            flat = self.runs.get_values()
+            triples = [tuple(flat[i : i + 3]) for i in range(0, len(flat) - len(flat) % 3, 3)]
+            model = self.__dict__["_model"] = Ranks(tuple(triples))  # type: ignore[arg-type]
+        return model
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            ranks = Ranks.of(parse_runs(parser), runs=True)
+        return (rank_array([v for run in ranks.runs for v in run]),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.model}>")
+
+    def verify(self) -> None:
+        if len(self.runs.get_values()) % 3:
+            raise VerifyException("#hir.ranks holds (start, stop, step) triples")
 
 
 @irdl_custom_directive
 class RankList(CustomDirective):
-    """`[0, 1, 2]` for an array of i64 (a team or a rank list)."""
+    """`[0, 1, 2]` (runs of RANGE_MIN ranks or more as `A to B (step S)?`)
+    for an array of i64 (a team or a rank list)."""
 
     ranks: AttributeVariable
 
     def parse(self, parser: Parser, state: ParsingState) -> bool:
-        self.ranks.set(state, rank_array(_parse_int_list(parser)))
+        self.ranks.set(state, rank_array(_expand(parse_runs(parser))))
         return True
 
     def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
         state.print_whitespace(printer)
         attr = self.ranks.get(op)
         assert isinstance(attr, DenseArrayBase)
-        printer.print_string(_fmt_ints(_ints(attr)))
+        printer.print_string(format_runs(rank_runs(_ints(attr))))
 
 
 @irdl_custom_directive
@@ -163,11 +334,16 @@ class Word(CustomDirective):
         printer.print_string(attr.data)
 
 
-def check_ranks(ranks: Sequence[int], what: str) -> None:
-    """A team or rank list: non-empty, distinct, non-negative."""
-    if not ranks or len(set(ranks)) != len(ranks) or any(r < 0 for r in ranks):
+def check_ranks(ranks: Sequence[int] | Ranks, what: str) -> None:
+    """A team or rank list: non-empty, distinct, non-negative (a `Ranks`
+    checked on its runs)."""
+    if isinstance(ranks, Ranks):
+        if not ranks or not ranks.ordered() or ranks.runs[0][0] < 0:
+            raise VerifyException(f"{what} must be a non-empty list of distinct non-negative ranks, got {ranks}")
+        return
+    if not ranks or min(ranks) < 0 or len(set(ranks)) != len(ranks):
         raise VerifyException(
-            f"{what} must be a non-empty list of distinct non-negative ranks, got {_fmt_ints(ranks)}"
+            f"{what} must be a non-empty list of distinct non-negative ranks, got {format_runs(rank_runs(ranks))}"
         )
 
 
@@ -179,6 +355,20 @@ def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
 def _check_positive(value: int, what: str) -> None:
     if value <= 0:
         raise VerifyException(f"{what} must be positive, got {value}")
+
+
+def verify_discardable(op: Operation) -> None:
+    """The hir dialect's discardable attributes on any op (MLIR's
+    `verifyOperationAttribute`): `hir.stream` is `[dim, S]`, two integers
+    with dim >= 0 and S >= 1, so that no pass reading it divides by zero."""
+    mark = op.attributes.get(STREAM_ATTR)
+    if mark is None:
+        return
+    if not (isinstance(mark, ArrayAttr) and len(mark.data) == 2 and all(isinstance(a, IntegerAttr) for a in mark.data)):
+        raise VerifyException(f"{STREAM_ATTR} must be [dim, S], two integers, got {mark}")
+    dim, chunks = (a.value.data for a in mark.data)  # type: ignore[attr-defined]
+    if dim < 0 or chunks < 1:
+        raise VerifyException(f"{STREAM_ATTR} = [{dim}, {chunks}] needs dim >= 0 and S >= 1 chunks")
 
 
 # --------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from xdsl.printer import Printer
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.parser.generic_parser import ParserState
-from xdsl.utils.lexer import Input, Span
-from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
+from xdsl.utils.lexer import Input, Position, Span
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRToken, MLIRTokenKind
 
 from fuserc.diagnostics import Diagnostic, Location, location_of
 
@@ -33,7 +33,7 @@ Real programs nest a dozen levels."""
 _NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|[(\[{<]|[)\]}>]')
 _OPENERS = frozenset("([{<")
 _CLOSERS = frozenset(")]}>")
-_DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*")
+_DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*", re.ASCII)  # 0-9 only: `4٣` is not 43
 
 
 def make_context() -> Context:
@@ -54,6 +54,29 @@ class _Lexer(MLIRLexer):
     (a minute for 30 characters). This one matches the same strings."""
 
     _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
+
+    def lex(self) -> MLIRToken:
+        """xDSL's, refusing a token that starts with a character outside
+        ASCII: integers are ASCII digits (xDSL reads `٣` or `４` as 3 and 4,
+        and fails with a ValueError on `²`), names ASCII letters. Strings
+        and comments hold any character."""
+        self._consume_whitespace()
+        self._refuse_non_ascii(self.pos)
+        return super().lex()
+
+    def _lex_at_ident(self, start_pos: Position) -> MLIRToken:
+        self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
+        return super()._lex_at_ident(start_pos)
+
+    def _refuse_non_ascii(self, pos: Position) -> None:
+        c = self.input.at(pos)
+        if c is not None and not c.isascii():
+            shown = f"'{c}' (U+{ord(c):04X})" if c.isprintable() else f"U+{ord(c):04X}"
+            what = "a digit that is not 0-9" if c.isnumeric() else "a character that is not ASCII"
+            raise ParseError(
+                Span(pos, pos + 1, self.input),
+                f"unexpected {shown}: {what}; outside strings and comments the IR is ASCII (integers are written with 0-9)",
+            )
 
 
 _ANGLES = re.compile(r'[<>"]')
@@ -297,7 +320,7 @@ def resize_meshes(module: ModuleOp, shapes: Mapping[str, tuple[int, ...]]) -> No
 
 def mesh_option(text: str) -> tuple[str, tuple[int, ...]]:
     """`NAME=SHAPE` of `--mesh` (`tp=2`, `grid=2x4`); ValueError if malformed."""
-    m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip())
+    m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip(), re.ASCII)
     if m is None:
         raise ValueError(f"expected NAME=SHAPE (tp=2, grid=2x4), got {text!r}")
     shape = tuple(int(n) for n in m.group(2).split("x"))
@@ -349,7 +372,7 @@ def verify(module: ModuleOp) -> None:
     without regions or successors is verified once per signature (`_Signatures`), the
     inputs its verifier reads, so that verifying is linear in the number
     of distinct ops, not a constant factor over every op."""
-    from fuserc.dialects.hir import AllocOp
+    from fuserc.dialects.hir import AllocOp, verify_discardable
 
     order: dict[Block, dict[Operation, int]] = {}
     sites: dict = {}
@@ -362,15 +385,18 @@ def verify(module: ModuleOp) -> None:
             _verify_defined_before_use(op, order)
             if op.regions or op.successors:
                 op.verify(verify_nested_ops=False)
+                verify_discardable(op)
             else:
                 key = signature(op)
                 if key not in verified:
                     op.verify(verify_nested_ops=False)
+                    verify_discardable(op)
                     verified.add(key)
             if isinstance(op, AllocOp):
                 op.verify_sites(sites)
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
+                _verify_one_block(op)
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
 
@@ -495,6 +521,21 @@ def _verify_func_signature(func: FuncOp) -> None:
                 raise Diagnostic(f"'{func.name}' op argument #{i}{name}: {e}", location_of(args[i])) from None
             raise
     verify_sharding_types(func, list(ftype.outputs.data))
+
+
+def _verify_one_block(func: FuncOp) -> None:
+    """A function body is one block: fuserc has no branches, so a second
+    block could never run (passes read `func.body.block`). Reported where
+    the second block begins."""
+    blocks = list(func.body.blocks)
+    if len(blocks) > 1:
+        second = blocks[1]
+        where = location_of(second.first_op) or location_of(func)
+        raise Diagnostic(
+            f"'func.func' op @{func.sym_name.data} has {len(blocks)} blocks; a function is one block "
+            "(there are no branches), and its second block begins here",
+            where,
+        )
 
 
 class _Printer(Printer):

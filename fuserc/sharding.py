@@ -168,7 +168,7 @@ class Split:
         return f"Stream({self.factor})" if self.is_stream else self.ptype
 
 
-_TERM = re.compile(r"\s*(DIDx|DIDy|DIDz|Stream\s*\(\s*(-?\d+)\s*\))\s*$")
+_TERM = re.compile(r"\s*(DIDx|DIDy|DIDz|Stream\s*\(\s*(-?\d+)\s*\))\s*$", re.ASCII)
 
 
 def parse_axis(text: str) -> tuple[Split, ...]:

@@ -12,9 +12,11 @@ Differentiation is at global shapes, before partitioning: every op's rule
 is its own `vjp` (the op classes in dialects/fusion_*.py); the ops it builds
 have no sharding and are propagated later like any program. The shardings
 main's values get from propagation are kept on the saved tensors (so the
-two functions agree on them), cotangents are sharded like main's results,
-and each gradient is set to its argument's sharding: a gradient that comes
-out partial (a replicated weight used by sharded rows) is reduced there.
+two functions agree on them; a partial one is saved reduced), cotangents
+are sharded like main's results (whole where a result is a partial sum),
+the ops of each op's derivative are located at the op, and each gradient
+is set to its argument's sharding: a gradient that comes out partial (a
+replicated weight used by sharded rows) is reduced there.
 `@main` is left as it is.
 """
 
@@ -25,11 +27,12 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     FusionOp, LinearOp, MatmulOp, MeshOp, PermuteOp, ReshapeOp, SetOp, is_float, shape_of, sharding_of, with_sharding,
 )
@@ -71,6 +74,7 @@ class Autodiff(ModulePass):
             raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry})")
         if "hir.host" in main.attributes:
             raise error_at(main, f"autodiff: @{self.entry} is a host program; autodiff differentiates fusion functions")
+        hir.check_fusion_function(main)
         for name in (f"{self.entry}_fwd", f"{self.entry}_bwd"):
             if name in funcs:
                 raise error_at(funcs[name], f"autodiff: @{name} exists already")
@@ -81,6 +85,17 @@ class Autodiff(ModulePass):
         fwd, bwd = _Derivation(src, self.entry, self.save).run()
         Rewriter.insert_op(fwd, _after(main))
         Rewriter.insert_op(bwd, _after(fwd))
+
+
+def _whole(t: Attribute) -> Attribute:
+    """`t` with its partial sum reduced, its splits kept: the type of a
+    cotangent of a partial result (the transpose of summing the devices'
+    parts hands each device the whole cotangent) and of a partial
+    activation saved for the backward (a function input is never partial)."""
+    s = sharding_of(t)
+    if s is None or s.partial is None or not isinstance(t, TensorType):
+        return t
+    return with_sharding(t, s.with_partial(None))
 
 
 def _after(op: Operation) -> InsertPoint:
@@ -176,13 +191,14 @@ class _Derivation:
         args = list(src.body.block.args)
         results = list(self.ret.operands)
         # The backward: main's body again, then the derivative rules, in reverse.
-        block = Block(arg_types=[a.type for a in args] + [v.type for v in results])
+        block = Block(arg_types=[a.type for a in args] + [_whole(v.type) for v in results])
         primal, cts = list(block.args[: len(args)]), list(block.args[len(args) :])
         to_bwd: dict[SSAValue, SSAValue] = dict(zip(args, primal))
         forward = [o.clone(value_mapper=to_bwd) for o in src.body.block.ops if o is not self.ret]
         for o in forward:
             block.add_op(o)
         anchor = ReturnOp()
+        anchor.location = self.ret.location
         block.add_op(anchor)
         b = FusionBuilder(before=anchor)
         adjoint: dict[SSAValue, SSAValue] = {}
@@ -200,9 +216,11 @@ class _Derivation:
                     raise error_at(o, f"autodiff: '{o.name}' has no derivative through its result #{k}")
             if g is None or not isinstance(o, FusionOp) or not _is_float(o.results[0]):
                 continue
+            anchor.location = o.location  # the ops of its derivative are located at the op
             for operand, grad in zip(o.operands, o.vjp(b, g)):
                 if grad is not None and _is_float(operand):
                     accumulate(operand, grad)
+        anchor.location = self.ret.location
         grads = [b.op("set", adjoint[p] if p in adjoint else zeros(b, p), placed_as=p) for p in primal if _is_float(p)]
         final = ReturnOp(*grads)
         Rewriter.replace_op(anchor, final)
@@ -214,9 +232,9 @@ class _Derivation:
         saved = list(dict.fromkeys(paths[v][0] if v in paths else v for v in saved))
         saved = [v for v in [*primal, *(r for o in forward for r in o.results)] if v in set(saved)]
         _dead_code(block)
-        bwd_args = [v.type for v in saved] + [c.type for c in cts]
+        bwd_args = [_whole(v.type) for v in saved] + [c.type for c in cts]
         if self.save == "activations":
-            fresh = [block.insert_arg(v.type, len(block.args)) for v in saved]
+            fresh = [block.insert_arg(_whole(v.type), len(block.args)) for v in saved]
             arg_of = dict(zip(saved, fresh))
             first = next(o for o in block.ops if o in backward or o is final)
             for v, (end, steps) in paths.items():  # the value again, as views of the saved end
@@ -256,7 +274,13 @@ class _Derivation:
                 block.add_op(o.clone(value_mapper=to_fwd))
         from_bwd = {v: k for k, v in to_bwd.items()}
         outs = [to_fwd[v] for v in self.ret.operands] + [to_fwd[from_bwd[v]] for v in saved]
-        block.add_op(ReturnOp(*outs))
+        ret = ReturnOp(*outs)
+        ret.location = self.ret.location
+        block.add_op(ret)
+        b = FusionBuilder(before=ret)
+        for i in range(len(self.ret.operands), len(outs)):
+            if _whole(outs[i].type) != outs[i].type:  # a partial sum is saved reduced (_whole)
+                outs[i] = ret.operands[i] = b.op("set", outs[i], placed_as=outs[i])
         return FuncOp(f"{self.entry}_fwd", FunctionType.from_lists([a.type for a in block.args], [v.type for v in outs]), Region(block))
 
 
@@ -318,10 +342,12 @@ def _common_subexpressions(block: Block, among: set[Operation]) -> None:
     """One op for equal ops of the rules (same kind, operands, properties,
     attributes and result types; fusion ops are pure): the rules of two
     GEMMs reading one input each transpose it, and one transposed copy,
-    gathered once, serves both weight gradients."""
+    gathered once, serves both weight gradients. Ops without operands (a
+    constant, an iota) are kept apart: each takes its mesh from its users,
+    and two of them may serve users on different meshes."""
     seen: dict[tuple, Operation] = {}
     for o in list(block.ops):
-        if o not in among or o.regions or not o.results:
+        if o not in among or o.regions or not o.results or not o.operands:
             continue
         key = (
             o.name,

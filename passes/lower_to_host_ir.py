@@ -248,7 +248,7 @@ def stream_marks(value: SSAValue) -> dict[str, Attribute]:
     if sd is None:
         return {}
     dim = order_of(value).index(sd[0])
-    return {"hir.stream": ArrayAttr([IntegerAttr(dim, i64), IntegerAttr(sd[1], i64)])}
+    return {hir.STREAM_ATTR: ArrayAttr([IntegerAttr(dim, i64), IntegerAttr(sd[1], i64)])}
 
 
 # --------------------------------------------------------------------------
@@ -454,8 +454,6 @@ class _FunctionLowering:
     def run(self) -> FuncOp:
         func = self.func
         _check_annotated(func)
-        if len(func.body.blocks) != 1:
-            raise error_at(func, f"@{func.sym_name.data} has several blocks; host programs have one")
         local_layouts.choose(func)
         in_types = []
         for t in func.function_type.inputs.data:
@@ -779,5 +777,6 @@ class LowerToHostIR(ModulePass):
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp)]:
             if func.is_declaration or hir.is_host_program(func):
                 continue
+            hir.check_fusion_function(func)
             new = _FunctionLowering(func, self.backend, meshes, resharding).run()
             rewriter.replace_op(func, new, new_results=[])

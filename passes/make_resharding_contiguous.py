@@ -77,6 +77,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at, location_of
+from fuserc.dialects import hir
 from fuserc.dialects.fusion import (
     ALLOC_ORDER,
     alloc_order_attr,
@@ -130,7 +131,10 @@ class MakeReshardingContiguous(ModulePass):
         meshes = mesh_table(op)
         resharding = Resharding()
         for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
-            if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
+            if func.is_declaration or "hir.host" in func.attributes:
+                continue
+            hir.check_fusion_function(func)
+            if not _is_sharded(func):
                 continue
             _require_shardings(func)
             split_resharding_ops(func, meshes, resharding)
@@ -346,9 +350,16 @@ def _empty_as_set(op: FusionOp) -> bool:
     """An op with an empty result computes nothing: where an operand has the
     result's shape and element type (a softmax, a norm), the op becomes a
     set of it (a reshard of no data) instead of an expansion whose
-    statistics would reduce nothing. False when there is no such operand."""
+    statistics would reduce nothing. False when there is no such operand
+    (a set makes no partial sum: a partial result of nothing is then the
+    op's own, a contraction of nothing, decomposed as any other)."""
     rtype = op.results[0].type
-    same = [v for v in op.operands if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type]  # type: ignore[union-attr]
+    partial = sharding_of(op.results[0]).partial  # type: ignore[union-attr]
+    same = [
+        v for v in op.operands
+        if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type  # type: ignore[union-attr]
+        and partial in (None, sharding_of(v).partial)  # type: ignore[union-attr]
+    ]  # fmt: skip
     if not same:
         return False
     s = _new_set(same[0], rtype, op)  # type: ignore[arg-type]
@@ -478,7 +489,7 @@ class _Decomposer:
         for index, cand in enumerate(cands):
             if not self.valid(cand, rshape):
                 continue
-            wanted = [q.placement() for q in rules.required_operands(op, cand, self.mesh_of)]
+            wanted = [q.placement() for q in rules.required_operands(op, cand, self.mesh_of, current)]
             if len(wanted) != len(current) or any(not self.valid(q, s) for q, s in zip(wanted, shapes)):
                 continue
             if self.local(op, wanted, cand) != cand:

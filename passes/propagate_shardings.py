@@ -52,6 +52,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, sharding_of, with_sharding
 from fuserc.passes import sharding_rules as rules
 from fuserc.sharding import Mesh, Sharding
@@ -65,9 +66,10 @@ class PropagateShardings(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration and "hir.host" not in f.attributes]
-        if any(_is_fusion_program(f) for f in funcs) and not any(isinstance(o, MeshOp) for o in op.walk()):
+        for f in funcs:
+            hir.check_fusion_function(f)
+        if funcs and not any(isinstance(o, MeshOp) for o in op.walk()):
             _declare_implicit_mesh(op)
-            funcs = [f for f in funcs if _is_fusion_program(f)]
         for func in funcs:
             propagate_function(func)
 
@@ -79,11 +81,6 @@ def propagate_function(func: FuncOp, search: bool = True) -> None:
     scope = func.parent_block()
     mesh_ops = [m for m in scope.ops if isinstance(m, MeshOp)] if scope else []
     _FunctionPropagation(func, mesh_ops, search).run()
-
-
-def _is_fusion_program(func: FuncOp) -> bool:
-    """A function of fusion ops (not a host program, marked or not)."""
-    return not any(o.name.startswith("hir.") for o in func.walk())
 
 
 IMPLICIT_MESH = "implicit"

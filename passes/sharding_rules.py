@@ -275,10 +275,14 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     return Sharding(mesh_name, tuple(_fits(dims, res_shape, mesh_of(mesh_name))), partial)
 
 
-def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> list[Sharding]:
+def required_operands(
+    op: FusionOp, result: Sharding, mesh_of: MeshLookup, current: Sequence[Sharding | None] | None = None
+) -> list[Sharding]:
     """Operand placements under which `op` computes `result` locally (as far
     as one exists: a partial result of an op that cannot make one is given
-    operands without partial)."""
+    operands without partial). A partial result of an op carrying ONE
+    partial operand (a product) keeps it on the operand `current` (where
+    the operands are now) has partial over that type, if exactly one."""
     r = result.placement()
     shapes = [shape_of(v) for v in op.operands]
     mesh = mesh_of(r.mesh)
@@ -292,8 +296,10 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
     assert m is not None
     contract = r.partial if r.partial and _can_contract(m, shapes, r.partial, mesh) else None
     carried = r.partial if r.partial and not contract and m.carries == ALL else None
+    holders = [k for k, s in enumerate(current or ()) if s is not None and s.partial == r.partial]
+    one = holders[0] if r.partial and not contract and m.carries == ONE and len(holders) == 1 else None
     out: list[Sharding] = []
-    for shape, targets in zip(shapes, m.operands):
+    for k, (shape, targets) in enumerate(zip(shapes, m.operands)):
         dims: list[tuple[Split, ...]] = []
         placed = False
         for d, t in enumerate(targets):
@@ -304,7 +310,7 @@ def required_operands(op: FusionOp, result: Sharding, mesh_of: MeshLookup) -> li
                 placed = True
             else:
                 dims.append(())
-        out.append(Sharding(r.mesh, tuple(_fits(dims, shape, mesh)), carried))
+        out.append(Sharding(r.mesh, tuple(_fits(dims, shape, mesh)), r.partial if k == one else carried))
     return out
 
 
@@ -383,7 +389,7 @@ def computes_locally(
     if not operands:  # a constant, an iota: each device makes its block itself
         return True
     res = result.placement()
-    local = local_result(op, operands, mesh_of)
+    local = local_result(op, [_over_devices(s, mesh_of(s.mesh)) for s in operands], mesh_of)
     if local is None:
         return False
     m = op_map(op)
@@ -399,7 +405,9 @@ def computes_locally(
 
 def _over_devices(s: Sharding, mesh: Mesh | None) -> Sharding:
     """`s` without its device splits over mesh axes of one device: they
-    place nothing (`[DIDy*Stream(2)]` on a mesh [1, 2] is `[Stream(2)]`)."""
+    place nothing (`[DIDy*Stream(2)]` on a mesh [1, 2] is `[Stream(2)]`),
+    on the result as on the operands (an operand's gather pipelined along
+    the result's `DIDz*Stream(2)` keeps its DIDz)."""
     if mesh is None or s.mesh != mesh.name:
         return s
     ones = {p for p in ("DIDx", "DIDy", "DIDz")[: len(mesh.shape)] if mesh.axis_size(p) == 1}

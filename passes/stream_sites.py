@@ -47,7 +47,7 @@ from fuserc.passes import sharding_rules as rules
 from fuserc.passes.cost_model import ALLGATHER, CHUNKS, REDUCE_SCATTER
 from fuserc.passes.reshard_util import element_bytes
 
-STREAM_ATTR = "hir.stream"
+STREAM_ATTR = hir.STREAM_ATTR
 RESHARD_ATTR = "hir.reshard"
 PIPELINE_ATTR = "hir.pipeline"
 LOCAL = "local"

@@ -492,11 +492,13 @@ def _required_ranks(func: FuncOp, meshes: dict[str, Mesh]) -> tuple[int, str]:
     """The ranks the job needs (the largest device id used + 1), and why."""
     best, why = mesh_ranks(meshes)
     for op in func.walk():
-        ranks = getattr(op, "team", None) if isinstance(op, hir.TeamOp) else None
-        if isinstance(op, hir.IfRankOp):
-            ranks = op.ranks
-        if ranks and max(ranks) + 1 > best:
-            best, why = max(ranks) + 1, f"'{op.name}' uses rank {max(ranks)}"
+        top = None
+        if isinstance(op, hir.TeamOp) and op.team:
+            top = max(op.team)
+        elif isinstance(op, hir.IfRankOp) and op.ranks:
+            top = op.ranks.last  # from its runs, not its ranks
+        if top is not None and top + 1 > best:
+            best, why = top + 1, f"'{op.name}' uses rank {top}"
     return best, why
 
 

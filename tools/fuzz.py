@@ -1,15 +1,19 @@
 #!/usr/bin/env python
 """A seeded mutation fuzzer of `fuserc opt`.
 
-    python tools/fuzz.py [--mutants N] [--seed S] [--pipeline P] [--jobs J]
-                         [--timeout SECONDS] [--save DIR] [--show K]
+    python tools/fuzz.py [--mutants N] [--seed S] [--pipeline P ...] [--jobs J]
+                         [--timeout SECONDS] [--save DIR] [--only I]
 
-Takes the examples and the lit inputs (each `// -----` chunk on its own),
+Takes the examples, the lit inputs (each `// -----` chunk on its own) and
+programs of the property test's generator (tests/property/program_gen.py),
 mutates them (numbers, shapes, shardings, types and op names swapped;
 lines deleted, duplicated, swapped, truncated; brackets, quotes and odd
-bytes inserted; deep nesting; very long lines; pieces of other inputs),
-and runs `fuserc opt FILE -p P` on each mutant, in-process, in J worker
-processes. Each result is one of:
+bytes inserted; deep nesting; very long lines; pieces of other inputs;
+digits that are not ASCII; chunk counts of zero; host IR in functions
+that are not host programs; functions of two blocks), and runs `fuserc opt
+FILE -p P` on each mutant for each pipeline P given (`--pipeline` again
+for another: CI runs `default` and `autodiff,default`), in-process, in J
+worker processes. Each result is one of:
 
 - ok: exit 0;
 - diagnostic: exit 1 or 2 with an `error:` message (counted also as
@@ -47,6 +51,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_GLOBS = ("examples/*.mlir", "tests/lit/**/*.mlir")
+GENERATED = 100
+"""Programs of the property test's generator among the seeds (its seeds 0..GENERATED-1)."""
 CLASSES = ("ok", "diagnostic", "traceback", "timeout")
 FAILING = ("traceback", "timeout")
 LOCATED = re.compile(r"^\S.*:\d+:\d+: error: ", re.M)
@@ -58,16 +64,35 @@ LOCATED = re.compile(r"^\S.*:\d+:\d+: error: ", re.M)
 
 
 def corpus(root: Path = ROOT) -> list[str]:
-    """Every seed input: each example and each `// -----` chunk of a lit
-    input, in a fixed order."""
+    """Every seed input: each example, each `// -----` chunk of a lit
+    input, and GENERATED programs of the property test's generator (valid
+    programs of every op family, whose backward autodiff derives), in a
+    fixed order."""
     out: list[str] = []
     for pattern in CORPUS_GLOBS:
         for path in sorted(root.glob(pattern)):
             if "Output" in path.parts:
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
-            out.extend(c for c in re.split(r"^// -----\s*$", text, flags=re.M) if c.strip())
+            out.extend(_with_main(c) for c in re.split(r"^// -----\s*$", text, flags=re.M) if c.strip())
+    sys.path.insert(0, str(root / "tests" / "property"))
+    try:
+        from program_gen import generate
+    finally:
+        sys.path.pop(0)
+    out.extend(generate(seed, max_devices=8).text for seed in range(GENERATED))
     return out
+
+
+def _with_main(text: str) -> str:
+    """`text` with its first function named @main where none is and its
+    name is used nowhere else, so that autodiff (entry main) has one to
+    differentiate."""
+    m = re.search(r"^func\.func @(\w+)\(", text, re.M)
+    code = re.sub(r"//[^\n]*", "", text)
+    if m is None or "@main(" in code or code.count(f"@{m.group(1)}") != 1:
+        return text
+    return text[: m.start(1)] + "main" + text[m.end(1) :]
 
 
 NUMBERS = ["0", "1", "-1", "2", "3", "7", "64", "4096", "65536", "2147483648", "9223372036854775807",
@@ -170,8 +195,80 @@ def _byte(text: str, rng: random.Random, _o: Sequence[str]) -> str:
     return text[:i] + chr(rng.randrange(1, 0x300)) + text[i + 1 :]
 
 
+UNICODE_DIGITS = ["²", "٣", "４", "①", "Ⅰ", "০", "𝟘", "¼", "߃"]
+"""Characters Python calls numeric (or decimal) that are not ASCII digits."""
+
+
+def _unicode_digit(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """A digit replaced by a Unicode digit or numeric character."""
+    return _replace_one(text, rng, r"\d", UNICODE_DIGITS)
+
+
+HOST_OPS = re.compile(r"^(\s*(?:%\w+ = )?hir\.(?:matmul|linear|copy|allgather|reduce_scatter|allreduce|alltoall)\b[^\n{]*?) : ", re.M)
+
+
+def _zero_chunks(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """A chunk count of zero (or less): in `Stream(S)`, `hir.stream = [d,
+    S]` (one added to a host op when none is written), `chunks = N`,
+    `mod N`, `step N`, `of N`."""
+    zero = rng.choice(("0", "0", "-1"))
+    spots = list(re.finditer(r"Stream\(\d+\)|hir\.stream = \[[^\]]*\]|chunks = \d+|mod \d+|step \d+|of \d+", text))
+    hosts = list(HOST_OPS.finditer(text))
+    if hosts and (not spots or rng.random() < 0.4):
+        m = rng.choice(hosts)
+        return text[: m.end(1)] + f" {{hir.stream = [0, {zero}]}}" + text[m.end(1) :]
+    if not spots:
+        return text
+    m = rng.choice(spots)
+    word = m.group(0)
+    if word.startswith("Stream"):
+        new = f"Stream({zero})"
+    elif word.startswith("hir.stream"):
+        new = f"hir.stream = [{rng.choice(('0', '1'))}, {zero}]"
+    else:
+        new = word.split(" ")[0] + (" = " if "=" in word else " ") + zero
+    return text[: m.start()] + new + text[m.end() :]
+
+
+HOST_SNIPPET = """  %fz = hir.alloc "fuzz/fz" : tensor<8xf32>
+  hir.launch ins(%fz : tensor<8xf32>) outs(%fz : tensor<8xf32>) {
+  ^bb0(%fx: tensor<8xf32>):
+    %fg = fusion.relu %fx : (tensor<8xf32>) -> tensor<8xf32>
+    hir.yield %fg : tensor<8xf32>
+  }"""
+
+
+def _host_ir_outside_host(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """Host IR where the fusion passes look: a host program's `hir.host`
+    mark dropped, or a hir.alloc and hir.launch put into a function body."""
+    marks = [m for m in re.finditer(r" attributes \{hir\.host\}", text)]
+    if marks and rng.random() < 0.5:
+        m = rng.choice(marks)
+        return text[: m.start()] + text[m.end() :]
+    lines = text.split("\n")
+    body = [i for i, line in enumerate(lines) if line.startswith("  ") and i > 0 and "func.func" in "\n".join(lines[:i])]
+    if not body:
+        return text
+    i = rng.choice(body)
+    return "\n".join(lines[:i] + HOST_SNIPPET.split("\n") + lines[i:])
+
+
+def _second_block(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """A function of two blocks: `^bb1:` (with an argument, or not) before
+    a line of a function body, its return copied after it, or not."""
+    lines = text.split("\n")
+    body = [i for i, line in enumerate(lines) if re.match(r"\s+(%\w+ = |func\.return|hir\.|fusion\.)", line)]
+    if not body:
+        return text
+    i = rng.choice(body)
+    label = rng.choice(("^bb1:", "^bb1(%z: tensor<4xf32>):", "^bb7:"))
+    extra = [lines[j] for j in body if "func.return" in lines[j]][:1] if rng.random() < 0.5 else []
+    return "\n".join(lines[:i] + [label] + lines[i:i + 1] + extra + lines[i + 1 :])
+
+
 MUTATIONS = (_numbers, _numbers, _word, _word, _word, _lines, _lines, _truncate, _delete_span, _insert_noise,
-             _insert_noise, _nest, _long_line, _splice, _byte)  # fmt: skip
+             _insert_noise, _nest, _long_line, _splice, _byte, _unicode_digit, _zero_chunks, _host_ir_outside_host,
+             _second_block)  # fmt: skip
 
 
 def mutant(seeds: Sequence[str], seed: int, index: int) -> str:
@@ -197,6 +294,7 @@ class Result:
     where: str = ""  # for traceback/timeout: the innermost fuserc (or xDSL) frame
     detail: str = ""  # the error's first line, or the exception
     located: bool = False
+    pipeline: str = ""
 
 
 def _where(tb: traceback.StackSummary) -> str:
@@ -264,13 +362,17 @@ def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path)
         path.unlink(missing_ok=True)
     seconds = time.perf_counter() - start
     located = cls == "diagnostic" and bool(LOCATED.search(err.getvalue()))
-    return Result(index, cls, seconds, where, detail, located)
+    return Result(index, cls, seconds, where, detail, located, pipeline)
 
 
-def worker(pipeline: str, timeout: float, seed: int) -> None:
-    """Reads mutant indices (one per line) on stdin, writes one JSON result
-    per line on stdout; memory is capped so that a huge allocation is a
-    MemoryError (a traceback), not the machine's out-of-memory killer."""
+Job = tuple[int, int]
+"""A mutant's index and the index of its pipeline in --pipeline."""
+
+
+def worker(pipelines: Sequence[str], timeout: float, seed: int) -> None:
+    """Reads jobs (`INDEX PIPELINE`, one per line) on stdin, writes one JSON
+    result per line on stdout; memory is capped so that a huge allocation is
+    a MemoryError (a traceback), not the machine's out-of-memory killer."""
     try:
         import resource
 
@@ -284,19 +386,20 @@ def worker(pipeline: str, timeout: float, seed: int) -> None:
     from fuserc import ir
     from fuserc import pipeline as pl
 
-    with contextlib.suppress(Exception):  # a bad pipeline is each mutant's diagnostic
-        pl.build(pipeline)  # imports every pass (and the dialects) before the clock runs
+    for pipeline in pipelines:
+        with contextlib.suppress(Exception):  # a bad pipeline is each mutant's diagnostic
+            pl.build(pipeline)  # imports every pass (and the dialects) before the clock runs
     ir.make_context()
     seeds = corpus()
     real_stdout = sys.stdout
     with tempfile.TemporaryDirectory(prefix="fuserc-fuzz-") as d:
         for line in sys.stdin:
-            index = int(line)
+            index, k = (int(w) for w in line.split())
             text = mutant(seeds, seed, index)
             # a mutant stuck where the alarm cannot interrupt it (C code):
             # the stack goes to stderr and the worker exits, for the driver
             faulthandler.dump_traceback_later(timeout + 5, exit=True)
-            r = run_one(index, text, pipeline, timeout, Path(d))
+            r = run_one(index, text, pipelines[k], timeout, Path(d))
             faulthandler.cancel_dump_traceback_later()
             real_stdout.write(json.dumps(r.__dict__) + "\n")
             real_stdout.flush()
@@ -311,17 +414,17 @@ class _Worker:
     """A worker process and the indices it was given but not answered."""
 
     def __init__(self, args: argparse.Namespace):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--pipeline", args.pipeline,
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *(w for p in args.pipeline for w in ("--pipeline", p)),
                "--timeout", str(args.timeout), "--seed", str(args.seed)]  # fmt: skip
         self.stderr = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1)
-        self.pending: collections.deque[int] = collections.deque()
+        self.pending: collections.deque[Job] = collections.deque()
         self.started = time.monotonic()
 
-    def give(self, index: int) -> None:
+    def give(self, job: Job) -> None:
         assert self.proc.stdin is not None
-        self.pending.append(index)
-        self.proc.stdin.write(f"{index}\n")
+        self.pending.append(job)
+        self.proc.stdin.write(f"{job[0]} {job[1]}\n")
         self.proc.stdin.flush()
 
     def death(self) -> tuple[str, str]:
@@ -353,10 +456,10 @@ class _Worker:
             self.proc.kill()
 
 
-def drive(indices: Sequence[int], args: argparse.Namespace) -> Iterator[Result]:
-    """Results of every mutant, from `args.jobs` workers; a worker that
-    dies or hangs past the timeout (plus a margin) is replaced and its
-    mutant counted as a crash (traceback) or a timeout."""
+def drive(indices: Sequence[Job], args: argparse.Namespace) -> Iterator[Result]:
+    """Results of every job (mutant and pipeline), from `args.jobs` workers;
+    a worker that dies or hangs past the timeout (plus a margin) is
+    replaced and its job counted as a crash (traceback) or a timeout."""
     import selectors
 
     todo = collections.deque(indices)
@@ -387,11 +490,11 @@ def drive(indices: Sequence[int], args: argparse.Namespace) -> Iterator[Result]:
             w: _Worker = key.data
             line = w.proc.stdout.readline() if w.proc.stdout else ""
             if not line:  # the worker died on its current mutant
-                index = w.pending.popleft()
+                index, k = w.pending.popleft()
                 seconds = time.monotonic() - w.started
                 retire(w)
                 where, what = w.death()
-                yield Result(index, "timeout" if what.startswith("timeout") else "traceback", seconds, where, what)
+                yield Result(index, "timeout" if what.startswith("timeout") else "traceback", seconds, where, what, pipeline=args.pipeline[k])
                 if todo or w.pending:
                     todo.extendleft(reversed(w.pending))
                     start()
@@ -409,33 +512,37 @@ def drive(indices: Sequence[int], args: argparse.Namespace) -> Iterator[Result]:
         now = time.monotonic()
         for w in list(workers):
             if w.pending and now - w.started > args.timeout * 3 + 10:  # the alarm could not interrupt it
-                index = w.pending.popleft()
+                index, k = w.pending.popleft()
                 retire(w)
-                yield Result(index, "timeout", now - w.started, "worker process", "not interruptible")
+                yield Result(index, "timeout", now - w.started, "worker process", "not interruptible", pipeline=args.pipeline[k])
                 todo.extendleft(reversed(w.pending))
                 start()
 
 
-def report(results: Sequence[Result], seconds: float, out: io.TextIOBase) -> None:
-    counts = collections.Counter(r.cls for r in results)
-    located = sum(r.located for r in results)
-    out.write(f"fuzzed {len(results)} mutants in {seconds:.1f} s\n")
-    out.write(f"{'class':<12}{'mutants':>9}\n")
+def report(results: Sequence[Result], pipelines: Sequence[str], seconds: float, out: io.TextIOBase) -> None:
+    """The table (mutants by class, one column per pipeline), then the
+    failures grouped by cause."""
+    mutants = len({r.index for r in results})
+    out.write(f"fuzzed {mutants} mutants through {len(pipelines)} pipeline{'s' if len(pipelines) > 1 else ''} in {seconds:.1f} s\n")
+    width = max(12, *(len(p) + 2 for p in pipelines))
+    out.write(f"{'class':<12}" + "".join(f"{p:>{width}}" for p in pipelines) + "\n")
+    counts = {p: collections.Counter(r.cls for r in results if r.pipeline == p) for p in pipelines}
     for c in CLASSES:
-        extra = f"  ({located} located at file:line:col)" if c == "diagnostic" else ""
-        out.write(f"{c:<12}{counts.get(c, 0):>9}{extra}\n")
+        located = [sum(r.located for r in results if r.pipeline == p) for p in pipelines]
+        extra = f"  ({', '.join(map(str, located))} located at file:line:col)" if c == "diagnostic" else ""
+        out.write(f"{c:<12}" + "".join(f"{counts[p].get(c, 0):>{width}}" for p in pipelines) + f"{extra}\n")
     bad = [r for r in results if r.cls in FAILING]
     if bad:
-        groups: dict[tuple[str, str, str], list[Result]] = collections.defaultdict(list)
+        groups: dict[tuple[str, str, str, str], list[Result]] = collections.defaultdict(list)
         for r in bad:
-            groups[(r.cls, r.where, r.detail.split(":")[0])].append(r)
-        out.write("failures by cause (class, where, error: count, mutants):\n")
-        for (cls, where, kind), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            groups[(r.pipeline, r.cls, r.where, r.detail.split(":")[0])].append(r)
+        out.write("failures by cause (pipeline, class, where, error: count, mutants):\n")
+        for (pipe, cls, where, kind), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             ids = ", ".join(str(r.index) for r in rs[:8]) + (" ..." if len(rs) > 8 else "")
-            out.write(f"  {cls} at {where}: {kind}: {len(rs)} ({ids})\n    e.g. {rs[0].detail[:160]}\n")
+            out.write(f"  -p {pipe}: {cls} at {where}: {kind}: {len(rs)} ({ids})\n    e.g. {rs[0].detail[:160]}\n")
     slow = max(results, key=lambda r: r.seconds, default=None)
     if slow is not None:
-        out.write(f"slowest mutant: {slow.index} ({slow.seconds:.2f} s, {slow.cls})\n")
+        out.write(f"slowest mutant: {slow.index} ({slow.seconds:.2f} s, {slow.cls}, -p {slow.pipeline})\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -443,13 +550,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mutants", type=int, default=300, help="how many mutants (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
     parser.add_argument("--only", type=int, action="append", help="run these mutant indices only")
-    parser.add_argument("--pipeline", default="default", help="the -p of fuserc opt (default: default)")
+    parser.add_argument("--pipeline", action="append", help="a -p of fuserc opt, each mutant through each (default: default)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per mutant (default 20)")
     parser.add_argument("--save", type=Path, help="write each failing mutant (and its result) here")
     parser.add_argument("--print", dest="print_index", type=int, help="print mutant I and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.pipeline = args.pipeline or ["default"]
     if args.worker:
         worker(args.pipeline, args.timeout, args.seed)
         return 0
@@ -457,16 +565,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(mutant(corpus(), args.seed, args.print_index))
         return 0
     indices = args.only or list(range(args.mutants))
+    jobs = [(i, k) for i in indices for k in range(len(args.pipeline))]
     start = time.perf_counter()
     results = []
-    for r in drive(indices, args):
+    for r in drive(jobs, args):
         results.append(r)
         if r.cls in FAILING and args.save:
             args.save.mkdir(parents=True, exist_ok=True)
+            k = args.pipeline.index(r.pipeline)
             (args.save / f"mutant{r.index}.mlir").write_text(mutant(corpus(), args.seed, r.index), errors="surrogatepass")
-            (args.save / f"mutant{r.index}.json").write_text(json.dumps(r.__dict__, indent=1) + "\n")
-    results.sort(key=lambda r: r.index)
-    report(results, time.perf_counter() - start, sys.stdout)
+            (args.save / f"mutant{r.index}-p{k}.json").write_text(json.dumps(r.__dict__, indent=1) + "\n")
+    results.sort(key=lambda r: (r.index, args.pipeline.index(r.pipeline)))
+    report(results, args.pipeline, time.perf_counter() - start, sys.stdout)
     return 1 if any(r.cls in FAILING for r in results) else 0
 
 

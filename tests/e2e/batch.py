@@ -6,6 +6,8 @@
 the property test call it.)
 
 CASES.json is a list of `{"id": ..., "file": ..., "pipelines": {NAME: SPEC}}`
+(SPEC a pipeline, or `PIPELINE --entry FUNCTION` to run another function
+than main, `@main_bwd` say)
 (with `"save": DIR`, rank 0 also writes the global inputs and results of
 each pipeline's checked run as DIR/PIPELINE/in<i>.npy and out<i>.npy, as
 `fuserc run --save-outputs` does, for tests computing their own reference).
@@ -161,12 +163,18 @@ class _RunFailure(Exception):
     every rank): the job must end."""
 
 
+ENTRY = " --entry "
+"""A pipeline spec `PIPELINE --entry NAME` runs function NAME (default main),
+as `fuserc run -p PIPELINE --entry NAME` does."""
+
+
 def compile_case(text: str, name: str, spec: str, backend: Any) -> Any:
     """The program compiled by pipeline `spec` and loaded on this rank (a
     failure here is the same on every rank: nothing communicated yet)."""
     from fuserc.runtime.program import CompiledProgram, compile_module
 
-    return CompiledProgram(compile_module(text, name, "main", spec), backend)
+    pipeline, _, entry = spec.partition(ENTRY)
+    return CompiledProgram(compile_module(text, name, entry or "main", pipeline), backend)
 
 
 def run_case(program: Any, env: Any, seed: int, save: str | None = None) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """The autodiff pass end to end, against PyTorch's autograd: every
 transformer op (the program of test_transformer_ops.py: sharded operands,
-normalized and reduced dims split, heads split, a vocabulary split) and the
-GPT layer of examples/gpt_layer.mlir, differentiated by `-p
+normalized and reduced dims split, heads split, a vocabulary split), the
+GPT layer of examples/gpt_layer.mlir, and a program of partial sums (a
+partial result, a partial activation, a move between meshes), differentiated by `-p
 autodiff{save=...},default`, run as @main_fwd then @main_bwd by `fuserc run`
 on 1, 2 and 4 ranks; each gradient of a float argument against
 torch.autograd.grad of the same computation in float64, on the same inputs
@@ -122,10 +123,39 @@ def _gpt_case(n: int, save: str) -> Case:
     return Case(f"gpt-{n}-{save}", n, _on(GPT.read_text(), n), save, args, [ct], names, want, 2e-5)
 
 
+PARTIAL = """fusion.mesh @tp shape = [4]
+fusion.mesh @pair shape = [2] devices = [3, 1]
+func.func @main(%a: tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>, %b: tensor<16x12xf32, #fusion.sharding<@tp, [DIDx, -]>>, %c: tensor<12x6xf32, #fusion.sharding<@tp, [-, -]>>) -> (tensor<8x12xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>, tensor<8x6xf32, #fusion.sharding<@pair, [DIDx, -]>>) {
+  %p = fusion.matmul %a, %b : (tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16x12xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<8x12xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>
+  %q = fusion.matmul %p, %c : (tensor<8x12xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>, tensor<12x6xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<8x6xf32>
+  %t = fusion.tanh %q : (tensor<8x6xf32>) -> tensor<8x6xf32>
+  %r = fusion.set %t : (tensor<8x6xf32>) -> tensor<8x6xf32, #fusion.sharding<@pair, [DIDx, -]>>
+  func.return %p, %r : tensor<8x12xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>, tensor<8x6xf32, #fusion.sharding<@pair, [DIDx, -]>>
+}
+"""
+
+
+def _partial_case(save: str) -> Case:
+    """A partial result (its cotangent is whole), a partial activation the
+    backward reads (saved reduced), a product carrying it, and a move to
+    another mesh (its cotangent moves back)."""
+    g = torch.Generator().manual_seed(11)
+    args = [torch.randn(shape, generator=g, dtype=torch.float64).float().double() for shape in ((8, 16), (16, 12), (12, 6))]
+    cts = [torch.randn(shape, generator=g, dtype=torch.float64).float().double() for shape in ((8, 12), (8, 6))]
+
+    def fn(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        a, b, c = leaves
+        p = a @ b
+        return [p, torch.tanh(p @ c)]
+
+    return Case(f"partial-4-{save}", 4, PARTIAL, save, args, cts, ["a", "b", "c"], torch_grads(fn, args, cts), 2e-5)
+
+
 CASES = [
     ("ops", 1, "activations", "f32"), ("ops", 4, "activations", "f32"),
     ("ops", 4, "inputs", "f32"), ("ops", 2, "activations", "bf16"),
     ("gpt", 1, "activations", ""), ("gpt", 2, "inputs", ""), ("gpt", 4, "activations", ""), ("gpt", 4, "inputs", ""),
+    ("partial", 4, "activations", ""), ("partial", 4, "inputs", ""),
 ]  # fmt: skip
 
 
@@ -135,7 +165,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], tuple[d
 
     def get(n: int) -> tuple[dict[str, Case], dict[str, list[np.ndarray]]]:
         if n not in cache:
-            cases = [_ops_case(m, s, t) if kind == "ops" else _gpt_case(m, s) for kind, m, s, t in CASES if m == n]
+            make = {"ops": lambda m, s, t: _ops_case(m, s, t), "gpt": lambda m, s, t: _gpt_case(m, s), "partial": lambda m, s, t: _partial_case(s)}
+            cases = [make[kind](m, s, t) for kind, m, s, t in CASES if m == n]
             cache[n] = ({c.ident: c for c in cases}, _run_cases(n, cases, tmp_path_factory.mktemp(f"ad{n}")))
         return cache[n]
 
@@ -208,3 +239,38 @@ def test_readme_backward_passes_its_check(n: int) -> None:
     assert len(lines) == 17 and all(line.endswith(")") and ": ok (" in line for line in lines), proc.stdout
     assert lines[0].startswith("output 0 (gradient of %x): max rel error")
     assert lines[6].startswith("output 6 (gradient of %bk): max")
+
+
+# --------------------------------------------------------------------------
+# Degenerate corrections
+# --------------------------------------------------------------------------
+
+VAR = """func.func @main(%x: tensor<4xNxf32>) -> tensor<4xf32> {
+  %v = fusion.var %x dims = [1] correction = C : (tensor<4xNxf32>) -> tensor<4xf32>
+  func.return %v : tensor<4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("n, correction", [(1, 1), (2, 2), (2, 3), (3, 1)])
+def test_var_gradient_where_the_correction_reaches_the_count(n: int, correction: int) -> None:
+    """var over N elements with a correction of N or more: the gradient is
+    PyTorch's (NaN where x is at its mean, +-inf, or finite for a correction
+    above N), compiled and run in this process, never a ZeroDivisionError."""
+    from fuserc.runtime.program import compile_text
+
+    text = VAR.replace("N", str(n)).replace("C", str(correction))
+    bwd = compile_text(text, "main_bwd", "autodiff{save=inputs},default", backend="cpu")
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64).float()
+    ct = torch.ones(4)
+    got = np.asarray(bwd.execute([x, ct])[0])
+    xr = x.double().requires_grad_()
+    with torch.autograd.set_grad_enabled(True), pytest.warns(UserWarning) if correction >= n else _no_warning():
+        torch.var(xr, dim=1, correction=correction).backward(ct.double())
+    np.testing.assert_allclose(got, xr.grad.numpy(), rtol=1e-5, equal_nan=True)
+
+
+def _no_warning():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -1,7 +1,8 @@
 """Random valid fusion programs for the property test (check_programs.py).
 
 `generate(seed, max_devices)` writes one program: up to three meshes of 1-3
-axes (default or explicit device ids), arguments made on demand with random
+axes (default or explicit device ids; axes of one device among them, where
+a device split places nothing), arguments made on demand with random
 shapes (extents 0 and 1 included) and random valid shardings (`-`, DIDx/y/z,
 Stream(S), nested `A*B` either way, on any mesh), then a few ops drawn from
 `OPS`, each result annotated with a random sharding (a resharding op) or
@@ -645,7 +646,7 @@ OPS: list[OpFamily] = [
 # Meshes and shardings
 # --------------------------------------------------------------------------
 
-MESH_SHAPES = [(1,), (2,), (3,), (4,), (1, 2), (2, 1), (2, 2), (1, 3), (1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 2), (1, 1, 1)]
+MESH_SHAPES = [(1,), (2,), (3,), (4,), (1, 2), (2, 1), (2, 2), (1, 3), (4, 1), (1, 4), (1, 1, 2), (2, 1, 2), (1, 2, 2), (2, 2, 2), (1, 1, 1)]
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,11 @@ def test_stream_split_sizes_do_not_need_the_mesh_list() -> None:
     mesh = Mesh("m", (4096, 1024))
     s = Sharding("m", ((Split("Stream", 4), Split("DIDy")), (Split("DIDx"),)))
     assert s.local_shape((4 * 4096 * 2, 2048), mesh) == (8, 2)
+
+
+@pytest.mark.parametrize("axis", ["Stream(٣)", "Stream(４)", "Stream(4٣)"])
+def test_axis_counts_are_ascii_digits(axis: str) -> None:
+    """A Stream count of the Python API is written with 0-9, as in the IR:
+    `٣` is refused, never read as 3."""
+    with pytest.raises(ValueError, match="invalid sharding axis"):
+        parse_axis(axis)

@@ -364,3 +364,15 @@ func.func @bad_alloc_order_type(%x: tensor<4x6xf32>) {
   %y = fusion.relu %x {alloc_order = [1, 0]} : (tensor<4x6xf32>) -> tensor<4x6xf32>
   func.return
 }
+
+// -----
+
+// A function is one block (there are no branches): the second block is
+// reported where it begins, before any pass reads the function.
+func.func @blocks(%x: tensor<8xf32>) -> tensor<8xf32> {
+  func.return %x : tensor<8xf32>
+^bb1:
+  // expected-error @+1 {{'func.func' op @blocks has 2 blocks; a function is one block (there are no branches), and its second block begins here}}
+  %y = fusion.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+  func.return %y : tensor<8xf32>
+}

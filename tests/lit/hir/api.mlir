@@ -16,7 +16,7 @@
 // CHECK-NEXT: hir.add_mod n=4
 // CHECK-NEXT: hir.chunk dim=0 chunks=4
 // CHECK-NEXT: hir.put backend=cuda_ipc
-// CHECK-NEXT: hir.if_rank ranks=(0,) results=2
+// CHECK-NEXT: hir.if_rank ranks=[0] runs=((0, 1, 1),) results=2
 // CHECK-NEXT: hir.alloc site=ring/3/r
 // CHECK-NEXT: hir.allreduce team=(0,) backend=mpi op=sum
 

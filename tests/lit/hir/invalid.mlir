@@ -145,8 +145,59 @@ func.func @f() {
 // -----
 
 func.func @f() {
+  // expected-error @+1 {{'hir.if_rank' op ranks must be a non-empty list of distinct non-negative ranks, got [0 to 20, 5]}}
+  hir.if_rank [0 to 20, 5] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'hir.if_rank' op ranks must be a non-empty list of distinct non-negative ranks, got [-2 to 20]}}
+  hir.if_rank [-2 to 20] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'4 to 4 step 1' is not a range of ranks: it needs start < stop and step >= 1}}
+  hir.if_rank [4 to 4] {
+  }
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'0 to 64 step 0' is not a range of ranks: it needs start < stop and step >= 1}}
+  %p = hir.team_index team = [0 to 64 step 0] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{a rank list of more than 4,194,304 ranks (the most devices a mesh has)}}
+  %p = hir.team_index team = [0 to 9223372036854775807] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'hir.team_index' op team must be a non-empty list of distinct non-negative ranks, got [0 to 32, 3]}}
+  %p = hir.team_index team = [0 to 32, 3] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
   // expected-error @+1 {{'hir.if_rank' op body takes no arguments}}
-  "hir.if_rank"() <{ranks = array<i64: 0>}> ({
+  "hir.if_rank"() <{ranks = #hir.ranks<[0]>}> ({
   ^bb0(%i: index):
     "hir.yield"() : () -> ()
   }) : () -> ()
@@ -360,5 +411,48 @@ func.func @f() {
   %five = hir.constant 5 : index
   // expected-error @+1 {{'hir.broadcast' op root position 5 is out of range for a team of 2 ranks}}
   %t = hir.broadcast %a root %five team = [0, 1] backend = nccl : (tensor<8xf32>, index) -> !hir.token
+  func.return
+}
+
+// -----
+
+// Markers: `hir.stream = [dim, S]` has dim >= 0 and S >= 1 chunks (stream-pipeline divides by S).
+
+func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x4xf32>, %o: tensor<8x4xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.matmul' op hir.stream = [0, 0] needs dim >= 0 and S >= 1 chunks}}
+  hir.matmul %a, %b, %o {hir.stream = [0, 0]} : tensor<8x4xf32>, tensor<4x4xf32>, tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<32xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.allgather' op hir.stream = [-1, 4] needs dim >= 0 and S >= 1 chunks}}
+  %t = hir.allgather %a, %o team = [0, 1, 2, 3] backend = nccl {hir.stream = [-1, 4]} : (tensor<8xf32>, tensor<32xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<8xf32>) attributes {hir.host} {
+  // expected-error @+1 {{'hir.launch' op hir.stream must be [dim, S], two integers, got [0 : i64]}}
+  hir.launch ins(%a : tensor<8xf32>) outs(%o : tensor<8xf32>) {
+  ^bb0(%x: tensor<8xf32>):
+    %g = fusion.relu %x : (tensor<8xf32>) -> tensor<8xf32>
+    hir.yield %g : tensor<8xf32>
+  } {hir.stream = [0]}
+  func.return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %o: tensor<8xf32>) attributes {hir.host} {
+  hir.launch ins(%a : tensor<8xf32>) outs(%o : tensor<8xf32>) {
+  ^bb0(%x: tensor<8xf32>):
+    // expected-error @+1 {{'fusion.relu' op hir.stream = [0, 0] needs dim >= 0 and S >= 1 chunks}}
+    %g = fusion.relu %x {hir.stream = [0, 0]} : (tensor<8xf32>) -> tensor<8xf32>
+    hir.yield %g : tensor<8xf32>
+  }
   func.return
 }

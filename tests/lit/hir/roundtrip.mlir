@@ -15,6 +15,33 @@ func.func @types(%t: !hir.token, %s: !hir.stream, %e: !hir.event, %h: !hir.handl
   func.return %t, %s, %e, %h : !hir.token, !hir.stream, !hir.event, !hir.handle
 }
 
+// Rank lists of many ranks are runs: `A to B` (B exclusive, as hir.for's
+// bounds) and `A to B step S`, for teams and hir.if_rank alike; a run of 16
+// ranks or more is printed so however it was written, a shorter one rank by
+// rank. hir.if_rank stores a set of ranks (printed in increasing order).
+// GENERIC-LABEL: "func.func"() <{sym_name = "runs"
+// GENERIC: "hir.if_rank"() <{ranks = #hir.ranks<[0 to 4194304]>}> ({
+// GENERIC: "hir.team_index"() <{team = array<i64: 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 100, 101>}> : () -> index
+// GENERIC: "hir.if_rank"() <{ranks = #hir.ranks<[0, 1, 2, 3, 7 to 23, 30 to 62 step 2]>}> ({
+// CHECK-LABEL: func.func @runs() {
+// CHECK-NEXT: hir.if_rank [0 to 4194304] {
+// CHECK-NEXT: %p = hir.team_index team = [0 to 32 step 2, 100, 101] : index
+// CHECK-NEXT: }
+// CHECK-NEXT: hir.if_rank [0, 1, 2, 3, 7 to 23, 30 to 62 step 2] {
+// CHECK-NEXT: }
+// CHECK-NEXT: hir.if_rank [5, 9] {
+// CHECK-NEXT: }
+func.func @runs() {
+  hir.if_rank [0 to 4194304] {
+    %p = hir.team_index team = [0 to 31 step 2, 100, 101] : index
+  }
+  hir.if_rank [30 to 62 step 2, 3, 0 to 3, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22] {
+  }
+  hir.if_rank [9, 5 to 6] {
+  }
+  func.return
+}
+
 // GENERIC-LABEL: "func.func"() <{sym_name = "allocation"
 // GENERIC: %b = "hir.alloc"() <{site = "allocation/0/b"}> : () -> tensor<64x16xbf16>
 // GENERIC: "hir.dealloc"(%b) : (tensor<64x16xbf16>) -> ()
@@ -44,10 +71,10 @@ func.func @allocation() {
 // GENERIC-NEXT: %j = "hir.add_mod"(%i, %p) <{modulus = 4 : i64}> : (index, index) -> index
 // GENERIC-NEXT: "hir.yield"() : () -> ()
 // GENERIC-NEXT: }) : () -> ()
-// GENERIC: %a = "hir.if_rank"() <{ranks = array<i64: 0, 2>}> ({
+// GENERIC: %a = "hir.if_rank"() <{ranks = #hir.ranks<[0, 2]>}> ({
 // GENERIC: "hir.yield"(%z) : (tensor<8xf32>) -> ()
 // GENERIC-NEXT: }) : () -> tensor<8xf32>
-// GENERIC: "hir.if_rank"() <{ranks = array<i64: 3>}> ({
+// GENERIC: "hir.if_rank"() <{ranks = #hir.ranks<[3]>}> ({
 // GENERIC-NEXT: "hir.dealloc"(%a) : (tensor<8xf32>) -> ()
 // GENERIC-NEXT: "hir.yield"() : () -> ()
 // GENERIC-NEXT: }) {why = "cleanup"} : () -> ()

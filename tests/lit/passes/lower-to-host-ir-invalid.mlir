@@ -76,14 +76,3 @@ func.func @caller(%x: !t) -> !t {
   func.return %y : !t
 }
 
-// -----
-
-// Host programs are one block.
-!t = tensor<8xf32, #fusion.sharding<@tp, [-]>>
-fusion.mesh @tp shape = [4]
-// expected-error @+1 {{@blocks has several blocks; host programs have one}}
-func.func @blocks(%x: !t) -> !t {
-  func.return %x : !t
-^bb1:
-  func.return %x : !t
-}

@@ -50,14 +50,14 @@ func.func @broadcast(%x: !a) -> !b {
   func.return %y : !b
 }
 // CHECK-LABEL: func.func @broadcast(%x: tensor<8x16xf32>
-// CHECK-NEXT: %[[B:.*]] = hir.if_rank [4, 0, 1, 2, 3] -> (tensor<8x16xf32>) {
+// CHECK-NEXT: %[[B:.*]] = hir.if_rank [0, 1, 2, 3, 4] -> (tensor<8x16xf32>) {
 // CHECK-NEXT: %[[A:.*]] = hir.alloc "broadcast/0/0" : tensor<8x16xf32>
 // CHECK-NEXT: hir.yield %[[A]] : tensor<8x16xf32>
 // CHECK-NEXT: }
 // CHECK-NEXT: hir.if_rank [4] {
 // CHECK-NEXT: hir.copy %x, %[[B]] {hir.reshard = "@a->@b"} : tensor<8x16xf32>, tensor<8x16xf32>
 // CHECK-NEXT: }
-// CHECK-NEXT: hir.if_rank [4, 0, 1, 2, 3] {
+// CHECK-NEXT: hir.if_rank [0, 1, 2, 3, 4] {
 // CHECK-NEXT: %[[C0:.*]] = hir.constant 0 : index
 // CHECK-NEXT: %[[T:.*]] = hir.broadcast %[[B]] root %[[C0]] team = [4, 0, 1, 2, 3] backend = nccl {hir.reshard = "@a->@b"} : (tensor<8x16xf32>, index) -> !hir.token
 // CHECK-NEXT: hir.wait %[[T]] : !hir.token
@@ -376,7 +376,7 @@ func.func @summands(%x: !x, %w: !w) -> !r {
   func.return %r : !r
 }
 // CHECK-LABEL: func.func @summands(
-// CHECK: %q = hir.if_rank [3, 2] -> (tensor<8x12xf32>) {
+// CHECK: %q = hir.if_rank [2, 3] -> (tensor<8x12xf32>) {
 // CHECK: hir.if_rank [0] {
 // CHECK: hir.send %p to %{{.*}} team = [0, 3] backend = nccl {hir.reshard = "@a->@b"} : (tensor<8x12xf32>, index) -> !hir.token
 // CHECK: hir.if_rank [3] {
@@ -385,5 +385,5 @@ func.func @summands(%x: !x, %w: !w) -> !r {
 // CHECK: hir.send %p to %{{.*}} team = [1, 2]
 // CHECK: hir.if_rank [2] {
 // CHECK: hir.recv %q from %{{.*}} team = [1, 2]
-// CHECK: %r = hir.if_rank [3, 2] -> (tensor<8x12xf32>) {
+// CHECK: %r = hir.if_rank [2, 3] -> (tensor<8x12xf32>) {
 // CHECK: hir.allreduce %q, %{{.*}} op = sum team = [3, 2]

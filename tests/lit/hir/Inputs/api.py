@@ -30,7 +30,7 @@ def inspect(path: str) -> None:
             elif isinstance(op, hir.ForOp):
                 print(f"  {op.name} lb={op.lb} ub={op.ub} step={op.step} indices={list(op.indices)}")
             elif isinstance(op, hir.IfRankOp):
-                print(f"  {op.name} ranks={op.ranks} results={len(op.results)}")
+                print(f"  {op.name} ranks={op.ranks} runs={op.ranks.runs} results={len(op.results)}")
             elif isinstance(op, hir.ChunkOp):
                 print(f"  {op.name} dim={op.dim} chunks={op.chunks}")
             elif isinstance(op, hir.AllocOp):
