@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from xdsl.ir import Block
 
+from fuserc.runtime.kernel_cache import NotKept, Sections
+
 KERNELS_ENV = "FUSERC_KERNELS"
 KERNELS = ("inductor", "cupy")
 
@@ -189,12 +191,12 @@ def _on(contexts: Any, device: torch.device) -> Any:
 
 def build_region(
     body: Block, layouts: Sequence[Layout], aliases: Aliases, n_ins: int, contexts: Any, device: torch.device
-) -> tuple[dict[str, bytes] | None, RegionKernel]:
+) -> tuple[Sections | NotKept, RegionKernel]:
     """Trace the region on zero tensors of the given layouts and compile
     its graph with Inductor (static shapes), for operands shared as
     `aliases` says: the entry's sections (the artifact of
-    `torch._inductor.standalone_compile`, and the graph's constants; None
-    where this torch cannot save it) and the kernel."""
+    `torch._inductor.standalone_compile`, and the graph's constants;
+    `NotKept` where this torch cannot save it) and the kernel."""
     args: list[torch.Tensor] = []
     for layout, first in zip(layouts, aliases, strict=True):
         args.append(args[first] if first < len(args) else _zeros(layout, device))
@@ -204,7 +206,7 @@ def build_region(
 
     standalone = getattr(torch._inductor, "standalone_compile", None)  # torch >= 2.8
     if standalone is None:
-        return None, RegionKernel(_dynamo_compile(graph), constants)
+        return NotKept("this torch has no torch._inductor.standalone_compile"), RegionKernel(_dynamo_compile(graph), constants)
     artifact = standalone(graph, [*args, *constants], dynamic_shapes="from_example_inputs", options={})
     kernel = RegionKernel(artifact, constants)
     try:
@@ -213,8 +215,8 @@ def build_region(
             artifact.save(path=path, format="binary")
             with open(path, "rb") as f:
                 data = f.read()
-    except Exception:  # noqa: BLE001 - a graph Inductor cannot serialize still runs; it is not kept
-        return None, kernel
+    except Exception as e:  # noqa: BLE001 - a graph Inductor cannot serialize still runs; it is not kept
+        return NotKept(f"Inductor could not save the compiled region: {type(e).__name__}: {str(e)[:300]}"), kernel
     held = io.BytesIO()
     torch.save([(c.detach().cpu(), c.device.type) for c in constants], held)
     return {"artifact": data, "constants": held.getvalue()}, kernel
@@ -305,7 +307,7 @@ class RegionJob:
             "contexts": self._contexts(),
         }
 
-    def build(self) -> tuple[dict[str, bytes] | None, RegionKernel]:
+    def build(self) -> tuple[Sections | NotKept, RegionKernel]:
         return build_region(self.body, self.layouts, self.aliases, self.n_ins, self.contexts, self.device)
 
     def load(self, sections: dict[str, bytes]) -> RegionKernel:
@@ -318,7 +320,7 @@ class RegionJob:
         return (self.body, self.layouts, self.aliases) in _COMPILED
 
 
-def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[dict[str, bytes] | None, Any]:
+def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[Sections | NotKept, Any]:
     """A worker's build of a `RegionJob.spec()` (runtime/kernel_worker.py)."""
     from fuserc.ir import make_context
     from xdsl.parser import Parser

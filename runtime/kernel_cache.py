@@ -52,6 +52,15 @@ T = TypeVar("T")
 Sections = dict[str, bytes]
 
 
+@dataclass(frozen=True)
+class NotKept:
+    """What a build returns in place of an entry's sections when the kernel
+    cannot be saved (it is used by the process that built it, not cached),
+    and why: shown to the user, since every later run builds it again."""
+
+    reason: str
+
+
 def cache_dir() -> Path:
     """The cache's folder (not created here)."""
     explicit = os.environ.get(CACHE_ENV)
@@ -238,14 +247,14 @@ class KernelCache:
     def fetch(
         self,
         key: KernelKey,
-        build: Callable[[], tuple[Sections | None, T]],
+        build: Callable[[], tuple[Sections | NotKept, T]],
         load: Callable[[Sections], T],
     ) -> Fetched:
         """The kernel of `key`: loaded from its entry, or built (by this
         process, holding the key's lock, or by another that holds it: this
         one then waits and loads what it wrote). `build` returns the
-        entry's sections (None: the kernel cannot be saved; it is used, not
-        cached) and the kernel itself."""
+        entry's sections (`NotKept`: the kernel cannot be saved; it is used,
+        not cached) and the kernel itself."""
         start = time.perf_counter()
         try:
             value = self.load(key, load)
@@ -265,7 +274,7 @@ class KernelCache:
     def fetch_locked(
         self,
         key: KernelKey,
-        build: Callable[[], tuple[Sections | None, T]],
+        build: Callable[[], tuple[Sections | NotKept, T]],
         load: Callable[[Sections], T],
         start: float,
         waited: bool = False,
@@ -280,10 +289,10 @@ class KernelCache:
             note = f"the cached kernel {self.entry_path(key)} {e}; building it again"
         how = "rebuilt" if note else "built"
         sections, value = build()
-        if sections is not None:
-            self.write(key, sections, time.perf_counter() - start)
+        if isinstance(sections, NotKept):
+            note = f"{key.kind} kernels are not kept in the cache ({sections.reason}): each run builds them again"
         else:
-            note = f"{key.kind} kernels are not kept in the cache: this torch cannot save them"
+            self.write(key, sections, time.perf_counter() - start)
         return Fetched(value, how, time.perf_counter() - start, note)
 
     # -- the whole cache ----------------------------------------------------

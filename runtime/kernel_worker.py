@@ -44,6 +44,8 @@ def _build(request: dict[str, Any], cache: Any, device: Any) -> str | None:
     """Build one kernel and write its entry; the error's text, or None."""
     import time
 
+    from fuserc.runtime.kernel_cache import NotKept
+
     start = time.perf_counter()
     spec = request["spec"]
     try:
@@ -53,8 +55,8 @@ def _build(request: dict[str, Any], cache: Any, device: Any) -> str | None:
             from fuserc.runtime.cuda_regions import build_spec
         with cache.working_dirs():
             sections, _ = build_spec(spec, device)
-        if sections is None:
-            return "this torch cannot save the kernel"
+        if isinstance(sections, NotKept):
+            return sections.reason
         cache.write(request["key"], sections, time.perf_counter() - start)
     except Exception as e:  # noqa: BLE001 - reported to the process that asked (it builds the kernel itself)
         traceback.print_exc()

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from fuserc.cli import main
-from fuserc.runtime.kernel_cache import KernelCache, Unusable, kernel_key
+from fuserc.runtime.kernel_cache import KernelCache, NotKept, Unusable, kernel_key
 
 VERSIONS = {"fuserc": "0.1.0+abc", "torch": "2.13.0+def", "triton": "3.6.0", "python": "3.11"}
 FIELDS = {"ir": "{ ^bb0(%0: tensor<4xf32>): ... }", "layouts": [[[4], [1], "float32"]], "contexts": {}}
@@ -108,6 +108,18 @@ def test_an_unusable_entry_is_rebuilt_with_a_note(tmp_path: Path) -> None:
     assert (got.value, got.how) == (2, "rebuilt")
     assert "could not be loaded (ValueError: built by another torch); building it again" in got.note
     assert cache.read(key) == {"value": b"2"}
+
+
+def test_a_kernel_that_cannot_be_saved_is_used_and_says_why(tmp_path: Path) -> None:
+    """A build that cannot be saved (Inductor refusing to serialize a graph)
+    hands back its kernel, writes no entry, and the note names the reason:
+    every later run builds it again, so the user is told why."""
+    cache = KernelCache(tmp_path)
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    got = cache.fetch(key, lambda: (NotKept("RuntimeError: no aot_autograd artifacts"), 7), lambda s: 0)
+    assert (got.value, got.how) == (7, "built")
+    assert got.note == "region kernels are not kept in the cache (RuntimeError: no aot_autograd artifacts): each run builds them again"
+    assert cache.read(key) is None and not cache.entries()
 
 
 RACER = """

@@ -31,7 +31,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
-SEARCH = [TOOLS, ROOT / "examples" / "python", ROOT / "tests" / "e2e"]
+SEARCH = [TOOLS, ROOT / "examples" / "python", ROOT / "tests" / "e2e", ROOT / "tests" / "property"]
 """Where tools find their sibling modules (they put these folders on
 sys.path themselves)."""
 
