@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import io
 import json
 import os
@@ -297,16 +298,38 @@ class Result:
     pipeline: str = ""
 
 
+@functools.cache
+def _roots() -> list[tuple[str, str]]:
+    """(folder, short name) of fuserc's own code and xDSL's: the folders the
+    modules were imported from, so that a checkout's own path (a clone in a
+    folder named fuserc, a test file) never passes for the package's code."""
+    import importlib
+
+    roots = []
+    for module, short in (("fuserc", "fuserc"), ("fuserc.passes", "passes"), ("fuserc.dialects", "dialects"), ("fuserc.runtime", "runtime"), ("xdsl", "xdsl")):
+        folder = os.path.dirname(os.path.realpath(importlib.import_module(module).__file__ or ""))
+        roots.append((folder + os.sep, short))
+    return sorted(roots, key=lambda r: -len(r[0]))  # installed, fuserc/passes/ lies inside fuserc/
+
+
+def _own(filename: str) -> str | None:
+    """`filename` as `fuserc/...`, `passes/...`, ... or `xdsl/...` when it is
+    fuserc's or xDSL's code, else None."""
+    real = os.path.realpath(filename)
+    for folder, short in _roots():
+        if real.startswith(folder):
+            return f"{short}/{real[len(folder):]}"
+    return None
+
+
 def _where(tb: traceback.StackSummary) -> str:
+    """The innermost frame of fuserc's own code, else of xDSL's, else the
+    innermost frame."""
     frames = list(tb)
-    for marker in ("fuserc", "/passes/", "/dialects/", "/runtime/", "xdsl"):
+    for want in ("fuserc", "xdsl"):
         for f in reversed(frames):
-            if marker in f.filename:
-                name = f.filename
-                for cut in ("/fuserc/", "/passes/", "/dialects/", "/runtime/", "/xdsl/"):
-                    if cut in name:
-                        name = cut.strip("/") + "/" + name.rsplit(cut, 1)[1]
-                        break
+            name = _own(f.filename)
+            if name is not None and (name.startswith("xdsl/") == (want == "xdsl")):
                 return f"{name}:{f.lineno} ({f.name})"
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
 
@@ -436,12 +459,10 @@ class _Worker:
         self.stderr.truncate()
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
         where = f"worker process, in {frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else "worker process"
-        for marker in ("/fuserc/", "/passes/", "/dialects/", "/runtime/", "/xdsl/"):
-            hits = [f for f in frames if marker in f[0] and "tools/fuzz.py" not in f[0]]
-            if hits:  # faulthandler lists the innermost frame first
-                name, line, func = hits[0]
-                where = f"{marker.strip('/')}/{name.rsplit(marker, 1)[1]}:{line} ({func})"
-                break
+        hits = [(own, line, func) for name, line, func in frames if (own := _own(name)) is not None]
+        if hits:  # faulthandler lists the innermost frame first; fuserc's own before xDSL's
+            own, line, func = next((h for h in hits if not h[0].startswith("xdsl/")), hits[0])
+            where = f"{own}:{line} ({func})"
         if "Timeout" in text:
             return where, "timeout (stuck in C code)"
         return where, f"crash (exit {self.proc.returncode})"
