@@ -100,6 +100,10 @@ def _bracket_end(text: str, pos: int) -> int | None:
     return None
 
 
+MAX_INT_WIDTH = (1 << 24) - 1
+"""The widest integer type, as in MLIR (IntegerType::kMaxWidth)."""
+
+
 class _LocatingParser(Parser):
     """xDSL's parser, also recording each op's file:line:col (xDSL keeps
     locations only where the text spells `loc(...)`), reading an input with
@@ -180,6 +184,25 @@ class _LocatingParser(Parser):
                 self.raise_error(unknown_op_message(name), self._op_start)
             self.raise_error(unknown_op_message(name), start, start + len(name))
         return found
+
+    def _parse_optional_integer_or_float_type(self):  # type: ignore[no-untyped-def]
+        """xDSL's, with an integer width over MLIR's limit (2^24 - 1 bits)
+        refused at the type: xDSL would build the type's value range, and
+        run out of memory (`i9223372036854775807`)."""
+        token = self._current_token
+        match = self._builtin_integer_type_regex.match(token.text) if token.kind == MLIRTokenKind.BARE_IDENT else None
+        if match is not None and int(match.group(1)) > MAX_INT_WIDTH:
+            self.raise_error(f"integer type {token.text} is wider than {MAX_INT_WIDTH} bits", token.span.start, token.span.end)
+        return super()._parse_optional_integer_or_float_type()
+
+    def _parse_builtin_densearray_attr(self):  # type: ignore[no-untyped-def]
+        """xDSL's, with an element type it cannot store (`array<i100: ...>`)
+        reported where the array begins, not as xDSL's NotImplementedError."""
+        start = self.pos
+        try:
+            return super()._parse_builtin_densearray_attr()
+        except NotImplementedError as e:
+            self.raise_error(f"dense array: its element type cannot be stored ({e})", start, self.pos)
 
     def parse_optional_region(self, arguments=None):  # type: ignore[no-untyped-def]
         """xDSL's, giving each entry-block argument (a function's) the
@@ -524,10 +547,15 @@ def _verify_func_signature(func: FuncOp) -> None:
 
 
 def _verify_one_block(func: FuncOp) -> None:
-    """A function body is one block: fuserc has no branches, so a second
-    block could never run (passes read `func.body.block`). Reported where
-    the second block begins."""
+    """A function body is one block, not empty: fuserc has no branches, so
+    a second block could never run (passes read `func.body.block`).
+    Reported where the second block begins."""
     blocks = list(func.body.blocks)
+    if len(blocks) == 1 and blocks[0].last_op is None:  # `{ }`: xDSL accepts a block without a terminator
+        raise Diagnostic(
+            f"'func.func' op @{func.sym_name.data} has an empty body, without func.return (a declaration has no braces)",
+            location_of(func),
+        )
     if len(blocks) > 1:
         second = blocks[1]
         where = location_of(second.first_op) or location_of(func)

@@ -70,8 +70,10 @@ class Autodiff(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
         main = funcs.get(self.entry)
-        if main is None or main.is_declaration:
+        if main is None:
             raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry})")
+        if main.is_declaration:
+            raise error_at(main, f"autodiff: @{self.entry} is a declaration (no body): nothing to differentiate")
         if "hir.host" in main.attributes:
             raise error_at(main, f"autodiff: @{self.entry} is a host program; autodiff differentiates fusion functions")
         hir.check_fusion_function(main)

@@ -360,7 +360,7 @@ def _empty_as_set(op: FusionOp) -> bool:
         if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type  # type: ignore[union-attr]
         and partial in (None, sharding_of(v).partial)  # type: ignore[union-attr]
     ]  # fmt: skip
-    if not same:
+    if not same or any(r.uses for r in op.results[1:]):  # a used second result (sdpa's log-sum-exp) has no such set
         return False
     s = _new_set(same[0], rtype, op)  # type: ignore[arg-type]
     _insert_before(op, s)

@@ -550,9 +550,9 @@ def _chunks_evenly(op: Operation, out_dim: int, s: int) -> bool:
 
 def host_blocks(func: Operation) -> list[Block]:
     """The function's block and those of its hir.if_rank regions (not loop
-    bodies: their ops already run per iteration)."""
+    bodies: their ops already run per iteration); none for a declaration."""
     out: list[Block] = []
-    stack = [func.regions[0].block]
+    stack = list(func.regions[0].blocks)[:1]
     while stack:
         block = stack.pop()
         out.append(block)

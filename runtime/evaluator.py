@@ -137,7 +137,9 @@ def signature(module: ModuleOp, func: FuncOp) -> tuple[list[ValueSpec], list[Val
 def find_host_program(module: ModuleOp, entry: str) -> FuncOp:
     """The host program `@entry` of a module (a Diagnostic otherwise)."""
     found = SymbolTable.lookup_symbol(module, entry)
-    if not isinstance(found, FuncOp) or not found.body.blocks:
+    if isinstance(found, FuncOp) and not found.body.blocks:
+        raise error_at(found, f"@{entry} is a declaration (no body): nothing to run")
+    if not isinstance(found, FuncOp):
         names = [f"@{op.sym_name.data}" for op in module.ops if isinstance(op, FuncOp)]
         raise Diagnostic(f"no function @{entry} to run (functions: {', '.join(names) or 'none'})")
     if not hir.is_host_program(found):

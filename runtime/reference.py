@@ -135,6 +135,8 @@ def _find_func(module_or_func: ModuleOp | FuncOp, entry: str) -> FuncOp:
     found = SymbolTable.lookup_symbol(module_or_func, entry)
     if isinstance(found, FuncOp) and found.body.blocks:
         return found
+    if isinstance(found, FuncOp):
+        raise error_at(found, f"@{entry} is a declaration (no body): nothing to run")
     names = [f"@{op.sym_name.data}" for op in module_or_func.ops if isinstance(op, FuncOp)]
     listing = ", ".join(names) if names else "none"
     raise Diagnostic(

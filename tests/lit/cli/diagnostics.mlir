@@ -107,6 +107,30 @@ func.func @undefined(%x: tensor<8x4xf32>) {
   func.return
 }
 
+// -----
+
+// A function body of braces alone: no func.return (its results would be
+// lost), at the function.
+// CHECK: diagnostics.mlir:[[# @LINE + 1]]:1: error: 'func.func' op @empty_body has an empty body, without func.return (a declaration has no braces)
+func.func @empty_body(%x: tensor<4xf32>) -> tensor<4xf32> {
+}
+
+// -----
+
+// An integer type wider than MLIR's limit: at the type, never out of memory.
+// CHECK: diagnostics.mlir:[[# @LINE + 1]]:48: error: integer type i9223372036854775807 is wider than 16777215 bits
+"fusion.mesh"() <{sym_name = "a", shape = [4 : i9223372036854775807]}> : () -> ()
+
+// -----
+
+// A dense array whose element type xDSL cannot store: at the array.
+func.func @wide_array(%x: tensor<4x6xf32>) {
+  // CHECK: diagnostics.mlir:[[# @LINE + 2]]:43: error: dense array: its element type cannot be stored (Format not implemented for i128)
+  // CHECK-NEXT: %y = fusion.relu %x {alloc_order = array<i128: 0, 1>} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  %y = fusion.relu %x {alloc_order = array<i128: 0, 1>} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return
+}
+
 // CHECK: exit code: 1
 
 // Without --split-input-file the first diagnostic ends the run; nothing is printed.

@@ -21,3 +21,9 @@ func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
 func.func @main_fwd(%x: tensor<4xf32>) -> tensor<4xf32> {
   func.return %x : tensor<4xf32>
 }
+
+// -----
+
+// A declaration has nothing to differentiate.
+// expected-error @+1 {{autodiff: @main is a declaration (no body): nothing to differentiate}}
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32>

@@ -360,3 +360,19 @@ func.func @empty_softmax(%x: tensor<0x8xf32, #fusion.sharding<@m, [DIDx, -]>>) -
   %v = fusion.log_softmax %x dim = 0 : (tensor<0x8xf32, #fusion.sharding<@m, [DIDx, -]>>) -> tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>>
   func.return %v : tensor<0x8xf32, #fusion.sharding<@m, [-, DIDx]>>
 }
+
+// -----
+
+// An empty op whose second result is used (sdpa's log-sum-exp, saved for its
+// backward) has no set standing for both results: it is decomposed as any
+// other, its operands gathered by sets.
+fusion.mesh @m shape = [2]
+// CHECK-LABEL: func.func @empty_sdpa_with_lse
+// CHECK-NEXT: %0 = fusion.set %q : (tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, DIDx]>>) -> tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, -]>>
+// CHECK-NEXT: %1 = fusion.set %k
+// CHECK-NEXT: %o, %lse = fusion.sdpa %0, %1, %v causal = true
+// CHECK-NEXT: func.return %o, %lse
+func.func @empty_sdpa_with_lse(%q: tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, DIDx]>>, %k: tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, DIDx]>>, %v: tensor<0x1x4x2xf32, #fusion.sharding<@m, [-, -, -, -]>>) -> (tensor<0x1x4x2xf32, #fusion.sharding<@m, [-, -, -, -]>>, tensor<0x1x4xf32, #fusion.sharding<@m, [-, -, -]>>) {
+  %o, %lse = fusion.sdpa %q, %k, %v causal = true : (tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, DIDx]>>, tensor<0x1x4x4xf32, #fusion.sharding<@m, [-, -, -, DIDx]>>, tensor<0x1x4x2xf32, #fusion.sharding<@m, [-, -, -, -]>>) -> (tensor<0x1x4x2xf32, #fusion.sharding<@m, [-, -, -, -]>>, tensor<0x1x4xf32, #fusion.sharding<@m, [-, -, -]>>)
+  func.return %o, %lse : tensor<0x1x4x2xf32, #fusion.sharding<@m, [-, -, -, -]>>, tensor<0x1x4xf32, #fusion.sharding<@m, [-, -, -]>>
+}
