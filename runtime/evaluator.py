@@ -37,9 +37,8 @@ import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, OpResult, SSAValue
-from xdsl.traits import SymbolTable
 
-from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
@@ -64,6 +63,7 @@ from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, Injected
     module_meshes,
 )
 from fuserc.runtime.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
+from fuserc.runtime.reference import function_to_run
 from fuserc.runtime.startup import KERNELS, Startup
 from fuserc.sharding import Mesh, Sharding
 
@@ -136,12 +136,7 @@ def signature(module: ModuleOp, func: FuncOp) -> tuple[list[ValueSpec], list[Val
 
 def find_host_program(module: ModuleOp, entry: str) -> FuncOp:
     """The host program `@entry` of a module (a Diagnostic otherwise)."""
-    found = SymbolTable.lookup_symbol(module, entry)
-    if isinstance(found, FuncOp) and not found.body.blocks:
-        raise error_at(found, f"@{entry} is a declaration (no body): nothing to run")
-    if not isinstance(found, FuncOp):
-        names = [f"@{op.sym_name.data}" for op in module.ops if isinstance(op, FuncOp)]
-        raise Diagnostic(f"no function @{entry} to run (functions: {', '.join(names) or 'none'})")
+    found = function_to_run(module, entry)
     if not hir.is_host_program(found):
         raise error_at(
             found,

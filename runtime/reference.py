@@ -122,21 +122,19 @@ def evaluate(
     naming the argument otherwise). With `accumulate=torch.float64` floating
     values are upcast and computed in float64 and results come back in
     float64; with `accumulate=None` each value has its declared dtype."""
-    func = _find_func(module_or_func, entry)
+    func = function_to_run(module_or_func, entry)
     args = _check_inputs(func, inputs)
     return _run(func, args, accumulate)
 
 
-def _find_func(module_or_func: ModuleOp | FuncOp, entry: str) -> FuncOp:
-    if isinstance(module_or_func, FuncOp):
-        if not module_or_func.body.blocks:
-            raise error_at(module_or_func, f"@{module_or_func.sym_name.data} has no body to run")
-        return module_or_func
-    found = SymbolTable.lookup_symbol(module_or_func, entry)
-    if isinstance(found, FuncOp) and found.body.blocks:
-        return found
+def function_to_run(module_or_func: ModuleOp | FuncOp, entry: str) -> FuncOp:
+    """`@entry` of a module (or the function given), with a body: else a
+    Diagnostic naming the declaration, or the functions the module has."""
+    found = module_or_func if isinstance(module_or_func, FuncOp) else SymbolTable.lookup_symbol(module_or_func, entry)
     if isinstance(found, FuncOp):
-        raise error_at(found, f"@{entry} is a declaration (no body): nothing to run")
+        if not found.body.blocks:
+            raise error_at(found, f"@{found.sym_name.data} is a declaration (no body): nothing to run")
+        return found
     names = [f"@{op.sym_name.data}" for op in module_or_func.ops if isinstance(op, FuncOp)]
     listing = ", ".join(names) if names else "none"
     raise Diagnostic(

@@ -322,16 +322,23 @@ def _own(filename: str) -> str | None:
     return None
 
 
+def _innermost_own(frames: Sequence[tuple[str, object, str]]) -> str | None:
+    """`name:line (function)` of the innermost of `frames` (file, line,
+    function; innermost last) in fuserc's own code, else in xDSL's; None
+    when there is neither."""
+    own = [(name, line, func) for file, line, func in frames if (name := _own(file)) is not None]
+    if not own:
+        return None
+    name, line, func = next((f for f in reversed(own) if not f[0].startswith("xdsl/")), own[-1])
+    return f"{name}:{line} ({func})"
+
+
 def _where(tb: traceback.StackSummary) -> str:
     """The innermost frame of fuserc's own code, else of xDSL's, else the
     innermost frame."""
     frames = list(tb)
-    for want in ("fuserc", "xdsl"):
-        for f in reversed(frames):
-            name = _own(f.filename)
-            if name is not None and (name.startswith("xdsl/") == (want == "xdsl")):
-                return f"{name}:{f.lineno} ({f.name})"
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    found = _innermost_own([(f.filename, f.lineno, f.name) for f in frames])
+    return found or (f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?")
 
 
 def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path) -> Result:
@@ -459,10 +466,7 @@ class _Worker:
         self.stderr.truncate()
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
         where = f"worker process, in {frames[0][0]}:{frames[0][1]} ({frames[0][2]})" if frames else "worker process"
-        hits = [(own, line, func) for name, line, func in frames if (own := _own(name)) is not None]
-        if hits:  # faulthandler lists the innermost frame first; fuserc's own before xDSL's
-            own, line, func = next((h for h in hits if not h[0].startswith("xdsl/")), hits[0])
-            where = f"{own}:{line} ({func})"
+        where = _innermost_own(frames[::-1]) or where  # faulthandler lists the innermost frame first
         if "Timeout" in text:
             return where, "timeout (stuck in C code)"
         return where, f"crash (exit {self.proc.returncode})"
