@@ -138,6 +138,11 @@ class Function:
             outs = list(_Autograd.apply(self, loaded, *inputs))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def runs(self) -> dict[str, str]:
+        """How each loaded program's calls go now, in words: replayed as a
+        captured graph (with the trial's times) or op by op (and why)."""
+        return {name: p.replays.mode() for loaded in self._loaded.values() for name, p in loaded.programs.items()}
+
     def close(self) -> None:
         """Release every loaded program (collective: all ranks close)."""
         for loaded in self._loaded.values():

@@ -316,8 +316,9 @@ class Backend(ABC):
         running it; returns the graph and what `body` returned."""
         raise NotImplementedError(f"the {self.name} backend cannot capture graphs ({self.graphs_unavailable})")
 
-    def replay(self, graph: Any) -> None:
-        """Enqueue a graph from `capture` on the main stream."""
+    def replay(self, graph: Any, staged: Sequence[tuple[Array, Array]] = ()) -> None:
+        """Enqueue a graph from `capture` on the main stream, after copying
+        each staged input (source, the graph's buffer) in on that stream."""
         raise NotImplementedError(f"the {self.name} backend cannot replay graphs ({self.graphs_unavailable})")
 
     def mark(self, join: bool = False) -> Any:

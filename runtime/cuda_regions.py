@@ -207,7 +207,13 @@ def build_region(
     standalone = getattr(torch._inductor, "standalone_compile", None)  # torch >= 2.8
     if standalone is None:
         return NotKept("this torch has no torch._inductor.standalone_compile"), RegionKernel(_dynamo_compile(graph), constants)
-    artifact = standalone(graph, [*args, *constants], dynamic_shapes="from_example_inputs", options={})
+    import torch._functorch.config
+
+    # The artifact is saved from AOTAutograd's cache entry: a caller that
+    # turned that cache off for its own torch.compile (to see every graph
+    # compiled) would leave fuserc's kernels unsaved, built again each run.
+    with torch._functorch.config.patch(enable_autograd_cache=True):
+        artifact = standalone(graph, [*args, *constants], dynamic_shapes="from_example_inputs", options={})
     kernel = RegionKernel(artifact, constants)
     try:
         with tempfile.TemporaryDirectory(prefix="fuserc-") as folder:

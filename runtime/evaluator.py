@@ -243,11 +243,15 @@ class Program:
         buffers must then end with a fence (stream-pipeline's do). Runs
         with the same inputs are replayed as a captured graph where the
         backend can (runtime/graphs.py), unless `graphs` is False. With
-        `owned_results` (run op by op) the results are the caller's: the
-        buffers of allocation sites that are results are made for this run
-        on the caller's stream (`Backend.empty_for_caller`), not taken from
-        the cache, and any other result is handed out (`_hand_out`), so the
-        next run cannot overwrite what the caller holds."""
+        `owned_results` the results are the caller's, so that the next run
+        cannot overwrite what the caller holds: run op by op, the buffers of
+        allocation sites that are results are made for this run on the
+        caller's stream (`Backend.empty_for_caller`), not taken from the
+        cache, and any other result is handed out (`_hand_out`); replayed,
+        each result is copied out of the graph's buffers into one made for
+        the caller (`_copied_out`), and the trial times the copies with the
+        replay, so a program whose results outweigh its host time keeps
+        running op by op."""
         first = self.runs == 0
         if first:
             clock, kernels_before = time.perf_counter(), KERNELS.copy()
@@ -258,9 +262,9 @@ class Program:
         fail_now = fail is not None and fail.strip() == str(self.backend.rank)
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
-        key = replays.key(inputs, plain=graphs and not owned_results and self.tracer is None and not fail_now)
-        self._owning = owned_results
+        key = replays.key(inputs, plain=graphs and self.tracer is None and not fail_now)
         action, timed = replays.next(key)
+        self._owning = owned_results and action == OPS  # a capture's results are the graph's
         temp_handles: list[Handle] = []
         try:
             if timed:  # a trial run starts on an idle device: the host's latency counts
@@ -270,11 +274,13 @@ class Program:
                 captured = self._capture(interp, inputs, key)
             if captured is not None:
                 start = b.mark() if timed else None
-                b.replay(captured.graph)
+                b.replay(captured.graph, [(inputs[i], buf) for i, buf in captured.staged.items()])
                 replays.replays += action == REPLAY
+                results, flops = captured.results, captured.flops
+                if owned_results:
+                    results = self._copied_out(results)
                 if start is not None:
                     replays.sample(GRAPH, start, b.mark(join=True))
-                results, flops = captured.results, captured.flops
             else:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
                 results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key)
@@ -284,7 +290,7 @@ class Program:
                 self.backend.synchronize()
             if copy_outputs:
                 results = [self.backend.to_host(r) if r is not None else None for r in results]
-            if owned_results:
+            if owned_results and captured is None:
                 results = self._hand_out(results)
         finally:
             self._owning = False
@@ -303,6 +309,22 @@ class Program:
             rest = time.perf_counter() - clock - kernels.seconds - self.startup.seconds.get("communicators", 0.0)
             self.startup.add("first run", max(0.0, rest))
         return results
+
+    def _copied_out(self, results: Sequence[Any]) -> list[Any]:
+        """A replay's results (the graph's buffers, written again by the
+        next replay) copied into buffers made for the caller, in stream
+        order after the replay; a result that views another is copied once
+        per view, as `_hand_out` copies what it cannot hand over."""
+        b = self.backend
+        out: list[Any] = []
+        for r in results:
+            if r is None:
+                out.append(None)
+                continue
+            mine = b.empty_for_caller(tuple(r.shape), r.dtype)
+            b.copy(r, mine)
+            out.append(mine)
+        return out
 
     def _hand_out(self, results: Sequence[Any]) -> list[Any]:
         """Results of an `owned_results` run as arrays the caller owns: a
@@ -351,10 +373,14 @@ class Program:
         fails."""
         assert key is not None
         b = self.backend
+        staged = {i: torch.empty_strided(tuple(inputs[i].shape), inputs[i].stride(), dtype=inputs[i].dtype, device=inputs[i].device) for i in sorted(self.replays.staged) if inputs[i] is not None}
+        read = [staged.get(i, x) for i, x in enumerate(inputs)]
+        for i, buf in staged.items():
+            b.copy(inputs[i], buf)
         b.begin_run(self._owner)
         error: Exception | None = None
         try:
-            graph, results = b.capture(lambda: interp.run(inputs, False))
+            graph, results = b.capture(lambda: interp.run(read, False))
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to running op by op
             error = e
         blockers = b.end_run()
@@ -368,7 +394,7 @@ class Program:
             interp.env = []
             self.cache.release_all()
             return None
-        return self.replays.keep(key, graph, list(results), interp.flops)
+        return self.replays.keep(key, graph, list(results), interp.flops, staged)
 
     def _start(self) -> Interpreter:
         """At the first run (after the input checks): make the teams, plan

@@ -37,10 +37,12 @@ from the second run without measuring; `FUSERC_CUDA_GRAPHS=0` never.
 
 from __future__ import annotations
 
+import atexit
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GRAPHS_ENV = "FUSERC_CUDA_GRAPHS"
@@ -85,6 +87,9 @@ class Captured:
     graph: Any
     results: list[Any]
     flops: int
+    staged: dict[int, Any] = field(default_factory=dict)
+    """Input position -> the buffer the graph reads in its place: the
+    caller's input is copied into it before each replay (`Replays.staged`)."""
 
 
 TRIAL = (OPS, GRAPH, GRAPH, OPS)
@@ -116,13 +121,34 @@ class Replays:
         """The measured times behind `prefer_graph`."""
         self.replays = 0
         self.captures = 0
+        self.staged: set[int] = set()
+        """Input positions read from a buffer of the graph's own, into
+        which each replay first copies the caller's input: those seen at
+        another address with the same layout from one run to the next (a
+        training step's saved activations and cotangents come from the
+        caching allocator, not always at the same place). Their address is
+        then no part of the key, so that such inputs still replay (at the
+        price of one copy each) instead of capturing anew every run."""
+        self._pending: InputKey | None = None
+        self._seen: InputKey | None = None
+        """The full key (addresses included) of the inputs the kept graph,
+        or else the candidate, was made for."""
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or
-        not a `plain` run: traced, or failing on purpose)."""
+        not a `plain` run: traced, or failing on purpose). An input found at
+        another address than in the last run kept or captured, with the same
+        layout, is staged from now on."""
         if self.off is not None or not plain:
             return None
-        return input_key(inputs)
+        full = input_key(inputs)
+        seen = self._seen
+        if seen is not None and len(seen) == len(full):
+            for i, (a, b) in enumerate(zip(seen, full)):
+                if a is not None and b is not None and a[0] != b[0] and a[1:] == b[1:]:
+                    self.staged.add(i)
+        self._pending = full
+        return tuple(e[1:] if e is not None and i in self.staged else e for i, e in enumerate(full))
 
     def next(self, key: InputKey | None) -> tuple[str, bool]:
         """What a run with `key` does (REPLAY, CAPTURE or OPS), and whether
@@ -164,10 +190,14 @@ class Replays:
         """A run op by op ended."""
         self.blockers = blockers
         self.candidate = key if not blockers else None
+        if self.candidate is not None and self.captured is None:
+            self._seen = self._pending
 
-    def keep(self, key: InputKey, graph: Any, results: list[Any], flops: int) -> Captured:
+    def keep(self, key: InputKey, graph: Any, results: list[Any], flops: int, staged: dict[int, Any] | None = None) -> Captured:
         self.captures += 1
-        self.captured = Captured(key, graph, results, flops)
+        self.captured = Captured(key, graph, results, flops, dict(staged or {}))
+        self._seen = self._pending
+        _holding(self)
         return self.captured
 
     def failed(self, error: BaseException, where: str) -> None:
@@ -179,7 +209,8 @@ class Replays:
     def mode(self) -> str:
         """How the program's runs go now, in words."""
         if self.prefer_graph:
-            return f"replayed as a graph ({self.verdict})"
+            staged = f", {len(self.staged)} input(s) staged" if self.staged else ""
+            return f"replayed as a graph ({self.verdict}; {self.captures} capture(s), {self.replays} replays{staged})"
         if self.off is not None:
             return f"op by op: {self.off}"
         return "op by op" + (f" ({'; '.join(self.blockers)})" if self.blockers else "")
@@ -188,3 +219,28 @@ class Replays:
         """Forget the graph and the inputs it could be captured for."""
         self.captured = None
         self.candidate = None
+        self._seen = None
+
+
+_HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()
+"""Replays that keep a captured graph; released at exit (`_release_at_exit`)."""
+
+
+_REGISTERED: list[bool] = []
+
+
+def _holding(replays: Replays) -> None:
+    if not _REGISTERED:
+        atexit.register(_release_at_exit)  # (registered after torch's and CuPy's: runs before theirs)
+        _REGISTERED.append(True)
+    _HOLDING.add(replays)
+
+
+def _release_at_exit() -> None:
+    """Drop every captured graph still held (a program its caller never
+    closed: a `fuserc.torch.function` alive at exit) while CUDA and the
+    communicators its kernels use are still up, not in the interpreter's
+    teardown after them. Local: no rank waits for another."""
+    for replays in list(_HOLDING):
+        replays.drop()
+    _HOLDING.clear()

@@ -42,7 +42,7 @@ import torch
 from xdsl.ir import Block
 
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
-from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, Unusable
+from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, THREADS_ENV, Unusable
 from fuserc.runtime.startup import KERNELS as COUNTS
 
 WORKERS_ENV = "FUSERC_BUILD_WORKERS"
@@ -364,7 +364,7 @@ def worker_env() -> dict[str, str]:
     it look like a rank of the job, with Inductor compiling in the worker
     itself (the workers are the parallelism)."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
-    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    env[THREADS_ENV] = "1"
     return env
 
 

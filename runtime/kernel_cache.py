@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 CACHE_ENV = "FUSERC_CACHE_DIR"
+THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 FORMAT = 1
 """The entry format and key layout; a change makes every older entry a miss."""
 
@@ -184,13 +185,24 @@ class KernelCache:
 
     @contextlib.contextmanager
     def working_dirs(self) -> Iterator[None]:
-        """TorchInductor's and Triton's caches inside this one while the
-        body runs (a build, a load, a row kernel's first launch), so that
-        everything fuserc generates lives, and is cleared, in one place;
-        the caller's own torch.compile keeps its caches."""
-        saved = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+        """While the body runs (a build, a load, a row kernel's first
+        launch): TorchInductor's and Triton's caches inside this one, so
+        that everything fuserc generates lives, and is cleared, in one
+        place; and Inductor compiling in this process (compile_threads 1).
+        Inductor's default is a pool of min(32, cores) subprocesses per
+        process, each importing torch: for one rank's few region kernels
+        (loaded, or built in parallel by fuserc's own workers) starting it
+        cost more than it saved, and stopping it at exit about 9 s per run
+        on a 64-core machine of 4 GPUs. The caller's own torch.compile
+        keeps its caches and its pool."""
+        saved = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.root / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(self.root / "triton")
+        os.environ[THREADS_ENV] = "1"  # read where the body first imports Inductor's config
+        config = sys.modules.get("torch._inductor.config")
+        threads = getattr(config, "compile_threads", None)
+        if config is not None:
+            config.compile_threads = 1
         try:
             yield
         finally:
@@ -199,6 +211,9 @@ class KernelCache:
                     os.environ.pop(var, None)
                 else:
                     os.environ[var] = value
+            config = sys.modules.get("torch._inductor.config")
+            if config is not None:  # as it was, or as the caller's environment decides when the body imported it
+                config.compile_threads = threads if threads is not None else config.decide_compile_threads()
 
     # -- reading and writing ------------------------------------------------
     def read(self, key: KernelKey) -> Sections | None:

@@ -37,6 +37,13 @@ on the same inputs and weights:
   and matmul + reduce-scatter calls and the collectives left unfused,
   per mode; plain torch.compile's collectives likewise.
 
+First step: the seconds of each variant's first forward+backward (the
+forward alone with --mode fwd), its compilation included (fuserc's passes
+and kernels, from its kernel cache or built; torch.compile's graphs),
+the slowest rank's, printed under each shape and in the JSON's
+`first_step_s`. Then fuserc's line says how its programs' calls went:
+replayed as CUDA graphs (with the trial's times) or op by op, and why.
+
 The two compiled variants are n/a on the CPU unless --cpu-compile asks
 for them (Inductor's C++ builds of the layer take minutes there).
 
@@ -426,7 +433,12 @@ def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argpar
     if a.perturb:
         with torch.no_grad():
             leaves[2] += a.perturb  # the first layer_norm's bias
-    return Variant(lambda: f(*leaves), leaves, release=f.close)
+    def release() -> None:  # how its programs' calls went (replayed or op by op), then close
+        if job.rank == 0:
+            print(f"fuserc at hidden {shape.hidden}, tokens {shape.tokens}: " + "; ".join(f"@{k} {v}" for k, v in f.runs().items()), flush=True)
+        f.close()
+
+    return Variant(lambda: f(*leaves), leaves, release=release)
 
 
 def module_variant(m: nn.Module, x: torch.Tensor, job: Job, options: dict[str, Any] | None = None) -> Variant:
@@ -483,6 +495,8 @@ class ShapeResult:
     rows: list[Row]
     checks: dict[str, Check] = field(default_factory=dict)  # CHECKED
     compared: str = ""  # what the check ran: forward+backward or forward
+    first_s: dict[str, float | None] = field(default_factory=dict)
+    """Seconds of each variant's first step (compilation included: fuserc's passes and kernels, torch.compile's graphs), the slowest rank's."""
 
 
 # --------------------------------------------------------------------------
@@ -534,13 +548,18 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
         """The variant's figures and peak memory in every mode, the graphs
         it compiled (`graphs`, for the compiled ones), and its check."""
         peaks: dict[str, float | None] = {}
+        firsts: dict[str, float] = {}
 
         def body() -> tuple[dict[str, list[float]], Outcome]:
             with job.stream():
                 v = make()
             job.drain()
+            job.comm.Barrier()
             try:
-                out = run_once(v, ct, a.mode != "fwd")  # (a compiled module compiles here)
+                start = time.perf_counter()
+                out = run_once(v, ct, a.mode != "fwd")  # (a compiled module compiles here, fuserc's program too)
+                job.drain()
+                firsts[key] = max(job.comm.allgather(time.perf_counter() - start))
                 times = {}
                 for m in modes:
                     job.drain()
@@ -552,6 +571,8 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
                 v.close()
 
         got, why = agreed(job.comm, body)
+        if key != "limit":
+            res.first_s[key] = firsts.get(key) if got is not None else None
         for r in rows:
             r.figures[key] = Figure(reason=why) if got is None else figure(got[0][r.mode], r.flops_per_gpu)
             r.peak_mib[key] = peaks.get(r.mode) if got is not None else None
@@ -684,6 +705,7 @@ def as_json(results: Sequence[ShapeResult], job: Job, a: argparse.Namespace) -> 
         "reference": WIDER[a.dtype][1], "factor": FACTOR, "floor": FLOOR[a.dtype], "head_dim": a.head_dim,
         "warmup": a.warmup, "iters": a.iters, "repeats": a.repeats,
         "rows": [asdict(r) for res in results for r in res.rows], "checks": checks,
+        "first_step_s": [{"hidden": res.shape.hidden, "tokens": res.shape.tokens, **res.first_s} for res in results],
     }  # fmt: skip
 
 
@@ -710,6 +732,7 @@ def run(a: argparse.Namespace) -> int:
             for key, title in (VARIANTS[2], VARIANTS[1], VARIANTS[3], VARIANTS[4]):
                 c = res.checks.get(key) or Check(reason="not run")
                 print(f"  check ({res.compared}) {title}: {c.text(wide)}", flush=True)
+            print(f"  first {res.compared} step (s): " + ", ".join(f"{title} {num_text(res.first_s.get(key), '.1f')}" for key, title in VARIANTS[1:]), flush=True)
     bad = failures(results)
     if lead:
         print()

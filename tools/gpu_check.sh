@@ -178,7 +178,10 @@ pipelined() {  # every example through the default pipeline (stream-pipeline: ri
 
 startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall time with an empty kernel cache
   # (cold: nothing of Inductor's or Triton's reused either), with it filled (warm), and cold without build
-  # workers; each run prints its startup phases (--time)
+  # workers; each run prints its startup phases (--time). Python writes its bytecode here (as an installed
+  # package has it: without .pyc files every start compiles torch's sources, seconds), primed by one run first.
+  unset PYTHONDONTWRITEBYTECODE
+  FUSERC_CACHE_DIR=$(mktemp -d) $MPIRUN -x FUSERC_CACHE_DIR -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda >/dev/null 2>&1
   local n sizes=("$N")
   [[ $N != 1 ]] && sizes+=(1)
   for n in "${sizes[@]}"; do

@@ -150,6 +150,12 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     assert "| eager / fuserc | torch.compile / fuserc | async TP / fuserc |" in proc.stdout
     assert "| limit peak MiB | fuserc peak MiB | eager peak MiB | torch.compile peak MiB | async TP peak MiB | torch.compile: collectives | async TP: fused |" in proc.stdout
     assert data["ranks"] == 2 and data["repeats"] == 2
+    runs = re.search(r"^fuserc at hidden \d+, tokens \d+: @main_fwd (.*); @main_bwd (.*)$", proc.stdout, re.M)
+    assert runs, proc.stdout  # how fuserc's calls went: op by op on the cpu backend, either way on cuda
+    assert all(r.startswith("replayed as a graph (") or r.startswith("op by op") for r in runs.groups()), runs.groups()
+    (first,) = data["first_step_s"]
+    assert first["fuserc"] > 0 and first["eager"] > 0 and "limit" not in first, first
+    assert re.search(r"^  first forward\+backward step \(s\): fuserc \d+\.\d, eager \d+\.\d, torch.compile (n/a|\d+\.\d), async TP (n/a|\d+\.\d)$", proc.stdout, re.M), proc.stdout
     rows = data["rows"]
     assert [r["mode"] for r in rows] == ["fwd", "fwdbwd"]
     fwd, fwdbwd = rows

@@ -9,6 +9,7 @@ global tensors. Each case prints `CASE <name> ok` or `CASE <name> FAILED:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 import fuserc.torch
 from fuserc.api import FusionDefinition, Mesh, shard_tensor
+from fuserc.runtime.graphs import GRAPHS_ENV
 from fuserc.runtime.mpi_env import mpi_env
 
 ENV = mpi_env()
@@ -135,6 +137,52 @@ def case_no_grad_and_ownership() -> None:
     close(y1, shard(want, ts[4], mesh), "y of the second call")
 
 
+def case_replayed_steps() -> None:
+    """Training steps on the same buffers, their values changed in place
+    between steps (as an optimizer changes them): each step's outputs and
+    gradients against torch.autograd, and each step's outputs unchanged
+    after the later steps. With FUSERC_CUDA_GRAPHS=always the cuda
+    backend replays @main_fwd from the second step (its results copied out
+    of the graph's buffers); the cpu backend runs op by op."""
+    fd, mesh, ts = mlp(SIZE)
+    before = os.environ.get(GRAPHS_ENV)
+    os.environ[GRAPHS_ENV] = "always"
+    try:
+        f = fuserc.torch.function(fd)
+    finally:
+        os.environ.pop(GRAPHS_ENV) if before is None else os.environ.__setitem__(GRAPHS_ENV, before)
+    glob = globals_(SIZE, 3)
+    loc = [shard(t, s_, mesh).requires_grad_(True) for t, s_ in zip(glob, ts)]
+    ct = torch.randn(8 * SIZE, 16, generator=torch.Generator().manual_seed(5))
+    cts = [shard(ct, ts[4], mesh), torch.tensor(0.5, device=DEVICE)]  # the same buffers every step
+    held = []
+    for step in range(6):
+        for t in loc:
+            t.grad = None
+        ly, ls = f(*loc)
+        torch.autograd.backward([ly, ls], cts)
+        gl = [t.detach().clone().requires_grad_(True) for t in glob]
+        y, s = mlp_torch(*gl)
+        (y * ct).sum().add(s * 0.5).backward()
+        close(ly, shard(y, ts[4], mesh), f"y (step {step})")
+        close(ls, s, f"sum (step {step})")
+        for name, lt, gt, sh in zip(("x", "g", "w1", "w2"), loc, gl, ts):
+            close(lt.grad, shard(gt.grad, sh, mesh), f"grad {name} (step {step})")
+        held.append((ly, shard(y, ts[4], mesh)))
+        with torch.no_grad():  # an optimizer's step, in place (a shard may view its global tensor)
+            for t, lt, sh in zip(glob, loc, ts):
+                t.mul_(0.9).add_(0.01)
+                lt.copy_(shard(t, sh, mesh))
+    for step, (ly, want) in enumerate(held):
+        close(ly, want, f"y of step {step} after the later steps")
+    runs = f.runs()
+    if RANK == 0:
+        print(f"replays: {runs}", flush=True)
+    if DEVICE.type == "cuda":
+        assert runs["main_fwd"].startswith("replayed"), f"@main_fwd was not replayed: {runs['main_fwd']}"
+    f.close()
+
+
 def case_non_contiguous() -> None:
     """Transposed and strided inputs are made contiguous where they are."""
     fd, mesh, ts = mlp(SIZE)
@@ -170,13 +218,19 @@ def case_execute_local() -> None:
     program.close()
 
 
-def no_host_copies(body: Callable[[], None]) -> None:
-    """`body` (after a warm-up call) copies nothing between host and device
-    and never waits on the host: the profiler sees no memcpy to or from the
-    host and no synchronize call."""
+def no_host_copies(body: Callable[[], None], settled: Callable[[], bool] | None = None) -> None:
+    """`body` (after the warm-up calls: the first, and the trial that times
+    replays against runs op by op, each of its calls started on an idle
+    device, until `settled` says every program's way is chosen) copies
+    nothing between host and device and never waits on the host: the
+    profiler sees no memcpy to or from the host and no synchronize call."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     body()
+    for _ in range(20 if settled is not None else 0):
+        if settled():
+            break
+        body()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with record_function("call_under_test"):
@@ -211,7 +265,7 @@ def case_gpu_no_host_copies() -> None:
         y, s = f(*loc)
         (y.sum() + s).backward()
 
-    no_host_copies(step)
+    no_host_copies(step, lambda: all(f.runs()[p] != "op by op" for p in ("main_fwd", "main_bwd")))  # (not "op by op": in its trial)
     program = fd.compile()
     plain = [t.detach() for t in loc]
     no_host_copies(lambda: program.execute(plain, local=True, gather=False))
@@ -224,6 +278,7 @@ CASES: dict[str, Callable[[], None]] = {
     "partial_requires_grad": case_partial_requires_grad,
     "no_grad_and_ownership": case_no_grad_and_ownership,
     "non_contiguous": case_non_contiguous,
+    "replayed_steps": case_replayed_steps,
     "execute_local": case_execute_local,
 }
 
@@ -235,7 +290,8 @@ def main() -> None:
     p.add_argument("--no-host-copies", action="store_true", help="(cuda) also the profiler check")
     a = p.parse_args()
     if a.device == "cuda":
-        DEVICE = torch.device("cuda", torch.cuda.current_device())
+        DEVICE = torch.device("cuda", ENV.node_rank % torch.cuda.device_count())  # the GPU fuserc's backend takes
+        torch.cuda.set_device(DEVICE)
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)
     if a.no_host_copies:
@@ -252,6 +308,8 @@ def main() -> None:
             bad = [f"rank {r}: {w}" for r, w in enumerate(whys) if w]
             print(f"CASE {name} " + ("ok" if not bad else "FAILED: " + "; ".join(bad)), flush=True)
         failed += any(whys)
+    for f in _FUNCTIONS.values():  # collective: every rank closes its programs (and their captured graphs) before exit
+        f.close()
     sys.exit(1 if failed else 0)
 
 

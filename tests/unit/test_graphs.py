@@ -71,9 +71,11 @@ class _Pretend(CpuBackend):
             raise RuntimeError("capture broke")
         return body, body()
 
-    def replay(self, graph: Any) -> None:
+    def replay(self, graph: Any, staged: Any = ()) -> None:
         self.log.append("replay")
         self._last = "graph"
+        for src, dst in staged:
+            dst.copy_(src)
         graph()
 
     def mark(self, join: bool = False) -> Any:
@@ -124,7 +126,7 @@ def test_replays_kept_when_measured_faster() -> None:
     assert _runs(prog, x, 7) == TRIAL + [REPLAY, REPLAY]
     r = prog.replays
     assert (r.captures, r.replays, r.prefer_graph) == (1, 3, True)
-    assert r.mode() == "replayed as a graph (1.000 ms replayed, 2.000 ms op by op)"
+    assert r.mode() == "replayed as a graph (1.000 ms replayed, 2.000 ms op by op; 1 capture(s), 3 replays)"
     assert prog.runs == 7
 
 
@@ -137,7 +139,7 @@ def test_trial_compares_means_in_an_abba_order() -> None:
     prog = load(BLOCKS, backend)
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
     _runs(prog, x, 6)
-    assert prog.replays.mode() == "replayed as a graph (1.150 ms replayed, 1.200 ms op by op)"
+    assert prog.replays.mode() == "replayed as a graph (1.150 ms replayed, 1.200 ms op by op; 1 capture(s), 2 replays)"
 
 
 def test_runs_op_by_op_when_measured_faster() -> None:
@@ -149,14 +151,54 @@ def test_runs_op_by_op_when_measured_faster() -> None:
     assert r.mode() == "op by op: runs op by op measured faster (2.000 ms replayed, 1.000 ms op by op)"
 
 
-def test_other_inputs_run_op_by_op_and_drop_the_graph() -> None:
+def test_owned_results_of_replays_are_copies_the_next_run_leaves_alone() -> None:
+    """A caller that owns its results (fuserc.torch's runs) gets replays
+    too: each replay's results are copied out of the graph's buffers, so a
+    result held from an earlier run keeps its values when the same input
+    buffer, changed in place, is run again; the copies count in the
+    trial's time of a replay (between its marks)."""
+    prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    held: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for k in range(7):
+        x.copy_(torch.full((4, 2), float(k)))
+        prog.backend.log.clear()
+        (out,) = prog.run_prepared([x], owned_results=True)
+        held.append((out, x.clone()))
+        if k == 3:
+            assert prog.backend.log == ["sync", "mark", "replay", "mark", "sync"]
+    for out, want in held:
+        torch.testing.assert_close(out, want)
+    assert len({id(out) for out, _ in held}) == 7
+    r = prog.replays
+    assert (r.captures, r.replays, r.prefer_graph) == (1, 3, True)
+    assert not any(out.data_ptr() == res.data_ptr() for out, _ in held for res in r.captured.results)
+
+
+def test_an_input_at_another_address_is_staged() -> None:
+    """An input seen at another address with the same layout drops the
+    graph (one run op by op, then a capture) and is staged from then on:
+    the graph reads a buffer of its own, into which each replay copies
+    the input, wherever it lies (`_runs` checks each result)."""
     prog = load(BLOCKS, _Pretend())
     x, y = (prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(2))
     assert input_key([x]) != input_key([y])
     _runs(prog, x, 6)
     assert _runs(prog, y, 3) == [OP_BY_OP, CAPTURED, REPLAY]  # measured already: no second trial
-    assert _runs(prog, x, 2) == [OP_BY_OP, CAPTURED]  # x's graph was dropped for y's
-    assert prog.replays.captures == 3
+    assert _runs(prog, x, 2) == [REPLAY, REPLAY]  # staged: x is copied in
+    r = prog.replays
+    assert r.staged == {0} and r.captures == 2 and set(r.captured.staged) == {0}
+    assert r.mode().endswith("; 2 capture(s), 5 replays, 1 input(s) staged)")
+
+
+def test_an_input_of_another_layout_runs_op_by_op_and_drops_the_graph() -> None:
+    prog = load(BLOCKS, _Pretend())
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    t = torch.randn(2, 4).t()  # 4x2 at another stride (as run_prepared takes it): not staged
+    _runs(prog, x, 6)
+    assert _runs(prog, t, 3) == [OP_BY_OP, CAPTURED, REPLAY]
+    assert _runs(prog, x, 2) == [OP_BY_OP, CAPTURED]
+    assert prog.replays.staged == set() and prog.replays.captures == 3
 
 
 def test_a_run_with_blockers_is_never_captured() -> None:
@@ -207,6 +249,21 @@ def test_close_forgets_the_program() -> None:
     assert backend.forgotten == [prog._owner] and prog.replays.captured is None
 
 
+def test_graphs_still_held_at_exit_are_released_first() -> None:
+    """A program never closed (a fuserc.torch.function alive at exit) drops
+    its graph in an exit handler, before the interpreter tears down what
+    the graph's kernels use."""
+    from fuserc.runtime import graphs
+
+    prog = load(BLOCKS, _Pretend())
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    _runs(prog, x, 6)
+    assert prog.replays.captured is not None and prog.replays in graphs._HOLDING
+    graphs._release_at_exit()
+    assert prog.replays.captured is None and not graphs._HOLDING
+    assert _runs(prog, x, 1) == [OP_BY_OP]  # (a later run still runs)
+
+
 def test_the_cpu_backend_runs_op_by_op() -> None:
     prog = load(BLOCKS)
     assert prog.replays.off
@@ -240,7 +297,7 @@ def test_always_replays_from_the_second_run(monkeypatch: pytest.MonkeyPatch) -> 
     prog = load(BLOCKS, _Pretend(ops_s=1e-3, graph_s=2e-3))
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
     assert _runs(prog, x, 4) == [OP_BY_OP, CAPTURED, REPLAY, REPLAY]
-    assert prog.replays.mode() == f"replayed as a graph ({GRAPHS_ENV}=always)"
+    assert prog.replays.mode() == f"replayed as a graph ({GRAPHS_ENV}=always; 1 capture(s), 2 replays)"
 
 
 # ---- the cuda backend's fences, on fakes -------------------------------------------

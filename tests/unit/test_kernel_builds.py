@@ -261,3 +261,18 @@ def test_a_worker_builds_the_kernel_this_process_would(built: Any) -> None:
     launch_with_torch(body, args[: len(ins)], [want], contexts)
     kernel(*args)
     assert torch.allclose(args[-1], want, atol=1e-6) and (want == 0).any()  # dropped elements: the indices matter
+
+
+def test_kept_when_the_caller_turned_autograds_cache_off(built: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that turned AOTAutograd's cache off for its own
+    torch.compile (tools/bench_layer.py does, to count its graphs) still
+    gets region kernels that are kept: the artifact is saved from that
+    cache's entry."""
+    import torch._functorch.config as functorch
+
+    monkeypatch.setattr(functorch, "enable_autograd_cache", False)
+    job = _entry_of(_program(STRIDED), 0)
+    with KernelCache().working_dirs():
+        sections, _ = job.build()
+    assert isinstance(sections, dict) and sections["artifact"], sections
+    assert functorch.enable_autograd_cache is False

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from fuserc.cli import main
-from fuserc.runtime.kernel_cache import KernelCache, NotKept, Unusable, kernel_key
+from fuserc.runtime.kernel_cache import THREADS_ENV, KernelCache, NotKept, Unusable, kernel_key
 
 VERSIONS = {"fuserc": "0.1.0+abc", "torch": "2.13.0+def", "triton": "3.6.0", "python": "3.11"}
 FIELDS = {"ir": "{ ^bb0(%0: tensor<4xf32>): ... }", "layouts": [[[4], [1], "float32"]], "contexts": {}}
@@ -193,3 +193,21 @@ def test_the_default_place(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("FUSERC_CACHE_DIR", "~/k")
     assert cache_dir() == tmp_path / "home" / "k"
     assert os.path.isabs(cache_dir())
+
+
+def test_inductor_compiles_in_process_while_fuserc_builds_and_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `working_dirs` Inductor uses no subprocess pool (compile_threads
+    1, by its config and by the variable read where the body first imports
+    it); after it, the caller's setting and environment are back."""
+    import torch._inductor.config as config
+
+    monkeypatch.setattr(config, "compile_threads", 7)
+    monkeypatch.setenv(THREADS_ENV, "5")
+    with KernelCache(tmp_path).working_dirs():
+        assert config.compile_threads == 1 and os.environ[THREADS_ENV] == "1"
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert config.compile_threads == 7 and os.environ[THREADS_ENV] == "5"
+    monkeypatch.delenv(THREADS_ENV)
+    with KernelCache(tmp_path).working_dirs():
+        pass
+    assert THREADS_ENV not in os.environ
