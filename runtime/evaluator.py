@@ -373,10 +373,13 @@ class Program:
         fails."""
         assert key is not None
         b = self.backend
-        staged = {i: torch.empty_strided(tuple(inputs[i].shape), inputs[i].stride(), dtype=inputs[i].dtype, device=inputs[i].device) for i in sorted(self.replays.staged) if inputs[i] is not None}
+        staged: dict[int, Any] = {}  # the graph's own buffers for inputs that move (`Replays.staged`)
+        for i in sorted(self.replays.staged):
+            x = inputs[i]
+            if x is not None:
+                staged[i] = torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=x.device)
+                b.copy(x, staged[i])
         read = [staged.get(i, x) for i, x in enumerate(inputs)]
-        for i, buf in staged.items():
-            b.copy(inputs[i], buf)
         b.begin_run(self._owner)
         error: Exception | None = None
         try:

@@ -23,7 +23,7 @@ from check_programs import OK, check, failures, table  # noqa: E402
 from harness import MPIEXEC  # noqa: E402
 from program_gen import OPS, generate  # noqa: E402
 
-PROGRAMS = 60
+PROGRAMS = 40
 SEED = 20_000
 RUN_EVERY = 10
 
