@@ -226,13 +226,16 @@ _HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()
 """Replays that keep a captured graph; released at exit (`_release_at_exit`)."""
 
 
-_REGISTERED: list[bool] = []
+_registered = False
+"""Whether `_release_at_exit` is registered: at the first graph kept, after
+torch and CuPy registered theirs, so that it runs before them."""
 
 
 def _holding(replays: Replays) -> None:
-    if not _REGISTERED:
-        atexit.register(_release_at_exit)  # (registered after torch's and CuPy's: runs before theirs)
-        _REGISTERED.append(True)
+    global _registered
+    if not _registered:
+        atexit.register(_release_at_exit)
+        _registered = True
     _HOLDING.add(replays)
 
 

@@ -150,7 +150,10 @@ def case_replayed_steps() -> None:
     try:
         f = fuserc.torch.function(fd)
     finally:
-        os.environ.pop(GRAPHS_ENV) if before is None else os.environ.__setitem__(GRAPHS_ENV, before)
+        if before is None:
+            del os.environ[GRAPHS_ENV]
+        else:
+            os.environ[GRAPHS_ENV] = before
     glob = globals_(SIZE, 3)
     loc = [shard(t, s_, mesh).requires_grad_(True) for t, s_ in zip(glob, ts)]
     ct = torch.randn(8 * SIZE, 16, generator=torch.Generator().manual_seed(5))
