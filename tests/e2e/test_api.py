@@ -1,4 +1,6 @@
-"""The Python API under mpiexec on 4 ranks (cpu backend)."""
+"""The Python API under mpiexec on 4 ranks (cpu backend). The cases of
+api_cases.py share one launch (cli_batch.mpirun_many), each run as
+`python api_cases.py CASE` in it."""
 
 from __future__ import annotations
 
@@ -6,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from cli_batch import CliRun, Ran, launches
 from harness import mpirun_python, ok
 
 from api_cases import CASES
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_api_case(case: str) -> None:
-    proc = ok(mpirun_python(4, Path(__file__).parent / "api_cases.py", [case]))
+@launches(lambda d, case: CliRun(4, [case], script=Path(__file__).parent / "api_cases.py"))
+def test_api_case(case: str, ran: Ran) -> None:
+    proc = ok(ran.proc)
     assert proc.stdout.count(f"OK {case}") == 4
 
 

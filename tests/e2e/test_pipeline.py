@@ -17,7 +17,8 @@ first time on other inputs, so that cached buffers hold stale data). To pay
 the start-up of MPI and Python once per job size, tests/e2e/batch.py runs
 all the programs of one N in one launch and prints a line per program; each
 program is its own test, reading its line. A few tests go through the real
-CLI (`fuserc run --check`, `-i` float32 files for bf16, `--save-outputs`).
+CLI (`fuserc run --check`, `-i` float32 files for bf16, `--save-outputs`),
+their runs of one job size in one launch (cli_batch.mpirun_many).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import torch
 
 from batch import Outcome, launch_batches
 from fuserc.sharding import Mesh, Sharding, Split
-from harness import BACKEND, MPIEXEC, PROGRAMS, expand, mpirun, ok
+from cli_batch import CliRun, Ran, launches
+from harness import BACKEND, MPIEXEC, PROGRAMS, expand, ok
 
 HERE = Path(__file__).parent
 PIPELINE_PROGRAMS = PROGRAMS / "pipeline"
@@ -259,26 +261,37 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("n,pipe", [(3, "lower"), (2, "default")])
-def test_cli_check(n: int, pipe: str, tmp_path: Path) -> None:
+@launches(lambda d, n, pipe: CliRun(n, [_write(_case("case_sp_mlp", n, "f32"), d), "-p", PIPELINES[pipe], "--check", "--seed", "3"]))
+def test_cli_check(n: int, pipe: str, ran: Ran) -> None:
     """`fuserc run --check` on a fusion program: one ok line per output."""
-    prog = _write(_case("case_sp_mlp", n, "f32"), tmp_path)
-    proc = ok(mpirun(n, [prog, "-p", PIPELINES[pipe], "--check", "--seed", "3"]))
+    proc = ok(ran.proc)
     assert re.search(r"output 0: max rel error \S+ <= 1e-04 \(f32 tolerance\): ok", proc.stdout), proc.stdout
 
 
-def test_cli_bf16_inputs_and_saved_outputs(tmp_path: Path) -> None:
+def _saved(d: Path, arrays: dict[str, np.ndarray]) -> list[Any]:
+    """`-i FILE` options of `arrays`, each saved in d as NAME.npy."""
+    args: list[Any] = []
+    for name, a in arrays.items():
+        np.save(d / f"{name}.npy", a)
+        args += ["-i", d / f"{name}.npy"]
+    return args
+
+
+def bf16_inputs_run(d: Path) -> CliRun:
+    """case_linear_row in bf16 on 2 ranks, float32 inputs, outputs saved."""
+    rng = np.random.default_rng(7)
+    shapes = {"x": (12, 24), "w": (16, 24), "b": (16,)}
+    inputs = _saved(d, {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()})
+    return CliRun(2, [_write(_case("case_linear_row", 2, "bf16"), d), "-p", LOWERING, "--check", "--save-outputs", d / "out", *inputs])
+
+
+@launches(bf16_inputs_run)
+def test_cli_bf16_inputs_and_saved_outputs(ran: Ran) -> None:
     """bf16 arguments from float32 .npy files (rounded); the saved outputs
     (float32) against NumPy on the rounded inputs; --check in the same run."""
-    n, rng = 2, np.random.default_rng(7)
-    prog = _write(_case("case_linear_row", n, "bf16"), tmp_path)
-    x = rng.standard_normal((12, 24)).astype(np.float32)
-    w = rng.standard_normal((16, 24)).astype(np.float32)
-    b = rng.standard_normal((16,)).astype(np.float32)
-    args: list[Any] = [prog, "-p", LOWERING, "--check", "--save-outputs", tmp_path / "out"]
-    for name, a in (("x", x), ("w", w), ("b", b)):
-        np.save(tmp_path / f"{name}.npy", a)
-        args += ["-i", tmp_path / f"{name}.npy"]
-    proc = ok(mpirun(n, args))
+    tmp_path = ran.dir
+    x, w, b = (np.load(tmp_path / f"{name}.npy") for name in ("x", "w", "b"))
+    proc = ok(ran.proc)
     assert proc.stdout.count("<= 4e-02 (bf16 tolerance): ok") == 3, proc.stdout
     xb, wb, bb = (_bf16(a).astype(np.float64) for a in (x, w, b))
     expected = [xb @ wb.T + bb, xb @ wb.T, xb @ wb.T + bb]
@@ -288,27 +301,30 @@ def test_cli_bf16_inputs_and_saved_outputs(tmp_path: Path) -> None:
         np.testing.assert_allclose(got, e, rtol=0, atol=4e-2 * np.abs(e).max(), err_msg=f"output {i}")
 
 
-def test_cli_moved_data_is_exact(tmp_path: Path) -> None:
+def moved_data_runs(d: Path) -> dict[str, CliRun]:
+    """rt_alltoall and rt_interleaved on 4 ranks, random inputs, outputs saved."""
+    n, rng = 4, np.random.default_rng(11)
+    shapes = {"x": (24, 48), "y": (24, 48), "z": (12, 4, 24), "xi": (48, 12), "wi": (12, 8)}
+    arrays = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    alltoall = _saved(d, {k: arrays[k] for k in ("x", "y", "z")})
+    interleaved = _saved(d, {k: arrays[k] for k in ("xi", "wi")})
+    return {
+        "alltoall": CliRun(n, [_write(_case("rt_alltoall", n, "f32"), d), "-p", LOWERING, "--save-outputs", d / "a", *alltoall]),
+        "interleaved": CliRun(n, [_write(_case("rt_interleaved", n, "f32"), d), "-p", LOWERING, *interleaved, "--save-outputs", d / "b"]),
+    }
+
+
+@launches(moved_data_runs)
+def test_cli_moved_data_is_exact(ran: Ran) -> None:
     """Reshards move data bit for bit: AllToAll, interleaved chunks gathered
     then sliced, a relu kept interleaved; saved outputs equal NumPy exactly."""
-    n, rng = 4, np.random.default_rng(11)
-    x = rng.standard_normal((24, 48)).astype(np.float32)
-    y = rng.standard_normal((24, 48)).astype(np.float32)
-    z = rng.standard_normal((12, 4, 24)).astype(np.float32)
-    args: list[Any] = [_write(_case("rt_alltoall", n, "f32"), tmp_path), "-p", LOWERING, "--save-outputs", tmp_path / "a"]
-    for name, a in (("x", x), ("y", y), ("z", z)):
-        np.save(tmp_path / f"{name}.npy", a)
-        args += ["-i", tmp_path / f"{name}.npy"]
-    ok(mpirun(n, args))
+    tmp_path = ran.dir
+    x, y, z, xi, wi = (np.load(tmp_path / f"{name}.npy") for name in ("x", "y", "z", "xi", "wi"))
+    ok(ran.procs["alltoall"])
     for i, e in enumerate((x, y, z)):
         np.testing.assert_array_equal(np.load(tmp_path / "a" / f"out{i}.npy"), e, err_msg=f"alltoall output {i}")
 
-    xi = rng.standard_normal((48, 12)).astype(np.float32)
-    wi = rng.standard_normal((12, 8)).astype(np.float32)
-    np.save(tmp_path / "xi.npy", xi)
-    np.save(tmp_path / "wi.npy", wi)
-    prog = _write(_case("rt_interleaved", n, "f32"), tmp_path)
-    ok(mpirun(n, [prog, "-p", LOWERING, "-i", tmp_path / "xi.npy", "-i", tmp_path / "wi.npy", "--save-outputs", tmp_path / "b"]))
+    ok(ran.procs["interleaved"])
     got = [np.load(tmp_path / "b" / f"out{i}.npy") for i in range(4)]
     np.testing.assert_allclose(got[0], xi.astype(np.float64) @ wi, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[1], np.maximum(xi, 0))
@@ -316,10 +332,9 @@ def test_cli_moved_data_is_exact(tmp_path: Path) -> None:
     np.testing.assert_allclose(got[3], np.maximum(xi, 0).sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
-def test_cli_pass_diagnostic_under_mpiexec(tmp_path: Path) -> None:
-    """A program the passes refuse: exit 1, one located message, no
-    traceback, every rank stopped."""
-    prog = tmp_path / "bad.mlir"
+def pass_diagnostic_run(d: Path) -> CliRun:
+    """A program refused by the passes, on 2 ranks."""
+    prog = d / "bad.mlir"
     prog.write_text(
         "fusion.mesh @tp shape = [2]\n"
         "func.func @main(%x: tensor<8x4xf32, #fusion.sharding<@tp, [DIDx, -]>>)\n"
@@ -328,7 +343,14 @@ def test_cli_pass_diagnostic_under_mpiexec(tmp_path: Path) -> None:
         "  func.return %y : tensor<8x4xf32, #fusion.sharding<@tp, [-, -], partial = DIDx>>\n"
         "}\n"
     )
-    proc = mpirun(2, [prog, "-p", LOWERING, "--check"])
+    return CliRun(2, [prog, "-p", LOWERING, "--check"])
+
+
+@launches(pass_diagnostic_run)
+def test_cli_pass_diagnostic_under_mpiexec(ran: Ran) -> None:
+    """A program the passes refuse: exit 1, one located message, no
+    traceback, every rank stopped."""
+    prog, proc = ran.dir / "bad.mlir", ran.proc
     assert proc.returncode == 1, proc.stderr
     assert f"{prog}:4:3: error: 'fusion.set' op" in proc.stderr, proc.stderr
     assert "partial" in proc.stderr

@@ -2,17 +2,24 @@
 pipeline (AllGather + GEMM, GEMM + ReduceScatter, an AllGather per chunk,
 local Stream splits) under `mpiexec -n 2/4 fuserc run ... --check`, auto's
 choices, repeated runs over cached shared buffers, refusals, and the
-example programs through the default pipeline."""
+example programs through the default pipeline.
+
+Each test's `fuserc run`s are made by the function named in its
+`@launches`; those of the whole module share a few launches (one per job
+size and nodes setting, cli_batch.mpirun_many), and each test checks its own
+runs' outcome (the `ran` fixture)."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from cli_batch import CliRun, Ran, launches
 from harness import mpirun, ok
 
 from fuserc.ir import to_text
@@ -34,9 +41,14 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def check(n: int, program: Path, pipe: str, *extra: object, env: dict[str, str] | None = None) -> str:
-    """Run with --check (and the host IR printed); the output."""
-    proc = ok(mpirun(n, [program, "-p", pipe, "--backend", "cpu", "--check", "--print-host-ir", *extra], env=env))
+def checked(n: int, program: Path, pipe: str, *extra: object, env: dict[str, str] | None = None) -> CliRun:
+    """A run with --check (and the host IR printed)."""
+    return CliRun(n, [program, "-p", pipe, "--backend", "cpu", "--check", "--print-host-ir", *extra], env or {})
+
+
+def check(proc: Any) -> str:
+    """The output of a `checked` run, which passed its check."""
+    ok(proc)
     assert "FAILED" not in proc.stdout
     assert proc.stdout.count(": ok") >= 1, proc.stdout
     return proc.stdout
@@ -176,11 +188,11 @@ ALGORITHMS = ["collective", "ring", "auto"]
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_allgather_matmul(n: int, algorithm: str, tmp_path: Path) -> None:
+@launches(lambda d, n, algorithm: checked(n, write(d, "ag", allgather_matmul(n)), pipeline(algorithm=algorithm), env=links_file(d, **GEMM_BOUND)))
+def test_allgather_matmul(n: int, algorithm: str, ran: Ran) -> None:
     """DIDx to Stream(n): chunk i from device i; copy engines make auto
     choose the ring where pipelining pays."""
-    prog = write(tmp_path, "ag", allgather_matmul(n))
-    out = check(n, prog, pipeline(algorithm=algorithm), env=links_file(tmp_path, **GEMM_BOUND))
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert p["algorithm"] == ("ring" if algorithm == "auto" else algorithm)
     assert p["chunks"] == str(n)
@@ -189,10 +201,10 @@ def test_allgather_matmul(n: int, algorithm: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ["collective", "ring"])
-def test_allgather_linear_bias_two_chunks_per_device(n: int, algorithm: str, tmp_path: Path) -> None:
+@launches(lambda d, n, algorithm: checked(n, write(d, "agl", allgather_linear_bias(n)), pipeline(algorithm=algorithm, num_streams=3)))
+def test_allgather_linear_bias_two_chunks_per_device(n: int, algorithm: str, ran: Ran) -> None:
     """Linear with bias in bf16, Stream(2n): two chunks from each device."""
-    prog = write(tmp_path, "agl", allgather_linear_bias(n))
-    out = check(n, prog, pipeline(algorithm=algorithm, num_streams=3))
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"], p["streams"]) == (algorithm, str(2 * n), "3")
     assert "hir.div" in out
@@ -220,23 +232,23 @@ func.func @main(%x: {x}, %wq: {w}, %bq: {b}, %wk: {w}, %bk: {b}, %wv: {w}, %bv: 
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ["collective", "ring"])
-def test_allgather_feeding_three_gemms(n: int, algorithm: str, tmp_path: Path) -> None:
+@launches(lambda d, n, algorithm: checked(n, write(d, "qkv", qkv(n)), pipeline(algorithm=algorithm)))
+def test_allgather_feeding_three_gemms(n: int, algorithm: str, ran: Ran) -> None:
     """One gathered input of three GEMMs (attention's q, k and v) is one
     site: each chunk feeds the three GEMMs, no gather left whole."""
-    prog = write(tmp_path, "qkv", qkv(n))
-    out = check(n, prog, pipeline(algorithm=algorithm))
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert p["algorithm"] == algorithm
     assert "hir.allgather" not in out
     assert out.count("hir.linear") == (6 if algorithm == "ring" else 3)  # (the ring: own chunk, then peers')
 
 
-def test_allgather_repeated_runs(tmp_path: Path) -> None:
+@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), pipeline(algorithm="ring", num_streams=2), "--warmup", "1", "--iters", "2"))
+def test_allgather_repeated_runs(ran: Ran) -> None:
     """The ring's shared buffer is cached and shared once; the fences keep
     later runs from overwriting it while a peer reads: the checked result
     comes from the fourth run."""
-    prog = write(tmp_path, "ag", allgather_matmul(4))
-    out = check(4, prog, pipeline(algorithm="ring", num_streams=2), "--warmup", "1", "--iters", "2")
+    out = check(ran.proc)
     assert "median" in out
 
 
@@ -247,10 +259,14 @@ def test_allgather_repeated_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
-    prog = write(tmp_path, "rs", matmul_reduce_scatter(n))
-    env = links_file(tmp_path, **GEMM_BOUND)
-    out = check(n, prog, pipeline(algorithm=algorithm), "--warmup", "1", "--iters", "1", env=env)
+@launches(
+    lambda d, n, algorithm: checked(
+        n, write(d, "rs", matmul_reduce_scatter(n)), pipeline(algorithm=algorithm), "--warmup", "1", "--iters", "1",
+        env=links_file(d, **GEMM_BOUND),
+    )
+)  # fmt: skip
+def test_matmul_reduce_scatter(n: int, algorithm: str, ran: Ran) -> None:
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert p["chunks"] == str(n)
     if algorithm != "auto":
@@ -260,13 +276,13 @@ def test_matmul_reduce_scatter(n: int, algorithm: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("form", ["sum", "pull"])
-def test_reduce_scatter_ring_forms(n: int, form: str, tmp_path: Path) -> None:
+@launches(lambda d, n, form: checked(n, write(d, "rsf", matmul_reduce_scatter(n)), pipeline(algorithm="ring", ring_form=form)))
+def test_reduce_scatter_ring_forms(n: int, form: str, ran: Ran) -> None:
     """Both forms of the GEMM+ReduceScatter ring, one chunk per device. The
     sum form puts running sums into the peers' partial buffers and, at step
     d - 2, straight into their outputs; the pull form pulls each device's
     partial blocks into a local buffer and adds them after its own GEMM."""
-    prog = write(tmp_path, "rsf", matmul_reduce_scatter(n))
-    out = check(n, prog, pipeline(algorithm="ring", ring_form=form))
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(n), form)
     assert ("hir.launch" in out) == (form == "pull")  # the pull form's final add
@@ -275,22 +291,26 @@ def test_reduce_scatter_ring_forms(n: int, form: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("form", ["sum", "pull"])
-def test_reduce_scatter_ring_repeated_runs(n: int, form: str, tmp_path: Path) -> None:
+@launches(
+    lambda d, n, form: checked(
+        n, write(d, "rsr", matmul_reduce_scatter(n, k=2)), pipeline(algorithm="ring", num_streams=3, ring_form=form),
+        "--warmup", "1", "--iters", "2",
+    )
+)  # fmt: skip
+def test_reduce_scatter_ring_repeated_runs(n: int, form: str, ran: Ran) -> None:
     """The ring's shared buffers (the partial products, and the outputs in
     the sum form) are cached and shared once; later runs must not overwrite
     a sum, a partial or an output a peer still reads: the checked result
     comes from the fourth run, with two sub-rings."""
-    prog = write(tmp_path, "rsr", matmul_reduce_scatter(n, k=2))
-    out = check(n, prog, pipeline(algorithm="ring", num_streams=3, ring_form=form), "--warmup", "1", "--iters", "2")
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(2 * n), form)
     assert "median" in out
 
 
-def test_linear_bias_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
-    """torch.nn.Linear (with bias) row-parallel, the result written
-    [DIDx*Stream(2), -]: S = 2d, chunk c reduced to device c / 2; the bias
-    is added once, after the reduction; auto runs the ring (two sub-rings)."""
+def linear_bias_reduce_scatter() -> str:
+    """torch.nn.Linear (with bias) row-parallel on 4 devices, the result
+    written [DIDx*Stream(2), -]."""
     x = "tensor<64x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
     w = "tensor<16x32xf32, #fusion.sharding<@tp, [-, DIDx]>>"
     b = "tensor<16xf32, #fusion.sharding<@tp, [-]>>"
@@ -301,16 +321,24 @@ func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
   func.return %y : {y}
 }}
 """
-    out = check(4, write(tmp_path, "rsb", text), pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
+    return text
+
+
+@launches(lambda d: checked(4, write(d, "rsb", linear_bias_reduce_scatter()), pipeline(), env=links_file(d, **GEMM_BOUND)))
+def test_linear_bias_reduce_scatter_two_chunks_per_device(ran: Ran) -> None:
+    """torch.nn.Linear (with bias) row-parallel, the result written
+    [DIDx*Stream(2), -]: S = 2d, chunk c reduced to device c / 2; the bias
+    is added once, after the reduction; auto runs the ring (two sub-rings)."""
+    out = check(ran.proc)
     (p,) = [p for p in pipelines(out) if p["algorithm"] != "local"]  # (the bias add runs in chunks too)
     assert (p["algorithm"], p["chunks"]) == ("ring", "8")
     assert "fusion.add" in out
 
 
-def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
+@launches(lambda d: checked(4, write(d, "rsl", matmul_reduce_scatter(4, k=2, linear=True)), pipeline(), env=links_file(d, **GEMM_BOUND)))
+def test_linear_reduce_scatter_two_chunks_per_device(ran: Ran) -> None:
     """S = 2d written on the partial product of a linear without bias."""
-    prog = write(tmp_path, "rsl", matmul_reduce_scatter(4, k=2, linear=True))
-    out = check(4, prog, pipeline(), env=links_file(tmp_path, **GEMM_BOUND))
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"]) == ("ring", "8")
 
@@ -320,21 +348,25 @@ def test_linear_reduce_scatter_two_chunks_per_device(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------
 
 
+def per_chunk_run(d: Path, n: int, algorithm: str, s: int = 3) -> CliRun:
+    """`outer_host(n, s)` through stream-pipeline on random inputs, saved."""
+    prog = write(d, "outer", outer_host(n, s))
+    np.save(d / "x.npy", RNG.standard_normal((4 * n * s, 8)).astype(np.float32))
+    np.save(d / "w.npy", RNG.standard_normal((8, 3)).astype(np.float32))
+    args = [prog, "-p", f"stream-pipeline{{algorithm={algorithm}}}", "--backend", "cpu", "--print-host-ir"]
+    args += ["-i", d / "x.npy", "-i", d / "w.npy", "--save-outputs", d / "out"]
+    return CliRun(n, [*args, "--warmup", "1", "--iters", "1"])
+
+
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", ["none", "collective", "ring"])
-def test_allgather_per_chunk(n: int, algorithm: str, tmp_path: Path) -> None:
+@launches(per_chunk_run)
+def test_allgather_per_chunk(n: int, algorithm: str, ran: Ran) -> None:
     """The host program as lower-to-host-ir makes it, pipelined, against
     NumPy (each device holds one block of every chunk)."""
-    s = 3
-    prog = write(tmp_path, "outer", outer_host(n, s))
-    x = RNG.standard_normal((4 * n * s, 8)).astype(np.float32)
-    w = RNG.standard_normal((8, 3)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "w.npy", w)
-    args = [prog, "-p", f"stream-pipeline{{algorithm={algorithm}}}", "--backend", "cpu", "--print-host-ir"]
-    args += ["-i", tmp_path / "x.npy", "-i", tmp_path / "w.npy", "--save-outputs", tmp_path / "out"]
-    proc = ok(mpirun(n, [*args, "--warmup", "1", "--iters", "1"]))
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "out0.npy"), x @ w, rtol=1e-5, atol=1e-5)
+    proc = ok(ran.proc)
+    x, w = np.load(ran.dir / "x.npy"), np.load(ran.dir / "w.npy")
+    np.testing.assert_allclose(np.load(ran.dir / "out" / "out0.npy"), x @ w, rtol=1e-5, atol=1e-5)
     found = pipelines(proc.stdout)
     if algorithm == "none":  # the loop and the GEMM say why they run as they are
         assert [p["algorithm"] for p in found] == ["none", "none"], found
@@ -344,12 +376,11 @@ def test_allgather_per_chunk(n: int, algorithm: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["collective", "ring"])
-def test_allgather_per_chunk_from_fusion(algorithm: str, tmp_path: Path) -> None:
+@launches(lambda d, algorithm: CliRun(2, [write(d, "outer", outer_fusion(2, 2)), "-p", pipeline(algorithm=algorithm), "--backend", "cpu", "--check", "--print-host-ir"]))
+def test_allgather_per_chunk_from_fusion(algorithm: str, ran: Ran) -> None:
     """The same written as a fusion program (a Stream split outside a
     device split), through the whole pipeline."""
-    prog = write(tmp_path, "outer", outer_fusion(2, 2))
-    proc = mpirun(2, [prog, "-p", pipeline(algorithm=algorithm), "--backend", "cpu", "--check", "--print-host-ir"])
-    ok(proc)
+    proc = ok(ran.proc)
     assert [p["algorithm"] for p in pipelines(proc.stdout)] == [algorithm]
 
 
@@ -358,9 +389,8 @@ def test_allgather_per_chunk_from_fusion(algorithm: str, tmp_path: Path) -> None
 # --------------------------------------------------------------------------
 
 
-def test_local_stream_split(tmp_path: Path) -> None:
-    """A Stream split on the columns of a GEMM that needs no communication:
-    the GEMM in chunks of columns on rotating streams."""
+def local_stream_split() -> str:
+    """A GEMM of 2 devices with a Stream split on its result's columns."""
     rows = "#fusion.sharding<@tp, [DIDx, -]>"
     x = f"tensor<16x8xf32, {rows}>"
     w = "tensor<8x6xf32, #fusion.sharding<@tp, [-, -]>>"
@@ -371,46 +401,64 @@ func.func @main(%x: {x}, %w: {w}) -> {y} {{
   func.return %y : {y}
 }}
 """
-    out = check(2, write(tmp_path, "local", text), pipeline())
+    return text
+
+
+@launches(lambda d: checked(2, write(d, "local", local_stream_split()), pipeline()))
+def test_local_stream_split(ran: Ran) -> None:
+    """A Stream split on the columns of a GEMM that needs no communication:
+    the GEMM in chunks of columns on rotating streams."""
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"]) == ("local", "3")
 
 
-def test_auto_adds_pipelines_where_they_pay(tmp_path: Path) -> None:
+def sp_mlp_runs(d: Path) -> dict[str, CliRun]:
+    """sp_mlp.mlir with slow communication, with the default links, lowered."""
+    prog = EXAMPLES / "sp_mlp.mlir"
+    (d / "slow").mkdir()
+    return {
+        "slow": checked(4, prog, "default", env=links_file(d / "slow", **COMM_BOUND)),
+        "plain": checked(4, prog, "default", env=links_file(d, **DEFAULT_LINKS)),
+        "lowered": checked(4, prog, LOWERING),
+    }
+
+
+@launches(sp_mlp_runs)
+def test_auto_adds_pipelines_where_they_pay(ran: Ran) -> None:
     """sp_mlp.mlir writes no Stream split. Where communication is slow next
     to compute, auto pipelines its AllGather + GEMM and its GEMM +
     ReduceScatter; with the default links nothing pays at this size and
     the host program is the unpipelined one, exactly."""
-    prog = EXAMPLES / "sp_mlp.mlir"
-    out = check(4, prog, "default", env=links_file(tmp_path, **COMM_BOUND))
+    out = check(ran.procs["slow"])
     found = pipelines(out)
     assert [p["algorithm"] for p in found] == ["ring", "ring"], found
     assert "hir.allgather" not in out and "hir.reduce_scatter" not in out
-    plain = check(4, prog, "default", env=links_file(tmp_path, **DEFAULT_LINKS))
-    lowered = check(4, prog, LOWERING)
+    plain = check(ran.procs["plain"])
+    lowered = check(ran.procs["lowered"])
     assert plain == lowered
 
 
-def test_auto_collective_without_copy_engines(tmp_path: Path) -> None:
-    prog = write(tmp_path, "ag", allgather_matmul(4))
-    out = check(4, prog, "default", env=links_file(tmp_path, **{**GEMM_BOUND, **SLOW_COPY}))
+@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), "default", env=links_file(d, **{**GEMM_BOUND, **SLOW_COPY})))
+def test_auto_collective_without_copy_engines(ran: Ran) -> None:
+    out = check(ran.proc)
     assert [p["algorithm"] for p in pipelines(out)] == ["collective"]
 
 
-def test_auto_declines_a_written_split_that_does_not_pay(tmp_path: Path) -> None:
+@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), "default"))
+def test_auto_declines_a_written_split_that_does_not_pay(ran: Ran) -> None:
     """With the default links a written Stream split of a tiny GEMM is not
     worth its per-chunk cost: the program runs unpipelined (and right), and
     the GEMM says why."""
-    prog = write(tmp_path, "ag", allgather_matmul(4))
-    out = check(4, prog, "default")
+    out = check(ran.proc)
     found = pipelines(out)  # on the allgather and on the GEMM, both marked with the split
     assert [p["algorithm"] for p in found] == ["none", "none"], found
     assert out.count('reason = "cost model (defaults): none') == 2
     assert "hir.allgather" in out and "hir.for" not in out
 
 
-def test_uneven_split_is_refused(tmp_path: Path) -> None:
-    """Stream(6) over 4 devices: chunk 1 would span two devices."""
+def uneven_split() -> str:
+    """Stream(6) of a GEMM's rows gathered from 4 devices."""
     x = "tensor<48x8xf32, #fusion.sharding<@tp, [DIDx, -]>>"
     w = "tensor<8x4xf32, #fusion.sharding<@tp, [-, -]>>"
     y = "tensor<48x4xf32, #fusion.sharding<@tp, [Stream(6), -]>>"
@@ -420,8 +468,14 @@ func.func @main(%x: {x}, %w: {w}) -> {y} {{
   func.return %y : {y}
 }}
 """
-    prog = write(tmp_path, "uneven", text)
-    proc = mpirun(4, [prog, "--backend", "cpu"])
+    return text
+
+
+@launches(lambda d: CliRun(4, [write(d, "uneven", uneven_split()), "--backend", "cpu"]))
+def test_uneven_split_is_refused(ran: Ran) -> None:
+    """Stream(6) over 4 devices: chunk 1 would span two devices."""
+    prog = ran.dir / "uneven.mlir"
+    proc = ran.proc
     assert proc.returncode == 1, proc.stderr
     assert f"{prog}:3:3: error: stream-pipeline: Stream(6) does not fit the rows gathered from the 4 devices" in proc.stderr
     assert "S must be a multiple of 4" in proc.stderr
@@ -438,14 +492,20 @@ SLOW_NET = {**GEMM_BOUND, "net_latency_us": 1e6}
 transfer waits a second."""
 
 
+def across_nodes_run(d: Path, program: str, form: str) -> CliRun:
+    """The AllGather + GEMM or GEMM + ReduceScatter ring as 2 nodes of 2."""
+    text = allgather_matmul(4) if program == "ag" else matmul_reduce_scatter(4)
+    options = {"ring_form": form} if form else {}
+    return checked(4, write(d, program, text), pipeline(**options), env={**NODES, **links_file(d, **GEMM_BOUND)})
+
+
 @pytest.mark.parametrize("program,form", [("ag", ""), ("rs", "sum"), ("rs", "pull")])
-def test_auto_keeps_the_ring_across_nodes(program: str, form: str, tmp_path: Path) -> None:
+@launches(across_nodes_run)
+def test_auto_keeps_the_ring_across_nodes(program: str, form: str, ran: Ran) -> None:
     """auto rings as on one node; peers of one node copy over shared
     buffers (gets, or the sum form's puts) and peers of the other node
     send and receive; the results pass --check."""
-    text = allgather_matmul(4) if program == "ag" else matmul_reduce_scatter(4)
-    options = {"ring_form": form} if form else {}
-    out = check(4, write(tmp_path, program, text), pipeline(**options), env={**NODES, **links_file(tmp_path, **GEMM_BOUND)})
+    out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p.get("form", "")) == ("ring", form), p
     assert "FUSERC_GPUS_PER_NODE=2): ring(S=4" in out
@@ -454,31 +514,31 @@ def test_auto_keeps_the_ring_across_nodes(program: str, form: str, tmp_path: Pat
     assert "hir.allgather" not in out and "hir.reduce_scatter" not in out
 
 
-def test_auto_weighs_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), "default", env={**NODES, **links_file(d, **SLOW_NET)}))
+def test_auto_weighs_the_network(ran: Ran, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same links rank the ring first on one node; as 2 nodes, with a
     network of a second's latency, every pipeline waits for it per step and
     the program runs unpipelined (and right)."""
     text = allgather_matmul(4)
-    env = links_file(tmp_path, **SLOW_NET)
-    monkeypatch.setenv("FUSERC_LINKS", env["FUSERC_LINKS"])
+    monkeypatch.setenv("FUSERC_LINKS", links_file(ran.dir, **SLOW_NET)["FUSERC_LINKS"])
     one_node = to_text(compile_module(text, "ag.mlir", "main", "default").host)
     assert [p["algorithm"] for p in pipelines(one_node)][0] == "ring"
-    out = check(4, write(tmp_path, "ag", text), "default", env={**NODES, **env})
+    out = check(ran.proc)
     assert [p["algorithm"] for p in pipelines(out)] == ["none", "none"]
     assert "FUSERC_GPUS_PER_NODE=2): none " in out and "hir.send" not in out
 
 
-def test_the_job_nodes_reach_the_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), pipeline(algorithm="ring"), env=links_file(d, **GEMM_BOUND, gpus_per_node=2)))
+def test_the_job_nodes_reach_the_compiler(ran: Ran, monkeypatch: pytest.MonkeyPatch) -> None:
     """A links file of nodes of 2 GPUs: compiled outside a job the ring
     sends between them; run as a job of 4 ranks on one machine, the ring
     compiled there copies between all four over shared buffers, as the
     runtime groups them, and says why."""
     text = allgather_matmul(4)
-    env = links_file(tmp_path, **GEMM_BOUND, gpus_per_node=2)
-    monkeypatch.setenv("FUSERC_LINKS", env["FUSERC_LINKS"])
+    monkeypatch.setenv("FUSERC_LINKS", links_file(ran.dir, **GEMM_BOUND, gpus_per_node=2)["FUSERC_LINKS"])
     alone = to_text(compile_module(text, "ag.mlir", "main", pipeline(algorithm="ring")).host)
     assert "hir.send %" in alone
-    out = check(4, write(tmp_path, "ag", text), pipeline(algorithm="ring"), env=env)
+    out = check(ran.proc)
     assert "the job's nodes of 4 ranks): ring(S=4" in out
     assert "hir.send" not in out and "hir.get %" in out
 
@@ -487,9 +547,10 @@ FOUR_RANK_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if "large" n
 
 
 @pytest.mark.parametrize("example", FOUR_RANK_EXAMPLES)
-def test_examples_run_with_the_default_pipeline(example: str) -> None:
+@launches(lambda d, example: CliRun(4, [EXAMPLES / example, "--backend", "cpu", "--check"]))
+def test_examples_run_with_the_default_pipeline(example: str, ran: Ran) -> None:
     """Every example (but the GPU-sized one) under `-p default`."""
-    ok(mpirun(4, [EXAMPLES / example, "--backend", "cpu", "--check"]))
+    ok(ran.proc)
 
 
 def test_links_helper_measures_a_node(tmp_path: Path) -> None:
@@ -506,5 +567,6 @@ def test_links_helper_measures_a_node(tmp_path: Path) -> None:
     assert machine.gpus_per_node == 2 and machine.source == str(out)
     assert min(machine.gemm_tflops["f32"], machine.copy_engine_gbps, machine.nccl_busbw_gbps, machine.hbm_gbps) > 0
     prog = write(tmp_path, "ag", allgather_matmul(2))
-    host = check(2, prog, "default", env={"FUSERC_LINKS": str(out)})
+    run = checked(2, prog, "default", env={"FUSERC_LINKS": str(out)})
+    host = check(mpirun(run.n, run.args, env=run.env))
     assert f"cost model ({out})" in host

@@ -1,6 +1,7 @@
 """`fuserc run --trace` end to end under `mpiexec -n N` on the cpu backend:
 one valid Chrome trace with events from every rank, on several streams for
-a pipelined program, one run only with --iters, and its PNG timeline."""
+a pipelined program, one run only with --iters, and its PNG timeline. The
+runs of a job size share one launch (cli_batch.mpirun_many)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import mpirun, ok, program
+from cli_batch import CliRun, Ran, launches
+from harness import ok, program
 
 ROOT = Path(__file__).parents[2]
 
@@ -50,11 +52,12 @@ def _check_events(data: dict, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_trace_of_every_op(n: int, tmp_path: Path) -> None:
+@launches(lambda d, n: CliRun(n, [program("collectives.mlir.in", n, d), "-p", "", "--backend", "cpu", "--trace", d / "trace.json"]))
+def test_trace_of_every_op(n: int, ran: Ran) -> None:
     """The collectives program (every communication, copies, streams):
     all four categories, on more than one stream of every rank."""
-    trace = tmp_path / "trace.json"
-    proc = ok(mpirun(n, [program("collectives.mlir.in", n, tmp_path), "-p", "", "--backend", "cpu", "--trace", trace]))
+    trace = ran.dir / "trace.json"
+    proc = ok(ran.proc)
     assert f"trace: {trace}" in proc.stdout
     data = _load(trace)
     _check_events(data, n)
@@ -66,17 +69,25 @@ def test_trace_of_every_op(n: int, tmp_path: Path) -> None:
     assert counts["hir.allgather"] >= 1 and counts["hir.alltoall"] == 1 and counts["hir.put"] >= 1
 
 
-def test_trace_of_pipelined_program_and_png(tmp_path: Path) -> None:
+def pipelined_runs(d: Path) -> dict[str, CliRun]:
+    """PIPELINED traced in its one checked run, and in the last of 3 timed."""
+    src = d / "ag.mlir"
+    src.write_text(PIPELINED)
+    pipe = ["-p", "propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=collective}"]
+    return {
+        "single": CliRun(2, [src, *pipe, "--backend", "cpu", "--trace", d / "single.json", "--check"]),
+        "timed": CliRun(2, [src, *pipe, "--backend", "cpu", "--warmup", "1", "--iters", "3", "--trace", d / "timed.json"]),
+    }
+
+
+@launches(pipelined_runs)
+def test_trace_of_pipelined_program_and_png(ran: Ran, tmp_path: Path) -> None:
     """A Stream split pipelined by the collective algorithm runs its chunks
     on worker streams; with --iters only the last timed run is traced; the
     trace renders to a PNG."""
-    src = tmp_path / "ag.mlir"
-    src.write_text(PIPELINED)
-    pipe = ["-p", "propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=collective}"]
-    single = tmp_path / "single.json"
-    ok(mpirun(2, [src, *pipe, "--backend", "cpu", "--trace", single, "--check"]))
-    timed = tmp_path / "timed.json"
-    proc = ok(mpirun(2, [src, *pipe, "--backend", "cpu", "--warmup", "1", "--iters", "3", "--trace", timed]))
+    single, timed = ran.dir / "single.json", ran.dir / "timed.json"
+    ok(ran.procs["single"])
+    proc = ok(ran.procs["timed"])
     assert "time: median" in proc.stdout
     one, last = _load(single), _load(timed)
     for data in (one, last):
@@ -96,10 +107,15 @@ def test_trace_of_pipelined_program_and_png(tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_trace_to_unwritable_path(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
+def unwritable_run(d: Path) -> CliRun:
+    """A trace to be written under a regular file."""
+    blocker = d / "file"
     blocker.write_text("")
-    proc = mpirun(2, [program("collectives.mlir.in", 2, tmp_path), "-p", "", "--backend", "cpu",
-                      "--trace", blocker / "t.json"])  # fmt: skip
+    return CliRun(2, [program("collectives.mlir.in", 2, d), "-p", "", "--backend", "cpu", "--trace", blocker / "t.json"])
+
+
+@launches(unwritable_run)
+def test_trace_to_unwritable_path(ran: Ran) -> None:
+    proc = ran.proc
     assert proc.returncode == 1
     assert "cannot write the trace" in proc.stderr and "Traceback" not in proc.stderr

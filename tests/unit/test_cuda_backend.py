@@ -39,6 +39,8 @@ def _load(name: str, path: Path):
     return module
 
 
+if str(E2E) not in sys.path:  # (test_run.py imports its sibling cli_batch)
+    sys.path.insert(0, str(E2E))
 harness = sys.modules.get("harness") or _load("harness", E2E / "harness.py")
 e2e = _load("e2e_test_run", E2E / "test_run.py")
 
