@@ -152,6 +152,13 @@ _BOUNDARY = (hir.WaitOp, hir.GetCurrentStreamOp, hir.SetCurrentStreamOp, hir.Str
 does not name, and stream switches belong to the ops around them."""
 
 
+def _bounds(op: Operation) -> bool:
+    """`op` is or holds a boundary: a pipeline's join (`hir.for` of
+    `hir.sync_stream`s) orders the compute after it behind the worker
+    streams' writes, which name no buffer in the join itself."""
+    return any(isinstance(o, _BOUNDARY) for o in op.walk())
+
+
 def _needed_first(comm: Operation) -> None:
     """Reorder the ops between the last boundary (a communication, a wait,
     a stream op) and `comm` so that those `comm` depends on come first, in
@@ -161,7 +168,7 @@ def _needed_first(comm: Operation) -> None:
     ones touch, so the order of their effects is kept."""
     window: list[Operation] = []
     prev = comm.prev_op
-    while prev is not None and not isinstance(prev, _BOUNDARY) and not _communicates(prev):
+    while prev is not None and not _bounds(prev) and not _communicates(prev):
         window.append(prev)
         prev = prev.prev_op
     if len(window) < 2:

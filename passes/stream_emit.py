@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, LocationAttr, StringAttr, TensorType, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.traits import IsTerminator
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import AddOp, element_type_of, shape_of
@@ -282,6 +283,10 @@ class SiteLowering:
         self.plan = plan
         self.node_of = node_of
         self.e = Emitter(site.anchor.location)
+        self.closing = Emitter(site.anchor.location)
+        """Emitted at the end of the site's block: the fences after which no
+        peer reads this device's shared buffers any more, and their release
+        (`close_shared`)."""
         self.first_loop: hir.ForOp | None = None
         self.marked = False
 
@@ -328,6 +333,22 @@ class SiteLowering:
         for op in site.erase:
             op.detach()
             op.erase()
+        if self.closing.ops:
+            end = block.last_op
+            assert end is not None and end.has_trait(IsTerminator)
+            block.insert_ops_before(self.closing.ops, end)
+
+    def close_shared(self, ring: "Ring", main: SSAValue, shared: SSAValue) -> None:
+        """The fence after which no peer reads `shared` (this device's
+        buffer its peers pull from), and its release, at the end of the
+        site's block: the buffer is written again only in a later run (or
+        iteration), so nothing here waits for the slowest peer to finish
+        its pulls; the device goes on with its own work, and every device
+        passes the fence once all are done with the block."""
+        c = self.closing
+        c.add(hir.SetCurrentStreamOp(main))
+        ring.fence(c)
+        c.add(hir.DeallocOp(shared))
 
     # ---- helpers -------------------------------------------------------------
     @property
@@ -404,7 +425,8 @@ class SiteLowering:
         the node, a NCCL send/recv pair across nodes) on a transfer stream
         (workers 1..), all issued ahead, and the GEMMs follow one after the
         other on the compute stream, each after its own transfer. A final
-        fence before a later run may overwrite the shared buffer. Without
+        fence before a later run may overwrite the shared buffer, at the
+        end of the block (`close_shared`). Without
         a GEMM the chunks are only gathered."""
         site, plan, e, k, d = self.site, self.plan, self.e, self.k, self.site.d
         ag = site.comm
@@ -472,8 +494,7 @@ class SiteLowering:
             e.add(hir.SetCurrentStreamOp(main))
             e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
         e.join(main, plan.streams, plan.chunks)
-        ring.fence(e)
-        e.add(hir.DeallocOp(shared))
+        self.close_shared(ring, main, shared)
 
     def mark_loop(self, op: Operation | None) -> None:
         if op is not None:
@@ -545,8 +566,7 @@ class SiteLowering:
         if site.gemm is not None:
             self.mark_loop(ring.steps(e, 0, plan.chunks, compute))
         e.join(main, plan.streams, plan.chunks)
-        ring.fence(e)
-        e.add(hir.DeallocOp(shared))
+        self.close_shared(ring, main, shared)
 
     # ---- GEMM + ReduceScatter --------------------------------------------------
     def reduce_scatter_collective(self) -> None:
@@ -750,8 +770,7 @@ class SiteLowering:
         else:
             e.loop(0, k, own, hint="j")
         e.join(main, plan.streams, plan.chunks)
-        ring.fence(e)  # no device pulls from this one's partials any more
-        e.add(hir.DeallocOp(pulled))
+        self.close_shared(ring, main, pulled)  # no device pulls from this one's partials any more
 
     @staticmethod
     def times(b: Emitter, q: SSAValue, k: int, modulus: int) -> SSAValue:

@@ -31,6 +31,7 @@
 // CHECK: func.return
 // NONE-LABEL: func.func @bulk
 // NONE-NOT: hir.stream_for
+// NONE-LABEL: func.func @alone
 func.func @bulk(%x: tensor<16x8xf32>, %a: tensor<64x32xf32>, %w: tensor<32x64xf32>, %y: tensor<64x8xf32>) -> (tensor<64x64xf32>, tensor<64x8xf32>) attributes {hir.host} {
   %o = hir.alloc "bulk/1" : tensor<64x64xf32>
   hir.matmul %a, %w, %o : tensor<64x32xf32>, tensor<32x64xf32>, tensor<64x64xf32>
@@ -76,4 +77,41 @@ func.func @needed_first(%g: tensor<64x32xf32>, %w: tensor<32x16xf32>, %xt: tenso
   %t = hir.reduce_scatter %dx, %r op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<64x16xf32>, tensor<16x16xf32>) -> !hir.token
   hir.wait %t : !hir.token
   func.return %dw, %r : tensor<16x32xf32>, tensor<16x16xf32>
+}
+// A pipeline's join (the main stream waiting for its worker streams) stays
+// where it is: the compute after it reads what the workers wrote (%y),
+// which the join names nowhere; reordering the ops before the
+// reduce-scatter moves nothing across it.
+// CHECK-LABEL: func.func @join_stays
+// CHECK:      hir.matmul %a, %w, %y
+// CHECK:      hir.for
+// CHECK-NEXT:   hir.stream_for
+// CHECK-NEXT:   hir.sync_stream
+// CHECK-NEXT: }
+// CHECK-NEXT: %dx = hir.alloc "join_stays/1"
+// CHECK-NEXT: hir.matmul %y, %w2, %dx
+// CHECK:      hir.reduce_scatter %dx, %r
+// CHECK:      hir.matmul %a, %w, %dw
+func.func @join_stays(%a: tensor<64x32xf32>, %w: tensor<32x32xf32>, %w2: tensor<32x16xf32>) -> (tensor<64x32xf32>, tensor<16x16xf32>) attributes {hir.host} {
+  %main = hir.get_current_stream : !hir.stream
+  %c0 = hir.constant 0 : index
+  %s = hir.stream_for %c0 mod 2 : !hir.stream
+  hir.set_current_stream %s : !hir.stream
+  hir.sync_stream %main : !hir.stream
+  %y = hir.alloc "join_stays/0" : tensor<64x32xf32>
+  hir.matmul %a, %w, %y : tensor<64x32xf32>, tensor<32x32xf32>, tensor<64x32xf32>
+  hir.set_current_stream %main : !hir.stream
+  hir.for %c = 0 to 2 {
+    %sc = hir.stream_for %c mod 2 : !hir.stream
+    hir.sync_stream %sc : !hir.stream
+  }
+  %dw = hir.alloc "join_stays/2" : tensor<64x32xf32>
+  hir.matmul %a, %w, %dw : tensor<64x32xf32>, tensor<32x32xf32>, tensor<64x32xf32>
+  %dx = hir.alloc "join_stays/1" : tensor<64x16xf32>
+  hir.matmul %y, %w2, %dx : tensor<64x32xf32>, tensor<32x16xf32>, tensor<64x16xf32>
+  %r = hir.alloc "join_stays/3" : tensor<16x16xf32>
+  %t = hir.reduce_scatter %dx, %r op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<64x16xf32>, tensor<16x16xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  hir.dealloc %dx : tensor<64x16xf32>
+  func.return %dw, %r : tensor<64x32xf32>, tensor<16x16xf32>
 }
