@@ -11,10 +11,15 @@ caller (they leave the program's allocation cache: the next call cannot
 overwrite them). Nothing in a call waits on the host once a program is
 loaded. torch autograd's backward runs `@main_bwd` on the saved tensors and
 the cotangents and delivers the gradient of each input that requires one.
+The saved tensors of a replayed `@main_fwd` are its graph's own buffers,
+not copies: the backward reads them where the forward wrote them, and only
+a forward that runs again before an earlier one's backward (gradient
+accumulation over micro-batches) copies the earlier one's out first.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +77,9 @@ class _Loaded:
     startup: Any  # runtime.startup.Startup: the Function's
     report: bool  # print the startup at each program's first run (rank 0)
     programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
+    lent: "weakref.WeakSet[_Saved]" = field(default_factory=weakref.WeakSet)
+    """The saved tensors of forwards whose backward has not run yet and
+    that hold buffers of the forward's graph."""
 
     def program(self, name: str) -> Any:
         from fuserc.runtime.evaluator import Program
@@ -151,15 +159,17 @@ class Function:
         self._loaded.clear()
 
 
-def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any]) -> list[Any]:
-    """One run on this rank's shards; its results, owned by the caller."""
+def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any], lent: range = range(0)) -> list[Any]:
+    """One run on this rank's shards; its results, owned by the caller
+    (those at `lent` positions only until the program's next run: see
+    `Program.run_prepared`)."""
     b = loaded.backend
     first = program.runs == 0
     caller = b.enter_caller()
     outs: list[Any] = []
     try:
         prepared = program.prepare_inputs(inputs)
-        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True)
+        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True, lent=lent)
     finally:
         b.leave_caller(caller, outs)
     if first:
@@ -201,10 +211,15 @@ class _Autograd(torch.autograd.Function):
         fwd = loaded.program(f"{fn.entry}_fwd")
         if fwd.runs == 0:  # the backward's kernels are built with the forward's, in one parallel build
             _prepare_kernels(loaded, fwd, loaded.program(f"{fn.entry}_bwd"))
-        outs = _run(loaded, fwd, inputs)
+        for earlier in list(loaded.lent):  # forwards whose backward is still to come
+            earlier.keep(fwd)
+        loaded.lent.clear()
         main_results = len(loaded.program(fn.entry).results)  # (its signature; @entry is not run)
+        outs = _run(loaded, fwd, inputs, lent=range(main_results, len(fwd.results)))
         ctx.fn, ctx.loaded = fn, loaded
-        ctx.saved = outs[main_results:]  # the program's own tensors (not the caller's: no version checks)
+        ctx.saved = _Saved(outs[main_results:])  # the program's own tensors (not the caller's: no version checks)
+        if any(v is not None and fwd.lends(v) for v in ctx.saved.values):
+            loaded.lent.add(ctx.saved)
         ctx.float_inputs = [i for i, p in enumerate(fwd.params) if p.dtype.is_floating_point]
         results = outs[:main_results]
         ctx.mark_non_differentiable(*[r for r in results if r is not None and not r.dtype.is_floating_point])
@@ -214,7 +229,7 @@ class _Autograd(torch.autograd.Function):
     def backward(ctx: Any, *cotangents: Any) -> tuple[Any, ...]:
         fn, loaded = ctx.fn, ctx.loaded
         bwd = loaded.program(f"{fn.entry}_bwd")
-        saved = ctx.saved
+        saved = ctx.saved.values
         specs = bwd.params[len(saved):]
         cts = []
         for ct, spec in zip(cotangents, specs, strict=True):
@@ -229,8 +244,22 @@ class _Autograd(torch.autograd.Function):
         for i, g in zip(ctx.float_inputs, grads, strict=True):
             if ctx.needs_input_grad[2 + i]:
                 out[i] = g
-        ctx.saved = []
+        ctx.saved.values = []
+        loaded.lent.discard(ctx.saved)
         return (None, None, *out)
+
+
+class _Saved:
+    """What one forward saved for its backward."""
+
+    def __init__(self, values: Sequence[Any]):
+        self.values = list(values)
+
+    def keep(self, program: Any) -> None:
+        """Copy out the values that are `program`'s replayed buffers, before
+        its next run writes them (on the caller's stream, where the last
+        run's results are ready)."""
+        self.values = [v.clone() if v is not None and program.lends(v) else v for v in self.values]
 
 
 def _zeros(loaded: _Loaded, spec: Any) -> Any:

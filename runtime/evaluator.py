@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +231,7 @@ class Program:
         synchronize: bool = True,
         graphs: bool = True,
         owned_results: bool = False,
+        lent: Collection[int] = (),
     ) -> list[Any]:
         """Run once on inputs from `prepare_inputs`. Without `copy_outputs`
         the results are the program's buffers, overwritten by the next run.
@@ -251,7 +252,11 @@ class Program:
         each result is copied out of the graph's buffers into one made for
         the caller (`_copied_out`), and the trial times the copies with the
         replay, so a program whose results outweigh its host time keeps
-        running op by op."""
+        running op by op. Results at the positions in `lent` (with
+        `owned_results`) are the caller's to read only until the program's
+        next run: replayed, they are the graph's own buffers, not copies
+        (`lends` tells which a caller holds, to copy those it needs longer
+        before that run)."""
         first = self.runs == 0
         if first:
             clock, kernels_before = time.perf_counter(), KERNELS.copy()
@@ -278,7 +283,7 @@ class Program:
                 replays.replays += action == REPLAY
                 results, flops = captured.results, captured.flops
                 if owned_results:
-                    results = self._copied_out(results)
+                    results = self._copied_out(results, lent)
                 if start is not None:
                     replays.sample(GRAPH, start, b.mark(join=True))
             else:
@@ -310,16 +315,24 @@ class Program:
             self.startup.add("first run", max(0.0, rest))
         return results
 
-    def _copied_out(self, results: Sequence[Any]) -> list[Any]:
+    def lends(self, result: Any) -> bool:
+        """Whether a result handed out under `run_prepared(lent=...)` is a
+        buffer of the graph the program replays, written again by its next
+        run (a buffer of a graph since dropped is the holder's alone)."""
+        captured = self.replays.captured
+        return captured is not None and any(result is r for r in captured.results)
+
+    def _copied_out(self, results: Sequence[Any], lent: Collection[int] = ()) -> list[Any]:
         """A replay's results (the graph's buffers, written again by the
         next replay) copied into buffers made for the caller, in stream
-        order after the replay; a result that views another is copied once
-        per view, as `_hand_out` copies what it cannot hand over."""
+        order after the replay, but for the `lent` positions, handed out as
+        they are; a result that views another is copied once per view, as
+        `_hand_out` copies what it cannot hand over."""
         b = self.backend
         out: list[Any] = []
-        for r in results:
-            if r is None:
-                out.append(None)
+        for i, r in enumerate(results):
+            if r is None or i in lent:
+                out.append(r)
                 continue
             mine = b.empty_for_caller(tuple(r.shape), r.dtype)
             b.copy(r, mine)

@@ -21,6 +21,12 @@ chosen per shape (cuda_gemm.py):
 - from run 6 on, the faster way (by the mean of each) is kept for every run
   of the program: replays (re-captured once whenever the inputs change) or
   runs op by op.
+An input that moves from run to run with the same layout is staged (see
+`Replays.staged`): each replay first copies it into the graph's own
+buffer. One that then keeps its address for SETTLED runs in a row (a
+training step's saved tensors once the forward replays into the same
+buffers) is read in place again, with one capture anew; and a trial that
+found replays slower while inputs were staged is run once more then.
 Each timed run starts on an idle device (the host waits for it first), so
 that its time counts the host's latency before the first kernel and any
 wait for the host inside the run, what a caller that synchronizes between
@@ -92,6 +98,10 @@ class Captured:
     caller's input is copied into it before each replay (`Replays.staged`)."""
 
 
+SETTLED = 3
+"""Runs in a row a staged input must keep its address to be read in place
+again (once: if it moves after that, it stays staged)."""
+
 TRIAL = (OPS, GRAPH, GRAPH, OPS)
 """The order of the trial's timed runs: each way first and last in turn, so
 that a drift of the device's speed over the trial (a GPU heating up under
@@ -133,6 +143,15 @@ class Replays:
         self._seen: InputKey | None = None
         """The full key (addresses included) of the inputs the kept graph,
         or else the candidate, was made for."""
+        self._previous: InputKey | None = None
+        """The full key of the last run's inputs."""
+        self._still: dict[int, int] = {}
+        """Staged position -> runs in a row it kept its address."""
+        self._settled: set[int] = set()
+        """Positions staged once and then read in place again."""
+        self._retrial = False
+        """Replays measured slower while inputs were staged: the trial is
+        run again once they settle (runs go op by op until then)."""
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or
@@ -147,8 +166,29 @@ class Replays:
             for i, (a, b) in enumerate(zip(seen, full)):
                 if a is not None and b is not None and a[0] != b[0] and a[1:] == b[1:]:
                     self.staged.add(i)
-        self._pending = full
+        self._settle(full)
+        self._previous = self._pending = full
         return tuple(e[1:] if e is not None and i in self.staged else e for i, e in enumerate(full))
+
+    def _settle(self, full: InputKey) -> None:
+        """Read in place again each staged input that kept its address for
+        SETTLED runs (the key then names its address: a graph made anew)."""
+        prev = self._previous
+        if prev is None or len(prev) != len(full):
+            return
+        for i in sorted(self.staged - self._settled):
+            a, b = prev[i], full[i]
+            self._still[i] = self._still.get(i, 0) + 1 if a is not None and b is not None and a[0] == b[0] else 0
+            if self._still[i] >= SETTLED:
+                self.staged.discard(i)
+                self._settled.add(i)
+                del self._still[i]
+                if self._seen is not None:  # its new place is not a move
+                    self._seen = tuple(full[j] if j == i else e for j, e in enumerate(self._seen))
+                if self._retrial:
+                    self._retrial = False
+                    self.prefer_graph = None
+                    self.samples = {OPS: [], GRAPH: []}
 
     def next(self, key: InputKey | None) -> tuple[str, bool]:
         """What a run with `key` does (REPLAY, CAPTURE or OPS), and whether
@@ -159,6 +199,8 @@ class Replays:
         if self.captured is not None and self.captured.key != key:
             self.captured = None  # other inputs: a graph for them is made anew
         warm = self.candidate == key  # the last run op by op had these inputs
+        if self.prefer_graph is False:  # measured slower while staging: a retrial waits
+            return OPS, False
         if self.prefer_graph is not None:  # decided (or always): replay
             return (REPLAY, False) if self.captured is not None else (CAPTURE if warm else OPS, False)
         wanted = TRIAL[len(self.samples[OPS]) + len(self.samples[GRAPH])]
@@ -183,7 +225,9 @@ class Replays:
         self.samples = {OPS: [], GRAPH: []}
         self.verdict = f"{t_graph * 1e3:.3f} ms replayed, {t_ops * 1e3:.3f} ms op by op"
         if not self.prefer_graph:
-            self.off = f"runs op by op measured faster ({self.verdict})"
+            self._retrial = bool(self.staged - self._settled)
+            if not self._retrial:
+                self.off = f"runs op by op measured faster ({self.verdict})"
             self.drop()
 
     def ran(self, key: InputKey | None, blockers: list[str]) -> None:
@@ -213,6 +257,8 @@ class Replays:
             return f"replayed as a graph ({self.verdict}; {self.captures} capture(s), {self.replays} replays{staged})"
         if self.off is not None:
             return f"op by op: {self.off}"
+        if self._retrial:
+            return f"op by op: runs op by op measured faster with staged inputs ({self.verdict}), measured again once they settle"
         return "op by op" + (f" ({'; '.join(self.blockers)})" if self.blockers else "")
 
     def drop(self) -> None:

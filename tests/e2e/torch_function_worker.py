@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -141,19 +142,26 @@ def case_replayed_steps() -> None:
     """Training steps on the same buffers, their values changed in place
     between steps (as an optimizer changes them): each step's outputs and
     gradients against torch.autograd, and each step's outputs unchanged
-    after the later steps. With FUSERC_CUDA_GRAPHS=always the cuda
-    backend replays @main_fwd from the second step (its results copied out
-    of the graph's buffers); the cpu backend runs op by op."""
-    fd, mesh, ts = mlp(SIZE)
+    after the later steps; then two micro-batches whose forwards both run
+    before their backwards (gradients accumulated). With
+    FUSERC_CUDA_GRAPHS=always the cuda backend replays @main_fwd from the
+    second step (its saved tensors lent from the graph's buffers, those of
+    the first micro-batch copied out by the second forward); the cpu
+    backend runs op by op."""
     before = os.environ.get(GRAPHS_ENV)
-    os.environ[GRAPHS_ENV] = "always"
+    os.environ[GRAPHS_ENV] = "always"  # (read when a program loads: at the first call)
     try:
-        f = fuserc.torch.function(fd)
+        replayed_steps()
     finally:
         if before is None:
             del os.environ[GRAPHS_ENV]
         else:
             os.environ[GRAPHS_ENV] = before
+
+
+def replayed_steps() -> None:
+    fd, mesh, ts = mlp(SIZE)
+    f = fuserc.torch.function(fd)
     glob = globals_(SIZE, 3)
     loc = [shard(t, s_, mesh).requires_grad_(True) for t, s_ in zip(glob, ts)]
     ct = torch.randn(8 * SIZE, 16, generator=torch.Generator().manual_seed(5))
@@ -178,6 +186,22 @@ def case_replayed_steps() -> None:
                 lt.copy_(shard(t, sh, mesh))
     for step, (ly, want) in enumerate(held):
         close(ly, want, f"y of step {step} after the later steps")
+    # Two micro-batches, both forwards before either backward: the second
+    # forward's replay must not overwrite what the first saved.
+    glob2 = [glob[0] * 0.5 + 0.1, *glob[1:]]
+    x2 = shard(glob2[0], ts[0], mesh).requires_grad_(True)
+    for t in loc:
+        t.grad = None
+    (ly1, ls1), (ly2, ls2) = f(*loc), f(x2, *loc[1:])
+    torch.autograd.backward([ly1, ls1, ly2, ls2], [*cts, *cts])
+    gl, gl2 = ([t.detach().clone().requires_grad_(True) for t in g] for g in (glob, glob2))
+    for g in (gl, gl2):
+        y, s = mlp_torch(*g)
+        (y * ct).sum().add(s * 0.5).backward()
+    close(loc[0].grad, shard(gl[0].grad, ts[0], mesh), "grad x of micro-batch 1")
+    close(x2.grad, shard(gl2[0].grad, ts[0], mesh), "grad x of micro-batch 2")
+    for name, lt, g1, g2, sh in zip(("g", "w1", "w2"), loc[1:], gl[1:], gl2[1:], ts[1:]):
+        close(lt.grad, shard(g1.grad + g2.grad, sh, mesh), f"grad {name} of two micro-batches")
     runs = f.runs()
     if RANK == 0:
         print(f"replays: {runs}", flush=True)
@@ -224,14 +248,15 @@ def case_execute_local() -> None:
 def no_host_copies(body: Callable[[], None], settled: Callable[[], bool] | None = None) -> None:
     """`body` (after the warm-up calls: the first, and the trial that times
     replays against runs op by op, each of its calls started on an idle
-    device, until `settled` says every program's way is chosen) copies
-    nothing between host and device and never waits on the host: the
-    profiler sees no memcpy to or from the host and no synchronize call."""
+    device, until `settled` says every program's way is chosen on every
+    rank: ranks decide alone, but all make the same calls) copies nothing
+    between host and device and never waits on the host: the profiler
+    sees no memcpy to or from the host and no synchronize call."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     body()
-    for _ in range(20 if settled is not None else 0):
-        if settled():
+    for _ in range(40 if settled is not None else 0):
+        if all(ENV.allgather(settled())):
             break
         body()
     torch.cuda.synchronize()
@@ -247,6 +272,20 @@ def no_host_copies(body: Callable[[], None], settled: Callable[[], bool] | None 
     bad = sorted(copies | waits)
     if bad:
         raise AssertionError(f"host round trips inside a call: {', '.join(bad)}")
+
+
+def steady(runs: Callable[[], dict[str, str]], calls: int = 8) -> Callable[[], bool]:
+    """Whether how each program's calls go (replayed or op by op, its
+    captures and staged inputs, but for the count of replays) has not
+    changed for `calls` calls in a row: no trial, capture or retrial to
+    come while its inputs stay where they are."""
+    seen: list[dict[str, str]] = []
+
+    def check() -> bool:
+        seen.append({name: re.sub(r"\d+ replays", "", way) for name, way in runs().items()})
+        return len(seen) >= calls and all(s == seen[-1] for s in seen[-calls:])
+
+    return check
 
 
 def case_gpu_no_host_copies() -> None:
@@ -268,10 +307,10 @@ def case_gpu_no_host_copies() -> None:
         y, s = f(*loc)
         (y.sum() + s).backward()
 
-    no_host_copies(step, lambda: all(f.runs()[p] != "op by op" for p in ("main_fwd", "main_bwd")))  # (not "op by op": in its trial)
+    no_host_copies(step, steady(f.runs))
     program = fd.compile()
     plain = [t.detach() for t in loc]
-    no_host_copies(lambda: program.execute(plain, local=True, gather=False))
+    no_host_copies(lambda: program.execute(plain, local=True, gather=False), steady(lambda: {"main": program.program.replays.mode()}))
     program.close()
 
 

@@ -18,7 +18,7 @@ import torch
 from fuserc.runtime import cuda
 from fuserc.runtime.cpu import CpuBackend
 from fuserc.runtime.cuda_comm import FENCE_SLOTS, INDEXED_FENCES, Communicators, SignalPad
-from fuserc.runtime.graphs import GRAPHS_ENV, graphs_enabled, graphs_mode, input_key
+from fuserc.runtime.graphs import GRAPHS_ENV, SETTLED, graphs_enabled, graphs_mode, input_key
 from fuserc.runtime.mpi_env import mpi_env
 from fuserc.runtime.trace import tracing
 
@@ -189,6 +189,66 @@ def test_an_input_at_another_address_is_staged() -> None:
     r = prog.replays
     assert r.staged == {0} and r.captures == 2 and set(r.captured.staged) == {0}
     assert r.mode().endswith("; 2 capture(s), 5 replays, 1 input(s) staged)")
+
+
+def test_a_staged_input_that_settles_is_read_in_place_again() -> None:
+    """A staged input that keeps its new address for SETTLED runs (a saved
+    tensor once the forward replays into the same buffer) is read in place
+    again: one run op by op, one capture anew, then replays without the
+    copy. Moving after that, it is staged again, for good."""
+    prog = load(BLOCKS, _Pretend())
+    x, y = (prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(2))
+    _runs(prog, x, 6)
+    assert SETTLED == 3
+    assert _runs(prog, y, 8) == [OP_BY_OP, CAPTURED, REPLAY, OP_BY_OP, CAPTURED, REPLAY, REPLAY, REPLAY]
+    r = prog.replays
+    assert r.staged == set() and r.captured.staged == {} and r.captures == 3
+    assert _runs(prog, x, 6) == [OP_BY_OP, CAPTURED] + [REPLAY] * 4
+    assert r.staged == {0} and set(r.captured.staged) == {0}
+
+
+def test_a_trial_lost_while_staging_is_run_again_once_inputs_settle() -> None:
+    """Replays measured slower while an input was staged (each replay paid
+    its copy): runs go op by op, and once the input settles the trial runs
+    again, this time on a graph that reads it in place."""
+    backend = _Pretend()
+    backend.timeline = [1e-3, 2e-3, 2e-3, 1e-3, 2e-3, 1e-3, 1e-3, 2e-3]  # ms: ops, graph, graph, ops; again
+    prog = load(BLOCKS, backend)
+    moving = [prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(6)]
+    logs = [_runs(prog, x, 1)[0] for x in moving]
+    assert logs == [OP_BY_OP, OP_BY_OP, TIMED_OPS, TIMED_CAPTURED, TIMED_REPLAY, TIMED_OPS] and prog.replays.staged == {0}
+    z = prog.prepare_inputs([torch.randn(4, 2)])[0]
+    assert _runs(prog, z, 3) == [OP_BY_OP] * 3
+    assert prog.replays.mode() == (
+        "op by op: runs op by op measured faster with staged inputs (2.000 ms replayed, 1.000 ms op by op), "
+        "measured again once they settle"
+    )
+    assert _runs(prog, z, 7) == [OP_BY_OP, TIMED_OPS, TIMED_CAPTURED, TIMED_REPLAY, TIMED_OPS, REPLAY, REPLAY]
+    assert prog.replays.staged == set()
+    assert prog.replays.mode().startswith("replayed as a graph (1.000 ms replayed, 2.000 ms op by op;")
+
+
+def test_lent_results_of_replays_are_the_graphs_own_buffers() -> None:
+    """`run_prepared(lent=...)`: a replay hands the lent results out as the
+    graph's buffers (no copy; `lends` says so, and the next replay writes
+    them again), the others as copies; runs op by op hand out buffers the
+    caller owns (`lends` is false)."""
+    prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    outs = []
+    for k in range(7):
+        x.copy_(torch.full((4, 2), float(k)))
+        (out,) = prog.run_prepared([x], owned_results=True, lent=range(1))
+        (copied,) = prog.run_prepared([x], owned_results=True) if k == 6 else (None,)
+        outs.append((out, prog.lends(out), x.clone()))
+    assert [lends for _, lends, _ in outs] == [False, False, True, True, False, True, True]
+    graph_buffer = prog.replays.captured.results[0]
+    assert all(out is graph_buffer for out, lends, _ in outs if lends)
+    torch.testing.assert_close(graph_buffer, outs[6][2])  # written again by the last replay
+    assert copied is not graph_buffer and not prog.lends(copied)
+    for out, lends, want in outs:
+        if not lends:
+            torch.testing.assert_close(out, want)
 
 
 def test_an_input_of_another_layout_runs_op_by_op_and_drops_the_graph() -> None:
@@ -387,3 +447,49 @@ def test_indexed_flag_layout_and_slots() -> None:
     comms._pads = {(0, 1, 2, 3): pad, (0, 1): None}
     comms.forget_owner("p3")
     assert pad.slot("late") == 3
+
+
+def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fuserc.torch: the saved tensors of a replayed @main_fwd are its
+    graph's buffers (not copies), read in place by the backward; a forward
+    that runs again before an earlier one's backward (two micro-batches
+    accumulating gradients) first copies the earlier one's out. Each step's
+    gradients against torch.autograd."""
+    import torch.nn.functional as F
+
+    import fuserc.torch
+    from fuserc.api import FusionDefinition
+
+    fd = FusionDefinition()
+    fd.sched.mesh("m", [1])
+    x, w = fd.define_tensor([8, 16]), fd.define_tensor([16, 8])
+    fd.add_output(fd.ops.gelu(x @ w))
+    monkeypatch.setenv(GRAPHS_ENV, "always")
+    f = fuserc.torch.function(fd, backend="cpu")
+    loaded = f._load([])
+    loaded.backend = _Pretend()  # pretend graphs on the cpu: replays run the captured body again
+    gen = torch.Generator().manual_seed(0)
+    w_ = torch.randn(16, 8, generator=gen).requires_grad_(True)
+    batches = [torch.randn(8, 16, generator=gen).requires_grad_(True) for _ in range(2)]
+    for step in range(4):
+        w_.grad = None
+        ya = f(batches[0], w_)
+        saved_a = ya.grad_fn.saved
+        lent = [v for v in saved_a.values if loaded.programs["main_fwd"].lends(v)]
+        assert bool(lent) == (step > 0), f"step {step}: lent {len(lent)}"  # run 1 runs op by op
+        before = [v.clone() for v in saved_a.values]
+        yb = f(batches[1], w_)  # the forward again, before ya's backward
+        assert not any(loaded.programs["main_fwd"].lends(v) for v in saved_a.values)
+        for v, b in zip(saved_a.values, before):
+            torch.testing.assert_close(v, b)
+        (ya.sum() + (yb * yb).sum()).backward()
+        ref = w_.detach().clone().requires_grad_(True)
+        refs = [b.detach().clone().requires_grad_(True) for b in batches]
+        (F.gelu(refs[0] @ ref).sum() + F.gelu(refs[1] @ ref).pow(2).sum()).backward()
+        torch.testing.assert_close(w_.grad, ref.grad)
+        for b, r in zip(batches, refs):
+            torch.testing.assert_close(b.grad, r.grad)
+            b.grad = None
+        assert not loaded.lent
+    assert f.runs()["main_fwd"].startswith("replayed as a graph")
+    f.close()
