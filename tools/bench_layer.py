@@ -3,7 +3,8 @@
 
     torchrun --nproc-per-node 4 tools/bench_layer.py [--hidden 4096,8192]
         [--tokens 8192,16384] [--mode fwd|fwdbwd|both] [--warmup W] [--iters N]
-        [--repeats R] [--json FILE] [--cpu-compile]
+        [--repeats R] [--json FILE] [--cpu-compile] [--variants LIST]
+        [--profile DIR]
     mpiexec -n 4 python tools/bench_layer.py ...          (the same under MPI)
     python tools/bench_layer.py ...                        (one GPU: d = 1)
     torchrun --nproc-per-node 2 tools/bench_layer.py --small   (the CPU, gloo: a smoke run)
@@ -46,6 +47,12 @@ replayed as CUDA graphs (with the trial's times) or op by op, and why.
 
 The two compiled variants are n/a on the CPU unless --cpu-compile asks
 for them (Inductor's C++ builds of the layer take minutes there).
+`--variants fuserc,limit` runs only those (the others print n/a).
+`--profile DIR`: after fuserc's timed steps of each shape and mode, 3 more
+run under torch.profiler; rank 0 writes DIR/fuserc_<hidden>x<tokens>_<mode>
+.json (a Chrome trace: kernels per stream, CUDA-graph replays included)
+and .txt (the device's busy and idle time with its longest idle gaps, then
+the ops with the most device time, then host time).
 
 Peak memory: torch.cuda.max_memory_allocated of the rank, reset before
 each variant's mode, over its warm-up and timed iterations (what the
@@ -160,7 +167,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--perturb", type=float, default=0.0, metavar="E", help="add E to fuserc's first layer_norm bias (the check must then fail)")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="rank 0 also writes every figure as JSON")
     p.add_argument("--cpu-compile", action="store_true", help="with --small, run the torch.compile variants on the CPU too (minutes of Inductor C++ builds)")
+    p.add_argument("--variants", type=variant_list, default=None, metavar="LIST",
+                   help=f"the variants to run, comma-separated, of {','.join(k for k, _ in VARIANTS)} (default all; the others print n/a)")
+    p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last steps of each shape and mode to DIR")
     return p
+
+
+def variant_list(text: str) -> tuple[str, ...]:
+    keys = tuple(v.strip() for v in text.split(",") if v.strip())
+    known = [k for k, _ in VARIANTS]
+    bad = [k for k in keys if k not in known]
+    if bad or not keys:
+        raise argparse.ArgumentTypeError(f"variants are among {','.join(known)}, got '{text}'")
+    return keys
 
 
 def resolve(a: argparse.Namespace) -> argparse.Namespace:
@@ -172,6 +191,7 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     a.repeats = (2 if a.small else 3) if a.repeats is None else a.repeats
     a.head_dim = 16 if a.small else HEAD_DIM
     a.dtype = "f32" if a.small else "bf16"
+    a.variants = a.variants or tuple(k for k, _ in VARIANTS)
     if min(a.warmup, a.iters, a.repeats) < 1:  # (the first forward of a compiled module compiles)
         raise argparse.ArgumentTypeError("--warmup, --iters and --repeats must be >= 1")
     return a
@@ -475,6 +495,70 @@ def timed(step: Callable[[], Any], job: Job, a: argparse.Namespace) -> list[floa
     return times
 
 
+PROFILED_STEPS = 3
+
+
+def profiled(step: Callable[[], Any], job: Job, stem: Path) -> None:
+    """PROFILED_STEPS more steps under torch.profiler (every rank, so that
+    their collectives meet); rank 0 writes `stem`.json, a Chrome trace, and
+    `stem`.txt, the ops with the most device time, then host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if job.cuda else [])
+    job.drain()
+    with profile(activities=activities) as prof:
+        for _ in range(PROFILED_STEPS):
+            step()
+        job.drain()
+    if job.rank == 0:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        trace = stem.with_suffix(".json")
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())
+        ops = prof.key_averages()
+        by_device = ops.table(sort_by="self_device_time_total", row_limit=40) if job.cuda else ""
+        timeline = device_timeline(events["traceEvents"] if isinstance(events, dict) else events)
+        stem.with_suffix(".txt").write_text(f"{PROFILED_STEPS} steps\n{timeline}\n{by_device}\n{ops.table(sort_by='cpu_time_total', row_limit=40)}\n")
+
+
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Chrome-trace categories of work on the device."""
+
+
+def device_timeline(events: Sequence[dict[str, Any]], gaps: int = 8) -> str:
+    """What the device did over a trace (times in microseconds, as torch's
+    Chrome traces have them): the span from its first kernel or copy to the
+    end of its last, the time some stream was busy, the idle rest and its
+    longest gaps (no stream running: the host late, or every stream waiting
+    for peers), and each stream's busy time."""
+    work = sorted(
+        (e["ts"], e["ts"] + e["dur"], e.get("args", {}).get("stream", e.get("tid")))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_WORK
+    )
+    if not work:
+        return "device timeline: no device work recorded"
+    start, end = work[0][0], max(e for _, e, _ in work)
+    busy, holes = 0.0, []
+    run_start, run_end = work[0][0], work[0][1]
+    for s, e, _ in work[1:]:
+        if s > run_end:
+            busy += run_end - run_start
+            holes.append((s - run_end, run_end - start))
+            run_start, run_end = s, e
+        else:
+            run_end = max(run_end, e)
+    busy += run_end - run_start
+    per: dict[Any, float] = {}
+    for s, e, stream in work:
+        per[stream] = per.get(stream, 0.0) + e - s
+    return "\n".join([
+        f"device timeline: span {(end - start) / 1e3:.3f} ms, some stream busy {busy / 1e3:.3f} ms, idle {(end - start - busy) / 1e3:.3f} ms",
+        "  longest idle gaps (us at ms): " + (", ".join(f"{g:.0f} at {at / 1e3:.3f}" for g, at in sorted(holes, reverse=True)[:gaps]) or "none"),
+        "  busy per stream (ms): " + ", ".join(f"{k} {v / 1e3:.3f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])),
+    ])  # fmt: skip
+
+
 @dataclass
 class Row:
     hidden: int
@@ -564,13 +648,19 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
                 for m in modes:
                     job.drain()
                     job.reset_peak()
-                    times[m] = timed(v.forward if m == "fwd" else lambda: v.step(ct), job, a)
+                    step = v.forward if m == "fwd" else lambda: v.step(ct)
+                    times[m] = timed(step, job, a)
                     peaks[m] = job.peak_mib()
+                    if a.profile and key == "fuserc":
+                        profiled(step, job, Path(a.profile) / f"fuserc_{shape.hidden}x{shape.tokens}_{m}")
                 return times, out
             finally:
                 v.close()
 
-        got, why = agreed(job.comm, body)
+        if key not in a.variants:
+            got, why = None, "not asked for (--variants)"
+        else:
+            got, why = agreed(job.comm, body)
         if key != "limit":
             res.first_s[key] = firsts.get(key) if got is not None else None
         for r in rows:

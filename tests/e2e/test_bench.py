@@ -198,12 +198,32 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     assert re.search(r"^\| \d+ \| \d+ \| fuserc \| .* \| ok \|$", proc.stdout, re.M), proc.stdout
 
 
+@pytest.mark.parametrize("value", ["fuserc,nope", ","])
+def test_bench_layer_unknown_variant(value: str) -> None:
+    proc = subprocess.run([sys.executable, str(LAYER), "--small", "--variants", value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"variants are among limit,fuserc,eager,compile,async_tp, got '{value}'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
     """fuserc's layer with a shifted layer_norm bias: its output and
     gradients are far from the reference while eager's are not, the run
-    says FAILED and exits with 1."""
-    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1")
+    says FAILED and exits with 1. Also: `--variants` runs only those asked
+    for, and `--profile` writes fuserc's steps under torch.profiler."""
+    prof = tmp_path / "prof"
+    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1", "--variants", "fuserc,eager", "--profile", str(prof))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = data["rows"]
+    for key in ("limit", "compile", "async_tp") if BACKEND == "cuda" else ("limit",):  # (the cpu has its own reason for the compiled)
+        assert row["figures"][key] == {**row["figures"][key], "ms": None, "reason": "not asked for (--variants)"}
+    assert row["figures"]["fuserc"]["ms"] > 0 and row["figures"]["eager"]["ms"] > 0
+    stem = prof / f"fuserc_{row['hidden']}x{row['tokens']}_fwdbwd"
+    trace = json.loads(stem.with_suffix(".json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "_Autograd" in names and "_AutogradBackward" in names, sorted(n for n in names if n)[:50]
+    text = stem.with_suffix(".txt").read_text()
+    assert text.startswith("3 steps\ndevice timeline: ") and "aten::" in text, text[:2000]
+    assert sorted(p.name for p in prof.iterdir()) == [stem.name + ".json", stem.name + ".txt"]  # rank 0 alone, fuserc alone
     assert re.search(r"^FAILED: hidden \d+ tokens \d+: fuserc: output: \S+ > 2 x eager's \S+ \+ \S+$", proc.stdout, re.M), proc.stdout
     c = data["checks"][0]
     fuserc, eager = c["fuserc"], c["eager"]["vs_reference"]
