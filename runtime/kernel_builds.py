@@ -253,11 +253,12 @@ def _build(pending: collections.deque[Sequence[Job]], pool: _Pool | None, cache:
     """Build the pending groups: each whose lock this process takes, by an
     idle worker or here; then wait for those other processes hold."""
     held_elsewhere: list[Sequence[Job]] = []
+    submitted: dict[int, float] = {}  # id(group) -> when a worker took it
     while pending or (pool is not None and pool.running()):
         if pool is not None:
             for group, lock, error in pool.finished(timeout=0.0 if pending else 0.2):
                 _finish(group, lock, error, cache)
-                progress.done()
+                progress.done(group, submitted.pop(id(group)), "in a build worker")
         if not pending:
             progress.show()
             continue
@@ -268,16 +269,19 @@ def _build(pending: collections.deque[Sequence[Job]], pool: _Pool | None, cache:
             held_elsewhere.append(group)
             continue
         worker = pool.idle() if pool is not None else None
+        started = time.perf_counter()
         if worker is not None and worker.submit(group, lock):
+            submitted[id(group)] = started
             continue
         try:
             _fetch(group, cache, lock)
         finally:
             lock.release()
-        progress.done()
+        progress.done(group, started, "in this process")
     for group in held_elsewhere:  # another process builds it: wait, then load (or build, if it failed)
+        started = time.perf_counter()
         _fetch(group, cache)
-        progress.done()
+        progress.done(group, started, "waited for another process's build")
     progress.end()
 
 
@@ -319,19 +323,26 @@ def worker_count(jobs: int, local_size: int) -> int:
     return max(0, min(jobs - 1, cores // max(local_size, 1) - 1, MAX_WORKERS))
 
 
+SLOWEST_SHOWN = 3
+
+
 class _Progress:
     """Local rank 0's line on stderr while kernels are built: after
     `PROGRESS_AFTER_S`, then every `PROGRESS_EVERY_S`, and at the end of a
-    build that showed any."""
+    build that showed any, with its slowest kernels (where a long build's
+    time went: one kernel, or the wait for another rank's)."""
 
     def __init__(self, total: int, show: bool, workers: int, cache: KernelCache):
         self.total, self.show_lines, self.workers, self.cache = total, show, workers, cache
         self.count = 0
         self.start = self.last = time.perf_counter()
         self.shown = False
+        self.took: list[tuple[float, str, str]] = []
+        """(seconds, the kernel, how it was made) of each kernel done."""
 
-    def done(self) -> None:
+    def done(self, group: Sequence[Job], since: float, how: str) -> None:
         self.count += 1
+        self.took.append((time.perf_counter() - since, group[0].describe(), how))
         self.show()
 
     def show(self) -> None:
@@ -346,6 +357,8 @@ class _Progress:
         if self.shown:
             took = time.perf_counter() - self.start
             self._print(f"fuserc: {self.total} kernel{'s' if self.total != 1 else ''} ready in {took:.1f} s (kept in {self.cache.root})")
+            slowest = sorted(self.took, reverse=True)[:SLOWEST_SHOWN]
+            self._print("fuserc: slowest: " + "; ".join(f"{what} {t:.1f} s ({how})" for t, what, how in slowest))
 
     @staticmethod
     def _print(line: str) -> None:

@@ -276,3 +276,28 @@ def test_kept_when_the_caller_turned_autograds_cache_off(built: Any, monkeypatch
         sections, _ = job.build()
     assert isinstance(sections, dict) and sections["artifact"], sections
     assert functorch.enable_autograd_cache is False
+
+
+def test_a_long_build_ends_with_its_slowest_kernels(capsys: pytest.CaptureFixture[str], cache_dir: Path) -> None:
+    """The end of a build that showed progress names its slowest kernels
+    and how each was made (here, in a worker, or another process's build
+    waited for): where a long build's time went."""
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def describe(self) -> str:
+            return self.name
+
+    progress = kernel_builds._Progress(4, True, 2, KernelCache())
+    now = time.perf_counter()
+    for name, ago, how in (("a", 1.0, "in this process"), ("b", 9.0, "in a build worker"), ("c", 4.0, "waited for another process's build"), ("d", 2.0, "in a build worker")):
+        progress.done([Named(name)], now - ago, how)  # type: ignore[list-item]
+    progress.shown = True
+    progress.end()
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"fuserc: 4 kernels ready in \d+\.\d s \(kept in .*\)", lines[-2]), lines
+    assert re.fullmatch(
+        r"fuserc: slowest: b 9\.\d s \(in a build worker\); c 4\.\d s \(waited for another process's build\); d 2\.\d s \(in a build worker\)", lines[-1]
+    ), lines
