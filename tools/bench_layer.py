@@ -43,7 +43,10 @@ forward alone with --mode fwd), its compilation included (fuserc's passes
 and kernels, from its kernel cache or built; torch.compile's graphs),
 the slowest rank's, printed under each shape and in the JSON's
 `first_step_s`. Then fuserc's line says how its programs' calls went:
-replayed as CUDA graphs (with the trial's times) or op by op, and why.
+replayed as CUDA graphs (with the trial's times) or op by op, and why;
+and the next where its first step's time went (`Function.startup`, the
+slowest rank's phases: backend, passes, communicators, kernels with how
+many were loaded or built, the rest of the first runs).
 
 The two compiled variants are n/a on the CPU unless --cpu-compile asks
 for them (Inductor's C++ builds of the layer take minutes there).
@@ -453,9 +456,14 @@ def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argpar
     if a.perturb:
         with torch.no_grad():
             leaves[2] += a.perturb  # the first layer_norm's bias
-    def release() -> None:  # how its programs' calls went (replayed or op by op), then close
+    def release() -> None:  # how its programs' calls went (replayed or op by op), where its first call's time went, then close
+        from fuserc.runtime.startup import combined
+
+        first = combined(job.comm.allgather(f.startup))  # (the slowest rank's phases, the kernels of all)
         if job.rank == 0:
             print(f"fuserc at hidden {shape.hidden}, tokens {shape.tokens}: " + "; ".join(f"@{k} {v}" for k, v in f.runs().items()), flush=True)
+            phases = ", ".join(f"{k} {v:.1f} s" for k, v in first.seconds.items())
+            print(f"  fuserc's first step: {phases} (kernels: {first.kernels.describe()})", flush=True)
         f.close()
 
     return Variant(lambda: f(*leaves), leaves, release=release)

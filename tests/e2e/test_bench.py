@@ -153,6 +153,8 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     runs = re.search(r"^fuserc at hidden \d+, tokens \d+: @main_fwd (.*); @main_bwd (.*)$", proc.stdout, re.M)
     assert runs, proc.stdout  # how fuserc's calls went: op by op on the cpu backend, either way on cuda
     assert all(r.startswith("replayed as a graph (") or r.startswith("op by op") for r in runs.groups()), runs.groups()
+    first_call = re.search(r"^  fuserc's first step: backend \S+ s, passes (\S+) s, .*kernels \S+ s.*\(kernels: .*\)$", proc.stdout, re.M)
+    assert first_call and float(first_call.group(1)) > 0, proc.stdout
     (first,) = data["first_step_s"]
     assert first["fuserc"] > 0 and first["eager"] > 0 and "limit" not in first, first
     assert re.search(r"^  first forward\+backward step \(s\): fuserc \d+\.\d, eager \d+\.\d, torch.compile (n/a|\d+\.\d), async TP (n/a|\d+\.\d)$", proc.stdout, re.M), proc.stdout
