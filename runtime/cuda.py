@@ -692,7 +692,7 @@ class CudaBackend(Backend):
         self.comms.flush()
         self.set_current_stream(self._main)
         for src, dst in staged:
-            dst.copy_(src)
+            self.copy(src, dst)
         graph.replay()
 
     def timer_start(self) -> Any:
