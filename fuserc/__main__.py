@@ -1,3 +1,3 @@
-from fuserc.cli import main
+from fuserc.cli import entry
 
-main()
+entry()

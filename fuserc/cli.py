@@ -103,6 +103,26 @@ def main() -> None:
     """fuserc: compile and run tensor programs sharded over many GPUs."""
 
 
+def entry() -> None:
+    """The `fuserc` command and `python -m fuserc`: `main`, then the
+    process ends without Python's teardown of torch (`quick_exit`: a second
+    or more after the results are out). `main` itself returns by raising
+    SystemExit, as click's commands do, for callers in one process."""
+    from fuserc.runtime.mpi_env import ENDS_PROCESS, quick_exit
+
+    ENDS_PROCESS[0] = True
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            click.echo(e.code, err=True)
+            code = 1
+    quick_exit(code)
+
+
 def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return

@@ -109,8 +109,6 @@ class PlanCost:
         if isinstance(op, SetOp):
             src, dst = operands[0], results[0]
             return self.reshard_bytes(op.operands[0], src, dst), ()
-        if rules.computes_locally(op, operands, results[0], self.mesh_of):
-            return 0.0, ()
         avail = tuple(frozenset(made.get(v, ())) if made else frozenset() for v in op.operands)
         key = (
             op.name,
@@ -119,9 +117,14 @@ class PlanCost:
             tuple((r.type, s) for r, s in zip(op.results, results)),
             avail,
         )
-        if key not in self._ops:
-            self._ops[key] = self._split_alone(op, operands, results, avail)
-        return self._ops[key]
+        found = self._ops.get(key, False)
+        if found is False:  # the search asks again and again for the same few ops
+            if rules.computes_locally(op, operands, results[0], self.mesh_of):
+                found = 0.0, ()
+            else:
+                found = self._split_alone(op, operands, results, avail)
+            self._ops[key] = found
+        return found
 
     def reshard_bytes(self, value: SSAValue, src: Sharding, dst: Sharding) -> float:
         shape = shape_of(value)

@@ -259,12 +259,22 @@ def _apply(step: Any, leaves: dict[Any, torch.Tensor]) -> torch.Tensor:
 _PLANS: dict[Block, tuple[Any, dict[SSAValue, Any]] | None] = {}
 
 
+def _plan(body: Block) -> tuple[Any, dict[SSAValue, Any]] | None:
+    if body not in _PLANS:
+        _PLANS[body] = _views(body)
+    return _PLANS[body]
+
+
+def runs_region(body: Block) -> bool:
+    """Whether `run_region` runs this region (one attention op and layout
+    views): it needs no generated kernel."""
+    return _plan(body) is not None
+
+
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run a region holding one attention op with its kernel (the module
     docstring); False (nothing run) when the region holds none."""
-    if body not in _PLANS:
-        _PLANS[body] = _views(body)
-    found = _PLANS[body]
+    found = _plan(body)
     if found is None:
         return False
     op, steps = found

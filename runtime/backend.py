@@ -94,6 +94,11 @@ class Backend(ABC):
         runs will launch (the cuda backend's, from the kernel cache or built
         in parallel: runtime/kernel_builds.py). Nothing by default."""
 
+    def loaded(self, func: Any) -> None:
+        """A host program was loaded to run here (before its inputs and its
+        first run): work its first run will need may start now. Nothing by
+        default (the cuda backend starts importing its kernel compiler)."""
+
     # ---- arrays -------------------------------------------------------------
     @abstractmethod
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> Array:

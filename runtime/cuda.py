@@ -175,6 +175,14 @@ class CudaBackend(Backend):
 
             prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size)
 
+    def loaded(self, func: Any) -> None:
+        """A program with generated kernels to fetch: Inductor's modules are
+        imported meanwhile (runtime/kernel_builds.py `import_early`)."""
+        if self.kernels == "inductor":
+            from fuserc.runtime.kernel_builds import import_early
+
+            import_early(func)
+
     # ---- arrays -------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """A buffer from torch's caching allocator (no flush of queued

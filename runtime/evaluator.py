@@ -185,6 +185,7 @@ class Program:
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
         self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/startup.py)
+        backend.loaded(func)
 
     @staticmethod
     def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":

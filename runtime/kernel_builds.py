@@ -157,6 +157,52 @@ def _counted(got: Fetched) -> None:
 # ---- a program's kernels ------------------------------------------------------------
 
 
+EARLY_MODULES = (
+    "torch._inductor.standalone_compile",
+    "torch._inductor.compile_fx",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.async_compile",
+)
+"""What loading a region's kernel imports (CompiledArtifact.load and the
+code Inductor generated): about 2 s of a warm start's 3 s of kernels."""
+_EARLY: list[Any] = []
+
+
+def import_early(func: Any) -> None:
+    """When `func` (a host program just loaded) launches regions that need
+    Inductor's kernels, import Inductor in a thread of this process (once),
+    from now until the kernels are fetched. The import is Python's work
+    (it holds the interpreter's lock), so it gains where this process waits
+    outside Python meanwhile: CUDA's and NCCL's set-up, and the other ranks
+    at the job's barriers."""
+    if _EARLY or "torch._inductor.compile_fx" in sys.modules:
+        return
+    from fuserc.dialects import hir
+    from fuserc.runtime.attention import runs_region
+
+    if not any(isinstance(op, hir.LaunchOp) and not runs_region(op.body.block) for op in func.walk()):
+        return
+    import threading
+
+    def run() -> None:
+        import importlib
+
+        try:
+            for name in EARLY_MODULES:
+                importlib.import_module(name)
+            from torch._inductor.codecache import torch_key
+
+            torch_key()  # a digest of torch's sources, which every load checks
+        except Exception:  # noqa: BLE001 - the fetch imports them again and reports what fails
+            pass
+
+    thread = threading.Thread(target=run, name="fuserc-import-inductor", daemon=True)
+    _EARLY.append(thread)
+    thread.start()
+
+
+
+
 def prepare(
     programs: Sequence[Any], device: torch.device, local_rank: int = 0, local_size: int = 1, workers: int | None = None
 ) -> None:
@@ -178,13 +224,17 @@ def prepare(
 
 
 def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]], device: torch.device) -> list[list[Job]]:
-    """The jobs of the launches not installed yet, grouped by key."""
+    """The jobs of the launches not installed yet, grouped by key: those
+    the cuda backend runs with a generated kernel (not attention's)."""
+    from fuserc.runtime.attention import runs_region
     from fuserc.runtime.cuda_regions import RegionJob, aliases_of, layout_of
 
     rows_job = _rows_jobs(device)
     groups: dict[str, list[Job]] = {}
     seen: set[Hashable] = set()
     for body, ins, outs, contexts in launches:
+        if runs_region(body):
+            continue  # attention runs PyTorch's kernels (runtime/attention.py), as the backends launch it
         job: Job | None = rows_job(body, ins, outs, device) if rows_job else None
         if job is None:
             aliases = aliases_of((*ins, *outs))

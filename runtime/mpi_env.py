@@ -355,3 +355,39 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+
+ENDS_PROCESS = [False]
+"""True once the `fuserc` command runs as its process's entry point
+(`fuserc.cli.entry`): the process ends with `quick_exit` after it, so what
+the system frees at exit (a backend's communicators and peer mappings)
+need not be freed one by one first."""
+
+
+def quick_exit(code: int) -> NoReturn:
+    """End this process now with `code`, after what a normal exit does that
+    anybody sees: the output flushed, threads that are not daemons joined,
+    the `atexit` handlers run and MPI finalized (mpi4py would do it after
+    Python's own teardown). Python's teardown itself is skipped: with
+    torch, Triton and Inductor loaded it takes a second or more (the last
+    garbage collection over every module), after the results are out."""
+    import atexit
+    import threading
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if threading.current_thread() is threading.main_thread():
+        threading._shutdown()  # type: ignore[attr-defined]  # as Python's exit: pools told to stop, then non-daemon threads joined
+    atexit._run_exitfuncs()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

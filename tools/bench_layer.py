@@ -46,7 +46,12 @@ the slowest rank's, printed under each shape and in the JSON's
 replayed as CUDA graphs (with the trial's times) or op by op, and why;
 and the next where its first step's time went (`Function.startup`, the
 slowest rank's phases: backend, passes, communicators, kernels with how
-many were loaded or built, the rest of the first runs).
+many were loaded or built, the rest of the first runs). The variants run
+in one process in the table's order, and a later one's first step finds
+what an earlier one loaded (Inductor's and Dynamo's modules, CUDA's
+libraries, cached Triton kernels): to compare first steps, run each
+variant alone (`--variants fuserc`, then `--variants compile`), with the
+same caches, cold or warm.
 
 The two compiled variants are n/a on the CPU unless --cpu-compile asks
 for them (Inductor's C++ builds of the layer take minutes there).

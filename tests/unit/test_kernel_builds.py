@@ -125,6 +125,64 @@ def test_the_dry_run_finds_every_launch(text: str) -> None:
         assert got[0][1][0][1] == (16, 1)
 
 
+def test_attention_regions_get_no_generated_kernel() -> None:
+    """A region of one attention op and layout views runs PyTorch's
+    attention kernels on either backend (runtime/attention.py): no kernel
+    is built for it, only for the regions the backend runs with one."""
+    from fuserc.runtime import attention
+
+    program = _program(_gpt())
+    launches = kernel_builds.needed_launches(program.program)
+    alone = [body for body, *_ in launches if attention.runs_region(body)]
+    assert alone and any(op.name == "fusion.sdpa" for op in alone[0].ops)
+    jobs = [job for group in kernel_builds.group_jobs(launches, CPU) for job in group]
+    assert jobs and not any(attention.runs_region(job.body) for job in jobs)
+    assert len({job.body for job in jobs}) == len({body for body, *_ in launches}) - len(set(alone))
+
+
+EARLY = """
+import sys
+from fuserc.runtime import kernel_builds
+from fuserc.runtime.program import compile_text
+from fuserc.runtime.cpu import CpuBackend
+from fuserc.runtime.mpi_env import mpi_env
+program = compile_text(open(sys.argv[1]).read(), pipeline=sys.argv[2], backend=CpuBackend(mpi_env()))
+assert "torch._inductor.compile_fx" not in sys.modules
+kernel_builds.import_early(program.program.func)
+for thread in kernel_builds._EARLY:
+    thread.join()
+print(sorted(m for m in kernel_builds.EARLY_MODULES if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("which", ["gpt", "attention only"])
+def test_inductor_is_imported_early_for_programs_that_need_it(which: str, tmp_path: Path) -> None:
+    """A loaded program whose regions need Inductor's kernels starts
+    importing Inductor in a thread (the cuda backend's `loaded`); one
+    whose only region is attention's does not."""
+    script = tmp_path / "early.py"
+    script.write_text(EARLY)
+    source = tmp_path / "p.mlir"
+    if which == "gpt":
+        source.write_text(_gpt())
+        pipeline = "default"
+    else:
+        source.write_text(ATTENTION_ONLY)
+        pipeline = "default"
+    p = subprocess.run([sys.executable, str(script), str(source), pipeline], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    want = sorted(kernel_builds.EARLY_MODULES) if which == "gpt" else []
+    assert p.stdout.strip() == str(want)
+
+
+ATTENTION_ONLY = """
+func.func @main(%q: tensor<1x2x64x16xf32>, %k: tensor<1x2x64x16xf32>, %v: tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32> {
+  %o = fusion.sdpa %q, %k, %v causal = true : (tensor<1x2x64x16xf32>, tensor<1x2x64x16xf32>, tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32>
+  func.return %o : tensor<1x2x64x16xf32>
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One cache for this module's tests (the compilers' working files in

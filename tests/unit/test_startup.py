@@ -52,3 +52,59 @@ def test_function_reports_its_first_call(capsys: pytest.CaptureFixture[str]) -> 
     f(xt, wt)
     assert "startup" not in capsys.readouterr().err  # once
     assert wt.grad is not None
+
+
+QUICK_EXIT_SCRIPT = """
+import atexit, os, sys, threading, time
+from mpi4py import MPI
+from fuserc.runtime.mpi_env import quick_exit
+real_exit = os._exit
+def exit_(code):  # what quick_exit left done when the process ends
+    sys.__stderr__.write(f"finalized={MPI.Is_finalized()} worker_done={done}\\n"); sys.__stderr__.flush()
+    real_exit(code)
+os._exit = exit_
+done = []
+threading.Thread(target=lambda: (time.sleep(0.3), done.append(1))).start()
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(2)  # its idle workers stop when told to (threading's exit hooks)
+assert pool.submit(lambda: 1).result() == 1
+atexit.register(lambda: print("atexit ran"))
+print("buffered", end=" ")
+quick_exit(3)
+"""
+
+
+def test_quick_exit_keeps_what_a_normal_exit_does(tmp_path) -> None:
+    """The `fuserc` command ends with `quick_exit`: buffered output still
+    comes out, atexit handlers and non-daemon threads still finish, MPI is
+    finalized (Open MPI's launcher reports a rank that exits without it),
+    and the code is the process's."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "quick.py"
+    script.write_text(QUICK_EXIT_SCRIPT)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout == "buffered atexit ran\n"
+    assert "finalized=True worker_done=[1]" in p.stderr
+
+
+def test_the_command_ends_quickly_with_its_results_and_code() -> None:
+    """`python -m fuserc` (the console script's `entry`): results on a
+    pipe, exit codes 0 and 1, the diagnostic intact."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "gpt_layer.mlir"
+    ok = subprocess.run(
+        [sys.executable, "-m", "fuserc", "run", str(example), "--mesh", "tp=1", "--backend", "cpu", "--check"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "output 0: max rel error" in ok.stdout and ok.stdout.rstrip().endswith(".npy")
+    bad = subprocess.run([sys.executable, "-m", "fuserc", "run", str(example), "--backend", "cpu"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1
+    assert "error: the program needs 4 ranks" in bad.stderr and "Traceback" not in bad.stderr
