@@ -103,6 +103,7 @@ def fetch(job: Job) -> Any:
     (with a warning: it runs another way)."""
     start = time.perf_counter()
     try:
+        _imported_early()
         return _fetch([job], KernelCache())
     finally:
         COUNTS.seconds += time.perf_counter() - start
@@ -171,7 +172,8 @@ _EARLY: list[Any] = []
 def import_early(func: Any) -> None:
     """When `func` (a host program just loaded) launches regions that need
     Inductor's kernels, import Inductor in a thread of this process (once),
-    from now until the kernels are fetched. The import is Python's work
+    from now until the kernels are fetched (which waits for it first:
+    `_imported_early`). The import is Python's work
     (it holds the interpreter's lock), so it gains where this process waits
     outside Python meanwhile: CUDA's and NCCL's set-up, and the other ranks
     at the job's barriers."""
@@ -199,6 +201,14 @@ def import_early(func: Any) -> None:
     thread = threading.Thread(target=run, name="fuserc-import-inductor", daemon=True)
     _EARLY.append(thread)
     thread.start()
+
+
+def _imported_early() -> None:
+    """Wait for `import_early`'s imports before this thread fetches kernels:
+    two threads importing Inductor side by side can deadlock (its modules
+    take locks of their own while Python's import locks are held)."""
+    for thread in _EARLY:
+        thread.join()
 
 
 
@@ -267,6 +277,7 @@ def build_all(
     """Load the groups whose entry is cached; build the others (here and in
     `workers` worker processes: by default `worker_count`)."""
     cache = KernelCache()
+    _imported_early()
     missing = [g for g in groups if not cache.entry_path(g[0].key).exists()]
     n = worker_count(len(missing), local_size) if workers is None else workers
     pool = _Pool(n, device, cache) if n > 0 and missing else None  # they start while the others load

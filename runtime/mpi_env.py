@@ -357,6 +357,18 @@ def _free_port() -> int:
 
 
 
+EXIT_GRACE_S = 30.0
+"""How long `quick_exit`'s steps may take before the process ends anyway."""
+
+
+def _exit_late(code: int) -> None:
+    try:
+        sys.__stderr__.write(f"fuserc: the process's exit steps (atexit handlers, MPI_Finalize) took over {EXIT_GRACE_S:.0f} s; it ends now\n")
+        sys.__stderr__.flush()
+    finally:
+        os._exit(code)
+
+
 ENDS_PROCESS = [False]
 """True once the `fuserc` command runs as its process's entry point
 (`fuserc.cli.entry`): the process ends with `quick_exit` after it, so what
@@ -370,10 +382,15 @@ def quick_exit(code: int) -> NoReturn:
     the `atexit` handlers run and MPI finalized (mpi4py would do it after
     Python's own teardown). Python's teardown itself is skipped: with
     torch, Triton and Inductor loaded it takes a second or more (the last
-    garbage collection over every module), after the results are out."""
+    garbage collection over every module), after the results are out. Steps
+    that last over `EXIT_GRACE_S` (a handler or a peer that never returns)
+    do not keep the process: it ends then with `code`, and says so."""
     import atexit
     import threading
 
+    guard = threading.Timer(EXIT_GRACE_S, _exit_late, (code,))
+    guard.daemon = True
+    guard.start()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

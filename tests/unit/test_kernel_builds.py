@@ -175,6 +175,22 @@ def test_inductor_is_imported_early_for_programs_that_need_it(which: str, tmp_pa
     assert p.stdout.strip() == str(want)
 
 
+def test_kernels_are_fetched_after_the_early_imports(cache_dir: Path) -> None:
+    """Fetching waits for `import_early`'s thread: two threads importing
+    Inductor side by side can deadlock."""
+    import threading
+
+    done: list[int] = []
+    thread = threading.Thread(target=lambda: (time.sleep(0.5), done.append(1)), daemon=True)
+    kernel_builds._EARLY.append(thread)
+    try:
+        thread.start()
+        kernel_builds.build_all([], CPU)
+        assert done == [1]
+    finally:
+        kernel_builds._EARLY.remove(thread)
+
+
 ATTENTION_ONLY = """
 func.func @main(%q: tensor<1x2x64x16xf32>, %k: tensor<1x2x64x16xf32>, %v: tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32> {
   %o = fusion.sdpa %q, %k, %v causal = true : (tensor<1x2x64x16xf32>, tensor<1x2x64x16xf32>, tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32>

@@ -108,3 +108,23 @@ def test_the_command_ends_quickly_with_its_results_and_code() -> None:
     bad = subprocess.run([sys.executable, "-m", "fuserc", "run", str(example), "--backend", "cpu"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1
     assert "error: the program needs 4 ranks" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_quick_exit_ends_a_process_whose_exit_steps_never_return(tmp_path) -> None:
+    """An atexit handler (or MPI_Finalize waiting for a peer) that never
+    returns does not keep the process: it ends after the grace, with its
+    code and a line that says so."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import atexit, threading\n"
+        "from fuserc.runtime import mpi_env\n"
+        "mpi_env.EXIT_GRACE_S = 1.0\n"
+        "atexit.register(lambda: threading.Event().wait())\n"
+        "mpi_env.quick_exit(4)\n"
+    )
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4
+    assert "exit steps (atexit handlers, MPI_Finalize) took over 1 s; it ends now" in p.stderr
