@@ -108,6 +108,7 @@ def entry() -> None:
     process ends without Python's teardown of torch (`quick_exit`: a second
     or more after the results are out). `main` itself returns by raising
     SystemExit, as click's commands do, for callers in one process."""
+    from fuserc.runtime.job import launcher_size
     from fuserc.runtime.mpi_env import ENDS_PROCESS, quick_exit
 
     ENDS_PROCESS[0] = True
@@ -120,7 +121,18 @@ def entry() -> None:
         else:
             click.echo(e.code, err=True)
             code = 1
+    if code != 0 and (launcher_size() or 1) > 1:
+        # A launcher ends every rank once one fails: the rank that prints the
+        # job's message (rank 0 for bad usage, the lowest holding it after a
+        # failure every rank knows) must have written it by then.
+        import time
+
+        time.sleep(FAILED_RANK_GRACE_S)
     quick_exit(code)
+
+
+FAILED_RANK_GRACE_S = 0.5
+"""How long a failing rank of a job waits before it ends (see `entry`)."""
 
 
 def _list_passes(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

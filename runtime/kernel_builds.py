@@ -173,10 +173,10 @@ def import_early(func: Any) -> None:
     """When `func` (a host program just loaded) launches regions that need
     Inductor's kernels, import Inductor in a thread of this process (once),
     from now until the kernels are fetched (which waits for it first:
-    `_imported_early`). The import is Python's work
-    (it holds the interpreter's lock), so it gains where this process waits
-    outside Python meanwhile: CUDA's and NCCL's set-up, and the other ranks
-    at the job's barriers."""
+    `_imported_early`). The import is Python's work (it holds the
+    interpreter's lock), so it gains where this process waits outside
+    Python meanwhile: CUDA's and NCCL's set-up, and the other ranks at the
+    job's barriers."""
     if _EARLY or "torch._inductor.compile_fx" in sys.modules:
         return
     from fuserc.dialects import hir
@@ -189,14 +189,12 @@ def import_early(func: Any) -> None:
     def run() -> None:
         import importlib
 
-        try:
+        with contextlib.suppress(Exception):  # the fetch imports them again and reports what fails
             for name in EARLY_MODULES:
                 importlib.import_module(name)
             from torch._inductor.codecache import torch_key
 
             torch_key()  # a digest of torch's sources, which every load checks
-        except Exception:  # noqa: BLE001 - the fetch imports them again and reports what fails
-            pass
 
     thread = threading.Thread(target=run, name="fuserc-import-inductor", daemon=True)
     _EARLY.append(thread)
@@ -209,8 +207,6 @@ def _imported_early() -> None:
     take locks of their own while Python's import locks are held)."""
     for thread in _EARLY:
         thread.join()
-
-
 
 
 def prepare(

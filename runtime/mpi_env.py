@@ -356,7 +356,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-
 EXIT_GRACE_S = 30.0
 """How long `quick_exit`'s steps may take before the process ends anyway."""
 
