@@ -177,8 +177,12 @@ class CudaBackend(Backend):
 
     def loaded(self, func: Any) -> None:
         """A program with generated kernels to fetch: Inductor's modules are
-        imported meanwhile (runtime/kernel_builds.py `import_early`)."""
-        if self.kernels == "inductor":
+        imported meanwhile (runtime/kernel_builds.py `import_early`), in a
+        process the `fuserc` command owns only: a caller's own thread could
+        be importing Inductor at the same time (torch.compile)."""
+        from fuserc.runtime.mpi_env import ENDS_PROCESS
+
+        if self.kernels == "inductor" and ENDS_PROCESS[0]:
             from fuserc.runtime.kernel_builds import import_early
 
             import_early(func)
