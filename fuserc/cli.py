@@ -116,11 +116,7 @@ def entry() -> None:
         main()
         code = 0
     except SystemExit as e:
-        if e.code is None or isinstance(e.code, int):
-            code = e.code or 0
-        else:
-            click.echo(e.code, err=True)
-            code = 1
+        code = exit_status(e)
     if code != 0 and (launcher_size() or 1) > 1:
         # A launcher ends every rank once one fails: the rank that prints the
         # job's message (rank 0 for bad usage, the lowest holding it after a
@@ -129,6 +125,15 @@ def entry() -> None:
 
         time.sleep(FAILED_RANK_GRACE_S)
     quick_exit(code)
+
+
+def exit_status(error: SystemExit) -> int:
+    """The status a process ending with `error` has, as Python sets it (a
+    code that is not a number is printed, and the status is 1)."""
+    if error.code is None or isinstance(error.code, int):
+        return error.code or 0
+    print(error.code, file=sys.stderr)
+    return 1
 
 
 FAILED_RANK_GRACE_S = 0.5

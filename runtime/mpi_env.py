@@ -153,11 +153,7 @@ class MpiEnv:
         """End every rank of the job now, with exit code `code` (callable
         from any thread). MPI's own banner is not printed: the caller has
         said why."""
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        flush_output()
         if self.size > 1:
             try:
                 devnull = os.open(os.devnull, os.O_WRONLY)
@@ -356,6 +352,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def flush_output() -> None:
+    """Flush standard output and error, which may be closed already (a
+    process about to end must not fail on that)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 EXIT_GRACE_S = 30.0
 """How long `quick_exit`'s steps may take before the process ends anyway."""
 
@@ -390,20 +396,12 @@ def quick_exit(code: int) -> NoReturn:
     guard = threading.Timer(EXIT_GRACE_S, _exit_late, (code,))
     guard.daemon = True
     guard.start()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_output()
     if threading.current_thread() is threading.main_thread():
         threading._shutdown()  # type: ignore[attr-defined]  # as Python's exit: pools told to stop, then non-daemon threads joined
     atexit._run_exitfuncs()
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.Finalize()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_output()
     os._exit(code)

@@ -180,14 +180,6 @@ def _launch(
 # --------------------------------------------------------------------------
 
 
-def exit_status(error: SystemExit) -> int:
-    """The status a process ending with `error` has (as Python sets it)."""
-    if error.code is None or isinstance(error.code, int):
-        return error.code or 0
-    print(error.code, file=sys.stderr)
-    return 1
-
-
 def call(argv: list[str], script: str | None) -> None:
     """`fuserc ARGV`, or `python SCRIPT ARGV`, in this process."""
     if script is None:
@@ -219,6 +211,8 @@ def run_one(argv: list[str], script: str | None, env: dict[str, str], timeout: f
         call(argv, script)
         code = 0
     except SystemExit as e:
+        from fuserc.cli import exit_status
+
         code = exit_status(e)
     except BaseException:  # noqa: BLE001 - as an uncaught exception ends a process
         traceback.print_exc()
