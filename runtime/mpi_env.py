@@ -366,9 +366,21 @@ EXIT_GRACE_S = 30.0
 """How long `quick_exit`'s steps may take before the process ends anyway."""
 
 
+_EXIT_STEP = ["flushing output"]
+"""The step `quick_exit` is in, for the line of `_exit_late`."""
+
+
 def _exit_late(code: int) -> None:
+    """End a process whose exit steps got stuck, saying at which step and
+    where every thread was (a stuck exit is a bug to report)."""
+    import faulthandler
+
     try:
-        sys.__stderr__.write(f"fuserc: the process's exit steps (atexit handlers, MPI_Finalize) took over {EXIT_GRACE_S:.0f} s; it ends now\n")
+        sys.__stderr__.write(
+            f"fuserc: the process's exit steps took over {EXIT_GRACE_S:.0f} s (stuck {_EXIT_STEP[0]}); it ends now. Its threads:\n"
+        )
+        sys.__stderr__.flush()
+        faulthandler.dump_traceback(sys.__stderr__, all_threads=True)
         sys.__stderr__.flush()
     finally:
         os._exit(code)
@@ -398,10 +410,13 @@ def quick_exit(code: int) -> NoReturn:
     guard.start()
     flush_output()
     if threading.current_thread() is threading.main_thread():
+        _EXIT_STEP[0] = "joining threads"
         threading._shutdown()  # type: ignore[attr-defined]  # as Python's exit: pools told to stop, then non-daemon threads joined
+    _EXIT_STEP[0] = "in atexit handlers"
     atexit._run_exitfuncs()
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        _EXIT_STEP[0] = "in MPI_Finalize"
         mpi.Finalize()
     flush_output()
     os._exit(code)

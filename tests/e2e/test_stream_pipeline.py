@@ -72,6 +72,7 @@ def links_file(tmp_path: Path, **values: object) -> dict[str, str]:
 DEFAULT_LINKS = {"copy_engine_gbps": 350}
 GEMM_BOUND = {
     "copy_engine_gbps": 350,
+    "ipc_fence_us": 10,
     "nccl_busbw_gbps": 0.001,
     "nccl_sm_slowdown": 0,
     "chunk_us": 0,
@@ -81,8 +82,8 @@ GEMM_BOUND = {
 }
 """A node so slow at these tiny programs' GEMMs and collectives that they
 pay for a pipeline (with the default links auto leaves them unpipelined)."""
-COMM_BOUND = {"nccl_busbw_gbps": 0.01, "nccl_latency_us": 0, "copy_engine_gbps": 100, "copy_engine_latency_us": 0, "launch_us": 0}
-SLOW_COPY = {"copy_engine_gbps": 0.001, "copy_engine_latency_us": 1000}
+COMM_BOUND = {"nccl_busbw_gbps": 0.01, "nccl_latency_us": 0, "copy_engine_gbps": 100, "copy_engine_latency_us": 0, "ipc_fence_us": 0, "launch_us": 0}
+SLOW_COPY = {"copy_engine_gbps": 0.001, "copy_engine_latency_us": 1000, "ipc_fence_us": 1000}
 
 
 # --------------------------------------------------------------------------

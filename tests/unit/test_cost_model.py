@@ -83,7 +83,7 @@ def test_reduce_scatter_ring_hides_its_transfers() -> None:
     """The ring adds the running sums in the GEMMs' epilogues: when the
     transfers keep up its time is the GEMMs' alone; when they do not, a
     sub-ring per GEMM in flight (k = 2) hides them better than one."""
-    m = cm.Machine(copy_engine_gbps=1e6, copy_engine_latency_us=0.0, chunk_us=0.0)
+    m = cm.Machine(copy_engine_gbps=1e6, copy_engine_latency_us=0.0, ipc_fence_us=0.0, chunk_us=0.0)
     site = reduce_scatter(32768, 16384, 8192)
     for s in (D, 2 * D):
         ring = cm.estimate(m, site, cm.RING, s)
