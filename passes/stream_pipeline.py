@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 
 from fuserc.diagnostics import error_at
@@ -46,7 +46,7 @@ from fuserc.passes.cost_model import (
     RING_FORMS,
     Machine,
 )
-from fuserc.passes.schedule import overlap_collectives
+from fuserc.passes.schedule import SCHEDULED, overlap_collectives, share_compute
 from fuserc.passes.stream_emit import Plan, SiteLowering
 from fuserc.passes.stream_sites import (
     COMPUTE,
@@ -107,17 +107,22 @@ class StreamPipeline(ModulePass):
             raise ValueError(f"chunks must be positive, got {self.chunks}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        machine: Machine | None = None
+        machines: list[Machine] = []
+
+        def machine_at(anchor: Operation) -> Machine:
+            if not machines:
+                try:
+                    machines.append(cost_model.load_machine(self.links or None))
+                except cost_model.LinksFileError as e:  # located in the file, not the program
+                    raise e.diagnostic() from None
+                except ValueError as e:
+                    raise error_at(anchor, f"stream-pipeline: {e}") from None
+            return machines[0]
+
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp) and hir.is_host_program(f)]:
             if self.algorithm != NONE:
                 for site in find_sites(func):
-                    if site.kind != LOCAL and machine is None:
-                        try:
-                            machine = cost_model.load_machine(self.links or None)
-                        except cost_model.LinksFileError as e:  # located in the file, not the program
-                            raise e.diagnostic() from None
-                        except ValueError as e:
-                            raise error_at(site.anchor, f"stream-pipeline: {e}") from None
+                    machine = machine_at(site.anchor) if site.kind != LOCAL else machines[0] if machines else None
                     plan = self.plan(site, machine)
                     if plan.algorithm == NONE:  # a written split says why; an unsplit site stays as it is
                         for o in site.marked if site.written is not None else []:
@@ -127,6 +132,8 @@ class StreamPipeline(ModulePass):
             explain_the_rest(func, self.algorithm)
             if self.algorithm != NONE:
                 for block in host_blocks(func):
+                    if _shareable(block):
+                        share_compute(block, machine_at(func))
                     overlap_collectives(block)
 
     def streams(self, chunks: int) -> int:
@@ -215,6 +222,12 @@ def describe(site: Site) -> str:
     if site.kind == CHUNKS:
         return f"a {comm} per chunk" + (" after its compute" if site.producers else "")
     return f"a {comm} without a GEMM" if site.gemm is None else f"a {comm} with its GEMM"
+
+
+def _shareable(block: Block) -> bool:
+    """Two collectives or more that `share_compute` might balance (the cost
+    model is only loaded then)."""
+    return sum(isinstance(o, SCHEDULED) for o in block.ops) > 1
 
 
 # --------------------------------------------------------------------------

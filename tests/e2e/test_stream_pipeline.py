@@ -571,3 +571,21 @@ def test_links_helper_measures_a_node(tmp_path: Path) -> None:
     run = checked(2, prog, "default", env={"FUSERC_LINKS": str(out)})
     host = check(mpirun(run.n, run.args, env=run.env))
     assert f"cost model ({out})" in host
+
+
+GPT_LAYER = Path(__file__).parents[1] / "lit" / "passes" / "Inputs" / "gpt_layer_bf16.mlir"
+SLOW_GEMM = {"gemm_tflops": {"f32": 1e-6, "bf16": 1e-6}, "gemm_half_gflop": 0, "nccl_busbw_gbps": 0.001}
+
+
+@launches(lambda d: checked(4, GPT_LAYER, "autodiff,default", "--entry", "main_bwd", env=links_file(d, **SLOW_GEMM)))
+def test_backward_shares_its_weight_gradients_between_collectives(ran: Ran) -> None:
+    """GEMMs slow enough that one weight gradient hides a collective: the
+    layer's backward moves an MLP weight gradient from beside the
+    reduce-scatter to beside the gather after it (schedule.share_compute),
+    and its gradients still pass --check on 4 ranks."""
+    out = check(ran.proc)
+    bwd = out[out.index("func.func @main_bwd") :]
+    gather = re.search(r"(%tok_2) = hir\.allgather", bwd)
+    assert gather is not None
+    between = bwd[gather.end() : bwd.index(f"hir.wait {gather.group(1)} ")]
+    assert "hir.matmul" in between

@@ -66,3 +66,30 @@ def test_bad_units(text: str) -> None:
 def test_unit() -> None:
     u = Unit.parse("8192x4096xbf16")
     assert u.nbytes == 8192 * 4096 * 2 and u.of(u.nbytes * 3 // 4) == 0.75
+
+
+def test_gpt_layer_backward_gathers_beside_a_weight_gradient(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPT layer at d = 4, hidden 4096, 8192 tokens (every collective
+    whole there): the backward's reduce-scatter after the MLP has both MLP
+    weight gradients to hide it, the gather of the attention block's
+    cotangent after it none of its own; one weight gradient runs beside
+    the gather instead (schedule.share_compute), so every [T, H]
+    collective of the backward but its first overlaps a GEMM."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
+    from gpt_layer import build
+
+    links = tmp_path / "links.json"
+    links.write_text("{}")  # the documented defaults, whatever this machine's cache holds
+    monkeypatch.setenv("FUSERC_LINKS", str(links))
+    rep = build(8192, 4096, 32, 16384, 4, "bf16").comm_report("autodiff,default", "8192x4096xbf16")
+    bwd = rep.function("main_bwd")
+    assert [(ln.kind, ln.overlap) for ln in bwd.lines] == [
+        ("allgather", "no"),
+        ("reduce_scatter", "gemm"),
+        ("allgather", "gemm"),
+        ("reduce_scatter", "gemm"),
+        ("allreduce", "kernel"),  # 48 KiB: latency, not worth a GEMM's move
+    ]
