@@ -34,7 +34,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of
 from fuserc.passes.cost_model import Machine
-from fuserc.passes.stream_sites import gemm_flops
+from fuserc.passes.stream_sites import GEMM_OPS, gemm_flops
 
 SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp)
 """Collectives whose start and wait move (not sends, puts or fences: their
@@ -127,7 +127,7 @@ def overlap_collectives(block: Block) -> int:
         if wait is None:
             continue
         _needed_first(comm)
-        buffers = {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
+        buffers = _buffers(comm)
         allocs = [v.owner for v in comm.operands if isinstance(v.owner, hir.AllocOp) and v.owner.parent_block() is block]
         needed = _definitions(comm, block)
         before: list[Operation] = []  # the ops the collective moves above, nearest first
@@ -138,11 +138,8 @@ def overlap_collectives(block: Block) -> int:
             before.append(prev)
             prev = prev.prev_op
         before.reverse()
-        after: list[Operation] = []  # the ops its wait moves below
-        nxt = wait.next_op
-        while nxt is not None and nxt is not last and not (_touched(nxt) & buffers) and not _communicates(nxt):
-            after.append(nxt)
-            nxt = nxt.next_op
+        after = _sinks_past(wait, buffers, last)  # the ops its wait moves below
+        nxt = after[-1].next_op if after else wait.next_op
         passed = [o for o in before if o not in allocs]
         if nxt is None or not any(_computes(o) for o in passed + after):
             continue  # nothing to overlap with
@@ -151,6 +148,30 @@ def overlap_collectives(block: Block) -> int:
         _move(comm, wait, [a for a in dict.fromkeys(allocs) if a in lifted], anchor, nxt)
         moved += 1
     return moved
+
+
+def _buffers(comm: Operation) -> set[SSAValue]:
+    """The buffers (roots) a collective reads and writes."""
+    return {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
+
+
+def _sinks_past(wait: Operation, buffers: set[SSAValue], last: Operation | None) -> list[Operation]:
+    """The ops after a collective's `wait` that its wait may move below:
+    up to the first that touches its `buffers` or communicates, or `last`."""
+    out: list[Operation] = []
+    nxt = wait.next_op
+    while nxt is not None and nxt is not last and not (_touched(nxt) & buffers) and not _communicates(nxt):
+        out.append(nxt)
+        nxt = nxt.next_op
+    return out
+
+
+def _spare_gemms(comm: Operation) -> list[Operation]:
+    """The GEMMs of `comm`'s window that it does not need (`_needed_first`
+    runs them beside it), in order."""
+    window = _window(comm)
+    cone = _cone(comm, window)
+    return [o for o in window if o not in cone and isinstance(o, GEMM_OPS)]
 
 
 def share_compute(block: Block, machine: Machine) -> int:
@@ -173,9 +194,7 @@ def share_compute(block: Block, machine: Machine) -> int:
         have = _beside(comm, block, machine)
         if have >= need or need < 2 * machine.nccl_latency_us * 1e-6:
             continue  # hidden already, or too small to be worth a GEMM's move
-        window = _window(prev)
-        cone = _cone(prev, window)
-        free = [o for o in window if o not in cone and isinstance(o, GEMMS)]
+        free = _spare_gemms(prev)
         spare = sum(_gemm_time(o, machine) for o in free) - KEEP * _transfer(prev, machine)
         for gemm in reversed(free):
             t = _gemm_time(gemm, machine)
@@ -193,8 +212,6 @@ def share_compute(block: Block, machine: Machine) -> int:
             moved += 1
     return moved
 
-
-GEMMS = (hir.MatmulOp, hir.LinearOp)
 
 KEEP = 1.5
 """The GEMM time a collective keeps beside it, over its modeled transfer:
@@ -215,18 +232,10 @@ def _transfer(comm: Operation, machine: Machine) -> float:
 
 def _beside(comm: Operation, block: Block, machine: Machine) -> float:
     """The GEMM time `overlap_collectives` would give `comm`: GEMMs of its
-    window it does not need, and those after its wait up to the first op
-    that touches its buffers (or a boundary)."""
-    window = _window(comm)
-    cone = _cone(comm, window)
-    total = sum(_gemm_time(o, machine) for o in window if o not in cone and isinstance(o, GEMMS))
-    buffers = {_root(v) for v in comm.operands if isinstance(v.type, TensorType)}
+    window it does not need, and those its wait moves below."""
     wait = _wait_of(comm, block)
-    nxt = wait.next_op if wait is not None else None
-    while nxt is not None and not (_touched(nxt) & buffers) and not _communicates(nxt) and not _bounds(nxt):
-        total += _gemm_time(nxt, machine) if isinstance(nxt, GEMMS) else 0.0
-        nxt = nxt.next_op
-    return total
+    after = _sinks_past(wait, _buffers(comm), block.last_op) if wait is not None else []
+    return sum(_gemm_time(o, machine) for o in [*_spare_gemms(comm), *after] if isinstance(o, GEMM_OPS))
 
 
 def _movable(gemm: Operation, comm: Operation) -> list[Operation] | None:
@@ -250,8 +259,6 @@ def _movable(gemm: Operation, comm: Operation) -> list[Operation] | None:
                 return None  # the buffer is used after the GEMM: not its last use
             continue
         if isinstance(o, hir.WaitOp):
-            if _touched(o) & used:
-                return None
             continue  # a wait orders the main stream after a collective: the GEMM may run after it
         if _bounds(o) or _communicates(o) and not isinstance(o, SCHEDULED):
             return None
