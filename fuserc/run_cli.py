@@ -14,6 +14,7 @@ and the watchdog ends a job whose run or collective does not complete
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from collections.abc import Sequence
@@ -28,8 +29,8 @@ if TYPE_CHECKING:  # torch and numpy load only when a program runs
     import numpy as np
     import torch
 
-WARMUP = 5
-"""Untimed runs before --iters by default: on cuda, runs 2-5 are the trial
+WARMUP = 6
+"""Untimed runs before --iters by default: on cuda, runs 2-6 are the trial
 that chooses between replaying a captured graph and running op by op
 (runtime/graphs.py), so the timed runs are the chosen way's."""
 
@@ -42,7 +43,7 @@ that chooses between replaying a captured graph and running op by op
 @click.option("--save-outputs", "save_dir", type=click.Path(file_okay=False), help="Rank 0 writes each global result as DIR/out<i>.npy.")
 @click.option("--check", is_flag=True, help="Compare each result with the unsharded float64 reference.")
 @click.option("--backend", "backend_kind", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 5; needs --iters).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Untimed runs before timing (default 6; needs --iters).")
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed runs: prints the median time and TFLOP/s per GPU.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace of every rank's streams: of the last timed run with --iters, else of a run after one untraced run.")
 @click.option("--print-host-ir", is_flag=True, help="Print the host program after the pipeline.")
@@ -225,6 +226,12 @@ def _run(o: _Options, job: Any) -> int:
                 raise Diagnostic(f"the cuda backend cannot run here: {fallback}")
             kind = "cpu" if fallback is not None else "cuda"
         startup.add("imports", clock.lap())
+    if kind == "cuda":  # Inductor's import goes on while CUDA and NCCL start
+        from fuserc.runtime.cuda import import_compiler_early
+        from fuserc.runtime.evaluator import find_host_program
+
+        with contextlib.suppress(Diagnostic):  # the program's load says what is wrong with it
+            import_compiler_early(find_host_program(compiled.host, compiled.entry))
     with job.section(f"starting the {kind} backend"):
         backend = make_backend(kind, env)
     startup.add("backend", clock.lap())

@@ -29,6 +29,7 @@ run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ import torch
 from xdsl.ir import Block
 
 from fuserc.diagnostics import Diagnostic
+from fuserc.dialects import hir
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work
 from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
@@ -46,7 +48,7 @@ from fuserc.runtime.cuda_comm import (
     disable_multicast,
     nbytes,
 )
-from fuserc.runtime.cuda_regions import kernels_mode
+from fuserc.runtime.cuda_regions import generates, kernels_mode, program_generates
 from fuserc.runtime.mpi_env import MpiEnv
 
 disable_multicast()
@@ -101,6 +103,22 @@ class CudaWork(Work):
     keep: list[Any] = field(default_factory=list)
 
 
+def import_compiler_early(func: Any) -> None:
+    """When `func` (a host program about to run on this backend) launches
+    generated kernels, Inductor's modules are imported in a thread from now
+    on (runtime/kernel_builds.py `import_early`, once), in a process the
+    `fuserc` command owns only: a caller's own thread could be importing
+    Inductor at the same time (torch.compile). `fuserc run` calls it before
+    the backend starts, so that the import goes on while CUDA starts."""
+    from fuserc.runtime.mpi_env import ENDS_PROCESS
+
+    mode = kernels_mode()
+    if ENDS_PROCESS[0] and mode != "cupy":
+        from fuserc.runtime.kernel_builds import import_early
+
+        import_early(func, mode)
+
+
 class CudaBackend(Backend):
     """CUDA GPUs: CuPy streams/events, NCCL, CUDA IPC, cuBLAS, fused kernels."""
 
@@ -142,6 +160,8 @@ class CudaBackend(Backend):
         self._capturing = False
         self._caller: Any = None  # torch's stream of the caller of the run under way (enter_caller)
         self.kernels = kernels_mode()
+        self._region_kernels: weakref.WeakKeyDictionary[Block, bool] = weakref.WeakKeyDictionary()
+        """Whether each region of the programs loaded gets generated kernels."""
 
     def _new_stream(self, name: str) -> CudaStream:
         import cupy
@@ -170,22 +190,20 @@ class CudaBackend(Backend):
     def prepare_kernels(self, *programs: Any) -> None:
         """The programs' region and row kernels, from the kernel cache or
         built in parallel (runtime/kernel_builds.py), before their first runs."""
-        if self.kernels == "inductor":
+        if self.kernels != "cupy":
             from fuserc.runtime.kernel_builds import prepare
 
-            prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size)
+            prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size, mode=self.kernels)
 
     def loaded(self, func: Any) -> None:
-        """A program with generated kernels to fetch: Inductor's modules are
-        imported meanwhile (runtime/kernel_builds.py `import_early`), in a
-        process the `fuserc` command owns only: a caller's own thread could
-        be importing Inductor at the same time (torch.compile)."""
-        from fuserc.runtime.mpi_env import ENDS_PROCESS
-
-        if self.kernels == "inductor" and ENDS_PROCESS[0]:
-            from fuserc.runtime.kernel_builds import import_early
-
-            import_early(func)
+        """Whether the program's regions get generated kernels (the choice
+        is the program's: cuda_regions.program_generates), and if so, its
+        compiler's import starts (`import_compiler_early`)."""
+        gets = program_generates(self.kernels, func)
+        for op in func.walk():
+            if isinstance(op, hir.LaunchOp):
+                self._region_kernels[op.body.block] = gets
+        import_compiler_early(func)
 
     # ---- arrays -------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -332,7 +350,10 @@ class CudaBackend(Backend):
         if attention.run_region(body, ins, outs):  # a lone sdpa or sdpa_grad: PyTorch's attention kernels
             self.fused_launches += 1
             return
-        if self.kernels == "inductor" and self._generated(body, ins, outs, contexts):
+        gets = self._region_kernels.get(body)
+        if gets is None:  # a region of no program loaded here: its own size decides
+            gets = generates(self.kernels, (t.numel() for t in (*ins, *outs)))
+        if gets and self._generated(body, ins, outs, contexts):
             self.fused_launches += 1
             return
         plan = plan_for(body)

@@ -427,14 +427,17 @@ def plan_region(body: Block) -> FusedPlan | None:
     out_dtypes: list[torch.dtype] = []
     stores: list[str] = []  # after every load: an output may be an input
     for i, v in enumerate(yield_op.values):
-        if v in outside:
+        # Every output has the kernel's shape (CuPy's ElementwiseKernel
+        # writes its outputs at the inputs' broadcast shape): a rank-0 value
+        # yielded beside full ones (a constant) runs op by op.
+        if v in outside and shape_of(outside[v][0]) == shape:
             base, steps = outside[v]
             value = exprs[base]
             inverse = _output_steps(base, steps)
             if inverse is None:
                 return None
             outputs.append(OutputView(i, inverse))
-        elif v in exprs:
+        elif v in exprs and shape_of(v) == shape:
             value = exprs[v]
             outputs.append(OutputView(i))
         elif v in sources and shape_of(v) == shape:

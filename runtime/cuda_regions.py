@@ -20,17 +20,32 @@ compiling), and a program's are built in parallel before its first run
 (runtime/kernel_builds.py).
 
 A region whose trace or compile fails is remembered and runs op by op
-(`None`); `FUSERC_KERNELS=cupy` keeps to the CuPy elementwise kernels of
-runtime/cuda_fusion.py and op-by-op torch for the rest.
+(`None`). Which programs get generated kernels is `kernels_mode`'s choice
+(`$FUSERC_KERNELS`): by default ("auto") those with a region that has an
+operand of `SMALL_REGION` elements or more (`program_generates`), and then
+every region of them; a program of small regions only runs the CuPy
+elementwise kernels of runtime/cuda_fusion.py and op-by-op torch for the
+rest. A small region's kernels are bound by their launches, which
+Inductor's kernel saves a few microseconds of, while loading Inductor to
+run them costs seconds at each start (its import: 2-2.6 s on an H200
+machine): a program of small tensors (an example, a test) starts without
+it. The choice is the program's, not each region's: once Inductor is
+loaded for a program, its small regions' kernels cost little more, and
+one region run op by op with torch would keep its runs from being
+replayed as CUDA graphs (the GPT layer's backward has one: the slices of
+its replicated parameters' gradients out of their all-reduced buffer).
+"inductor" gives every program its kernels; "cupy" none.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import math
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +55,10 @@ from xdsl.ir import Block
 from fuserc.runtime.kernel_cache import NotKept, Sections
 
 KERNELS_ENV = "FUSERC_KERNELS"
-KERNELS = ("inductor", "cupy")
+KERNELS = ("auto", "inductor", "cupy")
+SMALL_REGION = 1 << 16
+"""Under "auto", a region whose operands all have fewer elements runs
+without generated kernels (the module's docstring says why)."""
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
 Aliases = tuple[int, ...]
@@ -50,19 +68,45 @@ _COMPILED: dict[tuple[Block, tuple[Layout, ...], Aliases], Callable[..., Any] | 
 
 
 def kernels_mode() -> str:
-    """How `hir.launch` regions run on cuda: $FUSERC_KERNELS, "inductor" by
+    """How `hir.launch` regions run on cuda: $FUSERC_KERNELS, "auto" by
     default, "cupy" where Triton (Inductor's code generator) is missing."""
-    mode = os.environ.get(KERNELS_ENV, "inductor")
+    mode = os.environ.get(KERNELS_ENV, "auto")
     if mode not in KERNELS:
         from fuserc.diagnostics import Diagnostic
 
         raise Diagnostic(f"${KERNELS_ENV} must be one of {', '.join(KERNELS)}, got '{mode}'")
-    if mode == "inductor":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "cupy"
+    if mode != "cupy" and importlib.util.find_spec("triton") is None:
+        return "cupy"  # (found, not imported: a program of small regions never needs it)
     return mode
+
+
+def generates(mode: str, numels: Iterable[int | None]) -> bool:
+    """Whether a region whose operands have `numels` elements (None: not
+    known before the run) needs generated kernels under `mode`."""
+    if mode != "auto":
+        return mode == "inductor"
+    return any(n is None or n >= SMALL_REGION for n in numels)
+
+
+def program_generates(mode: str, func: Any) -> bool:
+    """Whether the regions of `func` (a host program) get generated kernels
+    under `mode`: one of them needs them (`generates`; not attention's,
+    which runs PyTorch's kernels)."""
+    from fuserc.dialects import hir
+    from fuserc.runtime.attention import runs_region
+
+    return mode != "cupy" and any(
+        isinstance(op, hir.LaunchOp) and not runs_region(op.body.block) and generates(mode, launch_numels(op)) for op in func.walk()
+    )
+
+
+def launch_numels(op: Any) -> list[int | None]:
+    """The elements of each operand of a `hir.launch`, from its types."""
+    out: list[int | None] = []
+    for v in op.operands:
+        shape = v.type.get_shape()
+        out.append(None if any(d < 0 for d in shape) else math.prod(shape))
+    return out
 
 
 def layout_of(t: torch.Tensor) -> Layout:

@@ -169,20 +169,19 @@ code Inductor generated): about 2 s of a warm start's 3 s of kernels."""
 _EARLY: list[Any] = []
 
 
-def import_early(func: Any) -> None:
-    """When `func` (a host program just loaded) launches regions that need
-    Inductor's kernels, import Inductor in a thread of this process (once),
-    from now until the kernels are fetched (which waits for it first:
-    `_imported_early`). The import is Python's work (it holds the
-    interpreter's lock), so it gains where this process waits outside
-    Python meanwhile: CUDA's and NCCL's set-up, and the other ranks at the
-    job's barriers."""
+def import_early(func: Any, mode: str = "inductor") -> None:
+    """When `func` (a host program just loaded) launches regions that get
+    Inductor's kernels under kernels `mode` (cuda_regions.program_generates),
+    import Inductor in a thread of this process (once), from now until the
+    kernels are fetched (which waits for it first: `_imported_early`). The
+    import is Python's work (it holds the interpreter's lock), so it gains
+    where this process waits outside Python meanwhile: CUDA's and NCCL's
+    set-up, and the other ranks at the job's barriers."""
     if _EARLY or "torch._inductor.compile_fx" in sys.modules:
         return
-    from fuserc.dialects import hir
-    from fuserc.runtime.attention import runs_region
+    from fuserc.runtime.cuda_regions import program_generates
 
-    if not any(isinstance(op, hir.LaunchOp) and not runs_region(op.body.block) for op in func.walk()):
+    if not program_generates(mode, func):
         return
     import threading
 
@@ -210,13 +209,20 @@ def _imported_early() -> None:
 
 
 def prepare(
-    programs: Sequence[Any], device: torch.device, local_rank: int = 0, local_size: int = 1, workers: int | None = None
+    programs: Sequence[Any],
+    device: torch.device,
+    local_rank: int = 0,
+    local_size: int = 1,
+    workers: int | None = None,
+    mode: str = "inductor",
 ) -> None:
     """Fetch or build every kernel the programs' runs will launch on
-    `device` (see the module's docstring), before their first runs."""
+    `device` (see the module's docstring), those of the programs that get
+    generated kernels under kernels `mode` (cuda_regions.program_generates),
+    before their first runs."""
     start = time.perf_counter()
     try:
-        launches = [launch for program in programs for launch in needed_launches(program)]
+        launches = launches_with_kernels(programs, mode)
     except Exception as e:  # noqa: BLE001 - the run reports a bad program; its kernels then come at first use
         from fuserc.diagnostics import Diagnostic
 
@@ -227,6 +233,14 @@ def prepare(
         build_all(group_jobs(launches, device), device, local_rank, local_size, workers)
     finally:
         COUNTS.seconds += time.perf_counter() - start
+
+
+def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]]:
+    """The launches of the programs' runs (`needed_launches`) in those that
+    get generated kernels under kernels `mode` (cuda_regions.program_generates)."""
+    from fuserc.runtime.cuda_regions import program_generates
+
+    return [launch for program in programs if program_generates(mode, program.func) for launch in needed_launches(program)]
 
 
 def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]], device: torch.device) -> list[list[Job]]:

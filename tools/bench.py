@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", choices=("ag", "rs", "both"), default="both")
     p.add_argument("--shapes", type=parse_shapes, default=None, help=f"comma-separated MxKxN (default {DEFAULT_SHAPES}; with --small {SMALL_SHAPES})")
-    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 5: fuserc's replay trial; --small: 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 6: fuserc's replay trial; --small: 1)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per figure (default 10; --small: 3)")
     p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="fuserc's backend and the device of the baselines")
     p.add_argument("--pipeline", default="default", help="fuserc's pass pipeline (default: default)")
@@ -124,7 +124,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.shapes is None:
         args.shapes = parse_shapes(SMALL_SHAPES if args.small else DEFAULT_SHAPES)
     if args.warmup is None:
-        args.warmup = 1 if args.small else 5
+        args.warmup = 1 if args.small else 6
     if args.iters is None:
         args.iters = 3 if args.small else 10
     if args.warmup < 0 or args.iters < 1:

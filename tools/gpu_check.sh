@@ -178,8 +178,11 @@ pipelined() {  # every example through the default pipeline (stream-pipeline: ri
 
 startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall time with an empty kernel cache
   # (cold: nothing of Inductor's or Triton's reused either), with it filled (warm), and cold without build
-  # workers; each run prints its startup phases (--time). Python writes its bytecode here (as an installed
-  # package has it: without .pyc files every start compiles torch's sources, seconds), primed by one run first.
+  # workers; each run prints its startup phases (--time). The example's regions are small, so by default
+  # (FUSERC_KERNELS=auto) it has no generated kernels: these runs give every region Inductor's kernels
+  # (FUSERC_KERNELS=inductor), and a last cold and warm pair runs the default. Python writes its bytecode
+  # here (as an installed package has it: without .pyc files every start compiles torch's sources,
+  # seconds), primed by one run first.
   unset PYTHONDONTWRITEBYTECODE
   FUSERC_CACHE_DIR=$(mktemp -d) $MPIRUN -x FUSERC_CACHE_DIR -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda >/dev/null 2>&1
   local n sizes=("$N")
@@ -192,10 +195,18 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
       local workers=""
       [[ $run == cold-no-workers ]] && workers=0
       local t0=$EPOCHREALTIME
-      FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN -x FUSERC_CACHE_DIR -x FUSERC_BUILD_WORKERS -n "$n" \
-        python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
-      echo "STARTUP $n GPU(s) $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+      FUSERC_KERNELS=inductor FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN -x FUSERC_KERNELS -x FUSERC_CACHE_DIR \
+        -x FUSERC_BUILD_WORKERS -n "$n" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
+      echo "STARTUP $n GPU(s) FUSERC_KERNELS=inductor $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
     done
+  done
+  local dir
+  dir=$(mktemp -d)
+  for run in cold warm; do
+    local t0=$EPOCHREALTIME
+    FUSERC_CACHE_DIR=$dir CUPY_CACHE_DIR=$dir/cupy $MPIRUN -x FUSERC_CACHE_DIR -x CUPY_CACHE_DIR -n "$N" \
+      python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check --time || return 1
+    echo "STARTUP $N GPU(s) $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
   done
   local t0=$EPOCHREALTIME
   FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1

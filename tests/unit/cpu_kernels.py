@@ -64,8 +64,14 @@ def words(t: torch.Tensor) -> np.ndarray:
 
 def run_on_cpu(plan: FusedPlan, lib: ctypes.CDLL, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
     """What `run_plan` does on the GPU, with the CPU build of the kernel."""
-    in_views = [apply_steps(ins[v.arg], v.steps).contiguous() for v in plan.inputs]
+    in_views = [apply_steps(ins[v.arg], v.steps) for v in plan.inputs]
     out_views = [apply_steps(outs[v.out], v.steps, writable=True) for v in plan.outputs]
+    # CuPy's ElementwiseKernel runs at its inputs' broadcast shape (a rank-0
+    # input is read at every element), and refuses an output of any other
+    # shape ("Out shape is mismatched")
+    shape = torch.broadcast_shapes(*(t.shape for t in in_views)) if in_views else out_views[0].shape
+    assert all(o.shape == shape for o in out_views), f"{plan.name}: outputs {[tuple(o.shape) for o in out_views]} at shape {tuple(shape)}"
+    in_views = [t.expand(shape).contiguous() for t in in_views]
     n = out_views[0].numel()
     in_arrays = [np.ascontiguousarray(words(t)) for t in in_views]
     out_tensors = [torch.empty(o.shape, dtype=o.dtype) for o in out_views]

@@ -1,7 +1,7 @@
 """Runs replayed as CUDA graphs, on GPUs: `mpiexec -n N python cuda_graph_runs.py`
 (test_cuda_backend.py runs it). For AllGather+GEMM and GEMM+ReduceScatter
 unpipelined, by collectives and by each ring form, the inputs' contents
-change in place before each of six runs (so a replay that read stale or
+change in place before each of seven runs (so a replay that read stale or
 unsynchronized data would be caught), every run's gathered result is
 compared with torch, and the program must have captured once and replayed
 (with FUSERC_CUDA_GRAPHS=always: every run from the third; by default:
@@ -29,7 +29,7 @@ from fuserc.runtime.program import compile_text  # noqa: E402
 from fuserc.runtime.trace import tracing  # noqa: E402
 
 LOWER = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
-RUNS = 6
+RUNS = 7
 ALWAYS = os.environ.get(GRAPHS_ENV) == "always"
 """Replay from the second run (every later run a replay); otherwise the
 default: timed runs of each way, then the faster kept."""

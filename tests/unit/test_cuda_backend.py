@@ -177,6 +177,54 @@ def test_generated_code_matches_torch(name: str, tmp_path: Path) -> None:
         torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
 
 
+@needs_gxx
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+def test_every_planned_region_of_the_transformer_programs_matches_torch(t: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every region the planner fuses in the transformer-ops program and the
+    GPT example, forward and backward under both save modes (what a GPU
+    runs with CuPy's kernels when its regions are small), built for the CPU
+    and run at CuPy's shape rule (cpu_kernels.run_on_cpu), against torch:
+    a region yielding a rank-0 constant beside full values once failed on
+    GPUs with "Out shape is mismatched"."""
+    import re
+
+    from fuserc.runtime.cpu import CpuBackend
+    from fuserc.runtime.cuda_fusion import plan_for
+    from fuserc.runtime.program import compile_text
+    from ops_program import program as ops_program
+
+    libs: dict[str, ctypes.CDLL] = {}
+    checked: list[str] = []
+
+    def launch(self, body, ins, outs, contexts=None):  # type: ignore[no-untyped-def]
+        plan = plan_for(body)
+        if plan is not None:
+            if plan.name not in libs:
+                (tmp_path / plan.name).mkdir()
+                libs[plan.name] = compile_plan(plan, tmp_path / plan.name)
+            lib = libs[plan.name]
+            got = [o.clone() for o in outs]
+            run_on_cpu(plan, lib, [i.clone() for i in ins], got)
+        launch_with_torch(body, ins, outs, contexts)
+        if plan is not None:
+            tol = 3e-2 if t == "bf16" else 1e-5
+            for g, want in zip(got, outs, strict=True):
+                torch.testing.assert_close(g.float(), want.float(), rtol=tol, atol=tol, equal_nan=True)
+            checked.append(plan.name)
+
+    monkeypatch.setattr(CpuBackend, "launch", launch)
+    one = lambda text: re.sub(r"(fusion\.mesh @tp shape = )\[\d+\]", r"\g<1>[1]", text)  # noqa: E731
+    gpt = (E2E.parents[1] / "examples" / "gpt_layer.mlir").read_text()
+    texts = [one(ops_program(t)[0])] + ([one(gpt)] if t == "f32" else [])
+    for text in texts:
+        for save in ("activations", "inputs"):
+            for entry in ("main_fwd", "main_bwd"):
+                prog = compile_text(text, entry, f"autodiff{{save={save}}},default", "cpu")
+                prog.execute(prog.random_inputs(1))
+                prog.close()
+    assert len(set(checked)) >= 6, checked
+
+
 SUM4 = """
   hir.launch ins(%s, %a, %b, %c : tensor<64x8x{t}>, tensor<64x8x{t}>, tensor<64x8x{t}>, tensor<64x8x{t}>) outs(%s : tensor<64x8x{t}>) {{
   ^bb0(%x: tensor<64x8x{t}>, %y: tensor<64x8x{t}>, %z: tensor<64x8x{t}>, %w: tensor<64x8x{t}>):
@@ -316,6 +364,40 @@ def test_every_op_on_one_gpu(backend) -> None:
     assert len(got) == len(expected)
     for i, (g, w) in enumerate(zip(got, expected)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    gpu.close()
+
+
+SMALL_AND_LARGE = """
+func.func @main(%x: tensor<512x256xf32>, %w: tensor<256x8xf32>, %b: tensor<8xf32>) -> tensor<512x8xf32> {
+  %y = fusion.gelu %x : (tensor<512x256xf32>) -> tensor<512x256xf32>
+  %z = fusion.mul %y, %x : (tensor<512x256xf32>, tensor<512x256xf32>) -> tensor<512x256xf32>
+  %m = fusion.matmul %z, %w : (tensor<512x256xf32>, tensor<256x8xf32>) -> tensor<512x8xf32>
+  %s = fusion.softmax %m dim = 1 : (tensor<512x8xf32>) -> tensor<512x8xf32>
+  %bb = fusion.broadcast_in_dim %b dims = [1] : (tensor<8xf32>) -> tensor<512x8xf32>
+  %t = fusion.layer_norm %s, %b, %b dims = [1] eps = 1.0e-05 : (tensor<512x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<512x8xf32>
+  %o = fusion.add %t, %bb : (tensor<512x8xf32>, tensor<512x8xf32>) -> tensor<512x8xf32>
+  func.return %o : tensor<512x8xf32>
+}
+"""
+"""A large region (131072 elements), then small ones (4096 elements)."""
+
+
+@needs_gpu
+def test_a_program_with_a_large_region_gets_kernels_for_its_small_ones_too(backend) -> None:
+    """Under kernels "auto" (the default) a program with a large region
+    gets generated kernels for every region: none of its small ones runs op
+    by op with torch (which would keep its runs from being replayed)."""
+    from fuserc.runtime.program import compile_text
+
+    if backend.kernels != "auto":
+        pytest.skip(f"$FUSERC_KERNELS={backend.kernels}")
+    gpu = compile_text(SMALL_AND_LARGE, backend=backend)
+    inputs = gpu.random_inputs(3)
+    fallback = backend.fallback_launches
+    got = gpu.execute(inputs)
+    want = gpu.reference(inputs)
+    assert backend.fallback_launches == fallback
+    torch.testing.assert_close(torch.as_tensor(got[0]).double(), want[0].double(), rtol=1e-4, atol=1e-4)
     gpu.close()
 
 

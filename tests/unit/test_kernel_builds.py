@@ -148,31 +148,97 @@ from fuserc.runtime.cpu import CpuBackend
 from fuserc.runtime.mpi_env import mpi_env
 program = compile_text(open(sys.argv[1]).read(), pipeline=sys.argv[2], backend=CpuBackend(mpi_env()))
 assert "torch._inductor.compile_fx" not in sys.modules
-kernel_builds.import_early(program.program.func)
+from fuserc.runtime import mpi_env as env_module
+from fuserc.runtime.cuda import import_compiler_early  # what `fuserc run` and the cuda backend's `loaded` call
+env_module.ENDS_PROCESS[0] = sys.argv[3] == "command"
+import_compiler_early(program.program.func)
 for thread in kernel_builds._EARLY:
     thread.join()
 print(sorted(m for m in kernel_builds.EARLY_MODULES if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("which", ["gpt", "attention only"])
-def test_inductor_is_imported_early_for_programs_that_need_it(which: str, tmp_path: Path) -> None:
-    """A loaded program whose regions need Inductor's kernels starts
-    importing Inductor in a thread (the cuda backend's `loaded`); one
-    whose only region is attention's does not."""
+BIG = """
+func.func @main(%x: tensor<512x256xf32>, %w: tensor<256x8xf32>) -> tensor<512x8xf32> {
+  %y = fusion.gelu %x : (tensor<512x256xf32>) -> tensor<512x256xf32>
+  %z = fusion.mul %y, %x : (tensor<512x256xf32>, tensor<512x256xf32>) -> tensor<512x256xf32>
+  %m = fusion.matmul %z, %w : (tensor<512x256xf32>, tensor<256x8xf32>) -> tensor<512x8xf32>
+  %t = fusion.tanh %m : (tensor<512x8xf32>) -> tensor<512x8xf32>
+  func.return %t : tensor<512x8xf32>
+}
+"""
+"""A region of 131072 elements (the gelu), then a small one (the tanh's 4096)."""
+
+
+@pytest.mark.parametrize(
+    "which,caller,mode,imported",
+    [
+        ("gpt", "command", "inductor", True),
+        ("gpt", "command", "auto", False),
+        ("big", "command", "auto", True),
+        ("attention only", "command", "inductor", False),
+        ("gpt", "library", "inductor", False),
+    ],
+)
+def test_inductor_is_imported_early_for_programs_that_need_it(which: str, caller: str, mode: str, imported: bool, tmp_path: Path) -> None:
+    """Under the `fuserc` command, a program whose regions get Inductor's
+    kernels starts importing Inductor in a thread (before the backend
+    starts, and at its load); one whose only region is attention's does
+    not, nor one whose regions are all small under kernels "auto" (the
+    example GPT layer: 64 x 256 at most), nor any program in a caller's
+    process (fuserc.torch), whose own threads may be importing Inductor."""
     script = tmp_path / "early.py"
     script.write_text(EARLY)
     source = tmp_path / "p.mlir"
-    if which == "gpt":
-        source.write_text(_gpt())
-        pipeline = "default"
-    else:
-        source.write_text(ATTENTION_ONLY)
-        pipeline = "default"
-    p = subprocess.run([sys.executable, str(script), str(source), pipeline], capture_output=True, text=True, timeout=300)
+    source.write_text({"gpt": _gpt(), "big": BIG, "attention only": ATTENTION_ONLY}[which])
+    env = {**os.environ, "FUSERC_KERNELS": mode}
+    p = subprocess.run([sys.executable, str(script), str(source), "default", caller], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr
-    want = sorted(kernel_builds.EARLY_MODULES) if which == "gpt" else []
+    want = sorted(kernel_builds.EARLY_MODULES) if imported else []
     assert p.stdout.strip() == str(want)
+
+
+@pytest.mark.parametrize("mode", ["auto", "inductor", "cupy"])
+def test_kernels_mode_chooses_the_programs_that_get_kernels(mode: str) -> None:
+    """Under "auto" a program gets generated kernels for every region (its
+    small ones too: one run op by op with torch would keep its runs from
+    being replayed) when one region has an operand of SMALL_REGION elements
+    or more (BIG's gelu), none when all are small (the example GPT layer);
+    "inductor" gives every program its kernels, "cupy" none. The static
+    count (`launch_numels`, from the host IR's types) agrees with the run's
+    tensors."""
+    from fuserc.dialects import hir
+    from fuserc.runtime import cuda_regions
+
+    for text, big in ((_gpt(), False), (BIG, True)):
+        program = _program(text)
+        gets = mode == "inductor" or (mode == "auto" and big)
+        assert cuda_regions.program_generates(mode, program.program.func) == gets
+        launches = kernel_builds.launches_with_kernels([program.program], mode)
+        everything = kernel_builds.needed_launches(program.program)
+        assert len(launches) == (len(everything) if gets else 0)
+        if gets and big:
+            sizes = sorted(max(t.numel() for t in (*ins, *outs)) for _, ins, outs, _ in launches)
+            assert sizes[0] < cuda_regions.SMALL_REGION <= sizes[-1]  # the small region is built too
+            assert len(kernel_builds.group_jobs(launches, CPU)) == len(launches)
+        static = sorted(tuple(cuda_regions.launch_numels(op)) for op in program.program.func.walk() if isinstance(op, hir.LaunchOp))
+        assert sorted({tuple(t.numel() for t in (*ins, *outs)) for _, ins, outs, _ in everything}) == sorted(set(static))
+    assert cuda_regions.generates("auto", [cuda_regions.SMALL_REGION - 1, 3]) is False
+    assert cuda_regions.generates("auto", [3, cuda_regions.SMALL_REGION]) is True
+    assert cuda_regions.generates("auto", [3, None]) is True
+
+
+def test_a_kernels_mode_not_known_is_a_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fuserc.diagnostics import Diagnostic
+    from fuserc.runtime import cuda_regions
+
+    monkeypatch.setenv("FUSERC_KERNELS", "triton")
+    with pytest.raises(Diagnostic, match="FUSERC_KERNELS must be one of auto, inductor, cupy, got 'triton'"):
+        cuda_regions.kernels_mode()
+    monkeypatch.setenv("FUSERC_KERNELS", "inductor")
+    assert cuda_regions.kernels_mode() == "inductor"
+    monkeypatch.delenv("FUSERC_KERNELS")
+    assert cuda_regions.kernels_mode() == "auto"
 
 
 def test_kernels_are_fetched_after_the_early_imports(cache_dir: Path) -> None:
