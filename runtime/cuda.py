@@ -103,20 +103,23 @@ class CudaWork(Work):
     keep: list[Any] = field(default_factory=list)
 
 
-def import_compiler_early(func: Any) -> None:
-    """When `func` (a host program about to run on this backend) launches
-    generated kernels, Inductor's modules are imported in a thread from now
-    on (runtime/kernel_builds.py `import_early`, once), in a process the
-    `fuserc` command owns only: a caller's own thread could be importing
-    Inductor at the same time (torch.compile). `fuserc run` calls it before
-    the backend starts, so that the import goes on while CUDA starts."""
+def import_compiler_early(func: Any, mode: str | None = None) -> bool:
+    """Whether the regions of `func` (a host program about to run on this
+    backend) get generated kernels under kernels `mode` ($FUSERC_KERNELS by
+    default; cuda_regions.program_generates); if so, Inductor's modules are
+    imported in a thread from now on (runtime/kernel_builds.py
+    `import_early`, once), in a process the `fuserc` command owns only: a
+    caller's own thread could be importing Inductor at the same time
+    (torch.compile). `fuserc run` calls it before the backend starts, so
+    that the import goes on while CUDA starts."""
     from fuserc.runtime.mpi_env import ENDS_PROCESS
 
-    mode = kernels_mode()
-    if ENDS_PROCESS[0] and mode != "cupy":
+    gets = program_generates(kernels_mode() if mode is None else mode, func)
+    if gets and ENDS_PROCESS[0]:
         from fuserc.runtime.kernel_builds import import_early
 
-        import_early(func, mode)
+        import_early()
+    return gets
 
 
 class CudaBackend(Backend):
@@ -197,13 +200,12 @@ class CudaBackend(Backend):
 
     def loaded(self, func: Any) -> None:
         """Whether the program's regions get generated kernels (the choice
-        is the program's: cuda_regions.program_generates), and if so, its
-        compiler's import starts (`import_compiler_early`)."""
-        gets = program_generates(self.kernels, func)
+        is the program's), and if so, its compiler's import starts
+        (`import_compiler_early`)."""
+        gets = import_compiler_early(func, self.kernels)
         for op in func.walk():
             if isinstance(op, hir.LaunchOp):
                 self._region_kernels[op.body.block] = gets
-        import_compiler_early(func)
 
     # ---- arrays -------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

@@ -169,19 +169,14 @@ code Inductor generated): about 2 s of a warm start's 3 s of kernels."""
 _EARLY: list[Any] = []
 
 
-def import_early(func: Any, mode: str = "inductor") -> None:
-    """When `func` (a host program just loaded) launches regions that get
-    Inductor's kernels under kernels `mode` (cuda_regions.program_generates),
-    import Inductor in a thread of this process (once), from now until the
-    kernels are fetched (which waits for it first: `_imported_early`). The
-    import is Python's work (it holds the interpreter's lock), so it gains
-    where this process waits outside Python meanwhile: CUDA's and NCCL's
-    set-up, and the other ranks at the job's barriers."""
+def import_early() -> None:
+    """Import Inductor in a thread of this process (once), from now until
+    the kernels are fetched (which waits for it first: `_imported_early`),
+    for a program whose regions get its kernels (cuda.import_compiler_early
+    decides). The import is Python's work (it holds the interpreter's
+    lock), so it gains where this process waits outside Python meanwhile:
+    CUDA's and NCCL's set-up, and the other ranks at the job's barriers."""
     if _EARLY or "torch._inductor.compile_fx" in sys.modules:
-        return
-    from fuserc.runtime.cuda_regions import program_generates
-
-    if not program_generates(mode, func):
         return
     import threading
 
