@@ -217,7 +217,8 @@ class _Autograd(torch.autograd.Function):
         main_results = len(loaded.program(fn.entry).results)  # (its signature; @entry is not run)
         outs = _run(loaded, fwd, inputs, lent=range(main_results, len(fwd.results)))
         ctx.fn, ctx.loaded = fn, loaded
-        ctx.saved = _Saved(outs[main_results:])  # the program's own tensors (not the caller's: no version checks)
+        ctx.saved = _Saved(outs[main_results:])
+        ctx.saved.watch(fwd, main_results)
         if any(v is not None and fwd.lends(v) for v in ctx.saved.values):
             loaded.lent.add(ctx.saved)
         ctx.float_inputs = [i for i, p in enumerate(fwd.params) if p.dtype.is_floating_point]
@@ -229,6 +230,7 @@ class _Autograd(torch.autograd.Function):
     def backward(ctx: Any, *cotangents: Any) -> tuple[Any, ...]:
         fn, loaded = ctx.fn, ctx.loaded
         bwd = loaded.program(f"{fn.entry}_bwd")
+        ctx.saved.check(f"{fn.entry}_fwd")
         saved = ctx.saved.values
         specs = bwd.params[len(saved):]
         cts = []
@@ -254,6 +256,27 @@ class _Saved:
 
     def __init__(self, values: Sequence[Any]):
         self.values = list(values)
+        self.versions: list[tuple[int, str, int]] = []  # (saved index, what, version): the caller's own tensors
+
+    def watch(self, program: Any, first: int) -> None:
+        """Note the version of each saved value that is an argument returned
+        as it is (the caller's tensor, not a copy: a weight), as PyTorch's
+        `save_for_backward` does, so that an in-place change before the
+        backward is an error, not a wrong gradient."""
+        for k, j in program.result_args.items():
+            v = self.values[k - first] if k >= first else None
+            if v is not None:
+                self.versions.append((k - first, f"{program.params[j].label} of @{program.func.sym_name.data}", v._version))
+
+    def check(self, entry: str) -> None:
+        for i, what, version in self.versions:
+            v = self.values[i]
+            if v._version != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: {what} [{v.dtype} {list(v.shape)}] is at version {v._version}; expected version "
+                    f"{version} instead (fuserc.torch saves it for @{entry}'s backward as it is, not a copy)"
+                )
 
     def keep(self, program: Any) -> None:
         """Copy out the values that are `program`'s replayed buffers, before

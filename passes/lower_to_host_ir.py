@@ -523,9 +523,11 @@ class _FunctionLowering:
         return True
 
     def lower_return(self, op: ReturnOp) -> list[SSAValue]:
-        """Results are buffers of their own: an argument, a part of a buffer
-        (a chunk, a transposed view), or a value returned twice is copied
-        into a fresh buffer first; a reshaped buffer is returned as it is."""
+        """Results are buffers of their own: a part of a buffer (a chunk, a
+        transposed view) or a value returned twice is copied into a fresh
+        buffer first; a reshaped buffer is returned as it is, and so is an
+        argument (the runtime hands the caller's own input back: a forward
+        that saves its weights for the backward copies none of them)."""
         out: list[SSAValue] = []
         seen: set[SSAValue] = set()
         for k, v in enumerate(op.operands):
@@ -537,7 +539,7 @@ class _FunctionLowering:
                 order = order_of(v)
                 if not is_identity(order):
                     new = self.relayout(new, inverse(order), site, tag)
-                elif isinstance(root, BlockArgument) or not self.whole_view(new) or root in seen:
+                elif (isinstance(root, BlockArgument) and new is not root) or not self.whole_view(new) or root in seen:
                     lt = self.local(op, v)
                     buf = self.em.alloc(site, lt.get_shape(), lt.element_type, tag)
                     self.em.copy(new, buf, tag)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, OpResult, SSAValue
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
@@ -181,6 +181,7 @@ class Program:
         self.tracer: Any = None  # a runtime.trace.Tracer while a run is traced
         self._owner = next(_OWNERS)  # names this program's runs to the backend
         self.result_sites = _result_sites(func)
+        self.result_args = _result_args(func)
         self._owning = False  # in a run whose results go to the caller (`run_prepared(owned_results=True)`)
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
@@ -282,7 +283,7 @@ class Program:
                 start = b.mark() if timed else None
                 b.replay(captured.graph, [(inputs[i], buf) for i, buf in captured.staged.items()])
                 replays.replays += action == REPLAY
-                results, flops = captured.results, captured.flops
+                results, flops = self._with_arguments(captured.results, inputs), captured.flops
                 if owned_results:
                     results = self._copied_out(results, lent)
                 if start is not None:
@@ -297,7 +298,7 @@ class Program:
             if copy_outputs:
                 results = [self.backend.to_host(r) if r is not None else None for r in results]
             if owned_results and captured is None:
-                results = self._hand_out(results)
+                results = self._hand_out(results, lent)
         finally:
             self._owning = False
             self._owned.clear()
@@ -321,7 +322,17 @@ class Program:
         buffer of the graph the program replays, written again by its next
         run (a buffer of a graph since dropped is the holder's alone)."""
         captured = self.replays.captured
-        return captured is not None and any(result is r for r in captured.results)
+        return captured is not None and any(
+            result is r for i, r in enumerate(captured.results) if i not in self.result_args
+        )
+
+    def _with_arguments(self, results: Sequence[Any], inputs: Sequence[Array | None]) -> list[Any]:
+        """A replay's results, where a result is an argument returned as it
+        is (`result_args`) this run's input, not the captured run's (nor the
+        graph's staging buffer for it, written again by the next replay)."""
+        if not self.result_args:
+            return list(results)
+        return [inputs[self.result_args[i]] if i in self.result_args else r for i, r in enumerate(results)]
 
     def _copied_out(self, results: Sequence[Any], lent: Collection[int] = ()) -> list[Any]:
         """A replay's results (the graph's buffers, written again by the
@@ -340,18 +351,19 @@ class Program:
             out.append(mine)
         return out
 
-    def _hand_out(self, results: Sequence[Any]) -> list[Any]:
+    def _hand_out(self, results: Sequence[Any], lent: Collection[int] = ()) -> list[Any]:
         """Results of an `owned_results` run as arrays the caller owns: a
         buffer made for the caller goes as it is; one of the allocation
         cache leaves the cache (its site allocates anew next run), unless
         something is registered for it (shared with peers), when it is
         copied, as is a result that is no buffer of this run (an input
-        returned as it is)."""
+        returned as it is), but at the `lent` positions, where the caller
+        gets its own input back."""
         out: list[Any] = []
         handed: set[int] = set()  # cache buffers out of the cache in this call (a result may view one twice)
-        for r in results:
-            if r is None:
-                out.append(None)
+        for i, r in enumerate(results):
+            if r is None or (i in lent and i in self.result_args):
+                out.append(r)
                 continue
             base = id(self.backend.base(r))
             entry = self._entries.get(base)
@@ -478,6 +490,16 @@ def _result_sites(func: FuncOp) -> frozenset[str]:
                     if isinstance(last, hir.YieldOp) and v.index < len(last.operands):
                         stack.append(last.operands[v.index])
     return frozenset(sites)
+
+
+def _result_args(func: FuncOp) -> dict[int, int]:
+    """Results that are arguments returned as they are: result index ->
+    argument index (lower-to-host-ir copies none of them)."""
+    block = func.body.blocks[0]
+    ret = block.last_op
+    if ret is None:
+        return {}
+    return {k: v.index for k, v in enumerate(ret.operands) if isinstance(v, BlockArgument) and v.block is block}
 
 
 def _alloc_root(v: SSAValue) -> SSAValue:

@@ -138,6 +138,32 @@ def case_no_grad_and_ownership() -> None:
     close(y1, shard(want, ts[4], mesh), "y of the second call")
 
 
+def case_inplace_change_before_backward() -> None:
+    """The forward saves the weights its backward needs as they are (the
+    caller's tensors, not copies), as torch.autograd saves them: a weight
+    changed in place between the forward and the backward makes the
+    backward fail as PyTorch's does on the same change, not compute a
+    gradient from the new values."""
+    fd, mesh, ts = mlp(SIZE)
+    f = function(fd)
+    loc = [shard(t, s, mesh).requires_grad_(True) for t, s in zip(globals_(SIZE), ts)]
+    glob = [t.requires_grad_(True) for t in globals_(SIZE)]
+    ly, _ = f(*loc)
+    y, _ = mlp_torch(*glob)
+    with torch.no_grad():
+        loc[3].mul_(2.0)  # w2
+        glob[3].mul_(2.0)
+    errors = []
+    for out in (y, ly):
+        try:
+            out.sum().backward()
+        except RuntimeError as e:
+            errors.append(str(e))
+    assert len(errors) == 2, f"PyTorch's backward and fuserc's: {len(errors)} of 2 failed: {errors}"
+    assert all("modified by an inplace operation" in e for e in errors), errors
+    assert "of @main_fwd" in errors[1], errors[1]
+
+
 def case_replayed_steps() -> None:
     """Training steps on the same buffers, their values changed in place
     between steps (as an optimizer changes them): each step's outputs and
@@ -321,6 +347,7 @@ CASES: dict[str, Callable[[], None]] = {
     "no_grad_and_ownership": case_no_grad_and_ownership,
     "non_contiguous": case_non_contiguous,
     "replayed_steps": case_replayed_steps,
+    "inplace_change_before_backward": case_inplace_change_before_backward,
     "execute_local": case_execute_local,
 }
 

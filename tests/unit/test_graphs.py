@@ -267,6 +267,41 @@ def test_lent_results_of_replays_are_the_graphs_own_buffers() -> None:
             torch.testing.assert_close(out, want)
 
 
+RETURNS_ITS_INPUT = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>},
+        tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %out = hir.alloc "out" : tensor<4x2xf32>
+  hir.copy %x, %out : tensor<4x2xf32>, tensor<4x2xf32>
+  func.return %out, %x : tensor<4x2xf32>, tensor<4x2xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("moving", [False, True], ids=["same-input", "moving-inputs"])
+def test_an_argument_returned_as_it_is_comes_back_as_the_callers_input(moving: bool) -> None:
+    """A result that is an argument (lower-to-host-ir copies none): lent, it
+    is this run's input itself, op by op and replayed alike, never the
+    captured run's input nor the graph's staging buffer (moving inputs are
+    staged), and not lent by the program; owned, it is a copy."""
+    prog = load(RETURNS_ITS_INPUT, _Pretend(ops_s=2e-3, graph_s=1e-3))
+    assert prog.result_args == {1: 0}
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    for k in range(9):
+        if moving:
+            (x,) = prog.prepare_inputs([torch.full((4, 2), float(k))])
+        else:
+            x.copy_(torch.full((4, 2), float(k)))
+        out, arg = prog.run_prepared([x], owned_results=True, lent=range(2))
+        assert arg is x and not prog.lends(arg), f"run {k}"
+        torch.testing.assert_close(out, x)
+    assert prog.replays.captured is not None and prog.replays.staged == ({0} if moving else set())
+    out, arg = prog.run_prepared([x], owned_results=True)
+    assert arg is not x and arg.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(arg, x)
+
+
 def test_an_input_of_another_layout_runs_op_by_op_and_drops_the_graph() -> None:
     prog = load(BLOCKS, _Pretend())
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
