@@ -598,7 +598,8 @@ class ConstantOp(PointwiseOp):
         assert isinstance(res, TensorType)
         dtype = ctx.dtype(res.element_type)
         v = self.keyword("value")
-        return torch.tensor(v if dtype.is_floating_point else int(v), dtype=dtype, device=ctx.device)
+        # filled on the device: torch.tensor(v, device=...) copies from the host and waits for it
+        return torch.full((), v if dtype.is_floating_point else int(v), dtype=dtype, device=ctx.device)
 
     def kernel(self, m: Math) -> Any:
         from fuserc.dialects.interfaces import torch_dtype

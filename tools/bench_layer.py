@@ -56,7 +56,9 @@ same caches, cold or warm.
 The two compiled variants are n/a on the CPU unless --cpu-compile asks
 for them (Inductor's C++ builds of the layer take minutes there).
 `--variants fuserc,limit` runs only those (the others print n/a).
-`--profile DIR`: after fuserc's timed steps of each shape and mode, 3 more
+`--algorithm collective|ring|none` pipelines fuserc's programs that way
+at every site (stream-pipeline's option; default auto, the cost model's
+choice). `--profile DIR`: after fuserc's timed steps of each shape and mode, 3 more
 run under torch.profiler; rank 0 writes DIR/fuserc_<hidden>x<tokens>_<mode>
 .json (a Chrome trace: kernels per stream, CUDA-graph replays included)
 and .txt (the device's busy and idle time with its longest idle gaps, then
@@ -178,6 +180,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", type=variant_list, default=None, metavar="LIST",
                    help=f"the variants to run, comma-separated, of {','.join(k for k, _ in VARIANTS)} (default all; the others print n/a)")
     p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last steps of each shape and mode to DIR")
+    p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default="auto",
+                   help="how fuserc's programs pipeline their communication (stream-pipeline's option; default auto: the cost model chooses)")
     return p
 
 
@@ -456,7 +460,7 @@ def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argpar
     import fuserc.torch as ft
 
     fd = build(shape.tokens, shape.hidden, shape.heads, shape.ffn, job.d, a.dtype)
-    f = ft.function(fd)
+    f = ft.function(fd, algorithm=None if a.algorithm == "auto" else a.algorithm)
     leaves = [s.clone().requires_grad_(True) for s in shards]
     if a.perturb:
         with torch.no_grad():
@@ -806,7 +810,7 @@ def as_json(results: Sequence[ShapeResult], job: Job, a: argparse.Namespace) -> 
     return {
         "ranks": job.d, "device": job.device_name(), "torch": torch.__version__, "dtype": a.dtype,
         "reference": WIDER[a.dtype][1], "factor": FACTOR, "floor": FLOOR[a.dtype], "head_dim": a.head_dim,
-        "warmup": a.warmup, "iters": a.iters, "repeats": a.repeats,
+        "warmup": a.warmup, "iters": a.iters, "repeats": a.repeats, "algorithm": a.algorithm,
         "rows": [asdict(r) for res in results for r in res.rows], "checks": checks,
         "first_step_s": [{"hidden": res.shape.hidden, "tokens": res.shape.tokens, **res.first_s} for res in results],
     }  # fmt: skip

@@ -149,7 +149,7 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
     assert "| torch.compile ms | torch.compile TFLOP/s | torch.compile / limit | async TP ms |" in proc.stdout
     assert "| eager / fuserc | torch.compile / fuserc | async TP / fuserc |" in proc.stdout
     assert "| limit peak MiB | fuserc peak MiB | eager peak MiB | torch.compile peak MiB | async TP peak MiB | torch.compile: collectives | async TP: fused |" in proc.stdout
-    assert data["ranks"] == 2 and data["repeats"] == 2
+    assert data["ranks"] == 2 and data["repeats"] == 2 and data["algorithm"] == "auto"
     runs = re.search(r"^fuserc at hidden \d+, tokens \d+: @main_fwd (.*); @main_bwd (.*)$", proc.stdout, re.M)
     assert runs, proc.stdout  # how fuserc's calls went: op by op on the cpu backend, either way on cuda
     assert all(r.startswith("replayed as a graph (") or r.startswith("op by op") for r in runs.groups()), runs.groups()
@@ -211,10 +211,12 @@ def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
     """fuserc's layer with a shifted layer_norm bias: its output and
     gradients are far from the reference while eager's are not, the run
     says FAILED and exits with 1. Also: `--variants` runs only those asked
-    for, and `--profile` writes fuserc's steps under torch.profiler."""
+    for, `--algorithm` pipelines fuserc's programs as asked, and `--profile`
+    writes fuserc's steps under torch.profiler."""
     prof = tmp_path / "prof"
-    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1", "--variants", "fuserc,eager", "--profile", str(prof))
+    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1", "--variants", "fuserc,eager", "--algorithm", "collective", "--profile", str(prof))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert data["algorithm"] == "collective"
     (row,) = data["rows"]
     for key in ("limit", "compile", "async_tp") if BACKEND == "cuda" else ("limit",):  # (the cpu has its own reason for the compiled)
         assert row["figures"][key] == {**row["figures"][key], "ms": None, "reason": "not asked for (--variants)"}

@@ -14,6 +14,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -297,7 +298,11 @@ def no_host_copies(body: Callable[[], None], settled: Callable[[], bool] | None 
     waits = {e.name for e in events if "Synchronize" in e.name and lo <= e.time_range.start <= hi}
     bad = sorted(copies | waits)
     if bad:
-        raise AssertionError(f"host round trips inside a call: {', '.join(bad)}")
+        def within(e: Any) -> str:  # the host ops around a runtime call, innermost first
+            outer = [o for o in events if o.name not in ("call_under_test", e.name) and o.time_range.start <= e.time_range.start and e.time_range.end <= o.time_range.end]
+            return " < ".join(o.name for o in sorted(outer, key=lambda o: o.time_range.end - o.time_range.start)[:4])
+        calls = {f"{e.name} in {within(e)}" for e in events if lo <= e.time_range.start <= hi and ("Synchronize" in e.name or "Memcpy" in e.name)}
+        raise AssertionError(f"host round trips inside a call: {', '.join(bad)} ({'; '.join(sorted(calls))})")
 
 
 def steady(runs: Callable[[], dict[str, str]], calls: int = 8) -> Callable[[], bool]:

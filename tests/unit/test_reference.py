@@ -383,6 +383,33 @@ def test_reference_op_on_local_tensors_and_fresh_results() -> None:
     assert rows.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
 
 
+def test_a_constant_on_a_device_is_filled_there() -> None:
+    """fusion.constant's reference on a device (a small program's region run
+    op by op with torch on cuda) is a fill on that device, not a host tensor
+    copied over (a host copy and a wait inside every run, and no CUDA-graph
+    capture): the device's factory op is dispatched (torch.tensor's copy of
+    host data is not an op the dispatcher sees)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fuserc.dialects.interfaces import EvalContext
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    module = parse("func.func @main() -> tensor<f32> {\n  %k = fusion.constant -1.5 : () -> tensor<f32>\n  func.return %k : tensor<f32>\n}")
+    op = next(op for op in module.walk() if isinstance(op, fusion.ConstantOp))
+    with Ops() as ops:
+        (k,) = reference.reference_results(op, [], EvalContext(device=torch.device("meta")))
+    assert k.device.type == "meta" and k.shape == () and k.dtype == torch.float32
+    assert ops.seen == ["aten.full.default"], ops.seen
+
+
 # ---- dtype mapping ----------------------------------------------------------
 
 
