@@ -136,6 +136,20 @@ class EvalContext:
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     indices: dict[tuple[int, int], Any] = field(default_factory=dict)
     device: Any = None
+    _placed: dict[str, "EvalContext"] = field(default_factory=dict, repr=False, compare=False)
+
+    def on(self, device: Any) -> "EvalContext":
+        """This context with its tensors made on `device`: the global
+        indices are moved there once and kept, so that a region run op by
+        op with torch on a GPU copies none of them from the host per run."""
+        if device is None or self.device == device:
+            return self
+        key = str(device)
+        placed = self._placed.get(key)
+        if placed is None:
+            moved = {k: v.to(device) for k, v in self.indices.items()}
+            placed = self._placed[key] = EvalContext(self.accumulate, self.shapes, moved, device)
+        return placed
 
     def global_shape(self, k: int, local: Sequence[int]) -> tuple[int, ...]:
         return self.shapes.get(k, tuple(local))

@@ -125,7 +125,7 @@ def launch_with_torch(
                 out.copy_(env[v])
             return
         ctx = contexts.get(op) if contexts else None
-        ctx = EvalContext(ctx.accumulate, ctx.shapes, ctx.indices, device) if ctx else EvalContext(device=device)
+        ctx = ctx.on(device) if ctx else EvalContext(device=device)
         for r, value in zip(op.results, reference_results(op, [env[v] for v in op.operands], ctx), strict=True):
             env[r] = value
     raise AssertionError("hir.launch region without hir.yield")

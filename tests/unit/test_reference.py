@@ -410,6 +410,49 @@ def test_a_constant_on_a_device_is_filled_there() -> None:
     assert ops.seen == ["aten.full.default"], ops.seen
 
 
+def test_a_sharded_region_run_with_torch_moves_its_indices_to_the_device_once() -> None:
+    """A region run op by op with torch (launch_with_torch, as the cuda
+    backend runs a small program's regions) whose op needs the global
+    indices of its local block (a sharded iota) gets them on the device at
+    its first run; later runs copy nothing more (a host copy and a wait per
+    run otherwise), and the values are the block's global indices."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fuserc.dialects import hir
+    from fuserc.dialects.interfaces import EvalContext
+    from fuserc.runtime.cpu import launch_with_torch
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    module = parse(
+        "func.func @f(%o: tensor<2x6xi64>) attributes {hir.host} {\n"
+        "  hir.launch outs(%o : tensor<2x6xi64>) {\n"
+        "    %i = fusion.iota dim = 0 : () -> tensor<2x6xi64>\n"
+        "    hir.yield %i : tensor<2x6xi64>\n  }\n  func.return\n}"
+    )
+    launch = next(op for op in module.walk() if isinstance(op, hir.LaunchOp))
+    iota = next(op for op in module.walk() if isinstance(op, fusion.IotaOp))
+    contexts = {iota: EvalContext(shapes={-1: (8, 6)}, indices={(-1, 0): torch.tensor([4, 5])})}  # rows 4 and 5 of 8
+    runs = []
+    for _ in range(3):
+        out = torch.empty(2, 6, dtype=torch.int64, device="meta")
+        with Ops() as ops:
+            launch_with_torch(launch.body.block, [], [out], contexts)
+        runs.append(ops.seen)
+    assert any("_to_copy" in op for op in runs[0]), runs[0]
+    assert not any("_to_copy" in op or "lift_fresh" in op for run in runs[1:] for op in run), runs[1:]
+    cpu = torch.empty(2, 6, dtype=torch.int64)
+    launch_with_torch(launch.body.block, [], [cpu], contexts)
+    assert cpu.tolist() == [[4] * 6, [5] * 6]
+
+
 # ---- dtype mapping ----------------------------------------------------------
 
 
