@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import fusion
@@ -383,28 +384,30 @@ def test_reference_op_on_local_tensors_and_fresh_results() -> None:
     assert rows.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
 
 
+class _Dispatched(TorchDispatchMode):
+    """Records the ops torch dispatches (a host tensor copied to a device by
+    torch.tensor is none of them; its move, `aten._to_copy`, is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 def test_a_constant_on_a_device_is_filled_there() -> None:
     """fusion.constant's reference on a device (a small program's region run
     op by op with torch on cuda) is a fill on that device, not a host tensor
     copied over (a host copy and a wait inside every run, and no CUDA-graph
     capture): the device's factory op is dispatched (torch.tensor's copy of
     host data is not an op the dispatcher sees)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from fuserc.dialects.interfaces import EvalContext
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            self.seen.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     module = parse("func.func @main() -> tensor<f32> {\n  %k = fusion.constant -1.5 : () -> tensor<f32>\n  func.return %k : tensor<f32>\n}")
     op = next(op for op in module.walk() if isinstance(op, fusion.ConstantOp))
-    with Ops() as ops:
+    with _Dispatched() as ops:
         (k,) = reference.reference_results(op, [], EvalContext(device=torch.device("meta")))
     assert k.device.type == "meta" and k.shape == () and k.dtype == torch.float32
     assert ops.seen == ["aten.full.default"], ops.seen
@@ -416,20 +419,9 @@ def test_a_sharded_region_run_with_torch_moves_its_indices_to_the_device_once() 
     indices of its local block (a sharded iota) gets them on the device at
     its first run; later runs copy nothing more (a host copy and a wait per
     run otherwise), and the values are the block's global indices."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from fuserc.dialects import hir
     from fuserc.dialects.interfaces import EvalContext
     from fuserc.runtime.cpu import launch_with_torch
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            self.seen.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     module = parse(
         "func.func @f(%o: tensor<2x6xi64>) attributes {hir.host} {\n"
@@ -443,7 +435,7 @@ def test_a_sharded_region_run_with_torch_moves_its_indices_to_the_device_once() 
     runs = []
     for _ in range(3):
         out = torch.empty(2, 6, dtype=torch.int64, device="meta")
-        with Ops() as ops:
+        with _Dispatched() as ops:
             launch_with_torch(launch.body.block, [], [out], contexts)
         runs.append(ops.seen)
     assert any("_to_copy" in op for op in runs[0]), runs[0]
