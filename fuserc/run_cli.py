@@ -210,6 +210,10 @@ def _run(o: _Options, job: Any) -> int:
     startup = Startup()
     startup.add("imports", process_age() or 0.0)  # the process's start to here (Python, torch, the launcher's start)
     clock = Stopwatch()
+    if o.backend in ("auto", "cuda"):  # the GPU's context is made while the passes run
+        from fuserc.runtime.cuda import open_device_early
+
+        open_device_early()
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
         compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.nodes())

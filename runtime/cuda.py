@@ -29,6 +29,7 @@ run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,40 @@ def import_compiler_early(func: Any, mode: str | None = None) -> bool:
 
         import_early()
     return gets
+
+
+def open_device_early() -> threading.Thread | None:
+    """Start this rank's GPU (its primary context, which CUDA's runtime in
+    torch and CuPy then uses) on a thread, through the driver library with
+    ctypes, which lets go of the GIL: the context's creation goes on while
+    the passes run and CuPy imports, instead of inside the cuda backend's
+    start. The GPU is the launcher's local rank modulo the GPUs seen, as the
+    backend picks it; under a launcher that does not give it, or where no
+    driver answers, nothing happens. In a process the `fuserc` command owns
+    only."""
+    import ctypes
+
+    from fuserc.runtime.job import launcher_local_rank
+    from fuserc.runtime.mpi_env import ENDS_PROCESS
+
+    local = launcher_local_rank()
+    if local is None or not ENDS_PROCESS[0]:
+        return None
+
+    def body() -> None:
+        try:
+            driver = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            return
+        count, device, context = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+            return
+        if driver.cuDeviceGet(ctypes.byref(device), local % count.value) == 0:
+            driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)  # kept: the backend's context
+
+    thread = threading.Thread(target=body, name="fuserc-open-device", daemon=True)
+    thread.start()
+    return thread
 
 
 class CudaBackend(Backend):

@@ -88,6 +88,20 @@ def launcher_size() -> int | None:
     return _first_int(SIZE_ENVS)
 
 
+LOCAL_RANK_ENVS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+"""Where launchers put a process's rank on its machine."""
+
+
+def launcher_local_rank() -> int | None:
+    """This process's rank on its machine, as its launcher gives it: 0 for a
+    process started alone (no launcher's size), None under a launcher that
+    does not say."""
+    local = _first_int(LOCAL_RANK_ENVS)
+    if local is None and launcher_size() is None:
+        return 0
+    return local
+
+
 def _first_int(names: tuple[str, ...]) -> int | None:
     for name in names:
         value = os.environ.get(name, "").strip()

@@ -441,3 +441,36 @@ def test_a_long_build_ends_with_its_slowest_kernels(capsys: pytest.CaptureFixtur
     assert re.fullmatch(
         r"fuserc: slowest: b 9\.\d s \(in a build worker\); c 4\.\d s \(waited for another process's build\); d 2\.\d s \(in a build worker\)", lines[-1]
     ), lines
+
+
+@pytest.mark.parametrize(
+    "env,local",
+    [
+        ({}, 0),  # a process started alone
+        ({"LOCAL_RANK": "3", "WORLD_SIZE": "4"}, 3),  # torchrun
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, 2),  # Open MPI
+        ({"MPI_LOCALRANKID": "1", "PMI_SIZE": "4"}, 1),  # MPICH's Hydra
+        ({"PMI_SIZE": "4"}, None),  # a launcher that does not say
+    ],
+)
+def test_the_gpu_opened_early_is_the_launchers_local_rank(env: dict[str, str], local: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fuserc run` makes the GPU's context on a thread while the passes run
+    (cuda.open_device_early): the GPU is the launcher's local rank, as the
+    backend picks it; under the command only (a caller's process keeps its
+    own CUDA start), nothing under a launcher that does not say, and a
+    machine without a CUDA driver (this one) is no error."""
+    from fuserc.runtime import cuda, job, mpi_env
+
+    for name in (*job.LOCAL_RANK_ENVS, *job.SIZE_ENVS):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert job.launcher_local_rank() == local
+    monkeypatch.setattr(mpi_env, "ENDS_PROCESS", [False])
+    assert cuda.open_device_early() is None
+    monkeypatch.setattr(mpi_env, "ENDS_PROCESS", [True])
+    thread = cuda.open_device_early()
+    assert (thread is None) == (local is None)
+    if thread is not None:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
