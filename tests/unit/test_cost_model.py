@@ -59,6 +59,23 @@ def test_gpt_layer_gathers_ring_only_where_the_fence_pays(hidden: int, rings: bo
     assert best.algorithm == cm.RING, reason
 
 
+def test_a_fence_waits_for_the_peers_of_its_team() -> None:
+    """A fence's cost (`ipc_fence_us`, measured over 4 ranks: the wait for
+    the last of 3 peers) is (t - 1) / 3 of it for a team of t < 4 ranks,
+    the whole of it from 4 on. So the GPT layer's MLP AllGather + GEMM at
+    hidden 4096 x 8192 tokens rings over 2 GPUs (on 2 H200s its forward ran
+    8% faster with it and the out-projection as rings) and stays whole over
+    4 (slower as a ring on 4 H200s)."""
+    m = cm.Machine()
+    assert m.ipc_fence(2) == pytest.approx(m.ipc_fence_us * 1e-6 / 3)
+    assert m.ipc_fence(3) == pytest.approx(m.ipc_fence_us * 1e-6 * 2 / 3)
+    assert m.ipc_fence(4) == m.ipc_fence(8) == pytest.approx(m.ipc_fence_us * 1e-6)
+    for d, rings in ((2, True), (4, False)):
+        site = cm.Site(cm.ALLGATHER, 2.0 * 8192 * 4096 * (4 * 4096 // d), 8192 * 4096 * 2, "bf16", d)
+        best, reason = cm.choose(m, site, ALL, [d, 2 * d, 4 * d], requested=False)
+        assert (best.algorithm == cm.RING) == rings, (d, reason)
+
+
 @pytest.mark.parametrize("m,k,n", [(8192, 8192, 8192), (16384, 8192, 8192)])
 def test_medium_reduce_scatter_pulls_partials(m: int, k: int, n: int) -> None:
     """Below the headline shape the running sum's GEMMs would wait for its
