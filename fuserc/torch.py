@@ -230,7 +230,7 @@ class _Autograd(torch.autograd.Function):
     def backward(ctx: Any, *cotangents: Any) -> tuple[Any, ...]:
         fn, loaded = ctx.fn, ctx.loaded
         bwd = loaded.program(f"{fn.entry}_bwd")
-        ctx.saved.check(f"{fn.entry}_fwd")
+        ctx.saved.check()
         saved = ctx.saved.values
         specs = bwd.params[len(saved):]
         cts = []
@@ -268,14 +268,15 @@ class _Saved:
             if v is not None:
                 self.versions.append((k - first, f"{program.params[j].label} of @{program.func.sym_name.data}", v._version))
 
-    def check(self, entry: str) -> None:
+    def check(self) -> None:
+        """PyTorch's error for a saved caller's tensor changed in place since the forward."""
         for i, what, version in self.versions:
             v = self.values[i]
             if v._version != version:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by an inplace "
                     f"operation: {what} [{v.dtype} {list(v.shape)}] is at version {v._version}; expected version "
-                    f"{version} instead (fuserc.torch saves it for @{entry}'s backward as it is, not a copy)"
+                    f"{version} instead (fuserc.torch saves it for the backward as it is, not a copy)"
                 )
 
     def keep(self, program: Any) -> None:

@@ -95,6 +95,11 @@ partials as they are done and adding them after its own GEMM (a tail of
 one add over d blocks)."""
 
 
+FENCE_PEERS = 3
+"""The peers a fence's measured cost (`Machine.ipc_fence_us`) waits for:
+it was measured over 4 ranks."""
+
+
 @dataclass(frozen=True)
 class Machine:
     """What the cost model knows of one node. Bandwidths in GB/s (1e9 B/s),
@@ -555,10 +560,6 @@ def candidates(
             out.extend((a, s, "") for s in chunk_options)
     return out
 
-
-FENCE_PEERS = 3
-"""The peers a fence's measured cost (`Machine.ipc_fence_us`) waits for:
-it was measured over 4 ranks."""
 
 PAYS = 0.97
 """A pipeline the user did not ask for must beat the unpipelined program by
