@@ -115,10 +115,16 @@ class Machine:
     GEMMs do not fill the GPU."""
     launch_us: float = field(default=5.0, metadata={"rule": "non_negative"})
     """Fixed cost of one kernel launch."""
-    chunk_us: float = field(default=30.0, metadata={"rule": "non_negative"})
+    chunk_us: float = field(default=10.0, metadata={"rule": "non_negative"})
     """Fixed cost of one pipelined chunk: the host issuing its ops (views,
     stream switches, events, the transfer) ahead of the GPU, which small
-    shapes cannot hide."""
+    shapes cannot hide. Replayed as a CUDA graph a ring's chunk GEMMs run
+    back to back (4 H200s, the GPT layer at hidden 4096 x 16384 tokens: no
+    gap between them); 10 us keeps a margin for runs op by op. It was 30
+    while a ring's pulls ran in any order (stream_emit.allgather_ring):
+    then the layer at 4096 x 8192 ran faster unpipelined; with the pulls in
+    order, every site a ring ran its forward in 1.93 ms against 2.29
+    unpipelined, and at 30 us the model still left it unpipelined."""
     copy_engine_gbps: float = field(default=350.0, metadata={"rule": "positive"})
     """Copy-engine peer copy (CUDA IPC get), per direction per peer."""
     copy_engine_latency_us: float = field(default=10.0, metadata={"rule": "non_negative"})

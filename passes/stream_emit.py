@@ -422,9 +422,13 @@ class SiteLowering:
         with no wait. On the main stream the shard is copied into a shared
         buffer (issued just before them) and a copy-engine fence (no SMs)
         passed; every peer chunk is then pulled (a copy-engine get within
-        the node, a NCCL send/recv pair across nodes) on a transfer stream
-        (workers 1..), all issued ahead, and the GEMMs follow one after the
-        other on the compute stream, each after its own transfer. A final
+        the node, a NCCL send/recv pair across nodes) on one transfer
+        stream (worker 1), in the order the GEMMs read them, and the GEMMs
+        follow one after the other on the compute stream, each after its
+        own transfer. One stream, because a device's peer copies run one
+        at a time whatever their streams: on a stream each, a CUDA graph
+        ran them in any order (on 4 H200s the GEMMs of the second chunk
+        waited for the third chunk's copy). A final
         fence before a later run may overwrite the shared buffer, at the
         end of the block (`close_shared`). Without
         a GEMM the chunks are only gathered."""
@@ -466,7 +470,7 @@ class SiteLowering:
             return peer, sub, b.chunk(b.chunk(xg, peer, d, hint="blk"), sub, k, hint="xc")
 
         def pull(b: Emitter, c: SSAValue, static: int | None) -> None:
-            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))
+            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, k, k, 1)))
             b.add(hir.SyncStreamOp(main))
 
             def get(bb: Emitter) -> Operation:
@@ -481,15 +485,16 @@ class SiteLowering:
                 pull=True, mark=self.reshard,
             )
 
-        def gemm_chunk(b: Emitter, c: SSAValue, static: int | None) -> None:
-            b.add(hir.SyncStreamOp(self.transfer_stream(b, c, k, plan.chunks - k)))  # after its transfer
+        def pull_and_gemm(b: Emitter, c: SSAValue, static: int | None) -> None:
+            pull(b, c, static)
+            if gemm is None:
+                return
+            b.add(hir.SetCurrentStreamOp(compute))
+            b.add(hir.SyncStreamOp(self.transfer_stream(b, k, k, 1)))  # after its transfer (issued just now)
             peer, sub, xc = slot(b, c, static)
             self.gemm_on(b, xc, lambda y: b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
 
-        self.mark_loop(ring.steps(e, k, plan.chunks, pull))
-        if gemm is not None:
-            e.add(hir.SetCurrentStreamOp(compute))
-            self.mark_loop(ring.steps(e, k, plan.chunks, gemm_chunk))
+        self.mark_loop(ring.steps(e, k, plan.chunks, pull_and_gemm))
         if read_later:  # the gathered buffer must hold this device's block too
             e.add(hir.SetCurrentStreamOp(main))
             e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))

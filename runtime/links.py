@@ -12,10 +12,12 @@ network when the job spans nodes (a send/recv between the first ranks of
 two nodes; nodes as `MpiEnv.nodes` groups them, so $FUSERC_GPUS_PER_NODE
 applies) and NCCL collectives (allgather bus bandwidth; a barrier's
 latency), and the ranks per node.
-Kept at the documented defaults: `nccl_sm_slowdown` (it needs a GEMM and a
-collective overlapped, which depends on the GEMM) and `ipc_fence_us` (the
-ranks' skew at a fence inside a program, which fences timed alone, the
-ranks in step, do not show). Each figure is the best
+Kept at the documented defaults: `chunk_us` (a pipeline's per-chunk host
+cost, which a pipeline in a program shows and a copy timed alone does
+not), `nccl_sm_slowdown` (it needs a GEMM and a collective overlapped,
+which depends on the GEMM) and `ipc_fence_us` (the ranks' skew at a fence
+inside a program, which fences timed alone, the ranks in step, do not
+show). Each figure is the best
 of a few timed repetitions, taken by the slowest rank.
 """
 

@@ -34,9 +34,10 @@
 
 // Ring: the shard copied into a shared buffer on the main stream, the
 // local chunk's GEMM on the compute stream (worker 0, no wait), a copy-engine
-// fence on main; every peer chunk pulled ahead (peer pos + c) on the transfer
-// stream (worker 1), then the GEMMs one after the other on the compute
-// stream, each after its get; the main stream joins, a final fence.
+// fence on main; then per peer chunk (peer pos + c), in the order the GEMMs
+// read them: its get on the one transfer stream (worker 1), and its GEMM on
+// the compute stream after that get (the event is recorded before the next
+// get is issued); the main stream joins, a final fence.
 // RING-LABEL: func.func @main
 // RING: %main = hir.get_current_stream : !hir.stream
 // RING-NEXT: %pos = hir.team_index team = [0, 1, 2, 3] : index
@@ -66,19 +67,17 @@
 // RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: %tok = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<16x8xf32>) -> !hir.token
 // RING-NEXT: hir.wait %tok : !hir.token
-// RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
-// RING-NEXT: hir.for %c_2 = 1 to 4 {
 // RING-NEXT: %st_1 = hir.stream_for %c1 mod 2 : !hir.stream
 // RING-NEXT: hir.sync_stream %st_1 : !hir.stream
-// RING-NEXT: %peer_1 = hir.add_mod %pos, %c_2 mod 4 : index
+// RING-NEXT: %peer_1 = hir.add_mod %pos, %c_1 mod 4 : index
 // RING-NEXT: %blk_1 = hir.chunk %xg [%peer_1] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: %yblk = hir.chunk %y1 [%peer_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
 // RING-NEXT: hir.matmul %blk_1, %w, %yblk : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
 // RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
-// RING-NEXT: hir.for %c_3 = 0 to 2 {
-// RING-NEXT: %s_1 = hir.stream_for %c_3 mod 2 : !hir.stream
+// RING-NEXT: hir.for %c_2 = 0 to 2 {
+// RING-NEXT: %s_1 = hir.stream_for %c_2 mod 2 : !hir.stream
 // RING-NEXT: hir.sync_stream %s_1 : !hir.stream
 // RING-NEXT: }
 // RING-NEXT: hir.dealloc %xg : tensor<64x8xf32>

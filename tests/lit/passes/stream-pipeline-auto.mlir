@@ -58,14 +58,13 @@ func.func @small(%x: tensor<64x32xf32, #fusion.sharding<@tp, [DIDx, -]>>,
 // H200: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}): ring(S=4)
 // H200: hir.get %{{.*}} backend = cuda_ipc {hir.reshard = "DIDx->-"}
 // H200: fusion.gelu
-// H200: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, form = "pull", reason = "cost model ({{.*}}): ring(S=4, pull) {{.*}} ms < ring(S=8, sum)
-// H200: hir.get %{{.*}} block %{{.*}} of 4 backend = cuda_ipc {hir.reshard = "partial->DIDx"}
-// H200: hir.launch
+// H200: hir.put %{{.*}} block %{{.*}} of 8 backend = cuda_ipc {hir.reshard = "partial->DIDx"}
+// H200: hir.pipeline = {algorithm = "ring", chunks = 8 : i64, streams = 8 : i64, form = "sum", reason = "cost model ({{.*}}): ring(S=8, sum) {{.*}} ms < ring(S=4, pull)
 // H200-NOT: hir.allgather
 // H200-NOT: hir.reduce_scatter
 // FORCED-LABEL: func.func @sp_mlp
 // FORCED: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "algorithm = ring requested
-// FORCED: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, form = "pull", reason = "algorithm = ring requested
+// FORCED: hir.pipeline = {algorithm = "ring", chunks = 8 : i64, streams = 8 : i64, form = "sum", reason = "algorithm = ring requested
 // FORCED-NOT: hir.allgather
 // FORCED-NOT: hir.reduce_scatter
 // With chunks = 8 the cost model only chooses the algorithm, at S = 8.

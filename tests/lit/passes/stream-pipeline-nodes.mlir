@@ -47,11 +47,11 @@
 // RING: hir.if_rank [0, 1, 2, 3] {
 // RING-NEXT: %to_1 = hir.add_mod %pos, %c2 mod 4 : index
 // RING-NEXT: %tok_3 = hir.send %x to %to_1
-// RING: %tok_4 = hir.recv %blk_2 from %from_1
+// RING: %tok_4 = hir.recv %blk_3 from %from_1
 // RING-NOT: hir.get
 // RING: }
-// The GEMMs after their chunks' transfers, then the final fences, per node.
-// RING: hir.matmul %blk_5, %w, %yblk
+// Each GEMM after its chunk's transfer; the last one, then the final fences, per node.
+// RING: hir.matmul %blk_7, %w, %yblk_2
 // RING: hir.if_rank [0, 1] {
 // RING-NEXT: %fence_2 = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 
@@ -90,7 +90,7 @@
 // ENVAUTO: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4) 19.4 ms < collective(S=4) 25 ms < none 27.9 ms"}
 // ENVAUTO: hir.send %x
 // ENVAUTO-LABEL: func.func @reduce_scatter
-// ENVAUTO: form = "pull", reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4, pull) 9.18 ms < none 11 ms
+// ENVAUTO: form = "pull", reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4, pull) 9.16 ms < none 11 ms
 // ENVAUTO: hir.send
 
 // $FUSERC_GPUS_PER_NODE=4 puts the team on one node whatever the file says:
