@@ -46,7 +46,12 @@ from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock
 from fuserc.runtime.startup import KERNELS as COUNTS
 
 WORKERS_ENV = "FUSERC_BUILD_WORKERS"
-MAX_WORKERS = 8
+MAX_WORKERS = 2
+"""Workers of one rank at most. More start slower than they build: each
+imports torch and Inductor and makes a CUDA context beside the others.
+On 2 H200s (32 cores), the GPT layer's first fwd+bwd step (14 kernels a
+rank, every cache empty) took 9.6 s with 2 workers a rank, 11.3 s with
+none and 15.7 s with 8; on 4 H200s with 8 a rank, 19.3 s."""
 MIN_JOBS_FOR_WORKERS = 10
 """A worker pays for itself once a process has this many kernels to build.
 A worker takes about as long to start (Python, torch, Inductor, a CUDA

@@ -474,3 +474,23 @@ def test_the_gpu_opened_early_is_the_launchers_local_rank(env: dict[str, str], l
     if thread is not None:
         thread.join(timeout=30)
         assert not thread.is_alive()
+
+
+def test_a_rank_starts_few_build_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers start from MIN_JOBS_FOR_WORKERS kernels, one per kernel
+    beyond the first, within the rank's share of the cores, and never more
+    than MAX_WORKERS (2: more started slower than they built on 2 H200s);
+    $FUSERC_BUILD_WORKERS overrides, a bad value is a diagnostic."""
+    from fuserc.diagnostics import Diagnostic
+
+    monkeypatch.delenv(kernel_builds.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    assert kernel_builds.worker_count(kernel_builds.MIN_JOBS_FOR_WORKERS - 1, 1) == 0
+    assert kernel_builds.worker_count(14, 4) == kernel_builds.MAX_WORKERS == 2
+    assert kernel_builds.worker_count(14, 32) == 1  # 2 cores a rank: one for the rank, one worker
+    assert kernel_builds.worker_count(14, 64) == 0
+    monkeypatch.setenv(kernel_builds.WORKERS_ENV, "5")
+    assert kernel_builds.worker_count(3, 4) == 5
+    monkeypatch.setenv(kernel_builds.WORKERS_ENV, "many")
+    with pytest.raises(Diagnostic, match="FUSERC_BUILD_WORKERS"):
+        kernel_builds.worker_count(14, 1)
