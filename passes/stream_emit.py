@@ -469,29 +469,24 @@ class SiteLowering:
             peer = b.value(hir.AddModOp(pos, step, d), "peer")
             return peer, sub, b.chunk(b.chunk(xg, peer, d, hint="blk"), sub, k, hint="xc")
 
-        def pull(b: Emitter, c: SSAValue, static: int | None) -> None:
-            b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, k, k, 1)))
-            b.add(hir.SyncStreamOp(main))
-
-            def get(bb: Emitter) -> Operation:
-                peer, sub, dst = slot(bb, c, static)
-                return hir.GetOp(handle, peer, dst, IPC, *((sub, k) if k > 1 else (None, None)))
-
-            sub = b.const(static % k) if static is not None else None
-            ring.move(
-                b, static // k if static is not None else None, get,
-                send=lambda bb: bb.chunk(x, sub, k, hint="xc") if sub is not None else x,
-                recv=lambda bb: slot(bb, c, static)[2],
-                pull=True, mark=self.reshard,
-            )
+        transfer = self.transfer_stream(e, k, k, 1)
 
         def pull_and_gemm(b: Emitter, c: SSAValue, static: int | None) -> None:
-            pull(b, c, static)
+            peer, sub, xc = slot(b, c, static)
+            b.add(hir.SetCurrentStreamOp(transfer))
+            b.add(hir.SyncStreamOp(main))
+            own = b.const(static % k) if static is not None else None
+            ring.move(
+                b, static // k if static is not None else None,
+                lambda _: hir.GetOp(handle, peer, xc, IPC, *((sub, k) if k > 1 else (None, None))),
+                send=lambda bb: bb.chunk(x, own, k, hint="xc") if own is not None else x,
+                recv=lambda _: xc,
+                pull=True, mark=self.reshard,
+            )
             if gemm is None:
                 return
             b.add(hir.SetCurrentStreamOp(compute))
-            b.add(hir.SyncStreamOp(self.transfer_stream(b, k, k, 1)))  # after its transfer (issued just now)
-            peer, sub, xc = slot(b, c, static)
+            b.add(hir.SyncStreamOp(transfer))  # after its get (issued just now, before the next one)
             self.gemm_on(b, xc, lambda y: b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
 
         self.mark_loop(ring.steps(e, k, plan.chunks, pull_and_gemm))

@@ -59,21 +59,18 @@
 // RING-NEXT: %fence = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence : !hir.token
 // RING-NEXT: %c1 = hir.constant 1 : index
-// RING-NEXT: hir.for %c_1 = 1 to 4 {
 // RING-NEXT: %st = hir.stream_for %c1 mod 2 : !hir.stream
-// RING-NEXT: hir.set_current_stream %st : !hir.stream
-// RING-NEXT: hir.sync_stream %main : !hir.stream
+// RING-NEXT: hir.for %c_1 = 1 to 4 {
 // RING-NEXT: %peer = hir.add_mod %pos, %c_1 mod 4 : index
 // RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
+// RING-NEXT: hir.set_current_stream %st : !hir.stream
+// RING-NEXT: hir.sync_stream %main : !hir.stream
 // RING-NEXT: %tok = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<16x8xf32>) -> !hir.token
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
-// RING-NEXT: %st_1 = hir.stream_for %c1 mod 2 : !hir.stream
-// RING-NEXT: hir.sync_stream %st_1 : !hir.stream
-// RING-NEXT: %peer_1 = hir.add_mod %pos, %c_1 mod 4 : index
-// RING-NEXT: %blk_1 = hir.chunk %xg [%peer_1] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
-// RING-NEXT: %yblk = hir.chunk %y1 [%peer_1] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
-// RING-NEXT: hir.matmul %blk_1, %w, %yblk : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
+// RING-NEXT: hir.sync_stream %st : !hir.stream
+// RING-NEXT: %yblk = hir.chunk %y1 [%peer] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
+// RING-NEXT: hir.matmul %blk, %w, %yblk : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
 // RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: hir.for %c_2 = 0 to 2 {
@@ -133,8 +130,10 @@ func.func @main(%x: tensor<16x8xf32> {hir.global = tensor<64x8xf32, #fusion.shar
 // RING-NEXT: %peer = hir.add_mod %pos, %dev mod 4 : index
 // RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4 : (tensor<64x8xbf16>, index) -> tensor<16x8xbf16>
 // RING-NEXT: %xc_1 = hir.chunk %blk [%sub] dim = 0 chunks = 2 : (tensor<16x8xbf16>, index) -> tensor<8x8xbf16>
+// RING-NEXT: hir.set_current_stream %st : !hir.stream
+// RING-NEXT: hir.sync_stream %main : !hir.stream
 // RING-NEXT: %tok = hir.get %h, %peer, %xc_1 block %sub of 2 backend = cuda_ipc : (!hir.handle, index, tensor<8x8xbf16>, index) -> !hir.token
-// RING: hir.linear %xc_2, %w, %b, %yc_1 : tensor<8x8xbf16>, tensor<4x8xbf16>, tensor<4xbf16>, tensor<8x4xbf16>
+// RING: hir.linear %xc_1, %w, %b, %yc_1 : tensor<8x8xbf16>, tensor<4x8xbf16>, tensor<4xbf16>, tensor<8x4xbf16>
 fusion.mesh @tp shape = [4]
 func.func @linear(%x: tensor<16x8xbf16>, %w: tensor<4x8xbf16>, %b: tensor<4xbf16>) -> tensor<64x4xbf16> attributes {hir.host} {
   %xg = hir.alloc "linear/0/0" : tensor<64x8xbf16>
@@ -151,7 +150,7 @@ func.func @linear(%x: tensor<16x8xbf16>, %w: tensor<4x8xbf16>, %b: tensor<4xbf16
 // The gathered buffer is read after the GEMM: the ring also copies this
 // device's own block into it, so that it is whole.
 // RING-LABEL: func.func @gathered_read_later
-// RING: hir.matmul %blk_1, %w, %yblk
+// RING: hir.matmul %blk, %w, %yblk
 // RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: %mine = hir.chunk %xg [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>

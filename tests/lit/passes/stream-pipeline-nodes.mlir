@@ -29,29 +29,30 @@
 // RING-NEXT: }
 // Step 1: ranks 0 and 2 get from 1 and 3 (their node) and send to 3 and 1;
 // ranks 1 and 3 receive from 2 and 0.
+// RING: %peer = hir.add_mod %pos, %c1 mod 4 : index
+// RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4
 // RING: hir.if_rank [0, 2] {
 // RING-NEXT: %to = hir.add_mod %pos, %c3 mod 4 : index
 // RING-NEXT: %tok = hir.send %x to %to team = [0, 1, 2, 3] backend = nccl {hir.reshard = "DIDx->Stream"} : (tensor<8192x16384xbf16>, index) -> !hir.token
-// RING-NEXT: %peer = hir.add_mod %pos, %c1 mod 4 : index
-// RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4
 // RING-NEXT: %tok_1 = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"}
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: hir.wait %tok_1 : !hir.token
 // RING-NEXT: }
 // RING-NEXT: hir.if_rank [1, 3] {
 // RING-NEXT: %from = hir.add_mod %pos, %c1 mod 4 : index
-// RING: %tok_2 = hir.recv %blk_1 from %from team = [0, 1, 2, 3] backend = nccl {hir.reshard = "DIDx->Stream"}
+// RING-NEXT: %tok_2 = hir.recv %blk from %from team = [0, 1, 2, 3] backend = nccl {hir.reshard = "DIDx->Stream"}
 // RING-NEXT: hir.wait %tok_2 : !hir.token
 // RING-NEXT: }
-// Step 2: every peer is on the other node.
+// The chunk's GEMM after its transfer, then step 2: every peer is on the other node.
+// RING: hir.matmul %blk, %w, %yblk
 // RING: hir.if_rank [0, 1, 2, 3] {
 // RING-NEXT: %to_1 = hir.add_mod %pos, %c2 mod 4 : index
 // RING-NEXT: %tok_3 = hir.send %x to %to_1
-// RING: %tok_4 = hir.recv %blk_3 from %from_1
+// RING: %tok_4 = hir.recv %blk_1 from %from_1
 // RING-NOT: hir.get
 // RING: }
-// Each GEMM after its chunk's transfer; the last one, then the final fences, per node.
-// RING: hir.matmul %blk_7, %w, %yblk_2
+// The last GEMM, then the final fences, per node.
+// RING: hir.matmul %blk_2, %w, %yblk_2
 // RING: hir.if_rank [0, 1] {
 // RING-NEXT: %fence_2 = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 
