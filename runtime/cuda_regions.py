@@ -224,13 +224,12 @@ def _zeros(layout: Layout, device: torch.device) -> torch.Tensor:
 
 
 def _on(contexts: Any, device: torch.device) -> Any:
-    """The contexts with their global indices already on `device`, so the
-    trace holds them as device tensors (no copy from the host per call)."""
+    """The contexts with their global indices already on `device`
+    (`EvalContext.on`), so the trace holds them as device tensors (no copy
+    from the host per call)."""
     if not contexts:
         return contexts
-    from dataclasses import replace
-
-    return {op: replace(c, indices={k: v.to(device) for k, v in c.indices.items()}) for op, c in contexts.items()}
+    return {op: c.on(device) for op, c in contexts.items()}
 
 
 def build_region(
