@@ -151,6 +151,11 @@ class EvalContext:
             placed = self._placed[key] = EvalContext(self.accumulate, self.shapes, moved, device)
         return placed
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a build worker's job) without the copies `on` keeps:
+        they are this process's, on its devices."""
+        return {**self.__dict__, "_placed": {}}
+
     def global_shape(self, k: int, local: Sequence[int]) -> tuple[int, ...]:
         return self.shapes.get(k, tuple(local))
 

@@ -445,6 +445,23 @@ def test_a_sharded_region_run_with_torch_moves_its_indices_to_the_device_once() 
     assert cpu.tolist() == [[4] * 6, [5] * 6]
 
 
+def test_a_context_is_pickled_without_its_device_copies() -> None:
+    """`EvalContext.on` keeps its device copies for the process that made
+    them; a context pickled for a build worker carries its host indices
+    only, and the worker's `on` makes its own."""
+    import pickle
+
+    from fuserc.dialects.interfaces import EvalContext
+
+    ctx = EvalContext(shapes={-1: (8, 6)}, indices={(-1, 0): torch.tensor([4, 5])})
+    placed = ctx.on(torch.device("meta"))
+    assert ctx.on(torch.device("meta")) is placed and ctx._placed
+    back = pickle.loads(pickle.dumps(ctx))
+    assert back._placed == {} and back.indices[(-1, 0)].tolist() == [4, 5] and back.shapes == ctx.shapes
+    assert ctx._placed, "the original keeps its copies"
+    assert back.on(torch.device("meta")).indices[(-1, 0)].device.type == "meta"
+
+
 # ---- dtype mapping ----------------------------------------------------------
 
 
