@@ -2,15 +2,17 @@
 """AllGather+GEMM and GEMM+ReduceScatter: fuserc beside its baselines.
 
     mpirun -n 4 python tools/bench.py [--pattern ag|rs|both] [--shapes MxKxN,...]
-        [--warmup W] [--iters N] [--backend cuda|cpu] [--pipeline P]
+        [--warmup W] [--iters N] [--repeats R] [--per-iteration]
+        [--backend cuda|cpu] [--pipeline P]
         [--algorithm auto|collective|ring|none] [--stream auto|S]
-        [--seed N] [--small] [--json FILE]
+        [--seed N] [--small] [--json FILE] [--profile DIR]
     torchrun --nproc-per-node 4 tools/bench.py ...        (the same)
 
 For each shape, in one run and the same processes, each figure measured
-with the same method (synchronize, barrier, then the median over N
-iterations of the slowest rank's time; no barrier inside a timed
-iteration):
+with the same method (synchronize, barrier, then N iterations back to
+back, timed together; the median over R such repeats of the slowest
+rank's time per iteration; `--per-iteration` times each iteration alone
+after its own barrier):
 
 - GEMM alone at the per-GPU shape: the limit (AG: [M,K]x[K,N]; RS:
   [M,K/d]x[K/d,N], d = ranks), torch.matmul;
@@ -54,6 +56,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -108,7 +111,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", choices=("ag", "rs", "both"), default="both")
     p.add_argument("--shapes", type=parse_shapes, default=None, help=f"comma-separated MxKxN (default {DEFAULT_SHAPES}; with --small {SMALL_SHAPES})")
     p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 6: fuserc's replay trial; --small: 1)")
-    p.add_argument("--iters", type=int, default=None, help="timed iterations per figure (default 10; --small: 3)")
+    p.add_argument("--iters", type=int, default=None, help="iterations per timed repeat, run back to back (default 10; --small: 3)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per figure, the median reported (default 5; --small: 2)")
+    p.add_argument("--per-iteration", action="store_true", help="time each iteration alone, after a barrier of its own (the median over iters x repeats)")
     p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="fuserc's backend and the device of the baselines")
     p.add_argument("--pipeline", default="default", help="fuserc's pass pipeline (default: default)")
     p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default=None, help="stream-pipeline{algorithm=...}")
@@ -116,6 +121,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--small", action="store_true", help="tiny shapes and few iterations (tests the harness)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON (rank 0)")
+    p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last runs of each shape to DIR")
     return p
 
 
@@ -127,8 +133,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         args.warmup = 1 if args.small else 6
     if args.iters is None:
         args.iters = 3 if args.small else 10
-    if args.warmup < 0 or args.iters < 1:
-        raise argparse.ArgumentTypeError("--warmup must be >= 0 and --iters >= 1")
+    if args.repeats is None:
+        args.repeats = 2 if args.small else 5
+    if args.warmup < 0 or args.iters < 1 or args.repeats < 1:
+        raise argparse.ArgumentTypeError("--warmup must be >= 0, --iters and --repeats >= 1")
     if args.algorithm is not None:
         from fuserc.pipeline import with_option
 
@@ -271,20 +279,94 @@ def cuda_clock() -> Clock:
     return Clock(torch.cuda.synchronize, start, stop)
 
 
-def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters: int) -> list[float]:
-    """Seconds of each of `iters` iterations, the slowest rank's, after
-    `warmup` untimed ones. Ranks meet (synchronized, barrier) before each
-    iteration, outside the timed region."""
+def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters: int, repeats: int, per_iteration: bool = False) -> list[float]:
+    """Seconds of one iteration in each of `repeats` timed repeats, the
+    slowest rank's, after `warmup` untimed iterations. Ranks meet
+    (synchronized, barrier) before each repeat, outside the timed region,
+    and a repeat runs `iters` iterations back to back, as a training loop
+    runs its steps: a barrier before each iteration would time the ranks'
+    skew in leaving it (tens of microseconds) in every communicating
+    figure. `per_iteration`: every iteration is timed alone after its own
+    barrier instead (iters x repeats figures)."""
     for _ in range(warmup):
         step()
     times = []
-    for _ in range(iters):
-        clock.sync()
-        comm.Barrier()
-        mark = clock.start()
-        step()
-        times.append(clock.stop(mark))
+    for _ in range(repeats):
+        n = 1 if per_iteration else iters
+        for _ in range(iters if per_iteration else 1):
+            clock.sync()
+            comm.Barrier()
+            mark = clock.start()
+            for _ in range(n):
+                step()
+            times.append(clock.stop(mark) / n)
     return [max(per_rank) for per_rank in zip(*comm.allgather(times))]
+
+
+PROFILED_STEPS = 3
+
+
+def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: Callable[[], None], stem: Path) -> None:
+    """PROFILED_STEPS more steps under torch.profiler (every rank, so that
+    their collectives meet; `drain` waits for the device); rank 0 writes
+    `stem`.json, a Chrome trace, and `stem`.txt, the device's timeline and
+    the ops with the most device time, then host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    drain()
+    comm.Barrier()
+    with profile(activities=activities) as prof:
+        for _ in range(PROFILED_STEPS):
+            step()
+        drain()
+    if rank == 0:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        trace = stem.with_suffix(".json")
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())
+        ops = prof.key_averages()
+        by_device = ops.table(sort_by="self_device_time_total", row_limit=40) if cuda else ""
+        timeline = device_timeline(events["traceEvents"] if isinstance(events, dict) else events)
+        stem.with_suffix(".txt").write_text(f"{PROFILED_STEPS} steps\n{timeline}\n{by_device}\n{ops.table(sort_by='cpu_time_total', row_limit=40)}\n")
+
+
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Chrome-trace categories of work on the device."""
+
+
+def device_timeline(events: Sequence[dict[str, Any]], gaps: int = 8) -> str:
+    """What the device did over a trace (times in microseconds, as torch's
+    Chrome traces have them): the span from its first kernel or copy to the
+    end of its last, the time some stream was busy, the idle rest and its
+    longest gaps (no stream running: the host late, or every stream waiting
+    for peers), and each stream's busy time."""
+    work = sorted(
+        (e["ts"], e["ts"] + e["dur"], e.get("args", {}).get("stream", e.get("tid")))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_WORK
+    )
+    if not work:
+        return "device timeline: no device work recorded"
+    start, end = work[0][0], max(e for _, e, _ in work)
+    busy, holes = 0.0, []
+    run_start, run_end = work[0][0], work[0][1]
+    for s, e, _ in work[1:]:
+        if s > run_end:
+            busy += run_end - run_start
+            holes.append((s - run_end, run_end - start))
+            run_start, run_end = s, e
+        else:
+            run_end = max(run_end, e)
+    busy += run_end - run_start
+    per: dict[Any, float] = {}
+    for s, e, stream in work:
+        per[stream] = per.get(stream, 0.0) + e - s
+    return "\n".join([
+        f"device timeline: span {(end - start) / 1e3:.3f} ms, some stream busy {busy / 1e3:.3f} ms, idle {(end - start - busy) / 1e3:.3f} ms",
+        "  longest idle gaps (us at ms): " + (", ".join(f"{g:.0f} at {at / 1e3:.3f}" for g, at in sorted(holes, reverse=True)[:gaps]) or "none"),
+        "  busy per stream (ms): " + ", ".join(f"{k} {v / 1e3:.3f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])),
+    ])  # fmt: skip
 
 
 def figure(times: Sequence[float], flops: int) -> Figure:
@@ -424,7 +506,8 @@ class Bench:
     # ---- variants ---------------------------------------------------------------
     def timed(self, step: Callable[[], Any], clock: Clock | None = None) -> list[float]:
         self.sync()  # inputs are ready
-        return measure(step, clock or self.clock, self.comm, self.args.warmup, self.args.iters)
+        a = self.args
+        return measure(step, clock or self.clock, self.comm, a.warmup, a.iters, a.repeats, a.per_iteration)
 
     def gemm_alone(self, pattern: str, shape: Shape, x: Any, w: Any, index: int) -> list[float]:
         import torch
@@ -448,7 +531,10 @@ class Bench:
             # on GPUs the host does not wait inside the timed run: device time,
             # measured like the stream-ordered PyTorch baselines
             sync = self.args.backend != "cuda"
-            times = self.timed(lambda: p.run_prepared(local, synchronize=sync), Clock(b.synchronize, b.timer_start, b.timer_stop))
+            step = lambda: p.run_prepared(local, synchronize=sync)  # noqa: E731
+            times = self.timed(step, Clock(b.synchronize, b.timer_start, b.timer_stop))
+            if self.args.profile:
+                profiled(step, self.comm, self.rank, self.cuda, b.synchronize, Path(self.args.profile) / f"fuserc_{pattern}_{shape}")
             out = p.run_prepared(local)[0].clone()  # the program's buffer, reused by the next run
             b.synchronize()
             replayed = ", replayed" if p.replays.prefer_graph else ""
@@ -697,6 +783,8 @@ def report(rows: Sequence[Row], args: argparse.Namespace, bench: Bench) -> dict[
         "pipeline": args.pipeline,
         "warmup": args.warmup,
         "iters": args.iters,
+        "repeats": args.repeats,
+        "per_iteration": args.per_iteration,
         "stream": args.stream,
         "rows": [asdict(r) for r in rows],
     }
@@ -714,7 +802,7 @@ def run(args: argparse.Namespace) -> int:
     if bench.rank == 0:
         print(
             f"fuserc bench: {bench.d} ranks, backend {args.backend} ({bench.device_name()}), bf16, "
-            f"warmup {args.warmup}, iters {args.iters}, pipeline '{args.pipeline}'",
+            f"warmup {args.warmup}, {'each iteration timed alone' if args.per_iteration else 'back to back'}: iters {args.iters} x repeats {args.repeats}, pipeline '{args.pipeline}'",
             flush=True,
         )
     for pattern in patterns:

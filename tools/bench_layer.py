@@ -131,6 +131,7 @@ from bench import (  # noqa: E402
     failure_reason,
     figure,
     init_torch_distributed,
+    profiled,
     num_text,
     release,
     start_torch_world,
@@ -512,70 +513,6 @@ def timed(step: Callable[[], Any], job: Job, a: argparse.Namespace) -> list[floa
     return times
 
 
-PROFILED_STEPS = 3
-
-
-def profiled(step: Callable[[], Any], job: Job, stem: Path) -> None:
-    """PROFILED_STEPS more steps under torch.profiler (every rank, so that
-    their collectives meet); rank 0 writes `stem`.json, a Chrome trace, and
-    `stem`.txt, the ops with the most device time, then host time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if job.cuda else [])
-    job.drain()
-    with profile(activities=activities) as prof:
-        for _ in range(PROFILED_STEPS):
-            step()
-        job.drain()
-    if job.rank == 0:
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        trace = stem.with_suffix(".json")
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text())
-        ops = prof.key_averages()
-        by_device = ops.table(sort_by="self_device_time_total", row_limit=40) if job.cuda else ""
-        timeline = device_timeline(events["traceEvents"] if isinstance(events, dict) else events)
-        stem.with_suffix(".txt").write_text(f"{PROFILED_STEPS} steps\n{timeline}\n{by_device}\n{ops.table(sort_by='cpu_time_total', row_limit=40)}\n")
-
-
-DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-"""Chrome-trace categories of work on the device."""
-
-
-def device_timeline(events: Sequence[dict[str, Any]], gaps: int = 8) -> str:
-    """What the device did over a trace (times in microseconds, as torch's
-    Chrome traces have them): the span from its first kernel or copy to the
-    end of its last, the time some stream was busy, the idle rest and its
-    longest gaps (no stream running: the host late, or every stream waiting
-    for peers), and each stream's busy time."""
-    work = sorted(
-        (e["ts"], e["ts"] + e["dur"], e.get("args", {}).get("stream", e.get("tid")))
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") in DEVICE_WORK
-    )
-    if not work:
-        return "device timeline: no device work recorded"
-    start, end = work[0][0], max(e for _, e, _ in work)
-    busy, holes = 0.0, []
-    run_start, run_end = work[0][0], work[0][1]
-    for s, e, _ in work[1:]:
-        if s > run_end:
-            busy += run_end - run_start
-            holes.append((s - run_end, run_end - start))
-            run_start, run_end = s, e
-        else:
-            run_end = max(run_end, e)
-    busy += run_end - run_start
-    per: dict[Any, float] = {}
-    for s, e, stream in work:
-        per[stream] = per.get(stream, 0.0) + e - s
-    return "\n".join([
-        f"device timeline: span {(end - start) / 1e3:.3f} ms, some stream busy {busy / 1e3:.3f} ms, idle {(end - start - busy) / 1e3:.3f} ms",
-        "  longest idle gaps (us at ms): " + (", ".join(f"{g:.0f} at {at / 1e3:.3f}" for g, at in sorted(holes, reverse=True)[:gaps]) or "none"),
-        "  busy per stream (ms): " + ", ".join(f"{k} {v / 1e3:.3f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])),
-    ])  # fmt: skip
-
-
 @dataclass
 class Row:
     hidden: int
@@ -669,7 +606,7 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
                     times[m] = timed(step, job, a)
                     peaks[m] = job.peak_mib()
                     if a.profile and key == "fuserc":
-                        profiled(step, job, Path(a.profile) / f"fuserc_{shape.hidden}x{shape.tokens}_{m}")
+                        profiled(step, job.comm, job.rank, job.cuda, job.drain, Path(a.profile) / f"fuserc_{shape.hidden}x{shape.tokens}_{m}")
                 return times, out
             finally:
                 v.close()

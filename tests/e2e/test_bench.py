@@ -28,12 +28,13 @@ def _bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
 
 
 def test_both_patterns(tmp_path: Path) -> None:
-    proc, data = _bench(tmp_path, "--pattern", "both", "--shapes", "64x32x16,128x64x32", "--warmup", "1", "--iters", "2")
+    proc, data = _bench(tmp_path, "--pattern", "both", "--shapes", "64x32x16,128x64x32", "--warmup", "1", "--iters", "2", "--repeats", "3")
     assert "### AllGather + GEMM (2 ranks, bf16)" in proc.stdout
     assert "### GEMM + ReduceScatter (2 ranks, bf16)" in proc.stdout
     assert "| M x K x N | GEMM ms | GEMM TFLOP/s | fuserc ms" in proc.stdout
     assert "| 128 x 64 x 32 |" in proc.stdout
-    assert data["ranks"] == 2 and data["backend"] == BACKEND and data["iters"] == 2
+    assert data["ranks"] == 2 and data["backend"] == BACKEND and data["iters"] == 2 and data["repeats"] == 3
+    assert "back to back: iters 2 x repeats 3" in proc.stdout
     rows = data["rows"]
     assert [(r["pattern"], r["shape"]) for r in rows] == [
         ("ag", "64x32x16"), ("ag", "128x64x32"), ("rs", "64x32x16"), ("rs", "128x64x32"),
@@ -43,7 +44,7 @@ def test_both_patterns(tmp_path: Path) -> None:
         assert r["flops_per_gpu"] == 2 * m * n * (k if r["pattern"] == "ag" else k // 2)
         for key in ("gemm", "fuserc", "eager"):
             f = r[key]
-            assert f["ms"] > 0 and len(f["times_ms"]) == 2, (key, f)
+            assert f["ms"] > 0 and len(f["times_ms"]) == 3, (key, f)  # one per repeat
             assert f["tflops"] == pytest.approx(r["flops_per_gpu"] / (f["ms"] / 1e3) / 1e12)
             assert f["ratio"] == pytest.approx(r["gemm"]["ms"] / f["ms"])
         if BACKEND == "cpu":
@@ -57,24 +58,32 @@ def test_both_patterns(tmp_path: Path) -> None:
 
 def test_bench_under_torchrun(tmp_path: Path) -> None:
     """The same benchmark under torchrun: torch.distributed's world is the
-    tool's, started once, and fuserc joins it."""
+    tool's, started once, and fuserc joins it. --per-iteration times each
+    iteration alone (iters x repeats figures)."""
     from test_torch_function import launch
 
     out = tmp_path / "bench.json"
-    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "1", "--json", str(out)]
+    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "2", "--repeats", "2", "--per-iteration", "--json", str(out)]
     proc = launch("torchrun", 2, BENCH, args, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["fuserc"]["ms"] > 0 and row["eager"]["ms"] > 0 and row["fuserc_rel_err"] < 4e-2, row
+    assert len(row["fuserc"]["times_ms"]) == 4 and "each iteration timed alone: iters 2 x repeats 2" in proc.stdout
 
 
-def test_algorithm_stream_and_bad_shape(tmp_path: Path) -> None:
+def test_algorithm_stream_profile_and_bad_shape(tmp_path: Path) -> None:
+    """--algorithm and --stream shape fuserc's plan; --profile writes its
+    runs' trace and timeline (rank 0); a shape the ranks do not divide is n/a."""
+    prof = tmp_path / "prof"
     proc, data = _bench(
         tmp_path, "--pattern", "rs", "--algorithm", "collective", "--stream", "4",
-        "--shapes", "64x32x16,64x33x16", "--iters", "1", "--warmup", "0",
+        "--shapes", "64x32x16,64x33x16", "--iters", "1", "--warmup", "0", "--profile", str(prof),
     )  # fmt: skip
     good, bad = data["rows"]
     assert good["plan"].startswith("collective S=4")
+    assert sorted(p.name for p in prof.iterdir()) == ["fuserc_rs_64x32x16.json", "fuserc_rs_64x32x16.txt"]
+    assert json.loads((prof / "fuserc_rs_64x32x16.json").read_text())["traceEvents"]
+    assert "3 steps" in (prof / "fuserc_rs_64x32x16.txt").read_text()
     assert good["fuserc"]["ms"] > 0 and good["fuserc_rel_err"] < 4e-2
     for key in FIGURES:
         assert bad[key]["ms"] is None and bad[key]["reason"] == "K=33 is not divisible by 2 ranks"
@@ -97,7 +106,8 @@ def test_fuserc_failure_is_reported_not_fatal(tmp_path: Path) -> None:
         (["--shapes", "10x10"], "a shape is MxKxN"),
         (["--stream", "x"], "--stream takes"),
         (["--algorithm", "ring", "--pipeline", "propagate-shardings"], "needs pass 'stream-pipeline'"),
-        (["--iters", "0"], "--iters >= 1"),
+        (["--iters", "0"], "--iters and --repeats >= 1"),
+        (["--repeats", "0"], "--iters and --repeats >= 1"),
     ],
 )
 def test_usage_errors(args: list[str], message: str) -> None:
@@ -167,7 +177,7 @@ def test_bench_layer_under_torchrun(tmp_path: Path) -> None:
         figs = r["figures"]
         for key in ("limit", "fuserc", "eager"):
             f = figs[key]
-            assert f["ms"] > 0 and len(f["times_ms"]) == 2, (key, f)
+            assert f["ms"] > 0 and len(f["times_ms"]) == 3, (key, f)  # one per repeat
             assert f["tflops"] == pytest.approx(r["flops_per_gpu"] / (f["ms"] / 1e3) / 1e12)
             assert f["ratio"] == pytest.approx(figs["limit"]["ms"] / f["ms"])
         assert r["speedup"]["eager"] == pytest.approx(figs["eager"]["ms"] / figs["fuserc"]["ms"])

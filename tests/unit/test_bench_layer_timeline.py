@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
 
-from bench_layer import device_timeline  # noqa: E402
+from bench import device_timeline  # noqa: E402
 
 
 def ev(cat: str, ts: float, dur: float, stream: int) -> dict:
