@@ -106,35 +106,37 @@ class Machine:
     latencies in microseconds, GEMM peaks in TFLOP/s."""
 
     gemm_tflops: dict[str, float] = field(
-        default_factory=lambda: {"bf16": 750.0, "f16": 750.0, "f32": 50.0, "f64": 50.0},
+        default_factory=lambda: {"bf16": 780.0, "f16": 780.0, "f32": 50.0, "f64": 50.0},
         metadata={"rule": "per_type"},
     )
-    """Dense GEMM throughput of large shapes per element type."""
+    """Dense GEMM throughput of large shapes per element type (bf16 on 4
+    H200s, replayed: 763-809 TFLOP/s for 34-275 GFLOP GEMMs)."""
     gemm_half_gflop: float = field(default=1.0, metadata={"rule": "non_negative"})
     """GEMM work (GFLOP) at which a GEMM reaches half of its peak: small
     GEMMs do not fill the GPU."""
     launch_us: float = field(default=5.0, metadata={"rule": "non_negative"})
     """Fixed cost of one kernel launch."""
-    chunk_us: float = field(default=10.0, metadata={"rule": "non_negative"})
+    chunk_us: float = field(default=3.0, metadata={"rule": "non_negative"})
     """Fixed cost of one pipelined chunk: the host issuing its ops (views,
     stream switches, events, the transfer) ahead of the GPU, which small
-    shapes cannot hide. Replayed as a CUDA graph a ring's chunk GEMMs run
-    back to back (4 H200s, the GPT layer at hidden 4096 x 16384 tokens: no
-    gap between them); 10 us keeps a margin for runs op by op. It was 30
-    while a ring's pulls ran in any order (stream_emit.allgather_ring):
-    then the layer at 4096 x 8192 ran faster unpipelined; with the pulls in
-    order, every site a ring ran its forward in 1.93 ms against 2.29
-    unpipelined, and at 30 us the model still left it unpipelined."""
-    copy_engine_gbps: float = field(default=350.0, metadata={"rule": "positive"})
-    """Copy-engine peer copy (CUDA IPC get), per direction per peer."""
-    copy_engine_latency_us: float = field(default=10.0, metadata={"rule": "non_negative"})
+    shapes cannot hide. Replayed as a CUDA graph (every steady run of the
+    GPT layer and of tools/bench.py on 4 H200s), a ring's chunk GEMMs run
+    1-3 us apart; 3 us keeps a margin for runs op by op. It was 30 while a
+    ring's pulls ran in any order (stream_emit.allgather_ring), then 10."""
+    copy_engine_gbps: float = field(default=375.0, metadata={"rule": "positive"})
+    """Copy-engine peer copy (CUDA IPC get), per direction per peer. Gets
+    inside replayed rings on 4 H200s took 25.5, 48.7 and 93.5 us for 8, 16
+    and 32 MiB: 375 GB/s after a 4 us latency."""
+    copy_engine_latency_us: float = field(default=4.0, metadata={"rule": "non_negative"})
     """Latency of one peer copy."""
-    ipc_fence_us: float = field(default=40.0, metadata={"rule": "non_negative"})
+    ipc_fence_us: float = field(default=30.0, metadata={"rule": "non_negative"})
     """A copy-engine fence mid-program (stream memory operations on
     IPC-shared flags) over 4 ranks or more, the ranks' skew at it
-    included: every rank waits for the last to arrive. The GPT layer's
-    rings on 4 H200s waited 38-56 us from the shard's copy to the first
-    get; fences benchmarked alone (ranks in step) take about 10. A team of
+    included: every rank waits for the last to arrive. Replayed rings on 4
+    H200s waited 27-35 us from the shard's copy to the first get, and the
+    pull ring's fence before each step's get 23 us (38-56 us once, with
+    the rings' gets in any order); fences benchmarked alone (ranks in
+    step) take about 10. A team of
     t < 4 ranks waits for t - 1 peers, not 3: (t - 1) / 3 of it (`ipc_fence`;
     on 2 H200s the layer's forward at hidden 4096 x 8192 tokens then rings
     3 of its 4 sites and runs 8% faster than with this cost whole, which
@@ -498,14 +500,17 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         return Estimate(algorithm, s, t_comm)
     if (form or SUM) == PULL:
         # GEMMs back to back, never waiting; sub-chunk j of this device's
-        # block is pulled from the device that computed it at step t (after
-        # a fence), on transfer stream j, and added once the own GEMM of j
-        # is done: one pass reading d blocks, writing one
+        # block is pulled from the device that computed it at step t, on
+        # transfer stream j, after that step's fence (which every device's
+        # GEMM of step t has passed, and which costs its own time: the
+        # steps' pulls are a fence apart even when the GEMMs are long done),
+        # and added once the own GEMM of j is done: one pass reading d
+        # blocks, writing one
         landed = [0.0] * k
         for t in range(d - 1):
             for j in range(k):
-                ready = (t * k + j + 1) * g + m.ipc_fence(d)
-                landed[j] = max(landed[j], ready) + m.link(piece, site.remote(d - 1 - t))
+                done = (t * k + j + 1) * g
+                landed[j] = max(landed[j], done) + m.ipc_fence(d) + m.link(piece, site.remote(d - 1 - t))
         end = 0.0
         for j in range(k):
             own = ((d - 1) * k + j + 1) * g
@@ -513,13 +518,17 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         return Estimate(algorithm, s, end + m.ipc_fence(d), PULL)
     # sum: a running sum per destination block passed along the ring, k
     # sub-rings in turn; GEMM (t, j) adds the sum put by the next device at
-    # step t - 1 of sub-ring j, so it waits for that put and its fence
+    # step t - 1 of sub-ring j, so it waits for that put and its fence. The
+    # sub-rings' puts and fences take turns (copy-engine copies run one at
+    # a time, and the fences' flags are passed in order): one channel, so
+    # more sub-rings add transfers, not parallel links
     transfer = m.link(piece, site.remote(1)) + m.ipc_fence(d)
-    end, landed = 0.0, [0.0] * k
+    end, channel, landed = 0.0, 0.0, [0.0] * k
     for step in range(d):
         for j in range(k):
             end = max(end, landed[j]) + g if step else end + g
-            landed[j] = end + transfer
+            if step < d - 1:
+                channel = landed[j] = max(channel, end) + transfer
     return Estimate(algorithm, s, end + m.ipc_fence(d), SUM)
 
 

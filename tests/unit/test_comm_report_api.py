@@ -69,9 +69,9 @@ def test_unit() -> None:
 
 
 def test_gpt_layer_backward_gathers_beside_a_weight_gradient(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPT layer at d = 4, hidden 4096, 8192 tokens, with a per-chunk
-    cost that leaves every collective whole (`chunk_us` 30; the default
-    rings most of them): the backward's reduce-scatter after the MLP has both MLP
+    """The GPT layer at d = 4, hidden 4096, 8192 tokens, with per-chunk and
+    fence costs that leave every collective whole (`chunk_us` 30,
+    `ipc_fence_us` 200; the defaults ring most of them): the backward's reduce-scatter after the MLP has both MLP
     weight gradients to hide it, the gather of the attention block's
     cotangent after it none of its own; one weight gradient runs beside
     the gather instead (schedule.share_compute), so every [T, H]
@@ -83,7 +83,7 @@ def test_gpt_layer_backward_gathers_beside_a_weight_gradient(tmp_path, monkeypat
     from gpt_layer import build
 
     links = tmp_path / "links.json"
-    links.write_text('{"chunk_us": 30}')  # else the documented defaults, whatever this machine's cache holds
+    links.write_text('{"chunk_us": 30, "ipc_fence_us": 200}')  # else the documented defaults, whatever this machine's cache holds
     monkeypatch.setenv("FUSERC_LINKS", str(links))
     rep = build(8192, 4096, 32, 16384, 4, "bf16").comm_report("autodiff,default", "8192x4096xbf16")
     bwd = rep.function("main_bwd")
