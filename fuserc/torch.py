@@ -40,6 +40,7 @@ def function(
     save: str = "activations",
     algorithm: str | None = None,
     time: bool = False,
+    kernel_builds: str | None = None,
 ) -> "Function":
     """A differentiable callable of this rank's local shards of `definition`'s
     inputs (a FusionDefinition, or the text of a module with `@entry`).
@@ -49,7 +50,12 @@ def function(
     `algorithm` sets stream-pipeline's option, as `-p` does on the CLI.
     `time`: rank 0 prints where the first call's time went (and the first
     backward's), as `fuserc run --time` does; `Function.startup` holds it
-    either way."""
+    either way. `kernel_builds` "background" (the default, else
+    `$FUSERC_KERNEL_BUILDS`) loads the generated kernels the kernel cache
+    holds before the first call and builds the others while the calls go
+    on, each launch running another way until its kernel is in
+    (`Function.wait_for_kernels` waits for them); "before" builds them all
+    before the first call."""
     from fuserc.api import FusionDefinition
 
     if isinstance(definition, FusionDefinition):
@@ -64,7 +70,12 @@ def function(
         from fuserc.pipeline import with_option
 
         pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
-    return Function(text, where, entry, pipeline, backend, save, time)
+    from fuserc.runtime.kernel_builds import BACKGROUND, BUILDS, builds_mode
+
+    if kernel_builds is not None and kernel_builds not in BUILDS:
+        raise Diagnostic(f"kernel_builds must be one of {', '.join(BUILDS)}, got '{kernel_builds}'")
+    builds = kernel_builds or builds_mode(BACKGROUND)
+    return Function(text, where, entry, pipeline, backend, save, time, builds == BACKGROUND)
 
 
 @dataclass
@@ -76,6 +87,7 @@ class _Loaded:
     no_grad_reason: Diagnostic | None  # why @entry has no backward (autodiff refused it)
     startup: Any  # runtime.startup.Startup: the Function's
     report: bool  # print the startup at each program's first run (rank 0)
+    background: bool = False  # generated kernels built in the background of the first runs
     programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
     lent: "weakref.WeakSet[_Saved]" = field(default_factory=weakref.WeakSet)
     """The saved tensors of forwards whose backward has not run yet and
@@ -85,19 +97,23 @@ class _Loaded:
         from fuserc.runtime.evaluator import Program
 
         if name not in self.programs:
-            self.programs[name] = Program.load(self.compiled.host, name, self.backend)
+            p = self.programs[name] = Program.load(self.compiled.host, name, self.backend)
+            p.background_kernels = self.background
         return self.programs[name]
 
 
 class Function:
     """A compiled definition callable on torch tensors (see `function`)."""
 
-    def __init__(self, text: str, where: str, entry: str, pipeline: str, backend: str, save: str, time: bool = False):
+    def __init__(
+        self, text: str, where: str, entry: str, pipeline: str, backend: str, save: str, time: bool = False, background: bool = False
+    ):
         from fuserc.runtime.startup import Startup
 
         self.text, self.where, self.entry = text, where, entry
         self.pipeline, self.backend, self.save = pipeline, backend, save
         self.time = time
+        self.background = background
         self.startup = Startup()
         """Where the first call's time went (passes, backend, and each
         program's first run: communicators, kernels, the rest), in seconds."""
@@ -128,7 +144,7 @@ class Function:
             reason = e
             compiled = compile_module(self.text, self.where, self.entry, self.pipeline, ranks=be.size, nodes=be.env.nodes())
         self.startup.add("passes", clock.lap())
-        self._loaded[kind] = found = _Loaded(be, compiled, reason, self.startup, self.time)
+        self._loaded[kind] = found = _Loaded(be, compiled, reason, self.startup, self.time, self.background)
         return found
 
     # -- calling --------------------------------------------------------------
@@ -150,6 +166,11 @@ class Function:
         """How each loaded program's calls go now, in words: replayed as a
         captured graph (with the trial's times) or op by op (and why)."""
         return {name: p.replays.mode() for loaded in self._loaded.values() for name, p in loaded.programs.items()}
+
+    def wait_for_kernels(self, timeout: float | None = None) -> bool:
+        """Wait for the generated kernels built in the background of the
+        first calls (at most `timeout` seconds); whether every one is in."""
+        return all(loaded.backend.wait_for_kernels(timeout) for loaded in self._loaded.values())
 
     def close(self) -> None:
         """Release every loaded program (collective: all ranks close)."""
@@ -183,7 +204,7 @@ def _prepare_kernels(loaded: _Loaded, *programs: Any) -> None:
     from fuserc.runtime.startup import KERNELS
 
     before = KERNELS.copy()
-    loaded.backend.prepare_kernels(*programs)
+    loaded.backend.prepare_kernels(*programs, background=loaded.background)
     got = KERNELS.since(before)
     loaded.startup.kernels = loaded.startup.kernels.plus(got)
     loaded.startup.add("kernels", got.seconds)

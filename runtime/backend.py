@@ -89,10 +89,16 @@ class Backend(ABC):
         """Create (once, cached) whatever each team needs to communicate.
         Called on every rank with the same teams in the same order."""
 
-    def prepare_kernels(self, *programs: Any) -> None:
+    def prepare_kernels(self, *programs: Any, background: bool = False) -> None:
         """Before the programs' first runs: make the generated kernels their
         runs will launch (the cuda backend's, from the kernel cache or built
-        in parallel: runtime/kernel_builds.py). Nothing by default."""
+        in parallel: runtime/kernel_builds.py), or start making them in the
+        `background` of the runs. Nothing by default."""
+
+    def wait_for_kernels(self, timeout: float | None = None) -> bool:
+        """Wait for the kernels made in the background (at most `timeout`
+        seconds); whether every one is in. True by default (none are)."""
+        return True
 
     def loaded(self, func: Any) -> None:
         """A host program was loaded to run here (before its inputs and its

@@ -200,6 +200,8 @@ class CudaBackend(Backend):
         self.kernels = kernels_mode()
         self._region_kernels: weakref.WeakKeyDictionary[Block, bool] = weakref.WeakKeyDictionary()
         """Whether each region of the programs loaded gets generated kernels."""
+        self._background: list[Any] = []
+        """Kernel builds under way in the background (kernel_builds.Background)."""
 
     def _new_stream(self, name: str) -> CudaStream:
         import cupy
@@ -225,13 +227,21 @@ class CudaBackend(Backend):
     def prepare_teams(self, teams: Sequence[Team]) -> None:
         self.comms.prepare(teams)
 
-    def prepare_kernels(self, *programs: Any) -> None:
+    def prepare_kernels(self, *programs: Any, background: bool = False) -> None:
         """The programs' region and row kernels, from the kernel cache or
-        built in parallel (runtime/kernel_builds.py), before their first runs."""
+        built in parallel (runtime/kernel_builds.py), before their first
+        runs, or in the `background` of their runs."""
         if self.kernels != "cupy":
             from fuserc.runtime.kernel_builds import prepare
 
-            prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size, mode=self.kernels)
+            found = prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size, mode=self.kernels, background=background)
+            if found is not None:
+                self._background.append(found)
+
+    def wait_for_kernels(self, timeout: float | None = None) -> bool:
+        """Wait for the kernels built in the background (at most `timeout`
+        seconds); whether every one is in."""
+        return all(b.wait(timeout) for b in self._background)
 
     def loaded(self, func: Any) -> None:
         """Whether the program's regions get generated kernels (the choice
@@ -370,11 +380,18 @@ class CudaBackend(Backend):
     ) -> bool:
         """Run a region with generated kernels: a row kernel for a lone
         softmax, log_softmax or cross_entropy (runtime/cuda_rows.py), else
-        Inductor's (runtime/cuda_regions.py); False when neither has one."""
+        Inductor's (runtime/cuda_regions.py); False when neither has one,
+        or its kernel is being built in the background (then no run is
+        captured as a graph until it is in)."""
         from fuserc.runtime.cuda_regions import run_region
         from fuserc.runtime.cuda_rows import run_rows
 
-        return run_rows(body, ins, outs) or run_region(body, ins, outs, contexts, compile_now=not self._capturing)
+        ran = run_rows(body, ins, outs)
+        if ran is False:
+            ran = run_region(body, ins, outs, contexts, compile_now=not self._capturing)
+        if ran is None:
+            self._block("a region whose kernel is being built in the background")
+        return bool(ran)
 
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
@@ -812,6 +829,9 @@ class CudaBackend(Backend):
     def close(self) -> None:
         import cupy
 
+        for b in self._background:
+            b.stop()
+        self._background.clear()
         cupy.cuda.runtime.deviceSynchronize()
         self.comms.close()
 

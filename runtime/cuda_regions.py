@@ -362,11 +362,15 @@ class RegionJob:
     def load(self, sections: dict[str, bytes]) -> RegionKernel:
         return load_region(sections, self.device)
 
+    @property
+    def ident(self) -> tuple[Block, tuple[Layout, ...], Aliases]:
+        return (self.body, self.layouts, self.aliases)
+
     def install(self, kernel: RegionKernel | None) -> None:
-        _COMPILED[(self.body, self.layouts, self.aliases)] = kernel
+        _COMPILED[self.ident] = kernel
 
     def installed(self) -> bool:
-        return (self.body, self.layouts, self.aliases) in _COMPILED
+        return self.ident in _COMPILED
 
 
 def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[Sections | NotKept, Any]:
@@ -394,11 +398,12 @@ def run_region(
     outs: Sequence[torch.Tensor],
     contexts: Any = None,
     compile_now: bool = True,
-) -> bool:
+) -> bool | None:
     """Run the region's generated kernels; False (nothing run) when the
     region has none (its build failed before, or `compile_now` is False
     and it has none for this layout yet: a CUDA graph capture cannot
-    compile). A region not built yet is fetched from the kernel cache
+    compile), None when its kernel is being built in the background. A
+    region not built yet is fetched from the kernel cache
     (runtime/kernel_builds.py), or built, at its first run."""
     operands = (*ins, *outs)
     aliases = aliases_of(operands)
@@ -407,9 +412,12 @@ def run_region(
     key = (body, tuple(layout_of(t) for t in operands), aliases)
     fn = _COMPILED.get(key, False)
     if fn is False:
+        from fuserc.runtime.kernel_builds import building, fetch
+
+        if building(key):
+            return None
         if not compile_now:
             return False
-        from fuserc.runtime.kernel_builds import fetch
 
         fn = fetch(RegionJob(*key, len(ins), contexts, operands[0].device))
         if fn is None:

@@ -143,12 +143,12 @@ def rows_job(body: Block, ins: Any, outs: Any, device: torch.device) -> RowsJob 
     return None if found is None else RowsJob(found[0], found[2], device)
 
 
-def run_rows(body: Block, ins: Any, outs: Any) -> bool:
-    """Run the region with its row kernel; False when it has none. The
-    first launch of each mode and layouts in this process goes through the
-    kernel cache (runtime/kernel_builds.py): one process of the machine
-    compiles the kernel into the cache's Triton folder, the others load it
-    from there."""
+def run_rows(body: Block, ins: Any, outs: Any) -> bool | None:
+    """Run the region with its row kernel; False when it has none, None
+    when its kernel is being built in the background. The first launch of
+    each mode and layouts in this process goes through the kernel cache
+    (runtime/kernel_builds.py): one process of the machine compiles the
+    kernel into the cache's Triton folder, the others load it from there."""
     found = _found(body, ins, outs)
     if found is None:
         return False
@@ -156,7 +156,10 @@ def run_rows(body: Block, ins: Any, outs: Any) -> bool:
     ready_key = (mode, layouts)
     ready = _READY.get(ready_key)
     if ready is None:
-        from fuserc.runtime.kernel_builds import first_launch
+        from fuserc.runtime.kernel_builds import building, first_launch
+
+        if building(ready_key):
+            return None
 
         ready = _READY[ready_key] = first_launch(RowsJob(mode, layouts, x.device), lambda: _launch(mode, x, out, labels))
         return ready
@@ -204,11 +207,15 @@ class RowsJob:
     def load(self, sections: dict[str, bytes]) -> bool:
         return True  # Triton finds the binary in the cache's folder at the first launch
 
+    @property
+    def ident(self) -> tuple[str, tuple[Layout, ...]]:
+        return (self.mode, self.layouts)
+
     def install(self, value: Any) -> None:
         pass  # the first launch itself marks the layouts ready (`run_rows`)
 
     def installed(self) -> bool:
-        return (self.mode, self.layouts) in _READY
+        return self.ident in _READY
 
 
 def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[dict[str, bytes], bool]:

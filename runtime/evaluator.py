@@ -186,6 +186,9 @@ class Program:
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
         self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/startup.py)
+        self.background_kernels = False
+        """Whether its generated kernels are made in the background of its
+        first runs rather than before them (runtime/kernel_builds.py)."""
         backend.loaded(func)
 
     @staticmethod
@@ -437,7 +440,7 @@ class Program:
         if self._plan is None:
             self._plan = Planner(self).plan()
         self._interp = Interpreter(self, self._plan)
-        self.backend.prepare_kernels(self)
+        self.backend.prepare_kernels(self, background=self.background_kernels)
         return self._interp
 
     def entry_of(self, array: Array) -> CacheEntry | None:

@@ -20,6 +20,12 @@ At a program's first run on the cuda backend (`prepare`, before any op):
    A key held by another process is waited for at the end.
 Local rank 0 prints a line of progress on stderr while a build lasts.
 A launch the dry run did not foresee is fetched at its first run (`fetch`).
+
+Built in the background (`Background`: `$FUSERC_KERNEL_BUILDS=background`,
+the default of `fuserc.torch.function`), the same jobs are fetched and
+built by a thread of this process and its build workers while the runs go
+on: a launch whose kernel is not in yet runs another way (`building`), and
+the backend captures no run as a graph until every kernel is in.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -42,7 +49,8 @@ import torch
 from xdsl.ir import Block
 
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
-from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, THREADS_ENV, Unusable
+from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, Unusable
+from fuserc.runtime.kernel_worker import Pool
 from fuserc.runtime.startup import KERNELS as COUNTS
 
 WORKERS_ENV = "FUSERC_BUILD_WORKERS"
@@ -60,6 +68,10 @@ in the process: on 2 H100s, 5 kernels a rank were ready in 20.9 s with 4
 workers a rank and in 11.2 s without."""
 PROGRESS_AFTER_S = 3.0
 PROGRESS_EVERY_S = 5.0
+BUILDS_ENV = "FUSERC_KERNEL_BUILDS"
+BEFORE, BACKGROUND = "before", "background"
+BUILDS = (BEFORE, BACKGROUND)
+
 
 class Job(Protocol):
     """A kernel to fetch or build (cuda_regions.RegionJob, cuda_rows.RowsJob)."""
@@ -77,6 +89,11 @@ class Job(Protocol):
     def build(self) -> tuple[Sections | NotKept, Any]: ...
 
     def load(self, sections: Sections) -> Any: ...
+
+    @property
+    def ident(self) -> Hashable:
+        """What the launch looks its kernel up by in this process."""
+        ...
 
     def install(self, value: Any) -> None: ...
 
@@ -140,11 +157,11 @@ def _fetch(group: Sequence[Job], cache: KernelCache, lock: KeyLock | None = None
         COUNTS.failed += 1
         warnings.warn(f"fuserc: no generated kernel for {job.describe()} ({type(e).__name__}: {e}); it runs another way", stacklevel=3)
         for j in group:
-            j.install(None)
+            _install(j, None)
         return None
     _counted(got)
     for j in group:
-        j.install(got.value)
+        _install(j, got.value)
     return got.value
 
 
@@ -215,11 +232,14 @@ def prepare(
     local_size: int = 1,
     workers: int | None = None,
     mode: str = "inductor",
-) -> None:
+    background: bool = False,
+) -> "Background | None":
     """Fetch or build every kernel the programs' runs will launch on
     `device` (see the module's docstring), those of the programs that get
     generated kernels under kernels `mode` (cuda_regions.program_generates),
-    before their first runs."""
+    before their first runs; with `background`, those the cache holds are
+    loaded now and the others built in a `Background` (returned when there
+    are any) while the runs go on."""
     start = time.perf_counter()
     try:
         launches = launches_with_kernels(programs, mode)
@@ -228,11 +248,98 @@ def prepare(
 
         if not isinstance(e, Diagnostic):
             warnings.warn(f"fuserc: kernels are built as the run reaches them (the run could not be planned ahead: {e})", stacklevel=2)
-        return
+        return None
     try:
-        build_all(group_jobs(launches, device), device, local_rank, local_size, workers)
+        groups = group_jobs(launches, device)
+        later: list[Sequence[Job]] = []
+        if background:  # what the cache holds is loaded now, the rest built behind the runs
+            cache = KernelCache()
+            later = [g for g in groups if not cache.entry_path(g[0].key).exists()]
+            groups = [g for g in groups if not any(g is m for m in later)]
+        build_all(groups, device, local_rank, local_size, workers)
+        if not later:
+            return None
+        COUNTS.background += len(later)
+        return Background(later, device, local_rank, local_size, workers)
     finally:
         COUNTS.seconds += time.perf_counter() - start
+
+
+def builds_mode(default: str = BEFORE) -> str:
+    """When a program's kernels are built: `$FUSERC_KERNEL_BUILDS`, else
+    `default`; `before` its first run, or in the `background` of its runs."""
+    value = os.environ.get(BUILDS_ENV, "").strip().lower() or default
+    if value not in BUILDS:
+        from fuserc.diagnostics import Diagnostic
+
+        raise Diagnostic(f"${BUILDS_ENV} must be one of {', '.join(BUILDS)}, got '{value}'")
+    return value
+
+
+_BUILDING: set[Hashable] = set()
+"""The jobs (`Job.ident`) a `Background` has not installed yet."""
+
+
+def _install(job: Job, value: Any) -> None:
+    """Install a job's kernel (None: it has none); a background build's
+    launches use it from now on."""
+    job.install(value)
+    _BUILDING.discard(job.ident)
+
+
+def building(ident: Hashable) -> bool:
+    """Whether the kernel of a launch is being built in the background: the
+    launch then runs another way, without waiting for it."""
+    return ident in _BUILDING
+
+
+class Background:
+    """A program's kernels fetched and built by a thread of this process
+    (loading entries, feeding build workers: at least one, and the thread
+    builds only where none can start) while its runs go on. Each kernel is
+    installed as it comes; until then its launches run another way
+    (`building`)."""
+
+    def __init__(self, groups: Sequence[Sequence[Job]], device: torch.device, local_rank: int, local_size: int, workers: int | None):
+        self.jobs = [j for g in groups for j in g]
+        _BUILDING.update(j.ident for j in self.jobs)
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+        """How long the builds took (None while they run)."""
+        self._stop = threading.Event()
+        n = worker_count(len(groups), local_size) if workers is None else workers
+        if workers is None and not os.environ.get(WORKERS_ENV, "").strip():
+            n = max(1, n)  # a build in this process would hold the interpreter the runs need
+        self._thread = threading.Thread(
+            target=self._run, args=(groups, device, local_rank, local_size, n), name="fuserc-kernel-builds", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, groups: Sequence[Sequence[Job]], device: torch.device, local_rank: int, local_size: int, workers: int) -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            build_all(groups, device, local_rank, local_size, workers, here=False, stop=self._stop)
+        except Exception as e:  # noqa: BLE001 - the launches keep running another way
+            warnings.warn(f"fuserc: the kernels built in the background failed ({type(e).__name__}: {e}); their launches run another way", stacklevel=2)
+        finally:
+            _BUILDING.difference_update(j.ident for j in self.jobs)
+            self.seconds = time.perf_counter() - self.started
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every kernel to be in (at most `timeout` seconds); whether they are."""
+        self._thread.join(timeout)
+        return self.done()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the builds (their workers stop; what is in stays). A thread
+        still waiting after `timeout` (for another process's build) is left
+        to end with the process."""
+        self._stop.set()
+        self._thread.join(timeout)
 
 
 def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]]:
@@ -262,7 +369,7 @@ def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...],
                 continue  # operands that overlap in part: the region runs op by op
             job = RegionJob(body, tuple(layout_of(t) for t in (*ins, *outs)), aliases, len(ins), contexts, device)
         ident = (job.kind, body, job.layouts, getattr(job, "aliases", None))
-        if ident in seen or job.installed():
+        if ident in seen or job.installed() or building(job.ident):
             continue
         seen.add(ident)
         groups.setdefault(job.key.digest, []).append(job)
@@ -282,20 +389,27 @@ def _rows_jobs(device: torch.device) -> Callable[..., Job | None] | None:
 
 
 def build_all(
-    groups: Sequence[Sequence[Job]], device: torch.device, local_rank: int = 0, local_size: int = 1, workers: int | None = None
+    groups: Sequence[Sequence[Job]],
+    device: torch.device,
+    local_rank: int = 0,
+    local_size: int = 1,
+    workers: int | None = None,
+    here: bool = True,
+    stop: threading.Event | None = None,
 ) -> None:
     """Load the groups whose entry is cached; build the others (here and in
-    `workers` worker processes: by default `worker_count`)."""
+    `workers` worker processes: by default `worker_count`; not `here`
+    while a worker lives). `stop` set: the builds end where they are."""
     cache = KernelCache()
     _imported_early()
     missing = [g for g in groups if not cache.entry_path(g[0].key).exists()]
     n = worker_count(len(missing), local_size) if workers is None else workers
-    pool = _Pool(n, device, cache) if n > 0 and missing else None  # they start while the others load
+    pool = Pool(n, device, cache) if n > 0 and missing else None  # they start while the others load
     try:
         todo = missing + _load_all([g for g in groups if not any(g is m for m in missing)], cache)
         if todo:
             first = (local_rank * len(todo)) // max(local_size, 1)
-            _build(collections.deque([*todo[first:], *todo[:first]]), pool, cache, _Progress(len(todo), local_rank == 0, n if pool else 0, cache))
+            _build(collections.deque([*todo[first:], *todo[:first]]), pool, cache, _Progress(len(todo), local_rank == 0, n if pool else 0, cache), here, stop)
     finally:
         if pool is not None:
             pool.close()
@@ -316,20 +430,34 @@ def _load_all(groups: Sequence[Sequence[Job]], cache: KernelCache) -> list[Seque
                 continue
             COUNTS.count("loaded")
             for j in group:
-                j.install(value)
+                _install(j, value)
     return left
 
 
-def _build(pending: collections.deque[Sequence[Job]], pool: _Pool | None, cache: KernelCache, progress: _Progress) -> None:
+def _build(
+    pending: collections.deque[Sequence[Job]],
+    pool: Pool | None,
+    cache: KernelCache,
+    progress: _Progress,
+    here: bool = True,
+    stop: threading.Event | None = None,
+) -> None:
     """Build the pending groups: each whose lock this process takes, by an
-    idle worker or here; then wait for those other processes hold."""
+    idle worker or here (not `here`: only when no worker lives); then wait
+    for those other processes hold."""
     held_elsewhere: list[Sequence[Job]] = []
     submitted: dict[int, float] = {}  # id(group) -> when a worker took it
+    waiting = False  # for a worker to be idle
     while pending or (pool is not None and pool.running()):
+        if stop is not None and stop.is_set():
+            if pool is not None:
+                pool.abandon()
+            return
         if pool is not None:
-            for group, lock, error in pool.finished(timeout=0.0 if pending else 0.2):
+            for group, lock, error in pool.finished(timeout=0.2 if waiting or not pending else 0.0):
                 _finish(group, lock, error, cache)
                 progress.done(group, submitted.pop(id(group)), "in a build worker")
+        waiting = False
         if not pending:
             progress.show()
             continue
@@ -343,6 +471,11 @@ def _build(pending: collections.deque[Sequence[Job]], pool: _Pool | None, cache:
         started = time.perf_counter()
         if worker is not None and worker.submit(group, lock):
             submitted[id(group)] = started
+            continue
+        if not here and pool is not None and pool.alive():
+            lock.release()
+            pending.appendleft(group)
+            waiting = True
             continue
         try:
             _fetch(group, cache, lock)
@@ -368,7 +501,7 @@ def _finish(group: Sequence[Job], lock: KeyLock, error: str | None, cache: Kerne
             if value is not None:
                 COUNTS.count("built")
                 for j in group:
-                    j.install(value)
+                    _install(j, value)
                 return
         _fetch(group, cache, lock)
     finally:
@@ -435,148 +568,6 @@ class _Progress:
     def _print(line: str) -> None:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
-
-
-# ---- build workers --------------------------------------------------------------------
-
-_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCALRANKID", "FUSERC_FAULT", "FUSERC_FAIL_RANK")
-
-
-def worker_env() -> dict[str, str]:
-    """A build worker's environment: this process's, without what would make
-    it look like a rank of the job, with Inductor compiling in the worker
-    itself (the workers are the parallelism)."""
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
-    env[THREADS_ENV] = "1"
-    return env
-
-
-class _Worker:
-    """A build worker process (runtime/kernel_worker.py) and the job it runs."""
-
-    def __init__(self, device: torch.device, cache: KernelCache):
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fuserc.runtime.kernel_worker", str(device), str(cache.root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env=worker_env(),
-        )
-        assert self.proc.stdout is not None and self.proc.stdin is not None
-        self.out = self.proc.stdout.fileno()
-        self.ready = False
-        self.alive = True
-        self.job: tuple[Sequence[Job], KeyLock] | None = None
-
-    def submit(self, group: Sequence[Job], lock: KeyLock) -> bool:
-        """Hand the worker a job; False when it has ended."""
-        job = group[0]
-        assert self.proc.stdin is not None
-        try:
-            _send(self.proc.stdin, {"key": job.key, "spec": job.spec()})
-        except OSError:
-            self.alive = False
-            return False
-        self.job = (group, lock)
-        return True
-
-    def receive(self) -> dict[str, Any] | None:
-        """The worker's next message; None when it has ended."""
-        return _receive(self.out)
-
-    def stop(self) -> None:
-        """End the worker (it holds nothing between jobs: its entries are
-        written whole or not at all)."""
-        self.proc.kill()
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.log):
-            with contextlib.suppress(OSError):
-                f.close()  # type: ignore[union-attr]
-
-    def failure(self) -> str:
-        """Why the worker ended: its exit status and the end of its stderr."""
-        with contextlib.suppress(OSError):
-            self.log.seek(0)
-            tail = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
-            return f"a build worker ended (exit status {self.proc.poll()}): " + " / ".join(tail)
-        return "a build worker ended"
-
-
-class _Pool:
-    """Build workers started together; each runs one job at a time."""
-
-    def __init__(self, n: int, device: torch.device, cache: KernelCache):
-        self.workers: list[_Worker] = []
-        try:
-            for _ in range(n):
-                self.workers.append(_Worker(device, cache))
-        except OSError as e:
-            warnings.warn(f"fuserc: kernels are built in this process alone (a build worker could not start: {e})", stacklevel=3)
-        self.warned = False
-
-    def idle(self) -> _Worker | None:
-        return next((w for w in self.workers if w.alive and w.ready and w.job is None), None)
-
-    def running(self) -> bool:
-        return any(w.alive and w.job is not None for w in self.workers)
-
-    def finished(self, timeout: float) -> list[tuple[Sequence[Job], KeyLock, str | None]]:
-        """The jobs that ended within `timeout` seconds, with the error of
-        each that failed; notes workers that became ready or ended."""
-        fds = {w.out: w for w in self.workers if w.alive}
-        if not fds:
-            return []
-        readable, _, _ = select.select(list(fds), [], [], timeout)
-        out: list[tuple[Sequence[Job], KeyLock, str | None]] = []
-        for fd in readable:
-            w = fds[fd]
-            msg = w.receive()
-            if msg is None:
-                w.alive = False
-                why = w.failure()
-                if w.job is not None:
-                    out.append((*w.job, why))
-                    w.job = None
-                if not self.warned:
-                    self.warned = True
-                    warnings.warn(f"fuserc: {why}; its kernels are built in this process", stacklevel=3)
-            elif msg.get("ready"):
-                w.ready = True
-            elif w.job is not None:
-                out.append((*w.job, msg.get("error")))
-                w.job = None
-        return out
-
-    def close(self) -> None:
-        for w in self.workers:
-            w.stop()
-
-
-def _send(stream: Any, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(len(data).to_bytes(8, "little") + data)
-    stream.flush()
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _receive(fd: int) -> Any:
-    head = _read_exactly(fd, 8)
-    if head is None:
-        return None
-    data = _read_exactly(fd, int.from_bytes(head, "little"))
-    return None if data is None else pickle.loads(data)
 
 
 # ---- the dry run ----------------------------------------------------------------------

@@ -35,6 +35,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -170,6 +171,13 @@ class Fetched:
     note: str = ""
 
 
+
+_DIRS_LOCK = threading.Lock()
+_DIRS_DEPTH = 0
+_DIRS_SAVED: tuple[dict[str, str | None], Any] | None = None
+"""`KernelCache.working_dirs` across threads: how many are inside, and the
+settings the first one found."""
+
 class KernelCache:
     """The cache in folder `root` (default `cache_dir()`)."""
 
@@ -194,26 +202,35 @@ class KernelCache:
         (loaded, or built in parallel by fuserc's own workers) starting it
         cost more than it saved, and stopping it at exit about 9 s per run
         on a 64-core machine of 4 GPUs. The caller's own torch.compile
-        keeps its caches and its pool."""
-        saved = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.root / "inductor")
-        os.environ["TRITON_CACHE_DIR"] = str(self.root / "triton")
-        os.environ[THREADS_ENV] = "1"  # read where the body first imports Inductor's config
-        config = sys.modules.get("torch._inductor.config")
-        threads = getattr(config, "compile_threads", None)
-        if config is not None:
-            config.compile_threads = 1
+        keeps its caches and its pool. Threads share it (a build in the
+        background beside a row kernel's first launch): the first to enter
+        sets the process's settings, the last to leave restores them."""
+        global _DIRS_DEPTH, _DIRS_SAVED
+        with _DIRS_LOCK:
+            if _DIRS_DEPTH == 0:
+                config = sys.modules.get("torch._inductor.config")
+                _DIRS_SAVED = ({v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}, getattr(config, "compile_threads", None))
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.root / "inductor")
+                os.environ["TRITON_CACHE_DIR"] = str(self.root / "triton")
+                os.environ[THREADS_ENV] = "1"  # read where the body first imports Inductor's config
+                if config is not None:
+                    config.compile_threads = 1
+            _DIRS_DEPTH += 1
         try:
             yield
         finally:
-            for var, value in saved.items():
-                if value is None:
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
-            config = sys.modules.get("torch._inductor.config")
-            if config is not None:  # as it was, or as the caller's environment decides when the body imported it
-                config.compile_threads = threads if threads is not None else config.decide_compile_threads()
+            with _DIRS_LOCK:
+                _DIRS_DEPTH -= 1
+                if _DIRS_DEPTH == 0 and _DIRS_SAVED is not None:
+                    saved, threads = _DIRS_SAVED
+                    for var, value in saved.items():
+                        if value is None:
+                            os.environ.pop(var, None)
+                        else:
+                            os.environ[var] = value
+                    config = sys.modules.get("torch._inductor.config")
+                    if config is not None:  # as it was, or as the caller's environment decides when the body imported it
+                        config.compile_threads = threads if threads is not None else config.decide_compile_threads()
 
     # -- reading and writing ------------------------------------------------
     def read(self, key: KernelKey) -> Sections | None:

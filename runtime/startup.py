@@ -29,6 +29,7 @@ class KernelCounts:
     built: int = 0  # built by this process or its build workers
     rebuilt: int = 0  # built again in place of an unusable entry
     failed: int = 0  # no kernel (the region runs another way)
+    background: int = 0  # left to build in the background of the runs (counted again once fetched)
     seconds: float = 0.0
 
     def count(self, how: str) -> None:
@@ -48,8 +49,9 @@ class KernelCounts:
         return self.loaded + self.waited + self.built + self.rebuilt + self.failed
 
     def describe(self) -> str:
+        later = f"{self.background} building in the background" if self.background else ""
         if not self.total:
-            return "none"
+            return later or "none"
         parts = [
             f"{n} {what}"
             for n, what in (
@@ -61,7 +63,7 @@ class KernelCounts:
             )
             if n
         ]
-        return f"{self.total} kernel{'s' if self.total != 1 else ''}: " + ", ".join(parts)
+        return f"{self.total} kernel{'s' if self.total != 1 else ''}: " + ", ".join(parts) + (f"; {later}" if later else "")
 
 
 KERNELS = KernelCounts()

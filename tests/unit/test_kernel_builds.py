@@ -494,3 +494,76 @@ def test_a_rank_starts_few_build_workers(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(kernel_builds.WORKERS_ENV, "many")
     with pytest.raises(Diagnostic, match="FUSERC_BUILD_WORKERS"):
         kernel_builds.worker_count(14, 1)
+
+
+def _operands(launch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Random tensors with a dry-run launch's layouts."""
+    _, ins, outs, _ = launch
+    made = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).normal_() for t in (*ins, *outs)]
+    return made[: len(ins)], made[len(ins) :]
+
+
+def test_kernels_built_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare(background=True)` on a cold cache returns at once; while a
+    build worker makes the kernels, a launch of their region runs another
+    way (run_region: None) without waiting for them and the dry run of a
+    later first run does not queue them again; once in, each kernel runs
+    and is right. The startup counts them as building in the background."""
+    monkeypatch.setenv("FUSERC_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.delenv(kernel_builds.WORKERS_ENV, raising=False)
+    program = _program(STRIDED)
+    launches = kernel_builds.needed_launches(program.program)
+    before = KERNELS.copy()
+    start = time.perf_counter()
+    background = kernel_builds.prepare([program.program], CPU, background=True)
+    assert background is not None and time.perf_counter() - start < 10
+    assert KERNELS.since(before).background == 2
+    assert "2 building in the background" in KERNELS.since(before).describe()
+    body, _, _, contexts = launches[0]
+    ins, outs = _operands(launches[0])
+    ident = (body, tuple(cuda_regions.layout_of(t) for t in (*ins, *outs)), (0, 1))
+    assert kernel_builds.building(ident)
+    start = time.perf_counter()
+    assert cuda_regions.run_region(body, ins, outs, contexts) is None
+    assert time.perf_counter() - start < 1
+    assert kernel_builds.prepare([program.program], CPU, background=True) is None  # nothing queued twice
+    assert background.wait(timeout=600) and background.seconds is not None
+    assert not kernel_builds.building(ident)
+    want = torch.empty_like(outs[0])
+    launch_with_torch(body, ins, [want], contexts)
+    assert cuda_regions.run_region(body, ins, outs, contexts) is True
+    assert torch.allclose(outs[0], want, atol=1e-6)
+    assert KERNELS.since(before).built == 2
+
+
+def test_background_builds_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopping a background build (a backend that closes) ends it at once:
+    its workers end, and its launches are no longer waited for."""
+    monkeypatch.setenv("FUSERC_CACHE_DIR", str(tmp_path / "cold"))
+    program = _program(STRIDED)
+    background = kernel_builds.prepare([program.program], CPU, background=True, workers=1)
+    assert background is not None
+    start = time.perf_counter()
+    background.stop()
+    assert time.perf_counter() - start < 10 and background.done()
+    assert not any(kernel_builds.building(j.ident) for j in background.jobs)
+
+
+def test_when_kernels_are_built_is_a_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`$FUSERC_KERNEL_BUILDS` chooses (before, background) over the
+    caller's default; fuserc.torch.function builds in the background unless
+    told otherwise; a value not known is a diagnostic."""
+    import fuserc.torch as ft
+    from fuserc.diagnostics import Diagnostic
+
+    monkeypatch.delenv(kernel_builds.BUILDS_ENV, raising=False)
+    assert kernel_builds.builds_mode() == kernel_builds.BEFORE
+    assert ft.function(STRIDED).background and not ft.function(STRIDED, kernel_builds="before").background
+    monkeypatch.setenv(kernel_builds.BUILDS_ENV, "before")
+    assert kernel_builds.builds_mode(kernel_builds.BACKGROUND) == kernel_builds.BEFORE
+    assert not ft.function(STRIDED).background and ft.function(STRIDED, kernel_builds="background").background
+    monkeypatch.setenv(kernel_builds.BUILDS_ENV, "later")
+    with pytest.raises(Diagnostic, match="FUSERC_KERNEL_BUILDS must be one of before, background"):
+        kernel_builds.builds_mode()
+    with pytest.raises(Diagnostic, match="kernel_builds must be one of before, background, got 'soon'"):
+        ft.function(STRIDED, kernel_builds="soon")
