@@ -375,10 +375,15 @@ def test_racing_processes_build_a_region_once(built: Any, cache_dir: Path, tmp_p
         subprocess.Popen([sys.executable, str(tmp_path / "racer.py"), str(tmp_path / "strided.mlir"), str(go)], stdout=subprocess.PIPE, text=True)
         for _ in range(3)
     ]
-    for p in procs:  # each has its key: it is ready
-        assert p.stdout is not None and p.stdout.readline().strip() == job.key.digest
-    go.touch()
-    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    try:
+        for p in procs:  # each has its key: it is ready
+            assert p.stdout is not None and p.stdout.readline().strip() == job.key.digest
+        go.touch()
+        results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    finally:
+        for p in procs:  # none is left waiting for `go`
+            p.kill()
+            p.wait()
     assert sorted(r["built"] for r in results) == [0, 0, 1]
     assert all(r["built"] + r["waited"] + r["loaded"] == 1 for r in results)
     assert KernelCache().read(job.key) is not None
