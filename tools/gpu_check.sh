@@ -7,12 +7,13 @@
 # cuda backend, and timings. NVLink multicast stays off throughout.
 #
 #   tools/gpu_check.sh [STAGE ...]   stages: info unit mpi graphs e2e examples perf pipelined
-#                                    (default: all, in that order), and startup
-#                                    (time to a first result: cold and warm kernel cache)
+#                                    (default: all, in that order), startup
+#                                    (time to a first result: cold and warm kernel cache) and
+#                                    firststep (bench_layer's first training step against torch.compile's)
 #
 # Each stage has its own time limit, sized for 4 H100s with room to spare
 # (e2e took 162 s there): info 60, unit 150, mpi 240, graphs 240, e2e 300,
-# examples 180, perf 150, pipelined 180, startup 600 s. Stages are skipped
+# examples 180, perf 150, pipelined 180, startup 600, firststep 400 s. Stages are skipped
 # once GPU_CHECK_BUDGET_S seconds (default 560) are spent, so that one call
 # of at most 10 minutes runs, for example, `info unit mpi`, then
 # `graphs e2e`, then `examples perf pipelined`.
@@ -213,7 +214,20 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
   echo "STARTUP $N GPU(s) FUSERC_KERNELS=cupy: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
 }
 
-export -f info unit mpi graphs e2e examples perf pipelined startup
+firststep() {  # tools/bench_layer.py's first forward+backward step, each variant alone, every cache empty:
+  # fuserc with its kernels built in the background (fuserc.torch.function's default), fuserc with them
+  # built before (FUSERC_KERNEL_BUILDS=before), torch.compile; the layer at hidden 4096 x 8192 tokens
+  local v var builds dir
+  for v in fuserc:background fuserc:before compile:background; do
+    var=${v%%:*} builds=${v#*:} dir=$(mktemp -d)
+    echo "FIRSTSTEP $var (kernels $builds)"
+    FUSERC_KERNEL_BUILDS=$builds FUSERC_CACHE_DIR=$dir/f TORCHINDUCTOR_CACHE_DIR=$dir/i TRITON_CACHE_DIR=$dir/t \
+      torchrun --nproc-per-node "$N" tools/bench_layer.py --hidden 4096 --tokens 8192 --mode fwdbwd --variants "$var" \
+      --warmup 1 --iters 3 --repeats 1 2>&1 | grep -E "first|kernels|fuserc's|check \(" || return 1
+  done
+}
+
+export -f info unit mpi graphs e2e examples perf pipelined startup firststep
 STAGES=("$@")
 ((${#STAGES[@]})) || STAGES=(info unit mpi graphs e2e examples perf pipelined)
 for s in "${STAGES[@]}"; do
@@ -227,6 +241,7 @@ for s in "${STAGES[@]}"; do
     perf) step perf 150 perf ;;
     pipelined) step pipelined 180 pipelined ;;
     startup) step startup 600 startup ;;
+    firststep) step firststep 400 firststep ;;
     *) note "unknown stage $s" ;;
   esac
 done
