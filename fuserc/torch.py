@@ -70,12 +70,10 @@ def function(
         from fuserc.pipeline import with_option
 
         pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
-    from fuserc.runtime.kernel_builds import BACKGROUND, BUILDS, builds_mode
+    from fuserc.runtime.kernel_builds import BACKGROUND, builds_mode
 
-    if kernel_builds is not None and kernel_builds not in BUILDS:
-        raise Diagnostic(f"kernel_builds must be one of {', '.join(BUILDS)}, got '{kernel_builds}'")
-    builds = kernel_builds or builds_mode(BACKGROUND)
-    return Function(text, where, entry, pipeline, backend, save, time, builds == BACKGROUND)
+    background = builds_mode(BACKGROUND, kernel_builds) == BACKGROUND
+    return Function(text, where, entry, pipeline, backend, save, time, background)
 
 
 @dataclass

@@ -33,12 +33,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import pickle
 import platform
-import select
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -265,15 +261,18 @@ def prepare(
         COUNTS.seconds += time.perf_counter() - start
 
 
-def builds_mode(default: str = BEFORE) -> str:
-    """When a program's kernels are built: `$FUSERC_KERNEL_BUILDS`, else
-    `default`; `before` its first run, or in the `background` of its runs."""
-    value = os.environ.get(BUILDS_ENV, "").strip().lower() or default
-    if value not in BUILDS:
+def builds_mode(default: str = BEFORE, given: str | None = None) -> str:
+    """When a program's kernels are built: `given` (the caller's
+    `kernel_builds`), else `$FUSERC_KERNEL_BUILDS`, else `default`;
+    `before` its first run, or in the `background` of its runs."""
+    where = "kernel_builds"
+    if given is None:
+        where, given = f"${BUILDS_ENV}", os.environ.get(BUILDS_ENV, "").strip().lower() or default
+    if given not in BUILDS:
         from fuserc.diagnostics import Diagnostic
 
-        raise Diagnostic(f"${BUILDS_ENV} must be one of {', '.join(BUILDS)}, got '{value}'")
-    return value
+        raise Diagnostic(f"{where} must be one of {', '.join(BUILDS)}, got '{given}'")
+    return given
 
 
 _BUILDING: set[Hashable] = set()

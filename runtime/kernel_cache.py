@@ -171,12 +171,12 @@ class Fetched:
     note: str = ""
 
 
-
 _DIRS_LOCK = threading.Lock()
 _DIRS_DEPTH = 0
 _DIRS_SAVED: tuple[dict[str, str | None], Any] | None = None
 """`KernelCache.working_dirs` across threads: how many are inside, and the
 settings the first one found."""
+
 
 class KernelCache:
     """The cache in folder `root` (default `cache_dir()`)."""
@@ -209,7 +209,8 @@ class KernelCache:
         with _DIRS_LOCK:
             if _DIRS_DEPTH == 0:
                 config = sys.modules.get("torch._inductor.config")
-                _DIRS_SAVED = ({v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}, getattr(config, "compile_threads", None))
+                saved = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}
+                _DIRS_SAVED = (saved, getattr(config, "compile_threads", None))
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.root / "inductor")
                 os.environ["TRITON_CACHE_DIR"] = str(self.root / "triton")
                 os.environ[THREADS_ENV] = "1"  # read where the body first imports Inductor's config

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fuserc.runtime.kernel_cache import KernelCache, KeyLock
 
 
-# ---- the side that runs them (runtime/kernel_builds.py) --------------------------------------------------------------------
+# ---- the side that runs them (runtime/kernel_builds.py) -------------------------------
 
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCALRANKID", "FUSERC_FAULT", "FUSERC_FAIL_RANK")
@@ -53,7 +53,7 @@ def worker_env() -> dict[str, str]:
 
 
 class _Worker:
-    """A build worker process (runtime/kernel_worker.py) and the job it runs."""
+    """A build worker process (`main` below) and the job it runs."""
 
     def __init__(self, device: torch.device, cache: KernelCache):
         self.log = tempfile.TemporaryFile()

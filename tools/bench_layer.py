@@ -135,8 +135,8 @@ from bench import (  # noqa: E402
     failure_reason,
     figure,
     init_torch_distributed,
-    profiled,
     num_text,
+    profiled,
     release,
     start_torch_world,
     tflops_text,
@@ -432,7 +432,7 @@ class Variant:
     leaves: list[torch.Tensor]
     stream: Callable[[], AbstractContextManager[Any]] = nullcontext
     release: Callable[[], None] = lambda: None
-    ready: Callable[[], None] = lambda: None
+    ready: Callable[[], Any] = lambda: None
     """Wait for what the first step left running (fuserc's kernels built
     in the background), before the steps that are timed and checked."""
 
