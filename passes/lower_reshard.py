@@ -367,7 +367,6 @@ class _Reshard:
         if n == 1:  # teams of one device: the blocks are the buffers, unchanged
             return cur
         teams = mesh.teams(step.ptype)
-        backend = em.backend
         self.mark(self.marker(step))
         out = self.alloc(site, self.local(t), mesh.devices)
         if step.kind == LOCAL_SLICE:

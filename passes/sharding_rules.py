@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from xdsl.ir import Operation
 
 from fuserc.dialects.fusion import FusionOp, lookup_mesh, shape_of, sharding_of
-from fuserc.dialects.interfaces import ALL, CONTRACT, DROP, MAP, NONE, ONE, RESHAPE, STAT, OpMap, Target
+from fuserc.dialects.interfaces import ALL, CONTRACT, DROP, MAP, ONE, RESHAPE, STAT, OpMap
 from fuserc.sharding import Mesh, Sharding, Split
 
 Shape = tuple[int, ...]

@@ -50,6 +50,7 @@ class Emitter:
         self.root = root_ or self
         self.consts: dict[int, SSAValue] = {}
         self.views: dict[tuple[SSAValue, SSAValue, int, int], SSAValue] = {}
+        self.joined_at: int | None = None
 
     def add(self, op: Operation, hint: str | None = None) -> Operation:
         for o in op.walk():
@@ -110,8 +111,10 @@ class Emitter:
         return s
 
     def join(self, main: SSAValue, pool: int, used: int) -> None:
-        """Back on the main stream, which waits for the worker streams."""
+        """Back on the main stream, which waits for the worker streams
+        (`joined_at`: where the main stream's work beside them goes)."""
         self.add(hir.SetCurrentStreamOp(main))
+        self.joined_at = len(self.ops)
 
         def body(e: Emitter, c: SSAValue) -> None:
             e.add(hir.SyncStreamOp(e.value(hir.StreamForOp(c, pool), "s")))
@@ -166,6 +169,9 @@ class Plan:
     streams: int
     reason: str
     form: str = ""  # the GEMM+ReduceScatter ring's form (cost_model.RING_FORMS)
+    idle: float = 0.0
+    """Seconds of the pipeline, by the cost model, past its GEMMs' (its
+    compute stream waiting for transfers and fences)."""
 
     def attr(self) -> DictionaryAttr:
         fields: dict[str, Attribute] = {
@@ -278,10 +284,14 @@ class Ring:
 class SiteLowering:
     """Emits the pipeline of one site (docs/passes.md has the host IR of each)."""
 
-    def __init__(self, site: Site, plan: Plan, node_of: NodeOf):
+    def __init__(self, site: Site, plan: Plan, node_of: NodeOf, beside: Sequence[Operation] = ()):
         self.site = site
         self.plan = plan
         self.node_of = node_of
+        self.beside = list(beside)
+        """Ops detached from before the site (`schedule.beside_ring`): GEMMs
+        that run on the main stream beside the pipeline, before its join,
+        and deallocations, after it."""
         self.e = Emitter(site.anchor.location)
         self.closing = Emitter(site.anchor.location)
         """Emitted at the end of the site's block: the fences after which no
@@ -323,6 +333,11 @@ class SiteLowering:
             self.allgather_collective() if algorithm == COLLECTIVE else self.allgather_ring()
         if not self.marked and self.e.ops:  # unrolled across nodes: no loop
             self.mark_plan(next(o for o in self.e.ops if not isinstance(o, hir.ConstantOp)))
+        if self.beside:  # the GEMMs before the join, their buffers' deallocations after it
+            assert self.e.joined_at is not None
+            frees = [o for o in self.beside if isinstance(o, hir.DeallocOp)]
+            self.e.ops[self.e.joined_at : self.e.joined_at] = [o for o in self.beside if o not in frees]
+            self.e.ops.extend(frees)
         block = site.anchor.parent_block()
         assert block is not None
         late = _deallocs_in_the_way(site, block)

@@ -46,7 +46,7 @@ from fuserc.passes.cost_model import (
     RING_FORMS,
     Machine,
 )
-from fuserc.passes.schedule import SCHEDULED, overlap_collectives, share_compute
+from fuserc.passes.schedule import SCHEDULED, beside_ring, gemm_time, merge_fences, overlap_collectives, share_compute
 from fuserc.passes.stream_emit import Plan, SiteLowering
 from fuserc.passes.stream_sites import (
     COMPUTE,
@@ -120,6 +120,7 @@ class StreamPipeline(ModulePass):
             return machines[0]
 
         for func in [f for f in op.body.block.ops if isinstance(f, FuncOp) and hir.is_host_program(f)]:
+            placed: set[Operation] = set()  # GEMMs put beside a ring pipeline
             if self.algorithm != NONE:
                 for site in find_sites(func):
                     machine = machine_at(site.anchor) if site.kind != LOCAL else machines[0] if machines else None
@@ -128,13 +129,22 @@ class StreamPipeline(ModulePass):
                         for o in site.marked if site.written is not None else []:
                             o.attributes[PIPELINE_ATTR] = plan.attr()
                         continue
-                    SiteLowering(site, plan, machine.node_of if machine is not None else _one_node).run()
+                    beside: list[Operation] = []
+                    if plan.algorithm == RING and site.gemm is not None and machine is not None:
+                        mine = list(dict.fromkeys(o for o in (site.comm, *site.gemms, *site.erase) if o is not None))
+                        beside = beside_ring(site.anchor, mine, plan.idle, machine, placed)
+                        gemms = [o for o in beside if isinstance(o, GEMM_OPS)]
+                        if gemms:
+                            t = sum(gemm_time(o, machine) for o in gemms)
+                            plan = replace(plan, reason=f"{plan.reason}; beside it {len(gemms)} GEMM(s) from before it ({t * 1e3:.3g} ms)")
+                    SiteLowering(site, plan, machine.node_of if machine is not None else _one_node, beside).run()
             explain_the_rest(func, self.algorithm)
             if self.algorithm != NONE:
                 for block in host_blocks(func):
                     if _shareable(block):
                         share_compute(block, machine_at(func))
                     overlap_collectives(block)
+                    merge_fences(block)
 
     def streams(self, chunks: int) -> int:
         return self.num_streams or min(chunks, MAX_STREAMS)
@@ -165,7 +175,8 @@ class StreamPipeline(ModulePass):
             reason = f"algorithm = {self.algorithm} requested; {note}{reason}"
         if best.algorithm == NONE:
             return Plan(NONE, 1, 0, reason)
-        return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason, best.form)
+        idle = best.seconds - machine.gemm(cost.flops, cost.elem)
+        return Plan(best.algorithm, best.chunks, self.streams(best.chunks), reason, best.form, idle)
 
     def chunk_options(self, site: Site) -> list[int]:
         """The S values a site may use: the written split, the `chunks`

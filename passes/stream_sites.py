@@ -36,16 +36,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, TensorType
-from xdsl.ir import Block, Operation, SSAValue
-from xdsl.utils.exceptions import VerifyException
-
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, SliceOp, element_type_of, shape_of
 from fuserc.passes import cost_model
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.cost_model import ALLGATHER, CHUNKS, REDUCE_SCATTER
 from fuserc.passes.reshard_util import element_bytes
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, TensorType
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 STREAM_ATTR = hir.STREAM_ATTR
 RESHARD_ATTR = "hir.reshard"
@@ -146,9 +145,9 @@ def alloc_in(value: SSAValue, block: Block) -> hir.AllocOp | None:
 
 
 def root(v: SSAValue) -> SSAValue:
-    """The buffer a view aliases."""
-    while isinstance(v.owner, (hir.ChunkOp, hir.ViewOp, hir.SelectOp)):
-        v = v.owner.source
+    """The buffer a view (a chunk, select, reshaped view or transpose) aliases."""
+    while isinstance(v.owner, hir.VIEW_OPS):
+        v = v.owner.operands[0]
     return v
 
 

@@ -178,6 +178,12 @@ class Backend(ABC):
     @abstractmethod
     def copy(self, src: Array, dst: Array) -> None: ...
 
+    def copy_all(self, srcs: Sequence[Array], dsts: Sequence[Array]) -> None:
+        """`copy` of each pair; a backend may batch them (a replay's results
+        copied out for the caller)."""
+        for src, dst in zip(srcs, dsts, strict=True):
+            self.copy(src, dst)
+
     @abstractmethod
     def matmul(self, a: Array, b: Array, out: Array, acc: Array | None = None) -> None:
         """`torch.matmul(a, b) (+ acc)` into `out`. `acc` has out's shape and

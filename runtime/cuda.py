@@ -157,6 +157,10 @@ def open_device_early() -> threading.Thread | None:
     return thread
 
 
+BATCHED_BELOW = 1 << 20
+"""Bytes under which `copy_all` batches a tensor's copy with the others'."""
+
+
 class CudaBackend(Backend):
     """CUDA GPUs: CuPy streams/events, NCCL, CUDA IPC, cuBLAS, fused kernels."""
 
@@ -328,6 +332,19 @@ class CudaBackend(Backend):
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         self._begin()
         dst.copy_(src)
+
+    def copy_all(self, srcs: Sequence[torch.Tensor], dsts: Sequence[torch.Tensor]) -> None:
+        """The small tensors in one multi-tensor copy, the others one copy
+        each: a copy pays a few microseconds to start (a training step's 16
+        gradients copied out of a replayed graph one by one took 0.13 ms on
+        an H200, for 0.06 ms of bytes), and torch's multi-tensor copy moves
+        large tensors at half a copy's rate (16 us for 16 MiB, 7.6 one by one)."""
+        self._begin()
+        small = [i for i, s in enumerate(srcs) if s.numel() * s.element_size() < BATCHED_BELOW]
+        for i in sorted(set(range(len(srcs))) - set(small)):
+            dsts[i].copy_(srcs[i])
+        if small:
+            torch._foreach_copy_([dsts[i] for i in small], [srcs[i] for i in small])
 
     def matmul(
         self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, acc: torch.Tensor | None = None

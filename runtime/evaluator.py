@@ -344,14 +344,9 @@ class Program:
         they are; a result that views another is copied once per view, as
         `_hand_out` copies what it cannot hand over."""
         b = self.backend
-        out: list[Any] = []
-        for i, r in enumerate(results):
-            if r is None or i in lent:
-                out.append(r)
-                continue
-            mine = b.empty_for_caller(tuple(r.shape), r.dtype)
-            b.copy(r, mine)
-            out.append(mine)
+        out = [r if r is None or i in lent else b.empty_for_caller(tuple(r.shape), r.dtype) for i, r in enumerate(results)]
+        copied = [i for i, r in enumerate(results) if r is not None and i not in lent]
+        b.copy_all([results[i] for i in copied], [out[i] for i in copied])
         return out
 
     def _hand_out(self, results: Sequence[Any], lent: Collection[int] = ()) -> list[Any]:

@@ -3,21 +3,23 @@
 // RUN: not grep -e "hir.copy" -e "dims = \[1, 0\]" %t.bwd
 // RUN: grep -c "hir.launch" %t.bwd | filecheck %s --check-prefix=LAUNCHES
 // RUN: %fuserc opt -p autodiff,default %examples/gpt_layer.mlir | filecheck %s --check-prefix=D4
-// LAUNCHES: {{^}}7{{$}}
+// LAUNCHES: {{^}}9{{$}}
 // The local work of the GPT layer's backward (examples/gpt_layer.mlir) on
 // one device: attention's backward reads the log-sum-exp the forward's
 // sdpa saved (no forward of attention again); the heads reach sdpa and
 // sdpa_grad as views of the projections (the permutes inside their launch
 // are views) and their results are written where the output projection's
 // GEMMs read them; the weight gradients read x^T through hir.transpose
-// views; nothing is copied. Seven launches: the bias gradients of the
-// second MLP GEMM and of the first with gelu's derivative (the sum over rows
-// of the cotangent moved up beside it), the second norm's whole backward
-// with the output projection's bias gradient, sdpa_grad, the bias gradients
-// of q and of k with the residual's sum, the first norm's backward with v's
-// bias gradient, and the replicated gradients put in one buffer for their
-// one reduction (make-resharding-contiguous's bucket; on one device it
-// reduces nothing).
+// views; the input's gradients from q, k and v are summed in the GEMMs
+// (each adds the one before as its accumulator); nothing is copied. Nine
+// launches: the second MLP GEMM's bias gradient with gelu's derivative,
+// the first MLP GEMM's bias gradient (the sum over rows of that
+// derivative, read back), the second norm's whole backward, the output
+// projection's bias gradient (the sum over rows of the norm's input
+// gradient, read back), sdpa_grad, the bias gradients of q and of k, the
+// first norm's backward with v's bias gradient, and the replicated
+// gradients put in one buffer for their one reduction
+// (make-resharding-contiguous's bucket; on one device it reduces nothing).
 // CHECK-LABEL: func.func @main_fwd(
 // CHECK-NOT: hir.copy %{{.*}}, %{{.*}} : tensor<1x8x64x8xf32>
 // CHECK: fusion.sdpa %{{.*}} causal = true : {{.*}} -> (tensor<1x8x64x8xf32>, tensor<1x8x64xf32>)
@@ -25,14 +27,22 @@
 // CHECK-SAME: %o_lse: tensor<1x8x64xf32>
 // CHECK: hir.transpose
 // CHECK: hir.launch
-// CHECK: fusion.erf
 // CHECK: fusion.sum %{{.*}} dims = [0]
+// CHECK: fusion.erf
+// CHECK: hir.launch
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: fusion.sum %{{.*}} dims = [0]
 // CHECK: hir.launch
 // CHECK: fusion.rsqrt
 // CHECK: hir.launch
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: fusion.sum %{{.*}} dims = [0]
+// CHECK: hir.launch
 // CHECK: fusion.sdpa_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %o_lse_1, %{{.*}} causal = true
 // CHECK: hir.launch
+// CHECK: hir.matmul {{.*}} acc
 // CHECK: hir.launch
+// CHECK: hir.matmul {{.*}} acc
 // CHECK: hir.launch
 // CHECK: fusion.rsqrt
 // CHECK: hir.launch

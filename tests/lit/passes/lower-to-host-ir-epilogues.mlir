@@ -67,3 +67,33 @@ func.func @beside_a_gather(%x: tensor<16x32xf32, #fusion.sharding<@tp, [DIDx, -]
   %y = fusion.add %p, %r : (tensor<16x16xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<16x16xf32, #fusion.sharding<@tp, [-, DIDx]>>) -> tensor<16x16xf32, #fusion.sharding<@tp, [-, DIDx]>>
   func.return %y : tensor<16x16xf32, #fusion.sharding<@tp, [-, DIDx]>>
 }
+
+// -----
+
+// An add that sums GEMMs' results after other work (autodiff's sum of a
+// value's gradient contributions) moves up to the GEMM that makes its last
+// operand and rides in it as the accumulator, written over that addend's
+// buffer (read by nothing else); the work between follows. An add whose
+// other operand is made after the GEMM stays where it is.
+// CHECK-LABEL: func.func @sum_of_gemms
+// CHECK:      hir.matmul %a, %w, %[[P:[^ ]*]] :
+// CHECK-NEXT: hir.matmul %b, %w, %[[P]] acc %[[P]] :
+// CHECK:      hir.launch
+// CHECK:      fusion.sum
+// CHECK-LABEL: func.func @made_after
+// CHECK:      hir.matmul %a, %w, %{{[^ ]*}} :
+// CHECK:      fusion.exp
+// CHECK:      fusion.add
+func.func @sum_of_gemms(%a: tensor<16x32xf32>, %b: tensor<16x32xf32>, %w: tensor<32x8xf32>) -> (tensor<16x8xf32>, tensor<32xf32>) {
+  %p = fusion.matmul %a, %w : (tensor<16x32xf32>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %q = fusion.matmul %b, %w : (tensor<16x32xf32>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %s = fusion.sum %b dims = [0] : (tensor<16x32xf32>) -> tensor<32xf32>
+  %y = fusion.add %p, %q : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+  func.return %y, %s : tensor<16x8xf32>, tensor<32xf32>
+}
+func.func @made_after(%a: tensor<16x32xf32>, %w: tensor<32x8xf32>, %r: tensor<16x8xf32>) -> tensor<16x8xf32> {
+  %p = fusion.matmul %a, %w : (tensor<16x32xf32>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %e = fusion.exp %r : (tensor<16x8xf32>) -> tensor<16x8xf32>
+  %y = fusion.add %p, %e : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+  func.return %y : tensor<16x8xf32>
+}

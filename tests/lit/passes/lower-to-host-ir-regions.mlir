@@ -138,3 +138,35 @@ func.func @views(%x: tensor<64x32xf32>, %w: tensor<32x32xf32>, %g: tensor<64x32x
   %dw = fusion.matmul %yt, %g : (tensor<32x64xf32>, tensor<64x32xf32>) -> tensor<32x32xf32>
   func.return %dw : tensor<32x32xf32>
 }
+
+// -----
+
+// A reduction over rows (an outer dimension) of a value its region also
+// yields reads that value back in a region of its own (a bias's gradient
+// beside the cotangent it sums): the first region stores it once. A
+// reduction over the innermost dimension, or of a value used nowhere else,
+// stays in its region.
+// CHECK-LABEL: func.func @read_back
+// CHECK:      hir.launch ins(%x, %y
+// CHECK:      fusion.exp
+// CHECK-NOT:  fusion.sum
+// CHECK:      hir.yield
+// CHECK:      hir.launch ins(%
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: fusion.sum %{{.*}} dims = [0]
+// CHECK-LABEL: func.func @stays
+// CHECK-COUNT-1: hir.launch
+// CHECK-NOT: hir.launch
+func.func @read_back(%x: tensor<64x32xf32>, %y: tensor<64x32xf32>) -> (tensor<64x32xf32>, tensor<32xf32>) {
+  %e = fusion.exp %x : (tensor<64x32xf32>) -> tensor<64x32xf32>
+  %d = fusion.mul %e, %y : (tensor<64x32xf32>, tensor<64x32xf32>) -> tensor<64x32xf32>
+  %s = fusion.sum %d dims = [0] : (tensor<64x32xf32>) -> tensor<32xf32>
+  func.return %d, %s : tensor<64x32xf32>, tensor<32xf32>
+}
+func.func @stays(%x: tensor<64x32xf32>, %y: tensor<64x32xf32>) -> (tensor<64x32xf32>, tensor<64xf32>, tensor<32xf32>) {
+  %e = fusion.exp %x : (tensor<64x32xf32>) -> tensor<64x32xf32>
+  %d = fusion.mul %e, %y : (tensor<64x32xf32>, tensor<64x32xf32>) -> tensor<64x32xf32>
+  %r = fusion.sum %d dims = [1] : (tensor<64x32xf32>) -> tensor<64xf32>
+  %c = fusion.sum %e dims = [0] : (tensor<64x32xf32>) -> tensor<32xf32>
+  func.return %d, %r, %c : tensor<64x32xf32>, tensor<64xf32>, tensor<32xf32>
+}
