@@ -76,6 +76,22 @@ def function(
     return Function(text, where, entry, pipeline, backend, save, time, background)
 
 
+def device(kind: str = "cuda") -> torch.device:
+    """The torch device this rank computes on: the cpu, or (`"cuda"`) the GPU
+    its cuda backend takes (its rank on its node modulo the GPUs it sees),
+    known before the first call, so that the parameters and data are made
+    there (`torch.device("cuda")` is every rank's first GPU until then)."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind != "cuda":
+        raise Diagnostic(f"fuserc.torch.device: kind must be 'cpu' or 'cuda', got {kind!r}")
+    if not torch.cuda.is_available():
+        raise Diagnostic(f"fuserc.torch.device('cuda'): this torch ({torch.__version__}) sees no CUDA device")
+    from fuserc.runtime.mpi_env import mpi_env
+
+    return torch.device("cuda", mpi_env().gpu(torch.cuda.device_count()))
+
+
 @dataclass
 class _Loaded:
     """The programs of one compilation, loaded on one backend."""
@@ -310,4 +326,4 @@ def _zeros(loaded: _Loaded, spec: Any) -> Any:
     return b.empty(spec.shape, spec.dtype).zero_()
 
 
-__all__ = ["function", "Function"]
+__all__ = ["device", "function", "Function"]

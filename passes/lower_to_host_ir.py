@@ -597,7 +597,7 @@ class _FunctionLowering:
             assert nxt is not None
             other = next(v for v in nxt.operands if v is not op.results[0])
             acc = self.values[other]
-        if acc is not None and len(list(other.uses)) == 1 and isinstance(acc.owner, hir.AllocOp):
+        if acc is not None and self.last_read(other, acc, ops[i + 2 :]):
             out = acc  # the sum is written over its last addend (no copy of it into a new buffer first)
         else:
             out = self.result_buffer(last.results[0], i + (nxt is not None), tag)
@@ -613,6 +613,18 @@ class _FunctionLowering:
             self.em.emit(hir.LinearOp(x, w, out, bias, acc, activation), tag, marked=True)
         self.values[last.results[0]] = out
         return i + 1 + (nxt is not None)
+
+    def last_read(self, value: SSAValue, buf: SSAValue, later: Sequence[Operation]) -> bool:
+        """Whether `buf`, the buffer of `value` (which has one use, here), is
+        an allocation that no value read by the `later` ops lives in (a
+        permute or set that moves nothing makes a value of its operand's
+        buffer)."""
+        if len(list(value.uses)) != 1 or not isinstance(buf.owner, hir.AllocOp):
+            return False
+        rest = set(later)
+        return not any(
+            v is not value and self.em.root(b) is buf and any(u.operation in rest for u in v.uses) for v, b in self.values.items()
+        )
 
     def gemm_operand(self, v: SSAValue, tag: tuple[int, ...], transposed: bool = False) -> SSAValue:
         """The buffer of 2-D `v` as a GEMM reads it (`transposed`: v^T): the

@@ -176,8 +176,7 @@ class CudaBackend(Backend):
         node = env.node_comm  # collective: every rank builds its backend at the same point
         local_rank = env.node_rank
         self.local_rank, self.local_size = local_rank, node.Get_size()
-        count = cupy.cuda.runtime.getDeviceCount()
-        self.device = local_rank % count
+        self.device = env.gpu(cupy.cuda.runtime.getDeviceCount())
         cupy.cuda.Device(self.device).use()
         torch.cuda.set_device(self.device)
         callers = torch.cuda.current_stream(self.device)  # given back below: the caller's code keeps its stream

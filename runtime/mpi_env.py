@@ -105,6 +105,13 @@ class MpiEnv:
     def node_rank(self) -> int:
         return self.node_comm.Get_rank()
 
+    def gpu(self, count: int) -> int:
+        """The GPU this rank computes on among the `count` it sees: its rank
+        on its node modulo `count` (the cuda backend's, and
+        `fuserc.torch.device`'s, so that a caller makes its tensors there
+        before the first call)."""
+        return self.node_rank % count
+
     def nodes(self) -> list[int]:
         """World rank -> node, the grouping peer copies and fences keep
         within (ranks of one node share memory over CUDA IPC; others talk

@@ -175,9 +175,7 @@ def main() -> None:
     loss_fn = fuserc.torch.function(fd)
     specs = fd.inputs[3 if a.dropout > 0 else 2 :]
     init = initial_weights(a)
-    device = torch.device(a.device)
-    if a.device == "cuda":
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = fuserc.torch.device(a.device)  # this rank's GPU under a launcher
     local = [torch.nn.Parameter(shard_tensor(w, s, mesh, rank).to(device).contiguous()) for w, s in zip(init, specs)]
     glob = [torch.nn.Parameter(w.clone().to(device)) for w in init]
     opt = torch.optim.AdamW(local, lr=a.lr, weight_decay=0.01)

@@ -364,7 +364,7 @@ def main() -> None:
     p.add_argument("--no-host-copies", action="store_true", help="(cuda) also the profiler check")
     a = p.parse_args()
     if a.device == "cuda":
-        DEVICE = torch.device("cuda", ENV.node_rank % torch.cuda.device_count())  # the GPU fuserc's backend takes
+        DEVICE = fuserc.torch.device("cuda")  # the GPU fuserc's backend takes
         torch.cuda.set_device(DEVICE)
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)

@@ -97,3 +97,19 @@ func.func @made_after(%a: tensor<16x32xf32>, %w: tensor<32x8xf32>, %r: tensor<16
   %y = fusion.add %p, %e : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
   func.return %y : tensor<16x8xf32>
 }
+
+// -----
+
+// The addend's buffer is not written over while another value read later
+// lives in it (an identity permute is the same buffer).
+// CHECK-LABEL: func.func @addend_read_later
+// CHECK:      hir.matmul %a, %w, %[[P:[^ ]*]] :
+// CHECK-NEXT: %[[Q:.*]] = hir.alloc
+// CHECK-NEXT: hir.matmul %b, %w, %[[Q]] acc %[[P]] :
+func.func @addend_read_later(%a: tensor<16x32xf32>, %b: tensor<16x32xf32>, %w: tensor<32x8xf32>) -> (tensor<16x8xf32>, tensor<16x8xf32>) {
+  %p = fusion.matmul %a, %w : (tensor<16x32xf32>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %i = fusion.permute %p dims = [0, 1] : (tensor<16x8xf32>) -> tensor<16x8xf32>
+  %q = fusion.matmul %b, %w : (tensor<16x32xf32>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %y = fusion.add %i, %q : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+  func.return %y, %p : tensor<16x8xf32>, tensor<16x8xf32>
+}
