@@ -555,3 +555,18 @@ def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monk
         assert not loaded.lent
     assert f.runs()["main_fwd"].startswith("replayed as a graph")
     f.close()
+
+
+def test_cuda_copy_all_copies_every_pair() -> None:
+    """The cuda backend's copy-out of a replay's results: tensors under
+    BATCHED_BELOW bytes in one multi-tensor copy, the others one by one
+    (run here on CPU tensors, which torch's copies take too)."""
+    from types import SimpleNamespace
+
+    from fuserc.runtime.cuda import BATCHED_BELOW, CudaBackend
+
+    srcs = [torch.randn(4), torch.randn(BATCHED_BELOW // 4 + 1), torch.randn(3, 2).t(), torch.arange(5)]
+    dsts = [torch.empty(s.shape, dtype=s.dtype) for s in srcs]
+    CudaBackend.copy_all(SimpleNamespace(_begin=lambda: None), srcs, dsts)  # type: ignore[arg-type]
+    for s, d in zip(srcs, dsts, strict=True):
+        assert torch.equal(s, d)
