@@ -129,14 +129,7 @@ class StreamPipeline(ModulePass):
                         for o in site.marked if site.written is not None else []:
                             o.attributes[PIPELINE_ATTR] = plan.attr()
                         continue
-                    beside: list[Operation] = []
-                    if plan.algorithm == RING and site.gemm is not None and machine is not None:
-                        mine = list(dict.fromkeys(o for o in (site.comm, *site.gemms, *site.erase) if o is not None))
-                        beside = beside_ring(site.anchor, mine, plan.idle, machine, placed)
-                        gemms = [o for o in beside if isinstance(o, GEMM_OPS)]
-                        if gemms:
-                            t = sum(gemm_time(o, machine) for o in gemms)
-                            plan = replace(plan, reason=f"{plan.reason}; beside it {len(gemms)} GEMM(s) from before it ({t * 1e3:.3g} ms)")
+                    plan, beside = _beside(site, plan, machine, placed)
                     SiteLowering(site, plan, machine.node_of if machine is not None else _one_node, beside).run()
             explain_the_rest(func, self.algorithm)
             if self.algorithm != NONE:
@@ -210,6 +203,21 @@ class StreamPipeline(ModulePass):
 
 def _one_node(rank: int) -> int:
     return 0
+
+
+def _beside(site: Site, plan: Plan, machine: Machine | None, placed: set[Operation]) -> tuple[Plan, list[Operation]]:
+    """The GEMMs from before a ring site that run beside it
+    (`schedule.beside_ring`), detached, with their deallocations; the plan's
+    reason then says so."""
+    if plan.algorithm != RING or site.gemm is None or machine is None:
+        return plan, []
+    mine = list(dict.fromkeys(o for o in (site.comm, *site.gemms, *site.erase) if o is not None))
+    beside = beside_ring(site.anchor, mine, plan.idle, machine, placed)
+    gemms = [o for o in beside if isinstance(o, GEMM_OPS)]
+    if not gemms:
+        return plan, beside
+    t = sum(gemm_time(o, machine) for o in gemms)
+    return replace(plan, reason=f"{plan.reason}; beside it {len(gemms)} GEMM(s) from before it ({t * 1e3:.3g} ms)"), beside
 
 
 def site_algorithms(site: Site) -> list[str]:
