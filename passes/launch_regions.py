@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from xdsl.ir import Operation, SSAValue
+
 from fuserc.dialects.fusion import (
     FusionOp,
     LinearOp,
@@ -44,7 +46,6 @@ from fuserc.dialects.fusion import (
     sharding_of,
 )
 from fuserc.dialects.fusion_reduction import ReductionOp
-from xdsl.ir import Operation, SSAValue
 
 MAX_REGION_OPS = 64
 """The most ops one launch region takes (bounds the search)."""

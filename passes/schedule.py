@@ -27,14 +27,15 @@ the host IR before and after.
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.stream_sites import GEMM_OPS, gemm_flops
 from fuserc.passes.stream_sites import root as _root
-from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
 
 SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp)
 """Collectives whose start and wait move (not sends, puts or fences: their
@@ -352,7 +353,6 @@ def _move(comm: Operation, wait: Operation, lifted: list[Operation], anchor: Ope
     Rewriter.insert_op(wait, InsertPoint.before(end))
 
 
-
 def _fence_at(op: Operation) -> hir.WaitOp | None:
     """The wait of `op` when `op` is a fence: `%f = hir.barrier ...; hir.wait %f`."""
     if not isinstance(op, hir.BarrierOp) or len(list(op.results[0].uses)) != 1:
@@ -376,6 +376,8 @@ def merge_fences(block: Block) -> int:
     last: tuple[object, ...] | None = None  # the fence that covers a next one, while nothing but frees follow it
     dropped = 0
     for op in list(block.ops):
+        if op.parent is None:
+            continue  # the wait of a fence dropped below
         if isinstance(op, hir.GetCurrentStreamOp):
             ids[op.stream] = current
             continue
@@ -393,7 +395,7 @@ def merge_fences(block: Block) -> int:
             last = key
             continue
         if isinstance(op, hir.DeallocOp) or isinstance(op, hir.WaitOp) and isinstance(op.operands[0].owner, hir.BarrierOp):
-            continue
+            continue  # a fence's own wait
         if op.regions and any(isinstance(o, hir.SetCurrentStreamOp) for o in op.walk()):
             current = object()
         last = None
