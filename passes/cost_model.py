@@ -145,8 +145,12 @@ class Machine:
     """NCCL bus bandwidth (allgather, broadcast, reduce, reduce-scatter)."""
     nccl_latency_us: float = field(default=20.0, metadata={"rule": "non_negative"})
     """Latency of one NCCL collective (also of a `hir.barrier`)."""
-    nccl_sm_slowdown: float = field(default=0.1, metadata={"rule": "non_negative"})
-    """A GEMM overlapping an NCCL kernel runs this much slower (shared SMs)."""
+    nccl_sm_slowdown: float = field(default=0.5, metadata={"rule": "non_negative"})
+    """A GEMM overlapping an NCCL kernel runs this much slower (shared SMs).
+    On 4 H200s the GPT layer's weight-gradient GEMMs beside its backward's
+    reduce-scatter (NCCL, 64 and 128 MiB) took 1.5-2x their time alone
+    (traces of 2026-11-27: 91 -> 179 and 92 -> 144 us at hidden 4096, 374
+    -> 559 us at hidden 8192); it was 0.1, a guess."""
     hbm_gbps: float = field(default=3000.0, metadata={"rule": "positive"})
     """Device memory bandwidth (local copies and adds)."""
     net_gbps: float = field(default=50.0, metadata={"rule": "positive"})
@@ -193,6 +197,11 @@ class Machine:
         gbps = min(self.nccl_busbw_gbps, self.net_gbps) if spans_nodes else self.nccl_busbw_gbps
         latency = max(self.nccl_latency_us, self.net_latency_us) if spans_nodes else self.nccl_latency_us
         return latency * 1e-6 + bus_bytes / (gbps * 1e9)
+
+    def beside_nccl(self, gemm: float, nccl: float) -> float:
+        """A GEMM of `gemm` seconds with an NCCL kernel of `nccl` seconds
+        beside it: slowed while they overlap."""
+        return gemm + self.nccl_sm_slowdown * min(gemm, nccl)
 
     def net(self, nbytes: float) -> float:
         """One NCCL send/recv of `nbytes` between nodes."""
@@ -483,7 +492,7 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         if algorithm == COLLECTIVE:
             b = m.nccl(piece, site.spans_nodes)
             ready = [own + (c + 1) * b for c in range(s)]
-            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
+            return Estimate(algorithm, s, _serial(ready, m.beside_nccl(g, b)))
         fence = own + m.ipc_fence(d)  # the copy overlaps the local GEMMs
         ready, t = [0.0] * k, fence
         for c in range(k, s):  # chunk c from the device c // k positions on
@@ -495,7 +504,7 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         t_comm, t_gemm = 0.0, 0.0
         r = m.nccl(piece, site.spans_nodes)
         for _ in range(s):
-            t_gemm += g * (1 + m.nccl_sm_slowdown)
+            t_gemm += m.beside_nccl(g, r)
             t_comm = max(t_comm, t_gemm) + r
         return Estimate(algorithm, s, t_comm)
     if (form or SUM) == PULL:
@@ -541,12 +550,12 @@ def _chunks(m: Machine, site: Site, algorithm: str, s: int, g: float, piece: flo
         if site.compute == BEFORE:  # chunk c's collective once its compute is done
             t_gemm = t_comm = 0.0
             for _ in range(s):
-                t_gemm += g * (1 + m.nccl_sm_slowdown)
+                t_gemm += m.beside_nccl(g, comm)
                 t_comm = max(t_comm, t_gemm) + comm
             return Estimate(algorithm, s, t_comm)
         ready = [(c + 1) * comm for c in range(s)]
         if site.compute == AFTER:
-            return Estimate(algorithm, s, _serial(ready, g * (1 + m.nccl_sm_slowdown)))
+            return Estimate(algorithm, s, _serial(ready, m.beside_nccl(g, comm)))
         return Estimate(algorithm, s, ready[-1] + s * m.chunk_us * 1e-6)
     # ring (an allgather per chunk): the shard shared once, a fence, then per
     # chunk the own block copied and d - 1 blocks pulled

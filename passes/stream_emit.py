@@ -777,7 +777,7 @@ class SiteLowering:
             self.gemm_on(b, sub(b, x, pos, j, "xc"), lambda _: yc)
             b.add(hir.SetCurrentStreamOp(self.transfer_stream(b, j, 0, k)))
             b.add(hir.SyncStreamOp(compute))
-            b.add(_sum_launch(yc, [slot(b, b.const(t), j) for t in range(d - 1)]))
+            b.add(sum_launch(yc, [slot(b, b.const(t), j) for t in range(d - 1)]))
             b.add(hir.SetCurrentStreamOp(compute))
 
         if k == 1:
@@ -830,9 +830,11 @@ def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:
     return [op for op in ops[start:end] if isinstance(op, hir.DeallocOp) and op.buffer in used]
 
 
-def _sum_launch(out: SSAValue, parts: Sequence[SSAValue]) -> hir.LaunchOp:
-    """`out += parts[0] + parts[1] + ...` as one launch (one fused kernel)."""
-    op = hir.LaunchOp([out, *parts], [out])
+def sum_launch(out: SSAValue, parts: Sequence[SSAValue], accumulate: bool = True) -> hir.LaunchOp:
+    """`out += parts[0] + parts[1] + ...` (`accumulate`), else `out =
+    parts[0] + parts[1] + ...`, as one launch (one fused kernel)."""
+    ins = [out, *parts] if accumulate else list(parts)
+    op = hir.LaunchOp(ins, [out])
     args = op.body.block.args
     args[0].name_hint = "sum"
     total: SSAValue = args[0]

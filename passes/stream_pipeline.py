@@ -46,7 +46,15 @@ from fuserc.passes.cost_model import (
     RING_FORMS,
     Machine,
 )
-from fuserc.passes.schedule import SCHEDULED, beside_ring, gemm_time, merge_fences, overlap_collectives, share_compute
+from fuserc.passes.schedule import (
+    SCHEDULED,
+    beside_ring,
+    gemm_time,
+    merge_fences,
+    overlap_collectives,
+    pull_beside,
+    share_compute,
+)
 from fuserc.passes.stream_emit import Plan, SiteLowering
 from fuserc.passes.stream_sites import (
     COMPUTE,
@@ -137,6 +145,7 @@ class StreamPipeline(ModulePass):
                     if _shareable(block):
                         share_compute(block, machine_at(func))
                     overlap_collectives(block)
+                    pull_beside(block, machine_at(func))
                     merge_fences(block)
 
     def streams(self, chunks: int) -> int:

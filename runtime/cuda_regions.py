@@ -39,6 +39,7 @@ its replicated parameters' gradients out of their all-reduced buffer).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import math
@@ -245,6 +246,9 @@ def build_region(
         args.append(args[first] if first < len(args) else _zeros(layout, device))
     graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device))
     constants = lift_constants(graph)
+    marker = _aliases_marker(graph, aliases, device)
+    if marker is not None:
+        constants.append(marker)
     import torch._inductor
 
     standalone = getattr(torch._inductor, "standalone_compile", None)  # torch >= 2.8
@@ -269,6 +273,27 @@ def build_region(
     held = io.BytesIO()
     torch.save([(c.detach().cpu(), c.device.type) for c in constants], held)
     return {"artifact": data, "constants": held.getvalue()}, kernel
+
+
+def _aliases_marker(graph: Any, aliases: Aliases, device: torch.device) -> torch.Tensor | None:
+    """For operands shared as `aliases` says (some operand is another
+    one), a last input of the graph, unused, with no elements, whose shape
+    names that sharing; None when no operand is another. The kernel is
+    compiled for the sharing, and AOTAutograd's cache, keyed by the graph
+    and its inputs' layouts but not by which inputs are one tensor, would
+    otherwise hand the kernel of one sharing to a region of the same ops
+    with another (the pull ring's add into its first operand, and a
+    reduce-scatter's pulls added into a buffer of their own: torch then
+    fails the call, 'compiled under the assumption that input 4 would be a
+    duplicate of input 0')."""
+    if all(first == i for i, first in enumerate(aliases)):
+        return None
+    code = int(hashlib.sha256(repr(tuple(aliases)).encode()).hexdigest()[:12], 16)
+    last = [n for n in graph.graph.nodes if n.op == "placeholder"][-1]
+    with graph.graph.inserting_after(last):
+        graph.graph.placeholder("aliases")
+    graph.recompile()
+    return torch.empty((0, code), dtype=torch.int8, device=device)
 
 
 def load_region(sections: dict[str, bytes], device: torch.device) -> RegionKernel:

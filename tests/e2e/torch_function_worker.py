@@ -9,6 +9,7 @@ global tensors. Each case prints `CASE <name> ok` or `CASE <name> FAILED:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -85,13 +86,14 @@ def function(fd: FusionDefinition, save: str = "activations", algorithm: str | N
     return _FUNCTIONS[key]
 
 
-def case_grads(save: str, algorithm: str | None = None) -> None:
-    """Outputs and every gradient against torch.autograd, two calls. With
-    `algorithm="ring"` every site is a ring, and the backward's pull ring of
-    the first GEMM's input gradient has the weight gradients' GEMMs from
-    before it beside it (`schedule.beside_ring`)."""
+def case_grads(save: str, algorithm: str | None = None, f: fuserc.torch.Function | None = None) -> None:
+    """Outputs and every gradient against torch.autograd, two calls (of
+    `f`, else of the MLP's function). With `algorithm="ring"` every site is
+    a ring, and the backward's pull ring of the first GEMM's input gradient
+    has the weight gradients' GEMMs from before it beside it
+    (`schedule.beside_ring`)."""
     fd, mesh, ts = mlp(SIZE)
-    f = function(fd, save, algorithm)
+    f = f or function(fd, save, algorithm)
     for seed in (0, 1):
         glob = [t.requires_grad_(True) for t in globals_(SIZE, seed)]
         y, s = mlp_torch(*glob)
@@ -104,6 +106,42 @@ def case_grads(save: str, algorithm: str | None = None) -> None:
         (ly * shard(ct, ts[4], mesh)).sum().add(ls * 0.5).backward()
         for name, lt, gt, sh in zip(("x", "g", "w1", "w2"), loc, glob, ts):
             close(lt.grad, shard(gt.grad, sh, mesh), f"grad {name} (call {seed})")
+
+
+PULLS_LINKS = {
+    "nccl_busbw_gbps": 0.01, "nccl_latency_us": 0, "copy_engine_gbps": 100, "copy_engine_latency_us": 0,
+    "ipc_fence_us": 0, "launch_us": 0, "chunk_us": 1e6,
+}  # fmt: skip
+"""A node whose NCCL is slow and copy engines fast, on which no pipeline
+pays (each chunk costs a second): the backward's reduce-scatter of the
+layer norm's output gradient stays a collective, scheduled beside the
+weight gradients' GEMMs, and is made of copy-engine pulls
+(`schedule.pull_beside`)."""
+
+
+def case_grads_pulls() -> None:
+    """`case_grads` with the reduce-scatter beside the weight gradients
+    done by copy-engine pulls, checked in the plan (gets, no NCCL
+    reduce-scatter, in the backward) and against autograd."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fuserc-pulls-links-{os.getpid()}.json")
+    with open(path, "w") as f:
+        json.dump(PULLS_LINKS, f)
+    before = os.environ.get("FUSERC_LINKS")
+    os.environ["FUSERC_LINKS"] = path
+    try:
+        fd, _, _ = mlp(SIZE)
+        bwd = fd.comm_report("autodiff,default").function("main_bwd")
+        kinds = [(line.kind, line.reshard) for line in bwd.lines]
+        assert ("get", "partial->DIDx") in kinds and not any(k == "reduce_scatter" for k, _ in kinds), kinds
+        f = fuserc.torch.function(fd)  # compiled at its first call, on that node
+        case_grads("activations", f=f)
+        f.close()
+    finally:
+        if before is None:
+            os.environ.pop("FUSERC_LINKS", None)
+        else:
+            os.environ["FUSERC_LINKS"] = before
+        os.remove(path)
 
 
 def case_partial_requires_grad() -> None:
@@ -353,6 +391,7 @@ CASES: dict[str, Callable[[], None]] = {
     "grads_activations": lambda: case_grads("activations"),
     "grads_inputs": lambda: case_grads("inputs"),
     "grads_rings": lambda: case_grads("activations", "ring"),
+    "grads_pulls": case_grads_pulls,
     "partial_requires_grad": case_partial_requires_grad,
     "no_grad_and_ownership": case_no_grad_and_ownership,
     "non_contiguous": case_non_contiguous,
@@ -374,7 +413,8 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)
     if DEVICE.type == "cpu" and ENV.launched_by not in ("mpiexec", None):
-        del cases["grads_rings"]  # the cpu backend's shared buffers are MPI windows: mpiexec only
+        for name in ("grads_rings", "grads_pulls"):  # the cpu backend's shared buffers are MPI windows: mpiexec only
+            del cases[name]
     if a.no_host_copies:
         cases["gpu_no_host_copies"] = case_gpu_no_host_copies
     failed = 0

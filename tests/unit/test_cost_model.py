@@ -300,3 +300,19 @@ def test_a_collective_per_chunk_pays_with_its_compute_only(compute: str) -> None
     alone = cm.Site(cm.CHUNKS, 0.0, 8192 * 8192 * 2, "bf16", D, cm.ALLREDUCE, "")
     best, reason = cm.choose(cm.Machine(), alone, ALL[:2], [8], requested=True)
     assert best.algorithm == cm.NONE, reason
+
+
+def test_nccl_slows_a_gemm_only_while_they_overlap() -> None:
+    """A GEMM beside an NCCL kernel is slowed for the time they overlap
+    (the GPT layer's weight-gradient GEMMs took 1.5-2x beside its
+    backward's reduce-scatter): a short collective beside a long GEMM
+    costs little, a long one the whole slowdown."""
+    m = cm.Machine()
+    assert m.nccl_sm_slowdown == 0.5
+    assert m.beside_nccl(1e-3, 1e-4) == pytest.approx(1e-3 + 0.5e-4)
+    assert m.beside_nccl(1e-4, 1e-3) == pytest.approx(1.5e-4)
+    assert cm.Machine(nccl_sm_slowdown=0).beside_nccl(1e-3, 1e-3) == 1e-3
+    # the collective pipeline of a GEMM + ReduceScatter pays it per chunk
+    site = cm.Site(cm.REDUCE_SCATTER, 2 * 8192 * 4096 * 1024, 8192 * 4096 * 2, "bf16", 4)
+    fast, slow = (cm.estimate(cm.Machine(nccl_sm_slowdown=x), site, cm.COLLECTIVE, 4).seconds for x in (0.0, 0.5))
+    assert slow > fast
