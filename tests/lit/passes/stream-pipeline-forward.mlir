@@ -1,0 +1,41 @@
+// RUN: %fuserc opt -p 'propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=ring}' --split-input-file %s | filecheck %s
+
+// The shard an AllGather ring gathers, made by the program (a buffer of
+// the block written by a launch), is this device's block of the gathered
+// buffer: the gathered buffer is allocated first, the launch writes its
+// block in place, and peers pull the gathered buffer's blocks (`block
+// %peer of 4`). Neither the copy of the shard into a buffer of the ring's
+// own nor the one into the gathered buffer remains.
+// CHECK-LABEL: func.func @made_here
+// CHECK:      %[[G:.*]] = hir.alloc {{.*}} : tensor<32x16xf32>
+// CHECK-NEXT: %[[P:.*]] = hir.team_index team = [0, 1, 2, 3]
+// CHECK-NEXT: %[[X:.*]] = hir.chunk %[[G]] [%[[P]]] dim = 0 chunks = 4
+// CHECK-NEXT: hir.launch {{.*}} outs(%[[X]] : tensor<8x16xf32>)
+// CHECK:      %[[H:.*]] = hir.share %[[G]] team = [0, 1, 2, 3]
+// CHECK:      hir.get %[[H]], %[[PEER:.*]], %{{.*}} block %[[PEER]] of 4 backend = cuda_ipc
+// CHECK-NOT:  hir.copy
+// CHECK:      func.return
+fusion.mesh @tp shape = [4]
+func.func @made_here(%x: tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>,
+                     %w: tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>)
+    -> tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>> {
+  %g = fusion.gelu %x : (tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>
+  %y = fusion.matmul %g, %w : (tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>, tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
+  func.return %y : tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
+}
+
+// -----
+
+// A shard the program takes as an argument is copied into a buffer its
+// peers pull from.
+// CHECK-LABEL: func.func @argument
+// CHECK:      hir.copy %x, %[[XS:.*]] :
+// CHECK-NEXT: %[[H:.*]] = hir.share %[[XS]] team = [0, 1, 2, 3]
+// CHECK:      hir.get %[[H]], %{{.*}}, %{{.*}} backend = cuda_ipc
+fusion.mesh @tp shape = [4]
+func.func @argument(%x: tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>,
+                    %w: tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>)
+    -> tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>> {
+  %y = fusion.matmul %x, %w : (tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>, tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
+  func.return %y : tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
+}
