@@ -39,7 +39,6 @@ its replicated parameters' gradients out of their all-reduced buffer).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import math
@@ -160,21 +159,41 @@ def _like(t: torch.Tensor) -> torch.Tensor:
     return c.copy_(t)
 
 
-def trace_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Any = None) -> Any:
+def trace_region(
+    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Any = None, aliases: Aliases | None = None
+) -> Any:
     """The region as an FX graph of aten ops over (ins..., outs...), which
-    writes the yielded values into the outs. Traced on copies with the
-    same layouts (real tensors: the ops run once), so the buffers of the
-    run are untouched."""
+    writes the yielded values into the outs; with `aliases`, over the
+    operands that are no other one (`distinct`), each standing for the
+    operands that are it. Traced on copies with the same layouts (real
+    tensors: the ops run once), so the buffers of the run are untouched."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from fuserc.runtime.cpu import launch_with_torch
 
     n = len(ins)
+    operands = [*ins, *outs]
+    firsts = list(aliases) if aliases is not None else list(range(len(operands)))
+    keep = distinct(firsts)
 
     def region(*args: torch.Tensor) -> None:
-        launch_with_torch(body, args[:n], args[n:], contexts)
+        given = dict(zip(keep, args))
+        full = [given[f] for f in firsts]
+        launch_with_torch(body, full[:n], full[n:], contexts)
 
-    return make_fx(region)(*[_like(t) for t in ins], *[_like(t) for t in outs])
+    return make_fx(region)(*[_like(operands[i]) for i in keep])
+
+
+def distinct(aliases: Sequence[int]) -> list[int]:
+    """The operands that are no other one (`aliases_of`): those a region's
+    kernel takes. A kernel over all operands, some of them one tensor,
+    would be compiled by AOTAutograd for that sharing, and its cache, keyed
+    by the graph and its inputs' layouts but not by which inputs are one
+    tensor, would hand it to a region of the same ops shared otherwise (the
+    pull ring's add into its first operand, and a reduce-scatter's pulls
+    added into a buffer of their own: torch then fails the call, 'compiled
+    under the assumption that input 4 would be a duplicate of input 0')."""
+    return [i for i, first in enumerate(aliases) if first == i]
 
 
 def lift_constants(graph: Any) -> list[torch.Tensor]:
@@ -207,15 +226,19 @@ def lift_constants(graph: Any) -> list[torch.Tensor]:
 
 
 class RegionKernel:
-    """A region's compiled kernels, called with (ins..., outs...); the
-    graph's constants follow as inputs of its own."""
+    """A region's compiled kernels, called with (ins..., outs...): it takes
+    the distinct ones (`distinct`), then the graph's constants as inputs
+    of its own."""
 
-    __slots__ = ("fn", "constants")
+    __slots__ = ("fn", "constants", "keep")
 
-    def __init__(self, fn: Callable[..., Any], constants: Sequence[torch.Tensor]):
+    def __init__(self, fn: Callable[..., Any], constants: Sequence[torch.Tensor], keep: Sequence[int] | None = None):
         self.fn, self.constants = fn, tuple(constants)
+        self.keep = tuple(keep) if keep is not None else None
 
     def __call__(self, *args: torch.Tensor) -> None:
+        if self.keep is not None:
+            args = tuple(args[i] for i in self.keep)
         self.fn(*args, *self.constants)
 
 
@@ -244,16 +267,15 @@ def build_region(
     args: list[torch.Tensor] = []
     for layout, first in zip(layouts, aliases, strict=True):
         args.append(args[first] if first < len(args) else _zeros(layout, device))
-    graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device))
+    graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device), aliases)
     constants = lift_constants(graph)
-    marker = _aliases_marker(graph, aliases, device)
-    if marker is not None:
-        constants.append(marker)
+    keep = _keep(aliases)
+    args = [args[i] for i in distinct(aliases)]
     import torch._inductor
 
     standalone = getattr(torch._inductor, "standalone_compile", None)  # torch >= 2.8
     if standalone is None:
-        return NotKept("this torch has no torch._inductor.standalone_compile"), RegionKernel(_dynamo_compile(graph), constants)
+        return NotKept("this torch has no torch._inductor.standalone_compile"), RegionKernel(_dynamo_compile(graph), constants, keep)
     import torch._functorch.config
 
     # The artifact is saved from AOTAutograd's cache entry: a caller that
@@ -261,7 +283,7 @@ def build_region(
     # compiled) would leave fuserc's kernels unsaved, built again each run.
     with torch._functorch.config.patch(enable_autograd_cache=True):
         artifact = standalone(graph, [*args, *constants], dynamic_shapes="from_example_inputs", options={})
-    kernel = RegionKernel(artifact, constants)
+    kernel = RegionKernel(artifact, constants, keep)
     try:
         with tempfile.TemporaryDirectory(prefix="fuserc-") as folder:
             path = os.path.join(folder, "artifact")
@@ -275,29 +297,15 @@ def build_region(
     return {"artifact": data, "constants": held.getvalue()}, kernel
 
 
-def _aliases_marker(graph: Any, aliases: Aliases, device: torch.device) -> torch.Tensor | None:
-    """For operands shared as `aliases` says (some operand is another
-    one), a last input of the graph, unused, with no elements, whose shape
-    names that sharing; None when no operand is another. The kernel is
-    compiled for the sharing, and AOTAutograd's cache, keyed by the graph
-    and its inputs' layouts but not by which inputs are one tensor, would
-    otherwise hand the kernel of one sharing to a region of the same ops
-    with another (the pull ring's add into its first operand, and a
-    reduce-scatter's pulls added into a buffer of their own: torch then
-    fails the call, 'compiled under the assumption that input 4 would be a
-    duplicate of input 0')."""
-    if all(first == i for i, first in enumerate(aliases)):
-        return None
-    code = int(hashlib.sha256(repr(tuple(aliases)).encode()).hexdigest()[:12], 16)
-    last = [n for n in graph.graph.nodes if n.op == "placeholder"][-1]
-    with graph.graph.inserting_after(last):
-        graph.graph.placeholder("aliases")
-    graph.recompile()
-    return torch.empty((0, code), dtype=torch.int8, device=device)
+def _keep(aliases: Aliases) -> list[int] | None:
+    """The operands a kernel takes (`distinct`); None: all of them."""
+    keep = distinct(aliases)
+    return keep if len(keep) < len(aliases) else None
 
 
-def load_region(sections: dict[str, bytes], device: torch.device) -> RegionKernel:
-    """The kernel of an entry written by `build_region`."""
+def load_region(sections: dict[str, bytes], device: torch.device, aliases: Aliases | None = None) -> RegionKernel:
+    """The kernel of an entry written by `build_region` (for operands
+    shared as `aliases` says: the entry's key has them)."""
     from torch._inductor import CompiledArtifact
 
     with tempfile.TemporaryDirectory(prefix="fuserc-") as folder:
@@ -307,7 +315,7 @@ def load_region(sections: dict[str, bytes], device: torch.device) -> RegionKerne
         artifact = CompiledArtifact.load(path=path, format="binary")
     held = torch.load(io.BytesIO(sections["constants"]), weights_only=True)
     constants = [t.to(device if kind != "cpu" else "cpu") for t, kind in held]
-    return RegionKernel(artifact, constants)
+    return RegionKernel(artifact, constants, _keep(aliases) if aliases is not None else None)
 
 
 def _dynamo_compile(graph: Any) -> Callable[..., Any]:
@@ -385,7 +393,7 @@ class RegionJob:
         return build_region(self.body, self.layouts, self.aliases, self.n_ins, self.contexts, self.device)
 
     def load(self, sections: dict[str, bytes]) -> RegionKernel:
-        return load_region(sections, self.device)
+        return load_region(sections, self.device, self.aliases)
 
     @property
     def ident(self) -> tuple[Block, tuple[Layout, ...], Aliases]:
