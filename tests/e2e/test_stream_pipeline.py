@@ -253,6 +253,37 @@ def test_allgather_repeated_runs(ran: Ran) -> None:
     assert "median" in out
 
 
+def made_shard(n: int, k: int) -> str:
+    """gelu(x) [DIDx, -] @ w -> y [Stream(k n), -]: the gathered shard is
+    made by the program."""
+    m = 8 * n * k
+    x = f"tensor<{m}x12xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = "tensor<12x5xf32, #fusion.sharding<@tp, [-, -]>>"
+    y = f"tensor<{m}x5xf32, #fusion.sharding<@tp, [Stream({k * n}), -]>>"
+    return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}) -> {y} {{
+  %g = fusion.gelu %x : ({x}) -> {x}
+  %y = fusion.matmul %g, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("k", [1, 2])
+@launches(lambda d, n, k: checked(n, write(d, "made", made_shard(n, k)), pipeline(algorithm="ring"), "--warmup", "1", "--iters", "2"))
+def test_allgather_ring_of_a_shard_made_in_place(n: int, k: int, ran: Ran) -> None:
+    """A shard the program makes is written into its block of the gathered
+    buffer, and peers pull the gathered buffer's blocks (block peer * k +
+    sub of S): no copy of the shard; right on every rank, over repeated
+    runs of the cached shared buffer."""
+    out = check(ran.proc)
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["chunks"]) == ("ring", str(k * n))
+    assert "hir.copy" not in out
+    assert re.search(rf"hir\.get %h, %\w+, %\w+ block %\w+ of {k * n} backend = cuda_ipc", out), out
+
+
 # --------------------------------------------------------------------------
 # GEMM + ReduceScatter
 # --------------------------------------------------------------------------
