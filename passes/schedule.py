@@ -35,7 +35,7 @@ from xdsl.traits import IsTerminator
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
 from fuserc.passes.cost_model import Machine
-from fuserc.passes.stream_emit import IPC, Emitter, sum_launch
+from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, RESHARD_ATTR, gemm_flops
 from fuserc.passes.stream_sites import root as _root
 

@@ -375,7 +375,7 @@ class PerChunk:
 
 
 class ViewEmitter(Protocol):
-    """What `PerChunk.views` needs of an emitter (stream_emit.Emitter)."""
+    """What `PerChunk.views` needs of an emitter (host_emit.Emitter)."""
 
     views: dict[tuple[SSAValue, SSAValue, int, int], SSAValue]
 

@@ -95,7 +95,7 @@ def test_regions_of_the_same_ops_shared_otherwise_get_their_own_kernels() -> Non
     from xdsl.dialects.builtin import TensorType, f32
     from xdsl.ir import Block
 
-    from fuserc.passes.stream_emit import sum_launch
+    from fuserc.passes.host_emit import sum_launch
 
     args = Block(arg_types=[TensorType(f32, [16, 24])] * 5).args
     into_first = sum_launch(args[0], list(args[1:4]))
