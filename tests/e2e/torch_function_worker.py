@@ -132,7 +132,8 @@ def case_grads_pulls() -> None:
         fd, _, _ = mlp(SIZE)
         bwd = fd.comm_report("autodiff,default").function("main_bwd")
         kinds = [(line.kind, line.reshard) for line in bwd.lines]
-        assert ("get", "partial->DIDx") in kinds and not any(k == "reduce_scatter" for k, _ in kinds), kinds
+        if SIZE > 1:  # (one rank communicates nothing)
+            assert ("get", "partial->DIDx") in kinds and not any(k == "reduce_scatter" for k, _ in kinds), kinds
         f = fuserc.torch.function(fd)  # compiled at its first call, on that node
         case_grads("activations", f=f)
         f.close()
