@@ -8,7 +8,8 @@
 // RUN: %fuserc opt -p 'propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{links="%S/Inputs/links-h200.json" chunks=8}' --split-input-file %s | filecheck %s --check-prefix=CHUNKS
 
 // The headline AllGather + GEMM: the ring pulls with copy engines, so it
-// beats the broadcasts; without copy engines worth the name, collective.
+// beats the broadcasts; without copy engines worth the name (and with
+// NCCL slowing a GEMM beside it by 10%, links-slow-copy.json), collective.
 // H200-LABEL: func.func @headline
 // H200: hir.for %c = 0 to 1 {
 // H200: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}links-h200.json): ring(S=4) {{.*}} ms < collective(S=4) {{.*}} ms"}}
