@@ -27,6 +27,8 @@ the host IR before and after.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -53,7 +55,7 @@ def _touched(op: Operation) -> set[SSAValue]:
     return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
 
 
-_READS_ONLY = (hir.AllocOp, hir.SelectOp, hir.ChunkOp, hir.ViewOp, hir.ConstantOp)
+_READS_ONLY = (hir.AllocOp, hir.SelectOp, hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.ConstantOp)
 
 
 def _written(op: Operation) -> set[SSAValue]:
@@ -74,6 +76,19 @@ def _written(op: Operation) -> set[SSAValue]:
         elif not isinstance(o, _READS_ONLY):
             out.update(_root(v) for v in o.operands if isinstance(v.type, TensorType))
     return out
+
+
+def written_later(buffer: SSAValue, after: Operation, ignore: Collection[Operation] = ()) -> bool:
+    """Whether an op of `after`'s block after it (not in `ignore`) writes
+    `buffer` (its root) other than by deallocating it: a buffer peers pull
+    from in this run must keep its contents until the block's closing
+    fence."""
+    target, op = _root(buffer), after.next_op
+    while op is not None:
+        if op not in ignore and not isinstance(op, hir.DeallocOp) and not op.has_trait(IsTerminator) and target in _written(op):
+            return True
+        op = op.next_op
+    return False
 
 
 def _computes(op: Operation) -> bool:
@@ -380,6 +395,8 @@ def pull_beside(block: Block, machine: Machine) -> int:
         alloc = rs.input.owner
         if wait is None or streams is None or not isinstance(alloc, hir.AllocOp) or alloc.parent_block() is not block:
             continue
+        if written_later(rs.input, rs):
+            continue  # peers may still pull from it when it is written
         transfer = _transfer(rs, machine)
         beside = sum(gemm_time(o, machine) for o in _between(rs, wait) or [] if isinstance(o, GEMM_OPS))
         if transfer < 2 * machine.nccl_latency_us * 1e-6 or beside < pull_time(rs, machine):

@@ -23,6 +23,7 @@ from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
 from fuserc.passes.cost_model import CHUNKS, COLLECTIVE, PULL, REDUCE_SCATTER
 from fuserc.passes.host_emit import IPC, Emitter, NodeOf, Ring, compute_chunk, rebuild, sum_launch
+from fuserc.passes.schedule import written_later
 from fuserc.passes.stream_sites import (
     COMPUTE,
     LOCAL,
@@ -640,6 +641,8 @@ def _forward_into_gathered(site: Site) -> SSAValue | None:
     if xa.parent_block() is not block or ga.parent_block() is not block:
         return None
     site_ops = {o for op in site.erase for o in op.walk()}
+    if written_later(xg, site.anchor, site.erase) or written_later(x, site.anchor, site.erase):
+        return None  # peers pull from it until the block's closing fence
     frees = []
     for use in x.uses:
         user = use.operation

@@ -80,3 +80,25 @@ func.func @kept(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %s: ten
   hir.dealloc %q : tensor<256x64xbf16>
   func.return %y, %z, %w1, %w2 : tensor<2048x4096xbf16>, tensor<64x64xbf16>, tensor<1024x1024xbf16>, tensor<1024x1024xbf16>
 }
+
+// -----
+
+// Kept: a partial sum written again after its reduce-scatter in the same
+// run (peers could still be pulling from it).
+// CHECK-LABEL: func.func @rewritten
+// CHECK:       hir.reduce_scatter %p, %y
+// CHECK-NOT:   hir.get
+func.func @rewritten(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %x: tensor<4096x8192xbf16>, %g: tensor<8192x2048xbf16>) -> (tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>, tensor<8192x4096xbf16>) attributes {hir.host} {
+  %p = hir.alloc "rw/p" : tensor<8192x4096xbf16>
+  hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>
+  hir.matmul %a, %wa, %p acc %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>, tensor<8192x4096xbf16>
+  %y = hir.alloc "rw/y" : tensor<2048x4096xbf16>
+  %t = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl : (tensor<8192x4096xbf16>, tensor<2048x4096xbf16>) -> !hir.token
+  hir.wait %t : !hir.token
+  %dw1 = hir.alloc "rw/dw1" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw1 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  %dw2 = hir.alloc "rw/dw2" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw2 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>
+  func.return %y, %dw1, %dw2, %p : tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>, tensor<8192x4096xbf16>
+}

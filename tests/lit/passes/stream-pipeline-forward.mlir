@@ -39,3 +39,27 @@ func.func @argument(%x: tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>,
   %y = fusion.matmul %x, %w : (tensor<32x16xf32, #fusion.sharding<@tp, [DIDx, -]>>, tensor<16x8xf32, #fusion.sharding<@tp, [-, -]>>) -> tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
   func.return %y : tensor<32x8xf32, #fusion.sharding<@tp, [Stream(4), -]>>
 }
+
+// -----
+
+// A shard written again after the ring keeps its own buffer: peers pull
+// from a copy of it until the block's closing fence.
+// CHECK-LABEL: func.func @rewritten
+// CHECK:      hir.copy %x, %[[XS:.*]] :
+// CHECK-NEXT: %[[H:.*]] = hir.share %[[XS]] team = [0, 1, 2, 3]
+// CHECK:      hir.get %[[H]], %{{.*}}, %{{.*}} backend = cuda_ipc
+func.func @rewritten(%a: tensor<8x16xf32>, %w: tensor<16x8xf32>) -> (tensor<32x8xf32>, tensor<8x8xf32>) attributes {hir.host} {
+  %x = hir.alloc "rewritten/x" : tensor<8x16xf32>
+  hir.copy %a, %x : tensor<8x16xf32>, tensor<8x16xf32>
+  %xg = hir.alloc "rewritten/xg" : tensor<32x16xf32>
+  %t = hir.allgather %x, %xg team = [0, 1, 2, 3] backend = nccl {hir.stream = [0 : i64, 4 : i64]} : (tensor<8x16xf32>, tensor<32x16xf32>) -> !hir.token
+  hir.wait %t : !hir.token
+  %y = hir.alloc "rewritten/y" : tensor<32x8xf32>
+  hir.matmul %xg, %w, %y {hir.stream = [0 : i64, 4 : i64]} : tensor<32x16xf32>, tensor<16x8xf32>, tensor<32x8xf32>
+  hir.dealloc %xg : tensor<32x16xf32>
+  hir.copy %a, %x : tensor<8x16xf32>, tensor<8x16xf32>
+  %z = hir.alloc "rewritten/z" : tensor<8x8xf32>
+  hir.matmul %x, %w, %z : tensor<8x16xf32>, tensor<16x8xf32>, tensor<8x8xf32>
+  hir.dealloc %x : tensor<8x16xf32>
+  func.return %y, %z : tensor<32x8xf32>, tensor<8x8xf32>
+}
