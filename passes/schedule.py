@@ -383,7 +383,7 @@ def pull_beside(block: Block, machine: Machine) -> int:
     keeps the partial sum from being written again (in a later run) before
     every peer has pulled from it. NCCL's kernels take SMs from the GEMMs
     beside them: on 4 H200s the GPT layer's weight-gradient GEMMs took
-    1.6-2x their time while its reduce-scatter ran beside them; copy
+    1.5-2x their time while its reduce-scatter ran beside them; copy
     engines take none, the final add a pass over d + 1 blocks. Returns how
     many reduce-scatters changed."""
     changed = 0
@@ -407,7 +407,7 @@ def pull_beside(block: Block, machine: Machine) -> int:
         Rewriter.insert_op(hir.SyncStreamOp(side), InsertPoint.before(wait))
         wait.detach()
         wait.erase()
-        _pulls(rs, alloc, side, main, block)
+        _pulls(rs, alloc, main, block)
         changed += 1
     return changed
 
@@ -439,7 +439,7 @@ def _worker_of(comm: Operation) -> tuple[SSAValue, SSAValue] | None:
     return switch.operands[0], after.operands[0]
 
 
-def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, side: SSAValue, main: SSAValue, block: Block) -> None:
+def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: Block) -> None:
     """The ops replacing `rs` (see `pull_beside`) and its closing fence."""
     team, d = tuple(rs.team), len(rs.team)
     p, y = rs.input, rs.output
