@@ -91,15 +91,17 @@ SLOW_COPY = {"copy_engine_gbps": 0.001, "copy_engine_latency_us": 1000, "ipc_fen
 # --------------------------------------------------------------------------
 
 
-def allgather_matmul(n: int, k: int = 1) -> str:
-    """x [DIDx, -] @ w [-, -] -> y [Stream(k n), -] in f32."""
+def allgather_matmul(n: int, k: int = 1, made: bool = False) -> str:
+    """x [DIDx, -] @ w [-, -] -> y [Stream(k n), -] in f32; with `made`,
+    gelu(x) @ w: the gathered shard is made by the program."""
     m = 8 * n * k
     x = f"tensor<{m}x12xf32, #fusion.sharding<@tp, [DIDx, -]>>"
     w = "tensor<12x5xf32, #fusion.sharding<@tp, [-, -]>>"
     y = f"tensor<{m}x5xf32, #fusion.sharding<@tp, [Stream({k * n}), -]>>"
+    shard = f"  %g = fusion.gelu %x : ({x}) -> {x}\n" if made else ""
     return f"""fusion.mesh @tp shape = [{n}]
 func.func @main(%x: {x}, %w: {w}) -> {y} {{
-  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}
+{shard}  %y = fusion.matmul {"%g" if made else "%x"}, %w : ({x}, {w}) -> {y}
   func.return %y : {y}
 }}
 """
@@ -253,25 +255,9 @@ def test_allgather_repeated_runs(ran: Ran) -> None:
     assert "median" in out
 
 
-def made_shard(n: int, k: int) -> str:
-    """gelu(x) [DIDx, -] @ w -> y [Stream(k n), -]: the gathered shard is
-    made by the program."""
-    m = 8 * n * k
-    x = f"tensor<{m}x12xf32, #fusion.sharding<@tp, [DIDx, -]>>"
-    w = "tensor<12x5xf32, #fusion.sharding<@tp, [-, -]>>"
-    y = f"tensor<{m}x5xf32, #fusion.sharding<@tp, [Stream({k * n}), -]>>"
-    return f"""fusion.mesh @tp shape = [{n}]
-func.func @main(%x: {x}, %w: {w}) -> {y} {{
-  %g = fusion.gelu %x : ({x}) -> {x}
-  %y = fusion.matmul %g, %w : ({x}, {w}) -> {y}
-  func.return %y : {y}
-}}
-"""
-
-
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("k", [1, 2])
-@launches(lambda d, n, k: checked(n, write(d, "made", made_shard(n, k)), pipeline(algorithm="ring"), "--warmup", "1", "--iters", "2"))
+@launches(lambda d, n, k: checked(n, write(d, "made", allgather_matmul(n, k, made=True)), pipeline(algorithm="ring"), "--warmup", "1", "--iters", "2"))
 def test_allgather_ring_of_a_shard_made_in_place(n: int, k: int, ran: Ran) -> None:
     """A shard the program makes is written into its block of the gathered
     buffer, and peers pull the gathered buffer's blocks (block peer * k +
