@@ -357,7 +357,10 @@ class FusionOp(IRDLOperation):
       first have the types `more_results` gives and the shardings
       `more_shardings` derives from the first's;
     - ALONE: the op is a launch region of its own, run by a kernel of its
-      own on both backends (attention: runtime/attention.py).
+      own on both backends (attention: runtime/attention.py);
+    - `torch_alone()`: PyTorch's own kernel for the op (its `reference`)
+      outruns Inductor's where the op is a launch region by itself, which
+      the cuda backend then runs with it (runtime/torch_regions.py).
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()
@@ -503,6 +506,11 @@ class FusionOp(IRDLOperation):
         if self.ROWWISE is None or self.ROWWISE == "cross_entropy":
             return self.ROWWISE
         return self.ROWWISE if self.keyword("dim") == len(shape_of(self.operands[0])) - 1 else None
+
+    def torch_alone(self) -> bool:
+        """Whether a launch region of this op alone runs PyTorch's kernel
+        (its `reference`) rather than Inductor's, on the cuda backend."""
+        return False
 
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,

@@ -14,7 +14,13 @@ the cotangents and delivers the gradient of each input that requires one.
 The saved tensors of a replayed `@main_fwd` are its graph's own buffers,
 not copies: the backward reads them where the forward wrote them, and only
 a forward that runs again before an earlier one's backward (gradient
-accumulation over micro-batches) copies the earlier one's out first.
+accumulation over micro-batches) copies the earlier one's out first. The
+gradients of a replayed `@main_bwd` are its graph's buffers too, while the
+caller drops them before the next backward (`zero_grad()`, which sets them
+to None): torch's AccumulateGrad makes them the parameters' `.grad` as
+they are; a gradient still held at the next backward (accumulated over
+micro-batches) becomes the caller's alone, and from then on the
+backward's gradients are copies (runtime/graphs.py, `Loans`).
 """
 
 from __future__ import annotations
@@ -179,7 +185,11 @@ class Function:
     def runs(self) -> dict[str, str]:
         """How each loaded program's calls go now, in words: replayed as a
         captured graph (with the trial's times) or op by op (and why)."""
-        return {name: p.replays.mode() for loaded in self._loaded.values() for name, p in loaded.programs.items()}
+        return {
+            name: p.replays.mode() + (f"; results copied out ({p.loans.refused})" if p.loans.refused else "")
+            for loaded in self._loaded.values()
+            for name, p in loaded.programs.items()
+        }
 
     def wait_for_kernels(self, timeout: float | None = None) -> bool:
         """Wait for the generated kernels built in the background of the
@@ -194,9 +204,10 @@ class Function:
         self._loaded.clear()
 
 
-def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any], lent: range = range(0)) -> list[Any]:
+def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any], lent: range = range(0), loan: bool = False) -> list[Any]:
     """One run on this rank's shards; its results, owned by the caller
-    (those at `lent` positions only until the program's next run: see
+    (those at `lent` positions only until the program's next run, and all
+    of them with `loan` while the caller lets go of them by then: see
     `Program.run_prepared`)."""
     b = loaded.backend
     first = program.runs == 0
@@ -204,7 +215,7 @@ def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any], lent: range = ran
     outs: list[Any] = []
     try:
         prepared = program.prepare_inputs(inputs)
-        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True, lent=lent)
+        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True, lent=lent, loan=loan)
     finally:
         b.leave_caller(caller, outs)
     if first:
@@ -276,7 +287,7 @@ class _Autograd(torch.autograd.Function):
                 cts.append(_zeros(loaded, spec))
             else:
                 cts.append(ct.to(spec.dtype))
-        grads = _run(loaded, bwd, [*saved, *cts])
+        grads = _run(loaded, bwd, [*saved, *cts], loan=True)
         out: list[Any] = [None] * (len(ctx.needs_input_grad) - 2)
         for i, g in zip(ctx.float_inputs, grads, strict=True):
             if ctx.needs_input_grad[2 + i]:

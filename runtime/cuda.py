@@ -417,12 +417,12 @@ class CudaBackend(Backend):
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
-        from fuserc.runtime import attention
+        from fuserc.runtime import torch_regions
         from fuserc.runtime.cpu import launch_with_torch
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
 
         self._begin()
-        if attention.run_region(body, ins, outs):  # a lone sdpa or sdpa_grad: PyTorch's attention kernels
+        if torch_regions.run_region(body, ins, outs):  # attention, or a lone op PyTorch's kernel runs faster
             self.fused_launches += 1
             return
         gets = self._region_kernels.get(body)

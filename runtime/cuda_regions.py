@@ -90,10 +90,10 @@ def generates(mode: str, numels: Iterable[int | None]) -> bool:
 
 def program_generates(mode: str, func: Any) -> bool:
     """Whether the regions of `func` (a host program) get generated kernels
-    under `mode`: one of them needs them (`generates`; not attention's,
-    which runs PyTorch's kernels)."""
+    under `mode`: one of them needs them (`generates`; not those that run
+    PyTorch's kernels: runtime/torch_regions.py)."""
     from fuserc.dialects import hir
-    from fuserc.runtime.attention import runs_region
+    from fuserc.runtime.torch_regions import runs_region
 
     return mode != "cupy" and any(
         isinstance(op, hir.LaunchOp) and not runs_region(op.body.block) and generates(mode, launch_numels(op)) for op in func.walk()

@@ -351,16 +351,17 @@ def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Bloc
 
 def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]], device: torch.device) -> list[list[Job]]:
     """The jobs of the launches not installed yet, grouped by key: those
-    the cuda backend runs with a generated kernel (not attention's)."""
-    from fuserc.runtime.attention import runs_region
+    the cuda backend runs with a generated kernel (not those PyTorch's
+    kernels run: runtime/torch_regions.py)."""
     from fuserc.runtime.cuda_regions import RegionJob, aliases_of, layout_of
+    from fuserc.runtime.torch_regions import runs_region
 
     rows_job = _rows_jobs(device)
     groups: dict[str, list[Job]] = {}
     seen: set[Hashable] = set()
     for body, ins, outs, contexts in launches:
         if runs_region(body):
-            continue  # attention runs PyTorch's kernels (runtime/attention.py), as the backends launch it
+            continue  # PyTorch's kernels run it (runtime/torch_regions.py), as the cuda backend launches it
         job: Job | None = rows_job(body, ins, outs, device) if rows_job else None
         if job is None:
             aliases = aliases_of((*ins, *outs))

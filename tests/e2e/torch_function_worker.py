@@ -208,7 +208,7 @@ def case_inplace_change_before_backward() -> None:
     assert "of @main_fwd" in errors[1], errors[1]
 
 
-def case_replayed_steps() -> None:
+def case_replayed_steps(algorithm: str | None = None) -> None:
     """Training steps on the same buffers, their values changed in place
     between steps (as an optimizer changes them): each step's outputs and
     gradients against torch.autograd, and each step's outputs unchanged
@@ -217,11 +217,13 @@ def case_replayed_steps() -> None:
     FUSERC_CUDA_GRAPHS=always the cuda backend replays @main_fwd from the
     second step (its saved tensors lent from the graph's buffers, those of
     the first micro-batch copied out by the second forward); the cpu
-    backend runs op by op."""
+    backend runs op by op. With `algorithm` "ring" the saved tensors
+    include buffers shared with peers (the gathered activations), which a
+    run op by op lends as they are, as a replay does."""
     before = os.environ.get(GRAPHS_ENV)
     os.environ[GRAPHS_ENV] = "always"  # (read when a program loads: at the first call)
     try:
-        replayed_steps()
+        replayed_steps(algorithm)
     finally:
         if before is None:
             del os.environ[GRAPHS_ENV]
@@ -229,9 +231,9 @@ def case_replayed_steps() -> None:
             os.environ[GRAPHS_ENV] = before
 
 
-def replayed_steps() -> None:
+def replayed_steps(algorithm: str | None) -> None:
     fd, mesh, ts = mlp(SIZE)
-    f = fuserc.torch.function(fd)
+    f = fuserc.torch.function(fd, algorithm=algorithm)
     glob = globals_(SIZE, 3)
     loc = [shard(t, s_, mesh).requires_grad_(True) for t, s_ in zip(glob, ts)]
     ct = torch.randn(8 * SIZE, 16, generator=torch.Generator().manual_seed(5))
@@ -258,7 +260,7 @@ def replayed_steps() -> None:
         close(ly, want, f"y of step {step} after the later steps")
     # Two micro-batches, both forwards before either backward: the second
     # forward's replay must not overwrite what the first saved.
-    glob2 = [glob[0] * 0.5 + 0.1, *glob[1:]]
+    glob2 = [glob[0].roll(1, dims=1) * 0.5 + 0.1, *glob[1:]]  # (rows that normalize to other rows)
     x2 = shard(glob2[0], ts[0], mesh).requires_grad_(True)
     for t in loc:
         t.grad = None
@@ -397,6 +399,7 @@ CASES: dict[str, Callable[[], None]] = {
     "no_grad_and_ownership": case_no_grad_and_ownership,
     "non_contiguous": case_non_contiguous,
     "replayed_steps": case_replayed_steps,
+    "replayed_steps_rings": lambda: case_replayed_steps("ring"),
     "inplace_change_before_backward": case_inplace_change_before_backward,
     "execute_local": case_execute_local,
 }
@@ -414,7 +417,7 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)
     if DEVICE.type == "cpu" and ENV.launched_by not in ("mpiexec", None):
-        for name in ("grads_rings", "grads_pulls"):  # the cpu backend's shared buffers are MPI windows: mpiexec only
+        for name in ("grads_rings", "grads_pulls", "replayed_steps_rings"):  # the cpu backend's shared buffers are MPI windows: mpiexec only
             del cases[name]
     if a.no_host_copies:
         cases["gpu_no_host_copies"] = case_gpu_no_host_copies

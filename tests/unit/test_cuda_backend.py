@@ -401,6 +401,40 @@ def test_a_program_with_a_large_region_gets_kernels_for_its_small_ones_too(backe
     gpu.close()
 
 
+LONE_GELU = """
+func.func @main(%x: tensor<512x256xbf16>, %w: tensor<256x256xbf16>) -> tensor<512x256xbf16> {
+  %h = fusion.matmul %x, %w : (tensor<512x256xbf16>, tensor<256x256xbf16>) -> tensor<512x256xbf16>
+  %g = fusion.gelu %h : (tensor<512x256xbf16>) -> tensor<512x256xbf16>
+  %o = fusion.matmul %g, %w : (tensor<512x256xbf16>, tensor<256x256xbf16>) -> tensor<512x256xbf16>
+  func.return %o : tensor<512x256xbf16>
+}
+"""
+
+
+@needs_gpu
+def test_a_lone_gelu_between_gemms_runs_pytorchs_gelu(backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gelu between two GEMMs is a region of its own, run by PyTorch's
+    gelu kernel into its buffer (runtime/torch_regions.py), not Inductor's:
+    each run calls it once; the result against the same ops in torch."""
+    from fuserc.runtime import torch_regions
+    from fuserc.runtime.program import compile_text
+
+    calls = []
+    gelu = torch_regions._OUT["fusion.gelu"]
+    monkeypatch.setitem(torch_regions._OUT, "fusion.gelu", lambda *a: (calls.append(1), gelu(*a)))
+    gpu = compile_text(LONE_GELU, backend=backend)
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(512, 256, generator=gen).bfloat16(), (torch.randn(256, 256, generator=gen) / 16).bfloat16()
+    fallback = backend.fallback_launches
+    for _ in range(2):
+        (got,) = gpu.execute([x, w])
+    assert len(calls) == 2 and backend.fallback_launches == fallback
+    xc, wc = x.cuda(), w.cuda()
+    want = (torch.nn.functional.gelu(xc @ wc) @ wc).cpu()
+    torch.testing.assert_close(torch.as_tensor(got).float(), want.float(), rtol=2e-2, atol=2e-2)
+    gpu.close()
+
+
 GEMM = """
 func.func @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %w: tensor<{n}x{k}x{t}>, %bias: tensor<{n}x{t}>)
     -> (tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>, tensor<{m}x{n}x{t}>) attributes {{hir.host}} {{

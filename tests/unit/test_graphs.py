@@ -278,6 +278,74 @@ def test_lent_results_of_replays_are_the_graphs_own_buffers() -> None:
             torch.testing.assert_close(out, want)
 
 
+def test_loaned_results_are_the_graphs_buffers_until_a_caller_holds_one() -> None:
+    """`run_prepared(loan=True)`: a replay hands its results out as the
+    graph's buffers (no copy) while the caller lets go of them before the
+    next run; a result still held at the next run keeps its values (its
+    buffer leaves the cache and the graph is captured anew) and results are
+    copies from then on."""
+    prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+
+    def run(k: float) -> torch.Tensor:
+        x.copy_(torch.full((4, 2), k))
+        (out,) = prog.run_prepared([x], owned_results=True, loan=True)
+        torch.testing.assert_close(out, x)
+        return out
+
+    def graphs(out: torch.Tensor) -> bool:
+        c = prog.replays.captured
+        return c is not None and out.data_ptr() == c.results[0].data_ptr()
+
+    loaned = []
+    for k in range(8):
+        loaned.append(graphs(run(float(k))))  # the result dropped before the next run
+    assert loaned == [False, False, True, True, True, False, True, True]
+    assert prog.loans.refused is None
+    held = run(8.0)
+    assert graphs(held)
+    for k in range(9, 13):
+        out = run(float(k))
+        assert not graphs(out) and out.data_ptr() != held.data_ptr()
+        torch.testing.assert_close(held, torch.full((4, 2), 8.0))
+    assert prog.loans.refused == "a caller held results of one run into the next"
+    assert prog.replays.captures == 2 and prog.replays.prefer_graph
+    assert all(e.buffer.data_ptr() != held.data_ptr() for e in prog.cache)
+
+
+RETURNS_A_SHARED_BUFFER = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %buf = hir.alloc "buf" : tensor<4x2xf32>
+  hir.copy %x, %buf : tensor<4x2xf32>, tensor<4x2xf32>
+  %h = hir.share %buf team = [0] : tensor<4x2xf32> -> !hir.handle
+  %f = hir.barrier team = [0] backend = cuda_ipc : !hir.token
+  hir.wait %f : !hir.token
+  func.return %buf : tensor<4x2xf32>
+}
+"""
+
+
+def test_a_lent_buffer_shared_with_peers_is_not_copied_op_by_op() -> None:
+    """Run op by op, a result the program shares with peers stays in its
+    cache (its registration with it): a caller that owns its results gets a
+    copy, but at a `lent` position the buffer itself (`lends` says so; the
+    next run writes it again), as a replay lends the graph's buffers."""
+    prog = load(RETURNS_A_SHARED_BUFFER, CpuBackend(mpi_env()))
+    (x,) = prog.prepare_inputs([torch.full((4, 2), 1.0)])
+    (lent,) = prog.run_prepared([x], owned_results=True, lent=range(1))
+    assert prog.lends(lent) and any(lent is e.buffer for e in prog.cache)
+    torch.testing.assert_close(lent, torch.full((4, 2), 1.0))
+    x.fill_(2.0)
+    (copied,) = prog.run_prepared([x], owned_results=True)
+    assert not prog.lends(lent) and not prog.lends(copied) and copied is not lent
+    torch.testing.assert_close(lent, torch.full((4, 2), 2.0))  # the next run wrote it
+    x.fill_(3.0)
+    prog.run_prepared([x], owned_results=True)
+    torch.testing.assert_close(copied, torch.full((4, 2), 2.0))
+
+
 RETURNS_ITS_INPUT = """
 fusion.mesh @m shape = [1]
 func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>})
@@ -511,14 +579,9 @@ def test_indexed_flag_layout_and_slots() -> None:
     assert pad.slot("late") == 3
 
 
-def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fuserc.torch: the saved tensors of a replayed @main_fwd are its
-    graph's buffers (not copies), read in place by the backward; a forward
-    that runs again before an earlier one's backward (two micro-batches
-    accumulating gradients) first copies the earlier one's out. Each step's
-    gradients against torch.autograd."""
-    import torch.nn.functional as F
-
+def _gelu_function(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """fuserc.torch's gelu(x @ w) on the cpu, its programs on pretend
+    graphs (replays run the captured body again) from the second run."""
     import fuserc.torch
     from fuserc.api import FusionDefinition
 
@@ -529,7 +592,19 @@ def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monk
     monkeypatch.setenv(GRAPHS_ENV, "always")
     f = fuserc.torch.function(fd, backend="cpu")
     loaded = f._load([])
-    loaded.backend = _Pretend()  # pretend graphs on the cpu: replays run the captured body again
+    loaded.backend = _Pretend()
+    return f, loaded
+
+
+def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fuserc.torch: the saved tensors of a replayed @main_fwd are its
+    graph's buffers (not copies), read in place by the backward; a forward
+    that runs again before an earlier one's backward (two micro-batches
+    accumulating gradients) first copies the earlier one's out. Each step's
+    gradients against torch.autograd."""
+    import torch.nn.functional as F
+
+    f, loaded = _gelu_function(monkeypatch)
     gen = torch.Generator().manual_seed(0)
     w_ = torch.randn(16, 8, generator=gen).requires_grad_(True)
     batches = [torch.randn(8, 16, generator=gen).requires_grad_(True) for _ in range(2)]
@@ -556,6 +631,47 @@ def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monk
     assert f.runs()["main_fwd"].startswith("replayed as a graph")
     f.close()
 
+
+
+def test_gradients_of_replayed_backwards_are_loaned_while_zero_grad_drops_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fuserc.torch: the gradients of a replayed @main_bwd are its graph's
+    buffers (AccumulateGrad makes them `.grad` as they are, no copy) while
+    each step sets `.grad` to None first; gradients accumulated over two
+    backwards without zeroing are right (the held one becomes the caller's
+    and later gradients are copies). Each step against torch.autograd."""
+    import torch.nn.functional as F
+
+    f, loaded = _gelu_function(monkeypatch)
+    gen = torch.Generator().manual_seed(0)
+    w_ = torch.randn(16, 8, generator=gen).requires_grad_(True)
+    ref = w_.detach().clone().requires_grad_(True)
+    x_ = torch.randn(8, 16, generator=gen)
+    bwd = None
+
+    def step(k: int, zero: bool) -> bool:
+        """One step (.grad set to None first, or accumulated); whether w's
+        gradient is a buffer of @main_bwd's graph."""
+        nonlocal bwd
+        if zero:
+            w_.grad = ref.grad = None
+        f(x_ * k, w_).pow(2).sum().backward()
+        F.gelu((x_ * k) @ ref).pow(2).sum().backward()
+        torch.testing.assert_close(w_.grad, ref.grad)
+        bwd = loaded.programs["main_bwd"]
+        captured = bwd.replays.captured
+        return captured is not None and any(w_.grad.data_ptr() == r.data_ptr() for r in captured.results)
+
+    # which of the first steps replay depends on where the allocator puts each
+    # step's inputs (a moved input is staged, then read in place once settled)
+    k = 1
+    while not step(k, zero=True):
+        k += 1
+        assert k < 10, "no gradient was loaned"
+    assert bwd.loans.refused is None
+    assert not step(k + 1, zero=False)  # accumulated into the loaned buffer, now the caller's
+    assert not step(k + 2, zero=False)
+    assert f.runs()["main_bwd"].endswith("; results copied out (a caller held results of one run into the next)"), f.runs()
+    f.close()
 
 def test_cuda_copy_all_copies_every_pair() -> None:
     """The cuda backend's copy-out of a replay's results: tensors under

@@ -125,20 +125,21 @@ def test_the_dry_run_finds_every_launch(text: str) -> None:
         assert got[0][1][0][1] == (16, 1)
 
 
-def test_attention_regions_get_no_generated_kernel() -> None:
+def test_regions_pytorch_runs_get_no_generated_kernel() -> None:
     """A region of one attention op and layout views runs PyTorch's
-    attention kernels on either backend (runtime/attention.py): no kernel
-    is built for it, only for the regions the backend runs with one."""
-    from fuserc.runtime import attention
+    attention kernels on either backend (runtime/attention.py), a lone erf
+    gelu PyTorch's gelu on cuda (runtime/torch_regions.py): no kernel is
+    built for them, only for the regions the backend runs with one."""
+    from fuserc.runtime import torch_regions
 
     program = _program(_gpt())
     launches = kernel_builds.needed_launches(program.program)
-    alone = [body for body, *_ in launches if attention.runs_region(body)]
-    assert alone and any(op.name == "fusion.sdpa" for op in alone[0].ops)
+    alone = [body for body, *_ in launches if torch_regions.runs_region(body)]
+    names = {op.name for body in alone for op in body.ops}
+    assert {"fusion.sdpa", "fusion.gelu"} <= names, names
     jobs = [job for group in kernel_builds.group_jobs(launches, CPU) for job in group]
-    assert jobs and not any(attention.runs_region(job.body) for job in jobs)
+    assert jobs and not any(torch_regions.runs_region(job.body) for job in jobs)
     assert len({job.body for job in jobs}) == len({body for body, *_ in launches}) - len(set(alone))
-
 
 EARLY = """
 import sys

@@ -1,0 +1,62 @@
+"""Launch regions that PyTorch's own kernels run instead of generated ones.
+
+- A lone attention op (`ALONE`): runtime/attention.py, on both backends.
+- A lone op whose `torch_alone()` fact says PyTorch's kernel outruns
+  Inductor's (the erf gelu: the GPT layer's MLP activation, a region of
+  its own between the MLP's two GEMM pipelines): its aten `out=` kernel,
+  writing the output buffer (any strides; no copy), on the cuda backend.
+  The cpu backend runs every region with PyTorch's kernels anyway.
+
+Such regions need no generated kernel (`runs_region`: the kernel builds
+skip them) and, like any aten kernel, are captured in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Block
+
+from fuserc.dialects.fusion import FusionOp
+from fuserc.runtime import attention
+
+
+def lone_op(body: Block) -> FusionOp | None:
+    """The op of a region that is one `torch_alone` op of its arguments,
+    its result yielded, else None."""
+    ops = list(body.ops)
+    if len(ops) != 2 or not isinstance(ops[0], FusionOp) or not ops[0].torch_alone():
+        return None
+    op, yielded = ops
+    if list(op.operands) != list(body.args) or list(yielded.operands) != list(op.results):
+        return None
+    return op
+
+
+def runs_region(body: Block) -> bool:
+    """Whether `run_region` runs this region (no generated kernel needed)."""
+    return attention.runs_region(body) or lone_op(body) is not None
+
+
+def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """Run the region with PyTorch's kernels; False (nothing run) when it is
+    none of those (the module docstring) or its buffers do not fit."""
+    if attention.run_region(body, ins, outs):
+        return True
+    op = lone_op(body)
+    if op is None or len(outs) != 1 or not outs[0].is_contiguous():
+        return False
+    if any(t.dtype != outs[0].dtype or t.shape != outs[0].shape for t in ins):
+        return False
+    _OUT[op.name](op, ins, outs[0])
+    return True
+
+
+def _gelu(op: Any, ins: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    torch.ops.aten.gelu.out(ins[0], approximate=op.form, out=out)
+
+
+_OUT = {"fusion.gelu": _gelu}
+"""The aten `out=` call of each op with a `torch_alone` fact."""
