@@ -12,18 +12,13 @@ reference evaluator and the passes.
 
 from __future__ import annotations
 
-import functools
-
 import math
-import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
-    I64,
     ArrayAttr,
     BFloat16Type,
-    BoolAttr,
     DenseArrayBase,
     FloatAttr,
     Float16Type,
@@ -31,266 +26,33 @@ from xdsl.dialects.builtin import (
     Float64Type,
     IntegerAttr,
     IntegerType,
-    ModuleOp,
     NoneAttr,
-    StringAttr,
-    SymbolNameConstraint,
-    SymbolRefAttr,
     TensorType,
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, OpResult, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
-    irdl_attr_definition,
-    irdl_op_definition,
-    operand_def,
-    opt_attr_def,
-    opt_operand_def,
-    opt_prop_def,
-    prop_def,
-    result_def,
-    traits_def,
 )
-from xdsl.parser import AttrParser, Parser
+from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import HasParent, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.dialects.fusion_mesh import (  # noqa: F401  (MeshOp, ShardingAttr and the sharding helpers re-exported)
+    MeshOp,
+    ShardingAttr,
+    _fmt_ints,
+    _int_array,
+    _parse_int_list,
+    lookup_mesh,
+    sharding_of,
+    tensor_type,
+    with_sharding,
+)
 from fuserc.dialects.interfaces import EvalContext, Math, OpMap
-from fuserc.sharding import DEVICE_TYPES, MAX_MESH_DEVICES, Mesh, Sharding, Split, format_axis
-
-# --------------------------------------------------------------------------
-# The sharding attribute
-# --------------------------------------------------------------------------
-
-
-@irdl_attr_definition
-class ShardingAttr(ParametrizedAttribute):
-    """`#fusion.sharding<@MESH, [AXIS, ...] (, partial = DIDx|DIDy|DIDz)?>`.
-
-    Stored as the mesh symbol, one canonical axis string per dimension
-    (`-`, `DIDx`, `Stream(2)*DIDx`, ...) and the partial type ("" if none);
-    `model` gives the `fuserc.sharding.Sharding` the rest of fuserc works on."""
-
-    name = "fusion.sharding"
-
-    mesh: SymbolRefAttr
-    axes: ArrayAttr[StringAttr]
-    partial: StringAttr
-
-    @staticmethod
-    def get(sharding: Sharding) -> "ShardingAttr":
-        attr = ShardingAttr(
-            SymbolRefAttr(sharding.mesh),
-            ArrayAttr([StringAttr(a) for a in sharding.axes_text()]),
-            StringAttr(sharding.partial or ""),
-        )
-        attr.__dict__["_model"] = sharding
-        return attr
-
-    @property
-    def model(self) -> Sharding:
-        """The sharding, parsed once per attribute (attributes are immutable;
-        passes and verifiers ask for it many times)."""
-        model = self.__dict__.get("_model")
-        if model is None:
-            model = self.__dict__["_model"] = Sharding.from_axes(
-                self.mesh.root_reference.data,
-                [a.data for a in self.axes.data],
-                self.partial.data or None,
-            )
-        return model
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        with parser.in_angle_brackets():
-            mesh = parser.parse_symbol_name()
-            parser.parse_punctuation(",", " after the mesh of a sharding")
-            axes = parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE, lambda: _parse_axis(parser)
-            )
-            partial = ""
-            if parser.parse_optional_punctuation(","):
-                parser.parse_keyword("partial", " in a sharding")
-                parser.parse_punctuation("=")
-                pos = parser.pos
-                partial = parser.parse_identifier(" (DIDx, DIDy or DIDz) after 'partial ='")
-                if partial not in DEVICE_TYPES:
-                    parser.raise_error(
-                        f"partial must be DIDx, DIDy or DIDz, got '{partial}'", pos, parser.pos
-                    )
-        return (SymbolRefAttr(mesh), ArrayAttr([StringAttr(a) for a in axes]), StringAttr(partial))
-
-    def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<@{self.mesh.root_reference.data}, [")
-        printer.print_string(", ".join(a.data for a in self.axes.data))
-        printer.print_string("]")
-        if self.partial.data:
-            printer.print_string(f", partial = {self.partial.data}")
-        printer.print_string(">")
-
-
-def _parse_axis(parser: AttrParser) -> str:
-    """AXIS ::= `-` | TERM (`*` TERM)*, TERM ::= DIDx | DIDy | DIDz | Stream(S)."""
-    if parser.parse_optional_punctuation("-"):
-        return "-"
-    splits: list[Split] = []
-    while True:
-        pos = parser.pos
-        word = parser.parse_identifier(" (a sharding axis: -, DIDx, DIDy, DIDz or Stream(S))")
-        if word == "Stream":
-            parser.parse_punctuation("(", " after Stream")
-            factor = parser.parse_integer(allow_negative=True, allow_boolean=False)
-            parser.parse_punctuation(")", " after Stream(S")
-            splits.append(Split("Stream", factor))
-        elif word in DEVICE_TYPES:
-            splits.append(Split(word))
-        else:
-            parser.raise_error(
-                f"unknown parallel type '{word}': expected DIDx, DIDy, DIDz or Stream(S)",
-                pos,
-                parser.pos,
-            )
-        if not parser.parse_optional_punctuation("*"):
-            return format_axis(splits)
-
-
-def sharding_of(value_or_type: SSAValue | Attribute) -> Sharding | None:
-    """The sharding in a tensor type (None when undecided)."""
-    t = value_or_type.type if isinstance(value_or_type, SSAValue) else value_or_type
-    if isinstance(t, TensorType) and isinstance(t.encoding, ShardingAttr):
-        return t.encoding.model
-    return None
-
-
-def with_sharding(t: TensorType, sharding: Sharding | None) -> TensorType:
-    """`t` with its encoding replaced (None removes it). Equal requests
-    give the same (immutable) type object: a program's values share a few
-    types, and the verifier and the passes' caches compare them often."""
-    return tensor_type(t.element_type, tuple(t.get_shape()), sharding)
-
-
-@functools.lru_cache(maxsize=4096)
-def tensor_type(element_type: Attribute, shape: tuple[int, ...], sharding: Sharding | None = None) -> TensorType:
-    """The tensor type of that element type, shape and sharding (None: no
-    encoding), one object per distinct request (`with_sharding`)."""
-    enc: Attribute = ShardingAttr.get(sharding) if sharding is not None else NoneAttr()
-    return TensorType(element_type, shape, enc)
-
-
-# --------------------------------------------------------------------------
-# Meshes
-# --------------------------------------------------------------------------
-
-
-@irdl_op_definition
-class MeshOp(IRDLOperation):
-    """`fusion.mesh @NAME shape = [..] (devices = [..])?`: a named mesh of
-    device ids (MPI ranks), row-major; the default ids are 0..N-1."""
-
-    name = "fusion.mesh"
-
-    sym_name = prop_def(SymbolNameConstraint())
-    shape = prop_def(ArrayAttr[IntegerAttr[I64]])
-    devices = opt_prop_def(ArrayAttr[IntegerAttr[I64]])
-
-    traits = traits_def(SymbolOpInterface(), HasParent(ModuleOp))
-
-    @property
-    def model(self) -> Mesh:
-        shape = tuple(a.value.data for a in self.shape.data)
-        devs = tuple(a.value.data for a in self.devices.data) if self.devices else ()
-        return Mesh(self.sym_name.data, shape, devs)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> "MeshOp":
-        name = parser.parse_symbol_name()
-        parser.parse_keyword("shape", " in fusion.mesh")
-        parser.parse_punctuation("=")
-        shape = _parse_int_list(parser)
-        props: dict[str, Attribute] = {"sym_name": name, "shape": _int_array(shape)}
-        if parser.parse_optional_keyword("devices"):
-            parser.parse_punctuation("=")
-            props["devices"] = _int_array(_parse_int_list(parser))
-        attrs = parser.parse_optional_attr_dict()
-        return cls.build(properties=props, attributes=attrs)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" @{self.sym_name.data} shape = ")
-        printer.print_string(_fmt_ints(self.shape))
-        if self.devices is not None:
-            printer.print_string(" devices = " + _fmt_ints(self.devices))
-        printer.print_op_attributes(self.attributes)
-
-    def verify_(self) -> None:
-        shape = [a.value.data for a in self.shape.data]
-        if not 1 <= len(shape) <= 3:
-            raise VerifyException(
-                f"mesh @{self.sym_name.data} has {len(shape)} axes; meshes have 1 to 3 (DIDx, DIDy, DIDz)"
-            )
-        if any(s <= 0 for s in shape):
-            raise VerifyException(f"mesh @{self.sym_name.data} shape {shape} must be positive")
-        n = math.prod(shape)
-        if n > MAX_MESH_DEVICES:
-            raise VerifyException(
-                f"mesh @{self.sym_name.data} of shape {shape} has {n} devices; a mesh has at most "
-                f"{MAX_MESH_DEVICES}"
-            )
-        if self.devices is not None:
-            devs = [a.value.data for a in self.devices.data]
-            if len(devs) != n:
-                raise VerifyException(
-                    f"mesh @{self.sym_name.data} of shape {shape} needs {n} devices, got {len(devs)}"
-                )
-            if len(set(devs)) != len(devs) or any(d < 0 for d in devs):
-                raise VerifyException(
-                    f"mesh @{self.sym_name.data} devices {devs} must be distinct non-negative ranks"
-                )
-
-
-_MESHES: "weakref.WeakKeyDictionary[Operation, dict[str, tuple[MeshOp, Mesh]]]" = weakref.WeakKeyDictionary()
-"""Symbol table op -> meshes found in it by name (with their op, checked
-on every hit: a mesh op moved or renamed is looked up again)."""
-
-
-def lookup_mesh(op: Operation, name: str) -> Mesh | None:
-    """The mesh `@name` visible from `op`, or None."""
-    table: Operation | None = op
-    while table is not None and not isinstance(table, ModuleOp):
-        table = table.parent_op()
-    if table is not None:
-        hit = _MESHES.get(table, {}).get(name)
-        if hit is not None and hit[0].parent_op() is table and hit[0].sym_name.data == name:
-            return hit[1]
-    found = SymbolTable.lookup_symbol(op, name)
-    if not isinstance(found, MeshOp):
-        return None
-    model = found.model
-    if table is not None and found.parent_op() is table:
-        _MESHES.setdefault(table, {})[name] = (found, model)
-    return model
-
-
-def _int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
-    return ArrayAttr([IntegerAttr(v, i64) for v in values])
-
-
-def _ints(attr: ArrayAttr[IntegerAttr]) -> list[int]:
-    return [a.value.data for a in attr.data]
-
-
-def _fmt_ints(attr: ArrayAttr[IntegerAttr]) -> str:
-    return "[" + ", ".join(str(v) for v in _ints(attr)) + "]"
-
-
-def _parse_int_list(parser: Parser | AttrParser) -> list[int]:
-    return parser.parse_comma_separated_list(
-        parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
-    )
-
+from fuserc.sharding import Sharding
 
 # --------------------------------------------------------------------------
 # Tensor ops: one generic custom form
