@@ -120,9 +120,10 @@ class FusionOp(IRDLOperation):
       `more_shardings` derives from the first's;
     - ALONE: the op is a launch region of its own, run by a kernel of its
       own on both backends (attention: runtime/attention.py);
-    - `torch_alone()`: PyTorch's own kernel for the op (its `reference`)
-      outruns Inductor's where the op is a launch region by itself, which
-      the cuda backend then runs with it (runtime/torch_regions.py).
+    - `torch_alone()`, `torch_out(args, out)`: PyTorch's own kernel for
+      the op (its `reference` writing `out`) outruns Inductor's where the
+      op is a launch region by itself, which the cuda backend then runs
+      with it (runtime/torch_regions.py).
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()
@@ -271,8 +272,13 @@ class FusionOp(IRDLOperation):
 
     def torch_alone(self) -> bool:
         """Whether a launch region of this op alone runs PyTorch's kernel
-        (its `reference`) rather than Inductor's, on the cuda backend."""
+        (`torch_out`) rather than Inductor's, on the cuda backend."""
         return False
+
+    def torch_out(self, args: list[Any], out: Any) -> None:
+        """PyTorch's kernel for the op (its `reference`), writing `out`:
+        what a launch region of the op alone runs where `torch_alone()`."""
+        raise NotImplementedError(f"{self.name} has no torch_out")
 
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,

@@ -3,8 +3,10 @@
 - A lone attention op (`ALONE`): runtime/attention.py, on both backends.
 - A lone op whose `torch_alone()` fact says PyTorch's kernel outruns
   Inductor's (the erf gelu: the GPT layer's MLP activation, a region of
-  its own between the MLP's two GEMM pipelines): its aten `out=` kernel,
-  writing the output buffer (any strides; no copy), on the cuda backend.
+  its own between the MLP's two GEMM pipelines): the op's `torch_out`
+  (its aten `out=` kernel) writing a contiguous output buffer (no copy;
+  aten's gelu wrote a transposed `out=` wrongly on the CPU, so such a
+  buffer keeps Inductor's kernel), on the cuda backend.
   The cpu backend runs every region with PyTorch's kernels anyway.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
@@ -14,8 +16,6 @@ skip them) and, like any aten kernel, are captured in CUDA graphs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
 import torch
 from xdsl.ir import Block
 
@@ -25,7 +25,14 @@ from fuserc.runtime import attention
 
 def lone_op(body: Block) -> FusionOp | None:
     """The op of a region that is one `torch_alone` op of its arguments,
-    its result yielded, else None."""
+    its result yielded, else None (found once per region: every launch
+    asks)."""
+    if body not in _LONE:
+        _LONE[body] = _lone(body)
+    return _LONE[body]
+
+
+def _lone(body: Block) -> FusionOp | None:
     ops = list(body.ops)
     if len(ops) != 2 or not isinstance(ops[0], FusionOp) or not ops[0].torch_alone():
         return None
@@ -33,6 +40,9 @@ def lone_op(body: Block) -> FusionOp | None:
     if list(op.operands) != list(body.args) or list(yielded.operands) != list(op.results):
         return None
     return op
+
+
+_LONE: dict[Block, FusionOp | None] = {}
 
 
 def runs_region(body: Block) -> bool:
@@ -50,13 +60,5 @@ def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Te
         return False
     if any(t.dtype != outs[0].dtype or t.shape != outs[0].shape for t in ins):
         return False
-    _OUT[op.name](op, ins, outs[0])
+    op.torch_out(list(ins), outs[0])
     return True
-
-
-def _gelu(op: Any, ins: Sequence[torch.Tensor], out: torch.Tensor) -> None:
-    torch.ops.aten.gelu.out(ins[0], approximate=op.form, out=out)
-
-
-_OUT = {"fusion.gelu": _gelu}
-"""The aten `out=` call of each op with a `torch_alone` fact."""

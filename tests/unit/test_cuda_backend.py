@@ -416,12 +416,12 @@ def test_a_lone_gelu_between_gemms_runs_pytorchs_gelu(backend, monkeypatch: pyte
     """The gelu between two GEMMs is a region of its own, run by PyTorch's
     gelu kernel into its buffer (runtime/torch_regions.py), not Inductor's:
     each run calls it once; the result against the same ops in torch."""
-    from fuserc.runtime import torch_regions
+    from fuserc.dialects.fusion_elementwise import GeluOp
     from fuserc.runtime.program import compile_text
 
     calls = []
-    gelu = torch_regions._OUT["fusion.gelu"]
-    monkeypatch.setitem(torch_regions._OUT, "fusion.gelu", lambda *a: (calls.append(1), gelu(*a)))
+    gelu = GeluOp.torch_out
+    monkeypatch.setattr(GeluOp, "torch_out", lambda op, args, out: (calls.append(1), gelu(op, args, out)))
     gpu = compile_text(LONE_GELU, backend=backend)
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(512, 256, generator=gen).bfloat16(), (torch.randn(256, 256, generator=gen) / 16).bfloat16()
