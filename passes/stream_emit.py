@@ -214,10 +214,12 @@ class SiteLowering:
         e.join(main, plan.streams, plan.chunks)
 
     def allgather_ring(self) -> None:
-        """The local chunks' GEMMs first, on the compute stream (worker 0),
-        with no wait. On the main stream the shard is copied into a shared
-        buffer (issued just before them) and a copy-engine fence (no SMs)
-        passed; every peer chunk is then pulled (a copy-engine get within
+        """On the main stream the shard is copied into its block of the
+        gathered buffer, which peers pull from (a shard made in place needs
+        no copy; where the gathered buffer cannot be shared, into a buffer
+        of its own); then the local chunks' GEMMs, on the compute stream
+        (worker 0), and a copy-engine fence (no SMs) on the main stream
+        beside them; every peer chunk is then pulled (a copy-engine get within
         the node, a NCCL send/recv pair across nodes) on one transfer
         stream (worker 1), in the order the GEMMs read them, and the GEMMs
         follow one after the other on the compute stream, each after its
@@ -240,23 +242,27 @@ class SiteLowering:
         main = e.value(hir.GetCurrentStreamOp(), "main")
         ring, pos = self.ring(e)
         y_mine = {g.operands[-1]: e.chunk(g.operands[-1], pos, d, hint="ymine") for g in site.gemms}
-        compute = self.compute_stream(e, main) if gemm is not None else main
-        # The copy into the shared buffer and the fence run on the main
-        # stream: every pull below waits for main, so no get reads a peer's
-        # buffer before that peer has written it in this run. The copy is
-        # issued before the local GEMMs (which do not wait for it), so that
-        # it is not starved of SMs by them. A shard its producer wrote into
-        # its block of the gathered buffer needs no copy: peers pull from
-        # the gathered buffer's blocks.
-        e.add(hir.SetCurrentStreamOp(main))
-        if forwarded is not None:
+        # Peers pull from a shared buffer written on the main stream before
+        # the fence: every pull below waits for main, so no get reads a
+        # peer's buffer before that peer has written it in this run. A
+        # shard its producer wrote into its block of the gathered buffer
+        # needs no copy; any other shard is copied into that block (or,
+        # where the gathered buffer cannot be shared, into a buffer of its
+        # own) before the local GEMMs start: beside them the copy ran 5x
+        # slower (51 us for 16 MiB in a replayed graph on 4 H100s, the
+        # GPT layer's backward), and the fence and the first pull waited
+        # for it while the GEMM stream ran dry.
+        in_gathered = forwarded is not None or _shareable_gathered(site)
+        if in_gathered:
             shared = xg
+            if forwarded is None:
+                e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
         else:
             shared = e.value(hir.AllocOp(self.site_name("ring"), TensorType(element_type_of(x), list(shape_of(x)))), "xs")
             e.add(hir.CopyOp(x, shared))
         handle = e.value(hir.ShareOp(shared, site.team), "h")
+        compute = self.compute_stream(e, main) if gemm is not None else main
         if gemm is not None:
-            e.add(hir.SetCurrentStreamOp(compute))
 
             def local(b: Emitter, c: SSAValue) -> None:
                 self.gemm_on(b, b.chunk(x, c, k, hint="xc"), lambda y: b.chunk(y_mine[y], c, k, hint="yc"))
@@ -278,7 +284,7 @@ class SiteLowering:
         def block_of(b: Emitter, peer: SSAValue, sub: SSAValue) -> tuple[SSAValue | None, int | None]:
             """Which block of the peer's shared buffer chunk (peer, sub) is:
             sub-chunk sub of its shard, or of the gathered buffer."""
-            if forwarded is None:
+            if not in_gathered:
                 return (sub, k) if k > 1 else (None, None)
             if k == 1:
                 return peer, d
@@ -303,11 +309,11 @@ class SiteLowering:
             self.gemm_on(b, xc, lambda y: b.chunk(b.chunk(y, peer, d, hint="yblk"), sub, k, hint="yc"))
 
         self.mark_loop(ring.steps(e, k, plan.chunks, pull_and_gemm))
-        if read_later and forwarded is None:  # the gathered buffer must hold this device's block too
+        if read_later and not in_gathered:  # the gathered buffer must hold this device's block too
             e.add(hir.SetCurrentStreamOp(main))
             e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
         e.join(main, plan.streams, plan.chunks)
-        self.close_shared(ring, main, shared, release=forwarded is None)
+        self.close_shared(ring, main, shared, release=not in_gathered)
 
     def mark_loop(self, op: Operation | None) -> None:
         if op is not None:
@@ -671,6 +677,17 @@ def _forward_into_gathered(site: Site) -> SSAValue | None:
         f.detach()
         f.erase()
     return view.results[0]
+
+
+def _shareable_gathered(site: Site) -> bool:
+    """Whether an AllGather ring's peers can pull from the gathered buffer
+    itself (this device's shard copied into its block first): a buffer of
+    the block that no op after the site writes."""
+    xg = site.comm.output if site.comm is not None else None
+    block = site.anchor.parent_block()
+    if xg is None or block is None or not isinstance(xg.owner, hir.AllocOp) or xg.owner.parent_block() is not block:
+        return False
+    return not written_later(xg, site.anchor, site.erase)
 
 
 def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:

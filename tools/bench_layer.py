@@ -134,6 +134,7 @@ from bench import (  # noqa: E402
     device_name,
     failure_reason,
     figure,
+    gc_paused,
     init_torch_distributed,
     num_text,
     profiled,
@@ -505,18 +506,20 @@ def module_variant(m: nn.Module, x: torch.Tensor, job: Job, options: dict[str, A
 
 
 def timed(step: Callable[[], Any], job: Job, a: argparse.Namespace) -> list[float]:
-    """Seconds per iteration of each repeat (the slowest rank's)."""
+    """Seconds per iteration of each repeat (the slowest rank's), the
+    garbage collector paused while a repeat runs (`gc_paused`)."""
     for _ in range(a.warmup):
         step()
     times = []
     for _ in range(a.repeats):
         job.drain()
-        job.comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            step()
-        job.drain()
-        times.append((time.perf_counter() - t0) / a.iters)
+        with gc_paused():
+            job.comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                step()
+            job.drain()
+            times.append((time.perf_counter() - t0) / a.iters)
     return times
 
 

@@ -32,25 +32,25 @@
 // COLL-NEXT: hir.dealloc %xg : tensor<64x8xf32>
 // COLL-NOT: hir.allgather
 
-// Ring: the shard copied into a shared buffer on the main stream, the
-// local chunk's GEMM on the compute stream (worker 0, no wait), a copy-engine
-// fence on main; then per peer chunk (peer pos + c), in the order the GEMMs
-// read them: its get on the one transfer stream (worker 1), and its GEMM on
-// the compute stream after that get (the event is recorded before the next
-// get is issued); the main stream joins, a final fence.
+// Ring: the shard copied into its block of the gathered buffer, which
+// peers pull from, on the main stream before the local chunk's GEMM starts
+// on the compute stream (worker 0; beside it the copy would be starved),
+// a copy-engine fence on main; then per peer chunk (peer pos + c), in the
+// order the GEMMs read them: its get (block `peer` of the peer's gathered
+// buffer) on the one transfer stream (worker 1), and its GEMM on the
+// compute stream after that get (the event is recorded before the next get
+// is issued); the main stream joins, a final fence.
 // RING-LABEL: func.func @main
 // RING: %main = hir.get_current_stream : !hir.stream
 // RING-NEXT: %pos = hir.team_index team = [0, 1, 2, 3] : index
 // RING-NEXT: %ymine = hir.chunk %y1 [%pos] dim = 0 chunks = 4 : (tensor<64x4xf32>, index) -> tensor<16x4xf32>
+// RING-NEXT: %mine = hir.chunk %xg [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
+// RING-NEXT: hir.copy %x, %mine : tensor<16x8xf32>, tensor<16x8xf32>
+// RING-NEXT: %h = hir.share %xg team = [0, 1, 2, 3] : tensor<64x8xf32> -> !hir.handle
 // RING-NEXT: %c0 = hir.constant 0 : index
 // RING-NEXT: %s = hir.stream_for %c0 mod 2 : !hir.stream
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
-// RING-NEXT: hir.set_current_stream %main : !hir.stream
-// RING-NEXT: %xs = hir.alloc "main/0/0/ring" : tensor<16x8xf32>
-// RING-NEXT: hir.copy %x, %xs : tensor<16x8xf32>, tensor<16x8xf32>
-// RING-NEXT: %h = hir.share %xs team = [0, 1, 2, 3] : tensor<16x8xf32> -> !hir.handle
-// RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.for %c = 0 to 1 {
 // RING-NEXT: hir.matmul %x, %w, %ymine : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
 // RING-NEXT: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 2 : i64, reason = "algorithm = ring requested; cost model
@@ -65,7 +65,7 @@
 // RING-NEXT: %blk = hir.chunk %xg [%peer] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
 // RING-NEXT: hir.set_current_stream %st : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
-// RING-NEXT: %tok = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<16x8xf32>) -> !hir.token
+// RING-NEXT: %tok = hir.get %h, %peer, %blk block %peer of 4 backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<16x8xf32>, index) -> !hir.token
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: hir.set_current_stream %s : !hir.stream
 // RING-NEXT: hir.sync_stream %st : !hir.stream
@@ -78,12 +78,13 @@
 // RING-NEXT: hir.sync_stream %s_1 : !hir.stream
 // RING-NEXT: }
 // RING-NEXT: hir.dealloc %xg : tensor<64x8xf32>
-// No peer pulls from %xs any more after this fence; it is passed at the
-// end of the block, not in the way of the work after the pipeline.
+// No peer pulls from %xg any more after this fence; it is passed at the
+// end of the block, not in the way of the work after the pipeline (the
+// buffer released above is its allocation site's: nothing else in the
+// run writes it).
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
 // RING-NEXT: %fence_1 = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence_1 : !hir.token
-// RING-NEXT: hir.dealloc %xs : tensor<16x8xf32>
 // RING-NEXT: hir.yield %y1 : tensor<64x4xf32>
 // RING-NOT: hir.allgather
 fusion.mesh @tp shape = [4]
@@ -106,7 +107,7 @@ func.func @main(%x: tensor<16x8xf32> {hir.global = tensor<64x8xf32, #fusion.shar
 
 // Linear with bias, Stream(8) on 4 devices: two chunks per device (k = 2).
 // Chunk c belongs to device c / 2, sub-chunk c mod 2; the ring gets block
-// `sub` of 2 of the peer's shard.
+// 2 peer + sub of 8 of the peer's gathered buffer.
 // COLL-LABEL: func.func @linear
 // COLL: %c0 = hir.constant 0 : index
 // COLL-NEXT: hir.for %c = 0 to 8 {
@@ -132,7 +133,9 @@ func.func @main(%x: tensor<16x8xf32> {hir.global = tensor<64x8xf32, #fusion.shar
 // RING-NEXT: %xc_1 = hir.chunk %blk [%sub] dim = 0 chunks = 2 : (tensor<16x8xbf16>, index) -> tensor<8x8xbf16>
 // RING-NEXT: hir.set_current_stream %st : !hir.stream
 // RING-NEXT: hir.sync_stream %main : !hir.stream
-// RING-NEXT: %tok = hir.get %h, %peer, %xc_1 block %sub of 2 backend = cuda_ipc : (!hir.handle, index, tensor<8x8xbf16>, index) -> !hir.token
+// RING-NEXT: %qk = hir.add_mod %peer, %peer mod 8 : index
+// RING-NEXT: %blk_1 = hir.add_mod %qk, %sub mod 8 : index
+// RING-NEXT: %tok = hir.get %h, %peer, %xc_1 block %blk_1 of 8 backend = cuda_ipc : (!hir.handle, index, tensor<8x8xbf16>, index) -> !hir.token
 // RING: hir.linear %xc_1, %w, %b, %yc_1 : tensor<8x8xbf16>, tensor<4x8xbf16>, tensor<4xbf16>, tensor<8x4xbf16>
 fusion.mesh @tp shape = [4]
 func.func @linear(%x: tensor<16x8xbf16>, %w: tensor<4x8xbf16>, %b: tensor<4xbf16>) -> tensor<64x4xbf16> attributes {hir.host} {
@@ -147,14 +150,18 @@ func.func @linear(%x: tensor<16x8xbf16>, %w: tensor<4x8xbf16>, %b: tensor<4xbf16
 
 // -----
 
-// The gathered buffer is read after the GEMM: the ring also copies this
-// device's own block into it, so that it is whole.
+// The gathered buffer is read after the GEMM: it holds this device's own
+// block too (copied there before the pulls, which read the peers' blocks
+// of it), and nothing is copied after the ring.
 // RING-LABEL: func.func @gathered_read_later
+// RING: %mine = hir.chunk %xg [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
+// RING-NEXT: hir.copy %x, %mine : tensor<16x8xf32>, tensor<16x8xf32>
+// RING-NEXT: %h = hir.share %xg team = [0, 1, 2, 3] : tensor<64x8xf32> -> !hir.handle
 // RING: hir.matmul %blk, %w, %yblk
 // RING-NEXT: }
 // RING-NEXT: hir.set_current_stream %main : !hir.stream
-// RING-NEXT: %mine = hir.chunk %xg [%pos] dim = 0 chunks = 4 : (tensor<64x8xf32>, index) -> tensor<16x8xf32>
-// RING-NEXT: hir.copy %x, %mine : tensor<16x8xf32>, tensor<16x8xf32>
+// RING-NEXT: hir.for
+// RING-NOT: hir.copy
 // RING: func.return %y, %xg : tensor<64x4xf32>, tensor<64x8xf32>
 // COLL-LABEL: func.func @gathered_read_later
 fusion.mesh @tp shape = [4]

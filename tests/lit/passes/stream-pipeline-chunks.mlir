@@ -49,12 +49,13 @@
 // COLL-NEXT: hir.wait %tok : !hir.token
 // COLL-NEXT: } {hir.pipeline = {algorithm = "collective", chunks = 4 : i64
 // RING-LABEL: func.func @allgather_alone
-// RING: %h = hir.share %xs team = [0, 1, 2, 3] : tensor<1x4xf32> -> !hir.handle
-// RING: hir.for %c = 1 to 4 {
-// RING: %tok = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<1x4xf32>) -> !hir.token
-// RING: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64
 // RING: %mine = hir.chunk %y_1 [%pos] dim = 0 chunks = 4 : (tensor<4x4xf32>, index) -> tensor<1x4xf32>
 // RING-NEXT: hir.copy %x, %mine : tensor<1x4xf32>, tensor<1x4xf32>
+// RING-NEXT: %h = hir.share %y_1 team = [0, 1, 2, 3] : tensor<4x4xf32> -> !hir.handle
+// RING: hir.for %c = 1 to 4 {
+// RING: %tok = hir.get %h, %peer, %blk block %peer of 4 backend = cuda_ipc {hir.reshard = "DIDx->Stream"} : (!hir.handle, index, tensor<1x4xf32>, index) -> !hir.token
+// RING: } {hir.pipeline = {algorithm = "ring", chunks = 4 : i64
+// RING-NOT: hir.copy
 // AUTO-LABEL: func.func @allgather_alone
 // AUTO: hir.allgather %x, %y_1 {{.*}}hir.pipeline = {algorithm = "none", {{.*}}reason = "cost model (defaults): none
 

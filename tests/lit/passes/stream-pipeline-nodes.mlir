@@ -18,7 +18,7 @@
 // whose peer is on their node get over CUDA IPC, the others receive by
 // NCCL, and ranks whose block a peer on another node needs send it.
 // RING-LABEL: func.func @allgather
-// RING: %h = hir.share %xs team = [0, 1, 2, 3] : tensor<8192x16384xbf16> -> !hir.handle
+// RING: %h = hir.share %xg team = [0, 1, 2, 3] : tensor<32768x16384xbf16> -> !hir.handle
 // RING: hir.if_rank [0, 1] {
 // RING-NEXT: %fence = hir.barrier team = [0, 1] backend = cuda_ipc : !hir.token
 // RING-NEXT: hir.wait %fence : !hir.token
@@ -34,7 +34,7 @@
 // RING: hir.if_rank [0, 2] {
 // RING-NEXT: %to = hir.add_mod %pos, %c3 mod 4 : index
 // RING-NEXT: %tok = hir.send %x to %to team = [0, 1, 2, 3] backend = nccl {hir.reshard = "DIDx->Stream"} : (tensor<8192x16384xbf16>, index) -> !hir.token
-// RING-NEXT: %tok_1 = hir.get %h, %peer, %blk backend = cuda_ipc {hir.reshard = "DIDx->Stream"}
+// RING-NEXT: %tok_1 = hir.get %h, %peer, %blk block %peer of 4 backend = cuda_ipc {hir.reshard = "DIDx->Stream"}
 // RING-NEXT: hir.wait %tok : !hir.token
 // RING-NEXT: hir.wait %tok_1 : !hir.token
 // RING-NEXT: }
