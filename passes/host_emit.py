@@ -106,6 +106,19 @@ class Emitter:
         token = self.value(hir.BarrierOp(team, backend), "fence")
         self.add(hir.WaitOp(token))
 
+    def close_shared(self, main: SSAValue, fence: Callable[["Emitter"], None], release: SSAValue | None = None) -> None:
+        """For the end of the block: on the main stream, the fence after
+        which no peer reads this device's shared buffer (`fence` emits it),
+        then the release of the buffer (`release`: one of the pipeline's
+        own). The buffer is written again only in a later run (or
+        iteration), so nothing before it waits for the slowest peer to
+        finish its pulls: the device goes on with its own work, and every
+        device passes the fence once all are done with the block."""
+        self.add(hir.SetCurrentStreamOp(main))
+        fence(self)
+        if release is not None:
+            self.add(hir.DeallocOp(release))
+
 
 def _fill(block: Block, ops: Sequence[Operation]) -> None:
     terminator = block.last_op

@@ -38,7 +38,7 @@ from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.host_emit import IPC, Emitter, sum_launch
-from fuserc.passes.stream_sites import GEMM_OPS, RESHARD_ATTR, gemm_flops
+from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
 from fuserc.passes.stream_sites import root as _root
 
 SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp)
@@ -453,9 +453,7 @@ def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: B
     for t in range(1, d):
         peer = e.value(hir.AddModOp(pos, e.const(t), d), "peer")
         slot = e.chunk(pulled, e.const(t - 1), d - 1, hint="slot")
-        get = hir.GetOp(handle, peer, slot, IPC, pos, d)
-        if RESHARD_ATTR in rs.attributes:
-            get.attributes[RESHARD_ATTR] = rs.attributes[RESHARD_ATTR]
+        get = carry_reshard(rs, hir.GetOp(handle, peer, slot, IPC, pos, d))
         e.add(hir.WaitOp(e.value(get, "tok")))
         slots.append(slot)
     e.add(sum_launch(y, [e.chunk(p, pos, d, hint="mine"), *slots], accumulate=False))
@@ -463,9 +461,7 @@ def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: B
     rs.detach()
     rs.erase()
     closing = Emitter(e.location)
-    closing.add(hir.SetCurrentStreamOp(main))
-    closing.fence(team, IPC)
-    closing.add(hir.DeallocOp(pulled))
+    closing.close_shared(main, lambda c: c.fence(team, IPC), pulled)
     end = block.last_op
     assert end is not None and end.has_trait(IsTerminator)
     Rewriter.insert_op(closing.ops, InsertPoint.before(end))

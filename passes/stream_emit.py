@@ -28,8 +28,8 @@ from fuserc.passes.stream_sites import (
     COMPUTE,
     LOCAL,
     PIPELINE_ATTR,
-    RESHARD_ATTR,
     Site,
+    carry_reshard,
     alloc_in,
     root,
     sole_users,
@@ -75,7 +75,7 @@ class SiteLowering:
         self.closing = Emitter(site.anchor.location)
         """Emitted at the end of the site's block: the fences after which no
         peer reads this device's shared buffers any more, and their release
-        (`close_shared`)."""
+        (`Emitter.close_shared`)."""
         self.first_loop: hir.ForOp | None = None
         self.marked = False
 
@@ -132,20 +132,6 @@ class SiteLowering:
             assert end is not None and end.has_trait(IsTerminator)
             block.insert_ops_before(self.closing.ops, end)
 
-    def close_shared(self, ring: "Ring", main: SSAValue, shared: SSAValue, release: bool = True) -> None:
-        """The fence after which no peer reads `shared` (this device's
-        buffer its peers pull from), and its release (`release`: a buffer
-        of the pipeline's own), at the end of the site's block: the buffer
-        is written again only in a later run (or iteration), so nothing
-        here waits for the slowest peer to finish its pulls; the device
-        goes on with its own work, and every device passes the fence once
-        all are done with the block."""
-        c = self.closing
-        c.add(hir.SetCurrentStreamOp(main))
-        ring.fence(c)
-        if release:
-            c.add(hir.DeallocOp(shared))
-
     # ---- helpers -------------------------------------------------------------
     @property
     def k(self) -> int:
@@ -154,10 +140,7 @@ class SiteLowering:
     def reshard(self, op: Operation) -> Operation:
         """Carry the site's `hir.reshard` marker onto a new communication."""
         assert self.site.comm is not None
-        mark = self.site.comm.attributes.get(RESHARD_ATTR)
-        if mark is not None:
-            op.attributes[RESHARD_ATTR] = mark
-        return op
+        return carry_reshard(self.site.comm, op)
 
     def ring(self, e: Emitter) -> tuple[Ring, SSAValue]:
         pos = e.value(hir.TeamIndexOp(self.site.team), "pos")
@@ -228,7 +211,7 @@ class SiteLowering:
         ran them in any order (on 4 H200s the GEMMs of the second chunk
         waited for the third chunk's copy). A final
         fence before a later run may overwrite the shared buffer, at the
-        end of the block (`close_shared`). Without
+        end of the block (`Emitter.close_shared`). Without
         a GEMM the chunks are only gathered."""
         site, plan, e, k, d = self.site, self.plan, self.e, self.k, self.site.d
         ag = site.comm
@@ -313,7 +296,7 @@ class SiteLowering:
             e.add(hir.SetCurrentStreamOp(main))
             e.add(hir.CopyOp(x, e.chunk(xg, pos, d, hint="mine")))
         e.join(main, plan.streams, plan.chunks)
-        self.close_shared(ring, main, shared, release=not in_gathered)
+        self.closing.close_shared(main, ring.fence, None if in_gathered else shared)
 
     def mark_loop(self, op: Operation | None) -> None:
         if op is not None:
@@ -385,7 +368,7 @@ class SiteLowering:
         if site.gemm is not None:
             self.mark_loop(ring.steps(e, 0, plan.chunks, compute))
         e.join(main, plan.streams, plan.chunks)
-        self.close_shared(ring, main, shared)
+        self.closing.close_shared(main, ring.fence, shared)
 
     # ---- GEMM + ReduceScatter --------------------------------------------------
     def reduce_scatter_collective(self) -> None:
@@ -589,7 +572,7 @@ class SiteLowering:
         else:
             e.loop(0, k, own, hint="j")
         e.join(main, plan.streams, plan.chunks)
-        self.close_shared(ring, main, pulled)  # no device pulls from this one's partials any more
+        self.closing.close_shared(main, ring.fence, pulled)  # no device pulls from this one's partials any more
 
     @staticmethod
     def times(b: Emitter, q: SSAValue, k: int, modulus: int) -> SSAValue:

@@ -57,6 +57,16 @@ PER_CHUNK_COMMS = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.Al
 communicate along (dim 0 of their operands, the allreduce's none)."""
 
 
+def carry_reshard(source: Operation, op: Operation) -> Operation:
+    """Give `op`, a communication made in place of `source`, the
+    `hir.reshard` marker `source` has (which reshard it moves bytes of, for
+    the communication report); returns `op`."""
+    mark = source.attributes.get(RESHARD_ATTR)
+    if mark is not None:
+        op.attributes[RESHARD_ATTR] = mark
+    return op
+
+
 def stream_mark(op: Operation) -> tuple[int, int] | None:
     """(dim, S) of an op's `hir.stream = [dim, S]` marker."""
     attr = op.attributes.get(STREAM_ATTR)
