@@ -282,14 +282,13 @@ def cuda_clock() -> Clock:
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Python's garbage collector off while a timed repeat runs (collected
-    before it), as `timeit` has it: a collection of the older generations
-    pauses the host for milliseconds, and a device that runs only what the
-    host issued waits for it. Without it, on 4 H100s, fuserc's GPT layer
-    training step (hidden 4096, 8192 tokens, 10 steps a repeat) timed
-    5.63-5.72 ms in the first repeat and 5.87-5.94 in every later one, on
-    three machines; with it 5.56-5.64 in every repeat. tools/bench_layer.py
-    times every variant so."""
+    """Python's garbage collected before a timed repeat and the collector
+    off while it runs, as `timeit` has it. Without it, on 4 H100s, fuserc's
+    GPT layer training step (hidden 4096, 8192 tokens, 10 steps a repeat)
+    timed 5.63-5.72 ms in the first repeat and 5.87-6.00 in every later one
+    (two machines); with the collection before each repeat, 5.56-5.64 in
+    every repeat, whether the collector then ran or not.
+    tools/bench_layer.py times every variant so."""
     gc.collect()
     was = gc.isenabled()
     gc.disable()
