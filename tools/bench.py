@@ -5,7 +5,7 @@
         [--warmup W] [--iters N] [--repeats R] [--per-iteration]
         [--backend cuda|cpu] [--pipeline P]
         [--algorithm auto|collective|ring|none] [--stream auto|S]
-        [--seed N] [--small] [--json FILE] [--profile DIR]
+        [--seed N] [--small] [--json FILE] [--profile DIR [--profile-ranks all]]
     torchrun --nproc-per-node 4 tools/bench.py ...        (the same)
 
 For each shape, in one run and the same processes, each figure measured
@@ -123,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="tiny shapes and few iterations (tests the harness)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON (rank 0)")
     p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last runs of each shape to DIR")
+    p.add_argument("--profile-ranks", choices=("0", "all"), default="0", help="with --profile: rank 0's view only, or every rank's trace too (DIR/..._rank<r>.json)")
     return p
 
 
@@ -328,11 +329,13 @@ def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters
 PROFILED_STEPS = 3
 
 
-def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: Callable[[], None], stem: Path) -> None:
+def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: Callable[[], None], stem: Path, every_rank: bool = False) -> None:
     """PROFILED_STEPS more steps under torch.profiler (every rank, so that
     their collectives meet; `drain` waits for the device); rank 0 writes
     `stem`.json, a Chrome trace, and `stem`.txt, the device's timeline and
-    the ops with the most device time, then host time."""
+    the ops with the most device time, then host time. `every_rank`: each
+    other rank r writes its trace too, `stem`_rank<r>.json (one host's
+    ranks' traces share its clock: where they wait for each other)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -342,6 +345,9 @@ def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: C
         for _ in range(PROFILED_STEPS):
             step()
         drain()
+    if rank != 0 and every_rank:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(f"{stem}_rank{rank}.json")
     if rank == 0:
         stem.parent.mkdir(parents=True, exist_ok=True)
         trace = stem.with_suffix(".json")
@@ -556,7 +562,7 @@ class Bench:
             step = lambda: p.run_prepared(local, synchronize=sync)  # noqa: E731
             times = self.timed(step, Clock(b.synchronize, b.timer_start, b.timer_stop))
             if self.args.profile:
-                profiled(step, self.comm, self.rank, self.cuda, b.synchronize, Path(self.args.profile) / f"fuserc_{pattern}_{shape}")
+                profiled(step, self.comm, self.rank, self.cuda, b.synchronize, Path(self.args.profile) / f"fuserc_{pattern}_{shape}", self.args.profile_ranks == "all")
             out = p.run_prepared(local)[0].clone()  # the program's buffer, reused by the next run
             b.synchronize()
             replayed = ", replayed" if p.replays.prefer_graph else ""

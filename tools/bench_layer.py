@@ -4,7 +4,7 @@
     torchrun --nproc-per-node 4 tools/bench_layer.py [--hidden 4096,8192]
         [--tokens 8192,16384] [--mode fwd|fwdbwd|both] [--warmup W] [--iters N]
         [--repeats R] [--json FILE] [--cpu-compile] [--variants LIST]
-        [--profile DIR]
+        [--profile DIR [--profile-ranks all]]
     mpiexec -n 4 python tools/bench_layer.py ...          (the same under MPI)
     python tools/bench_layer.py ...                        (one GPU: d = 1)
     torchrun --nproc-per-node 2 tools/bench_layer.py --small   (the CPU, gloo: a smoke run)
@@ -66,7 +66,8 @@ choice). `--profile DIR`: after fuserc's timed steps of each shape and mode, 3 m
 run under torch.profiler; rank 0 writes DIR/fuserc_<hidden>x<tokens>_<mode>
 .json (a Chrome trace: kernels per stream, CUDA-graph replays included)
 and .txt (the device's busy and idle time with its longest idle gaps, then
-the ops with the most device time, then host time).
+the ops with the most device time, then host time); with `--profile-ranks
+all` every other rank r writes its trace too (..._rank<r>.json).
 
 Peak memory: torch.cuda.max_memory_allocated of the rank, reset before
 each variant's mode, over its warm-up and timed iterations (what the
@@ -186,6 +187,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", type=variant_list, default=None, metavar="LIST",
                    help=f"the variants to run, comma-separated, of {','.join(k for k, _ in VARIANTS)} (default all; the others print n/a)")
     p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last steps of each shape and mode to DIR")
+    p.add_argument("--profile-ranks", choices=("0", "all"), default="0", help="with --profile: rank 0's view only, or every rank's trace too (DIR/..._rank<r>.json)")
     p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default="auto",
                    help="how fuserc's programs pipeline their communication (stream-pipeline's option; default auto: the cost model chooses)")
     return p
@@ -624,7 +626,7 @@ def bench_shape(shape: Shape, job: Job, a: argparse.Namespace, index: int) -> Sh
                     times[m] = timed(step, job, a)
                     peaks[m] = job.peak_mib()
                     if a.profile and key == "fuserc":
-                        profiled(step, job.comm, job.rank, job.cuda, job.drain, Path(a.profile) / f"fuserc_{shape.hidden}x{shape.tokens}_{m}")
+                        profiled(step, job.comm, job.rank, job.cuda, job.drain, Path(a.profile) / f"fuserc_{shape.hidden}x{shape.tokens}_{m}", a.profile_ranks == "all")
                 return times, out
             finally:
                 v.close()

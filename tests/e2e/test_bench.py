@@ -73,15 +73,17 @@ def test_bench_under_torchrun(tmp_path: Path) -> None:
 
 def test_algorithm_stream_profile_and_bad_shape(tmp_path: Path) -> None:
     """--algorithm and --stream shape fuserc's plan; --profile writes its
-    runs' trace and timeline (rank 0); a shape the ranks do not divide is n/a."""
+    runs' trace and timeline (rank 0; with --profile-ranks all, rank 1's
+    trace too); a shape the ranks do not divide is n/a."""
     prof = tmp_path / "prof"
     proc, data = _bench(
         tmp_path, "--pattern", "rs", "--algorithm", "collective", "--stream", "4",
-        "--shapes", "64x32x16,64x33x16", "--iters", "1", "--warmup", "0", "--profile", str(prof),
+        "--shapes", "64x32x16,64x33x16", "--iters", "1", "--warmup", "0", "--profile", str(prof), "--profile-ranks", "all",
     )  # fmt: skip
     good, bad = data["rows"]
     assert good["plan"].startswith("collective S=4")
-    assert sorted(p.name for p in prof.iterdir()) == ["fuserc_rs_64x32x16.json", "fuserc_rs_64x32x16.txt"]
+    assert sorted(p.name for p in prof.iterdir()) == ["fuserc_rs_64x32x16.json", "fuserc_rs_64x32x16.txt", "fuserc_rs_64x32x16_rank1.json"]
+    assert json.loads((prof / "fuserc_rs_64x32x16_rank1.json").read_text())["traceEvents"]
     assert json.loads((prof / "fuserc_rs_64x32x16.json").read_text())["traceEvents"]
     assert "3 steps" in (prof / "fuserc_rs_64x32x16.txt").read_text()
     assert good["fuserc"]["ms"] > 0 and good["fuserc_rel_err"] < 4e-2
@@ -222,9 +224,13 @@ def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
     gradients are far from the reference while eager's are not, the run
     says FAILED and exits with 1. Also: `--variants` runs only those asked
     for, `--algorithm` pipelines fuserc's programs as asked, and `--profile`
-    writes fuserc's steps under torch.profiler."""
+    writes fuserc's steps under torch.profiler (`--profile-ranks all`: rank
+    1's trace too)."""
     prof = tmp_path / "prof"
-    proc, data = _layer("mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1", "--variants", "fuserc,eager", "--algorithm", "collective", "--profile", str(prof))
+    proc, data = _layer(
+        "mpiexec", tmp_path, "--mode", "fwdbwd", "--perturb", "1", "--variants", "fuserc,eager", "--algorithm", "collective",
+        "--profile", str(prof), "--profile-ranks", "all",
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert data["algorithm"] == "collective"
     (row,) = data["rows"]
@@ -237,7 +243,9 @@ def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
     assert "_Autograd" in names and "_AutogradBackward" in names, sorted(n for n in names if n)[:50]
     text = stem.with_suffix(".txt").read_text()
     assert text.startswith("3 steps\ndevice timeline: ") and "aten::" in text, text[:2000]
-    assert sorted(p.name for p in prof.iterdir()) == [stem.name + ".json", stem.name + ".txt"]  # rank 0 alone, fuserc alone
+    assert sorted(p.name for p in prof.iterdir()) == [stem.name + ".json", stem.name + ".txt", stem.name + "_rank1.json"]  # fuserc alone
+    rank1 = {e.get("name") for e in json.loads((prof / (stem.name + "_rank1.json")).read_text())["traceEvents"]}
+    assert "_Autograd" in rank1 and "_AutogradBackward" in rank1
     assert re.search(r"^FAILED: hidden \d+ tokens \d+: fuserc: output: \S+ > 2 x eager's \S+ \+ \S+$", proc.stdout, re.M), proc.stdout
     c = data["checks"][0]
     fuserc, eager = c["fuserc"], c["eager"]["vs_reference"]
