@@ -623,15 +623,16 @@ def _forward_into_gathered(site: Site) -> SSAValue | None:
     ag = site.comm
     assert isinstance(ag, hir.AllgatherOp)
     x, xg = ag.input, ag.output
+    if not _shareable_gathered(site):
+        return None
     block = site.anchor.parent_block()
     xa, ga = x.owner, xg.owner
-    if not (isinstance(xa, hir.AllocOp) and isinstance(ga, hir.AllocOp)) or block is None:
+    assert block is not None and isinstance(ga, hir.AllocOp)
+    if not isinstance(xa, hir.AllocOp) or xa.parent_block() is not block:
         return None
-    if xa.parent_block() is not block or ga.parent_block() is not block:
-        return None
-    site_ops = {o for op in site.erase for o in op.walk()}
-    if written_later(xg, site.anchor, site.erase) or written_later(x, site.anchor, site.erase):
+    if written_later(x, site.anchor, site.erase):
         return None  # peers pull from it until the block's closing fence
+    site_ops = {o for op in site.erase for o in op.walk()}
     frees = []
     for use in x.uses:
         user = use.operation

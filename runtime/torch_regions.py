@@ -15,7 +15,9 @@ skip them) and, like any aten kernel, are captured in CUDA graphs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+
 import torch
 from xdsl.ir import Block
 
@@ -42,7 +44,8 @@ def _lone(body: Block) -> FusionOp | None:
     return op
 
 
-_LONE: dict[Block, FusionOp | None] = {}
+_LONE: weakref.WeakKeyDictionary[Block, FusionOp | None] = weakref.WeakKeyDictionary()
+"""Each region's lone op, for as long as its program's IR lives."""
 
 
 def runs_region(body: Block) -> bool:

@@ -345,18 +345,19 @@ def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: C
         for _ in range(PROFILED_STEPS):
             step()
         drain()
-    if rank != 0 and every_rank:
-        stem.parent.mkdir(parents=True, exist_ok=True)
+    if rank != 0 and not every_rank:
+        return
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    if rank != 0:
         prof.export_chrome_trace(f"{stem}_rank{rank}.json")
-    if rank == 0:
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        trace = stem.with_suffix(".json")
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text())
-        ops = prof.key_averages()
-        by_device = ops.table(sort_by="self_device_time_total", row_limit=40) if cuda else ""
-        timeline = device_timeline(events["traceEvents"] if isinstance(events, dict) else events)
-        stem.with_suffix(".txt").write_text(f"{PROFILED_STEPS} steps\n{timeline}\n{by_device}\n{ops.table(sort_by='cpu_time_total', row_limit=40)}\n")
+        return
+    trace = stem.with_suffix(".json")
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())
+    ops = prof.key_averages()
+    by_device = ops.table(sort_by="self_device_time_total", row_limit=40) if cuda else ""
+    timeline = device_timeline(events["traceEvents"] if isinstance(events, dict) else events)
+    stem.with_suffix(".txt").write_text(f"{PROFILED_STEPS} steps\n{timeline}\n{by_device}\n{ops.table(sort_by='cpu_time_total', row_limit=40)}\n")
 
 
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
