@@ -16,8 +16,8 @@ from fuserc.dialects.fusion import AddOp
 from fuserc.passes.stream_sites import LaunchChunks, chunk_dims
 
 IPC = "cuda_ipc"
-"""The rings' transport within a node: copy-engine puts/gets and fences of
-stream memory operations (no SMs)."""
+"""The rings' transport within a node: copy-engine puts/gets and fences on
+IPC-shared flags (one warp's kernel)."""
 NET = "nccl"
 """The rings' transport between nodes: send/recv pairs."""
 

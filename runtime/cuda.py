@@ -674,8 +674,8 @@ class CudaBackend(Backend):
 
     def team_barrier(self, team: Team, backend: str = "nccl") -> Work:
         """A stream-ordered fence on the current stream (the host does not
-        block): stream memory operations on IPC-shared flags for cuda_ipc
-        (no SMs), else a one-byte NCCL allreduce over the team."""
+        block): flags on IPC-shared memory for cuda_ipc (one warp's
+        kernel, FenceOps), else a one-byte NCCL allreduce over the team."""
         self._begin()
         if backend != "cuda_ipc":
             return self._work(self.comms.fence(team, self._current.cupy))

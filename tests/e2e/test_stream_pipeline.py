@@ -23,6 +23,7 @@ from cli_batch import CliRun, Ran, launches
 from harness import mpirun, ok
 
 from fuserc.ir import to_text
+from fuserc.runtime.cuda_comm import FENCE_ENV, FENCE_FORMS
 from fuserc.runtime.program import compile_module
 
 LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
@@ -246,11 +247,18 @@ def test_allgather_feeding_three_gemms(n: int, algorithm: str, ran: Ran) -> None
     assert out.count("hir.linear") == (6 if algorithm == "ring" else 3)  # (the ring: own chunk, then peers')
 
 
-@launches(lambda d: checked(4, write(d, "ag", allgather_matmul(4)), pipeline(algorithm="ring", num_streams=2), "--warmup", "1", "--iters", "2"))
-def test_allgather_repeated_runs(ran: Ran) -> None:
+@pytest.mark.parametrize("fence", FENCE_FORMS)
+@launches(
+    lambda d, fence: checked(
+        4, write(d, "ag", allgather_matmul(4)), pipeline(algorithm="ring", num_streams=2), "--warmup", "1", "--iters", "2",
+        env={FENCE_ENV: fence},
+    )
+)  # fmt: skip
+def test_allgather_repeated_runs(fence: str, ran: Ran) -> None:
     """The ring's shared buffer is cached and shared once; the fences keep
     later runs from overwriting it while a peer reads: the checked result
-    comes from the fourth run."""
+    comes from the fourth run. On cuda, with either form of fence (its
+    kernel, or stream memory operations)."""
     out = check(ran.proc)
     assert "median" in out
 
@@ -309,17 +317,19 @@ def test_reduce_scatter_ring_forms(n: int, form: str, ran: Ran) -> None:
 
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("form", ["sum", "pull"])
+@pytest.mark.parametrize("fence", FENCE_FORMS)
 @launches(
-    lambda d, n, form: checked(
+    lambda d, n, form, fence: checked(
         n, write(d, "rsr", matmul_reduce_scatter(n, k=2)), pipeline(algorithm="ring", num_streams=3, ring_form=form),
-        "--warmup", "1", "--iters", "2",
+        "--warmup", "1", "--iters", "2", env={FENCE_ENV: fence},
     )
 )  # fmt: skip
-def test_reduce_scatter_ring_repeated_runs(n: int, form: str, ran: Ran) -> None:
+def test_reduce_scatter_ring_repeated_runs(n: int, form: str, fence: str, ran: Ran) -> None:
     """The ring's shared buffers (the partial products, and the outputs in
     the sum form) are cached and shared once; later runs must not overwrite
     a sum, a partial or an output a peer still reads: the checked result
-    comes from the fourth run, with two sub-rings."""
+    comes from the fourth run, with two sub-rings, under either form of
+    fence on cuda."""
     out = check(ran.proc)
     (p,) = pipelines(out)
     assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(2 * n), form)

@@ -688,7 +688,7 @@ func.func @main(%x: tensor<1024x2048xf32> {hir.global = tensor<${1024*N}x2048xf3
   %pg = hir.alloc "pg" : tensor<1024x2048xf32>
   %tg = hir.get %h, %prev, %pg backend = cuda_ipc : (!hir.handle, index, tensor<1024x2048xf32>) -> !hir.token
   hir.wait %tg : !hir.token
-  // the same ordered by a copy-engine fence (stream memory operations, no NCCL)
+  // the same ordered by a copy-engine fence (IPC-shared flags, no NCCL)
   %sh2 = hir.alloc "sh2" : tensor<1024x2048xf32>
   %h2 = hir.share %sh2 team = ${TEAM} : tensor<1024x2048xf32> -> !hir.handle
   %tp2 = hir.put %x, %h2, %next backend = cuda_ipc : (tensor<1024x2048xf32>, !hir.handle, index) -> !hir.token
