@@ -129,18 +129,21 @@ class Machine:
     and 32 MiB: 375 GB/s after a 4 us latency."""
     copy_engine_latency_us: float = field(default=4.0, metadata={"rule": "non_negative"})
     """Latency of one peer copy."""
-    ipc_fence_us: float = field(default=30.0, metadata={"rule": "non_negative"})
-    """A copy-engine fence mid-program (stream memory operations on
-    IPC-shared flags) over 4 ranks or more, the ranks' skew at it
-    included: every rank waits for the last to arrive. Replayed rings on 4
-    H200s waited 27-35 us from the shard's copy to the first get, and the
-    pull ring's fence before each step's get 23 us (38-56 us once, with
-    the rings' gets in any order); fences benchmarked alone (ranks in
-    step) take about 10. A team of
-    t < 4 ranks waits for t - 1 peers, not 3: (t - 1) / 3 of it (`ipc_fence`;
-    on 2 H200s the layer's forward at hidden 4096 x 8192 tokens then rings
-    3 of its 4 sites and runs 8% faster than with this cost whole, which
-    rang one)."""
+    ipc_fence_us: float = field(default=12.0, metadata={"rule": "non_negative"})
+    """A copy-engine fence mid-program over 4 ranks or more, the ranks'
+    skew at it included: every rank waits for the last to arrive. As
+    stream memory operations it was 30 (replayed rings on 4 H200s waited
+    27-35 us from the shard's copy to the first get, the pull ring 23 us
+    before each step's get; 19.4 us a fence timed back to back on 4
+    H100s). The runtime's fence kernel takes 6.9 us timed so, and 12
+    scales the old figure by it (30 x 6.9 / 19.4, with a margin). With it
+    the GPT layer's forward at hidden 4096 x 8192 tokens pulls its
+    out-projection's reduce-scatter in a ring (estimated 40 us faster than
+    GEMM then NCCL, measured 38: 1.884 -> 1.846 ms on 4 H100s). A team of
+    t < 4 ranks waits for t - 1 peers, not 3: (t - 1) / 3 of it
+    (`ipc_fence`; on 2 H200s the layer's forward at hidden 4096 x 8192
+    tokens then rang 3 of its 4 sites and ran 8% faster than with the
+    cost whole, which rang one)."""
     nccl_busbw_gbps: float = field(default=300.0, metadata={"rule": "positive"})
     """NCCL bus bandwidth (allgather, broadcast, reduce, reduce-scatter)."""
     nccl_latency_us: float = field(default=20.0, metadata={"rule": "non_negative"})
