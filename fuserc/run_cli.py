@@ -216,7 +216,10 @@ def _run(o: _Options, job: Any) -> int:
         open_device_early()
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
-        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.nodes())
+        planned = o.backend  # whose peer copies the rings may use (MpiEnv.copy_nodes)
+        if planned == "auto" and not env.shares_memory:
+            planned = "cpu" if cuda_unavailable() is not None else "cuda"
+        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.copy_nodes(planned))
         startup.add("passes", clock.lap())
         if o.check and compiled.source_function() is None:
             raise Diagnostic(

@@ -159,10 +159,10 @@ class Function:
         reason: Diagnostic | None = None
         try:
             derive = f"autodiff{{entry={self.entry} save={self.save}}},{self.pipeline}"
-            compiled = compile_module(self.text, self.where, f"{self.entry}_fwd", derive, ranks=be.size, nodes=be.env.nodes())
+            compiled = compile_module(self.text, self.where, f"{self.entry}_fwd", derive, ranks=be.size, nodes=be.env.copy_nodes(be.name))
         except Diagnostic as e:  # no backward (an op without a rule): still callable without grad
             reason = e
-            compiled = compile_module(self.text, self.where, self.entry, self.pipeline, ranks=be.size, nodes=be.env.nodes())
+            compiled = compile_module(self.text, self.where, self.entry, self.pipeline, ranks=be.size, nodes=be.env.copy_nodes(be.name))
         self.startup.add("passes", clock.lap())
         self._loaded[kind] = found = _Loaded(be, compiled, reason, self.startup, self.time, self.background)
         return found

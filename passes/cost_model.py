@@ -271,7 +271,7 @@ def with_nodes(machine: Machine, nodes: Sequence[int]) -> Machine:
     grouping = _grouping(nodes)
     g = grouping.count(0)
     if all(n == r // g for r, n in enumerate(grouping)):
-        return replace(machine, gpus_per_node=g, nodes=(), source=f"{machine.source}, the job's nodes of {g} ranks")
+        return replace(machine, gpus_per_node=g, nodes=(), source=f"{machine.source}, the job's nodes of {g} rank{'s' if g > 1 else ''}")
     return replace(machine, nodes=tuple(grouping), source=f"{machine.source}, the job's nodes {grouping}")
 
 

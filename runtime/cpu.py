@@ -36,7 +36,7 @@ from xdsl.ir import Block, SSAValue
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.mpi_env import NO_WINDOWS, MpiEnv
 from fuserc.runtime.spans import overlaps, same_view, span
 
 _WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -95,7 +95,8 @@ class CpuWork(Work):
 
 @dataclass(eq=False)
 class CpuHandle(Handle):
-    """An MPI window over one buffer per team member."""
+    """An MPI window over one buffer per team member (None where no two
+    members share a node: no peer copy may use it)."""
 
     window: Any
     team: Team
@@ -143,7 +144,7 @@ class CpuBackend(Backend):
         self._main = CpuStream("main")
         self._current = self._main
         self._pools: dict[int, list[CpuStream]] = {}
-        self.nodes = env.nodes()  # collective: every rank builds its backend at the same point
+        self.nodes = env.copy_nodes(self.name)  # collective: every rank builds its backend at the same point
 
     # ---- program load -------------------------------------------------------
     def prepare_teams(self, teams: Sequence[Team]) -> None:
@@ -331,18 +332,21 @@ class CpuBackend(Backend):
             raise RuntimeError("hir.share needs a contiguous buffer")
         self._order(reads=[buf], writes=[buf])
         mem = _words(buf).view(np.uint8) if buf.numel() else np.empty(0, np.uint8)
-        window = self.env.share_memory(mem, self._comm(team))
+        # without MPI windows (torchrun) each rank is a node of its own: the
+        # handle has no window, and a copy through it is refused (_reachable)
+        window = self.env.share_memory(mem, self._comm(team)) if self.env.shares_memory else None
         return CpuHandle(window, team, buf.numel() * buf.element_size(), buf)
 
     def release_handle(self, handle: Handle) -> None:
         assert isinstance(handle, CpuHandle)
-        handle.window.Free()
+        if handle.window is not None:
+            handle.window.Free()
 
     def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._same_node(handle.team, peer, "hir.put")
+        self._reachable(handle, peer, "hir.put")
         _check_peer_copy(src, handle, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
@@ -355,7 +359,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._same_node(handle.team, peer, "hir.get")
+        self._reachable(handle, peer, "hir.get")
         _check_peer_copy(dst, handle, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
@@ -370,7 +374,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._same_node(handle.team, peer, "hir.put")
+        self._reachable(handle, peer, "hir.put")
         offset, nbytes = _block_span(src, handle, index, chunks, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
@@ -383,7 +387,7 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._same_node(handle.team, peer, "hir.get")
+        self._reachable(handle, peer, "hir.get")
         offset, nbytes = _block_span(dst, handle, index, chunks, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
@@ -435,8 +439,15 @@ class CpuBackend(Backend):
                 f"{what} between rank {self.rank} (node {self.nodes[self.rank]}) and rank {other} "
                 f"(node {self.nodes[other]}) of team {list(team)}: peer copies and cuda_ipc fences "
                 "stay within a node (across nodes: hir.send/hir.recv; nodes by $FUSERC_GPUS_PER_NODE, else "
-                "the ranks sharing memory)"
+                "the ranks sharing memory: on the cpu backend under torchrun, none)"
             )
+
+    def _reachable(self, handle: CpuHandle, peer: int, what: str) -> None:
+        """Refuse a peer copy between nodes, or through a handle without a
+        window (torchrun: no MPI windows, even for a copy to oneself)."""
+        if handle.window is None:
+            raise Diagnostic(f"{what} on the cpu backend: {NO_WINDOWS}")
+        self._same_node(handle.team, peer, what)
 
     def _order(self, reads: Sequence[torch.Tensor] = (), writes: Sequence[torch.Tensor] = ()) -> None:
         """Complete the pending communications this op depends on: those

@@ -82,7 +82,7 @@ def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 
     hbm = 2 * nbytes / _best(backend, lambda: backend.copy(src, dst))
 
     size, rank = backend.size, backend.rank
-    nodes = backend.env.nodes()
+    nodes = backend.env.copy_nodes(backend.name)
     node_teams = sorted({tuple(r for r in range(size) if nodes[r] == k) for k in nodes})
     values: dict[str, Any] = {
         "gemm_tflops": tflops,

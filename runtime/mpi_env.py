@@ -35,6 +35,11 @@ POLL_S = 0.002
 """How often a barrier with a time limit polls for completion."""
 
 
+NO_WINDOWS = (
+    "peer copies need MPI one-sided windows, which torchrun's world lacks: launch with mpiexec "
+    "(pip install 'fuserc[mpi]'), or run on the cuda backend"
+)
+
 @dataclass
 class MpiEnv:
     """The job as this process sees it under mpiexec: world communicator,
@@ -51,6 +56,9 @@ class MpiEnv:
     launcher = "mpiexec"
     ends_stopped_ranks = True
     """`abort` ends a stopped rank too (MPI's launchers kill with SIGKILL)."""
+    shares_memory = True
+    """The cpu backend's peer copies can reach other ranks (MPI's one-sided
+    windows, `share_memory`)."""
 
     @property
     def node_comm(self) -> Any:
@@ -136,6 +144,17 @@ class MpiEnv:
                 self._nodes = [ids[leader] for leader in leaders]
         return self._nodes
 
+    def copy_nodes(self, backend: str) -> list[int]:
+        """World rank -> the group that `backend`'s peer copies and
+        copy-engine fences keep within, and stream-pipeline's rings with
+        them: `nodes()`, except for the cpu backend in a job whose ranks
+        cannot share memory (`shares_memory`: torchrun's world has no MPI
+        windows), where every rank is a group of its own, so that rings send
+        and receive."""
+        if backend == "cpu" and not self.shares_memory:
+            return list(range(self.size))
+        return self.nodes()
+
     # ---- what runtime/job.py and runtime/watchdog.py need -----------------------
     def broadcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root) if self.size > 1 else obj
@@ -178,6 +197,7 @@ class TorchEnv(MpiEnv):
     them. Peer copies of the cpu backend (RMA windows) need MPI."""
 
     launcher = "torchrun"
+    shares_memory = False
     ends_stopped_ranks = False
     """torchrun ends the other workers with SIGTERM, which a stopped process
     only acts on once continued (torchrun's SIGKILL comes 30 s later)."""
@@ -201,10 +221,7 @@ class TorchEnv(MpiEnv):
         return self.comm.team(team)
 
     def share_memory(self, mem: Any, comm: Any) -> Any:
-        raise Diagnostic(
-            "hir.share on the cpu backend needs MPI one-sided windows: launch with mpiexec "
-            "(pip install 'fuserc[mpi]'), or run on the cuda backend"
-        )
+        raise Diagnostic(f"hir.share on the cpu backend: {NO_WINDOWS}")
 
     @property
     def node_comm(self) -> Any:

@@ -260,7 +260,7 @@ def compile_text(
     """Compile `text` and load it on this rank (collective: every rank of
     the job compiles the same program)."""
     be = backend if isinstance(backend, Backend) else shared_backend(backend, mpi_env())
-    compiled = compile_module(text, filename, entry, pipeline, ranks=be.size, nodes=be.env.nodes())
+    compiled = compile_module(text, filename, entry, pipeline, ranks=be.size, nodes=be.env.copy_nodes(be.name))
     return CompiledProgram(compiled, be)
 
 

@@ -59,13 +59,13 @@ def test_both_patterns(tmp_path: Path) -> None:
 def test_bench_under_torchrun(tmp_path: Path) -> None:
     """The same benchmark under torchrun: torch.distributed's world is the
     tool's, started once, and fuserc joins it. --per-iteration times each
-    iteration alone (iters x repeats figures). Unpipelined: a ring's peer
-    copies on the cpu backend need MPI's windows, which torchrun's world
-    lacks (fuserc is then n/a, with that reason)."""
+    iteration alone (iters x repeats figures). fuserc's plan takes each
+    rank for a node of its own (the cpu backend has no MPI windows for peer
+    copies under torchrun), where a ring would send and receive."""
     from test_torch_function import launch
 
     out = tmp_path / "bench.json"
-    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "2", "--repeats", "2", "--per-iteration", "--algorithm", "none", "--json", str(out)]
+    args = ["--backend", "cpu", "--small", "--pattern", "ag", "--shapes", "64x32x16", "--warmup", "0", "--iters", "2", "--repeats", "2", "--per-iteration", "--json", str(out)]
     proc = launch("torchrun", 2, BENCH, args, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from cli_batch import CliRun, Ran, launches
-from harness import mpirun, ok
+from harness import BACKEND, mpirun, ok
 
 from fuserc.ir import to_text
 from fuserc.runtime.cuda_comm import FENCE_ENV, FENCE_FORMS
@@ -569,6 +569,24 @@ def test_the_job_nodes_reach_the_compiler(ran: Ran, monkeypatch: pytest.MonkeyPa
     out = check(ran.proc)
     assert "the job's nodes of 4 ranks): ring(S=4" in out
     assert "hir.send" not in out and "hir.get %" in out
+
+
+@pytest.mark.parametrize("site,form", [("ag", ""), ("rs", "pull"), ("rs", "sum")])
+def test_rings_under_torchrun(site: str, form: str, tmp_path: Path) -> None:
+    """torchrun's world has no MPI windows for the cpu backend's peer
+    copies: there each rank is a node of its own (`MpiEnv.copy_nodes`), so
+    rings send and receive, and the reason says so; on cuda they copy over
+    CUDA IPC as under mpiexec. Checked against the reference either way."""
+    text = allgather_matmul(4) if site == "ag" else matmul_reduce_scatter(4)
+    pipe = pipeline(algorithm="ring", **({"ring_form": form} if form else {}))
+    out = check(mpirun(4, [write(tmp_path, site, text), "-p", pipe, "--backend", "cpu", "--check", "--print-host-ir"], launch="torchrun"))
+    (p,) = pipelines(out)
+    assert p["algorithm"] == "ring" and p.get("form", "") == form
+    if BACKEND == "cpu":
+        assert "the job's nodes of 1 rank)" in out
+        assert "hir.send %" in out and "hir.recv %" in out and "hir.get %" not in out and "hir.put %" not in out
+    else:
+        assert "hir.send" not in out
 
 
 FOUR_RANK_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if "large" not in p.name)

@@ -71,12 +71,13 @@ def test_rank_failure_ends_the_torchrun_job(tmp_path: Path) -> None:
     assert "[rank 1]" in proc.stderr and "injected failure" in proc.stderr, proc.stderr[-3000:]
 
 
-def test_share_needs_mpi_under_torchrun(tmp_path: Path) -> None:
-    """The cpu backend's peer copies (MPI windows) say what to use instead."""
+def test_peer_copies_need_mpi_under_torchrun(tmp_path: Path) -> None:
+    """The cpu backend's peer copies (MPI windows) say what to use instead,
+    at the first copy of a host program that shares a buffer."""
     prog = program("collectives.mlir.in", 2, tmp_path)
     proc = mpirun(2, [prog, "-p", "", "--seed", "1"], launch="torchrun", timeout=120)
     assert proc.returncode == 1
-    assert "hir.share on the cpu backend needs MPI" in proc.stderr, proc.stderr[-3000:]
+    assert "on the cpu backend: peer copies need MPI one-sided windows" in proc.stderr, proc.stderr[-3000:]
     assert "internal error" not in proc.stderr
 
 

@@ -416,9 +416,6 @@ def main() -> None:
         torch.cuda.set_device(DEVICE)
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)
-    if DEVICE.type == "cpu" and ENV.launched_by not in ("mpiexec", None):
-        for name in ("grads_rings", "grads_pulls", "replayed_steps_rings"):  # the cpu backend's shared buffers are MPI windows: mpiexec only
-            del cases[name]
     if a.no_host_copies:
         cases["gpu_no_host_copies"] = case_gpu_no_host_copies
     failed = 0
