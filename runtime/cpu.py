@@ -95,8 +95,8 @@ class CpuWork(Work):
 
 @dataclass(eq=False)
 class CpuHandle(Handle):
-    """An MPI window over one buffer per team member (None where no two
-    members share a node: no peer copy may use it)."""
+    """An MPI window over one buffer per team member (None in a job without
+    MPI windows, torchrun's: no peer copy may use it)."""
 
     window: Any
     team: Team

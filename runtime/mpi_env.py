@@ -39,6 +39,8 @@ NO_WINDOWS = (
     "peer copies need MPI one-sided windows, which torchrun's world lacks: launch with mpiexec "
     "(pip install 'fuserc[mpi]'), or run on the cuda backend"
 )
+"""Why the cpu backend cannot share a buffer under torchrun."""
+
 
 @dataclass
 class MpiEnv:
