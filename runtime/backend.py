@@ -422,12 +422,19 @@ def shared_backend(kind: str, env: MpiEnv) -> Backend:
     streams and communicators. Kept because torch's caching allocator holds
     blocks, and the caller's tensors, tied to those streams: a backend
     collected while they live would leave torch with destroyed streams."""
-    if kind == "auto":
-        kind = "cuda" if cuda_unavailable() is None else "cpu"
+    kind = resolve_auto(kind)
     key = (kind, id(env))
     if key not in _SHARED:
         _SHARED[key] = make_backend(kind, env)
     return _SHARED[key]
+
+
+def resolve_auto(kind: str) -> str:
+    """`kind`, with `auto` resolved as `make_backend` resolves it: cuda
+    where it can run, else cpu."""
+    if kind != "auto":
+        return kind
+    return "cuda" if cuda_unavailable() is None else "cpu"
 
 
 def cuda_unavailable() -> str | None:

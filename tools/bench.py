@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="tiny shapes and few iterations (tests the harness)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON (rank 0)")
     p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last runs of each shape to DIR")
-    p.add_argument("--profile-ranks", choices=("0", "all"), default="0", help="with --profile: rank 0's view only, or every rank's trace too (DIR/..._rank<r>.json)")
+    add_profile_ranks(p)
     return p
 
 
@@ -327,6 +327,12 @@ def measure(step: Callable[[], Any], clock: Clock, comm: Any, warmup: int, iters
 
 
 PROFILED_STEPS = 3
+
+
+def add_profile_ranks(p: argparse.ArgumentParser) -> None:
+    """`--profile-ranks`, whose `all` makes `profiled` write every rank's
+    trace (both benchmark tools)."""
+    p.add_argument("--profile-ranks", choices=("0", "all"), default="0", help="with --profile: rank 0's view only, or every rank's trace too (DIR/..._rank<r>.json)")
 
 
 def profiled(step: Callable[[], Any], comm: Any, rank: int, cuda: bool, drain: Callable[[], None], stem: Path, every_rank: bool = False) -> None:

@@ -131,6 +131,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from bench import (  # noqa: E402
     MULTICAST_OFF,
     Figure,
+    add_profile_ranks,
     agreed,
     device_name,
     failure_reason,
@@ -187,7 +188,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", type=variant_list, default=None, metavar="LIST",
                    help=f"the variants to run, comma-separated, of {','.join(k for k, _ in VARIANTS)} (default all; the others print n/a)")
     p.add_argument("--profile", metavar="DIR", help="rank 0 writes torch.profiler's view of fuserc's last steps of each shape and mode to DIR")
-    p.add_argument("--profile-ranks", choices=("0", "all"), default="0", help="with --profile: rank 0's view only, or every rank's trace too (DIR/..._rank<r>.json)")
+    add_profile_ranks(p)
     p.add_argument("--algorithm", choices=("auto", "collective", "ring", "none"), default="auto",
                    help="how fuserc's programs pipeline their communication (stream-pipeline's option; default auto: the cost model chooses)")
     return p
