@@ -35,7 +35,8 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import IsTerminator
 
 from fuserc.dialects import hir
-from fuserc.dialects.fusion import element_type_of, shape_of
+from fuserc.dialects.fusion import AddOp, FusionOp, element_type_of, shape_of
+from fuserc.dialects.fusion_reduction import ReductionOp
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
@@ -571,3 +572,125 @@ def _delayable(gemm: Operation, anchor: Operation, site_ops: list[Operation]) ->
         if out & _touched(o) or used & _written(o):
             return None
     return [gemm, *frees]
+
+
+def _sum_of(op: Operation) -> SSAValue | None:
+    """The output of `op` when it is a launch that only adds buffers of its
+    output's type (`host_emit.sum_launch`: a pull's final add), else None."""
+    if not isinstance(op, hir.LaunchOp) or len(op.outs) != 1:
+        return None
+    out = op.outs[0]
+    body = list(op.body.block.ops)
+    if len(body) < 2 or not all(isinstance(o, AddOp) and o.results[0].type == out.type for o in body[:-1]):
+        return None
+    if any(a.type != out.type for a in op.body.block.args):
+        return None
+    return out
+
+
+def _keeps_its_kernel(launch: hir.LaunchOp) -> bool:
+    """A region that should not take more inputs: one with a kernel of its
+    own (attention, a row normalization's Triton kernel), or one reducing
+    over rows (a norm's backward: Inductor computes that reduction in a
+    kernel of its own, reading the inputs again, `launch_regions.reads_back`)."""
+    for o in launch.body.block.ops:
+        if isinstance(o, FusionOp) and (o.ALONE or o.rowwise() is not None):
+            return True
+        if isinstance(o, ReductionOp) and len(shape_of(o.operands[0])) - 1 not in o.reduced():
+            return True
+    return False
+
+
+def fold_sums(block: Block) -> int:
+    """Fold each sum launch of `block` (a pull's final add of the partial
+    blocks, `sum_launch`) into the launch that reads its output next, when
+    that launch is its only reader: the reader adds the blocks itself (one
+    kernel reads the d blocks instead of one writing the sum and another
+    reading it back; 15-20 us at [2048, 4096] bf16 before the forward's
+    layer_norm and residual add). Only a sum with no compute between it
+    and its reader: one that runs beside GEMMs (the schedule's pulls, a
+    ring's GEMMs put beside it) costs the main stream nothing where it is.
+    Sound because the sum ran before the
+    reader (the program ordered it so), so its operands were ready there
+    too: they must stay as they are until the reader, so nothing between
+    the two may touch them or the output but deallocations (moved past the
+    reader), and nothing after the reader but deallocations. The output's
+    buffer goes when the reader no longer needs it. Returns how many."""
+    folded = 0
+    for op in list(block.ops):
+        out = _sum_of(op)
+        if out is None or op.parent is None:
+            continue
+        assert isinstance(op, hir.LaunchOp)
+        roots = {_root(v) for v in (*op.ins, out)}
+        reader, frees, nxt = None, [], op.next_op
+        while nxt is not None and reader is None:
+            hit = _touched(nxt) & roots
+            if isinstance(nxt, hir.DeallocOp) and _root(out) not in hit:
+                frees.extend([nxt] if hit else [])
+            elif isinstance(nxt, hir.LaunchOp) and hit:
+                reader = nxt
+            elif hit or _computes(nxt):
+                break  # (compute between: the sum runs beside it, where the reader could not)
+            nxt = nxt.next_op
+        if reader is None or out in reader.outs or _keeps_its_kernel(reader) or out not in reader.ins:
+            continue
+        if any(_touched(o) & roots and not isinstance(o, hir.DeallocOp) for o in _after(reader)):
+            continue  # read or written later: the sum is needed as it is
+        reader = _fold(op, reader)
+        for f in reversed(frees):
+            f.detach()
+            block.insert_op_after(f, reader)
+        if _root(out) is out and out not in op.ins:  # nothing reads the output's buffer any more
+            for use in [u.operation for u in out.uses]:
+                if isinstance(use, hir.DeallocOp):
+                    use.detach()
+                    use.erase()
+        op.detach()
+        op.erase()
+        if not list(out.uses) and isinstance(out.owner, hir.AllocOp):
+            out.owner.detach()
+            out.owner.erase()
+        folded += 1
+    return folded
+
+
+def _after(op: Operation) -> list[Operation]:
+    out, nxt = [], op.next_op
+    while nxt is not None:
+        out.append(nxt)
+        nxt = nxt.next_op
+    return out
+
+
+def _fold(sum_op: hir.LaunchOp, reader: hir.LaunchOp) -> hir.LaunchOp:
+    """`reader` rebuilt (returned, in its place) to read the sum's operands
+    in place of its output, the sum's adds first in its region."""
+    out = sum_op.outs[0]
+    ins: list[SSAValue] = []
+    for v in reader.ins:
+        ins.extend(sum_op.ins if v is out else [v])
+    new = hir.LaunchOp(ins, list(reader.outs))
+    new.attributes.update(reader.attributes)
+    args, old = iter(new.body.block.args), reader.body.block
+    for v, arg in zip(reader.ins, list(old.args)):
+        if v is not out:
+            a = next(args)
+            a.name_hint = arg.name_hint
+            arg.replace_all_uses_with(a)
+            continue
+        env = {s: next(args) for s in sum_op.body.block.args}
+        for s, a in env.items():
+            a.name_hint = s.name_hint
+        for o in list(sum_op.body.block.ops)[:-1]:
+            clone = o.clone(value_mapper=env)
+            new.body.block.add_op(clone)
+            env.update(zip(o.results, clone.results))
+        last = sum_op.body.block.last_op
+        assert last is not None
+        arg.replace_all_uses_with(env[last.operands[0]])
+    for o in list(old.ops):
+        o.detach()
+        new.body.block.add_op(o)
+    Rewriter.replace_op(reader, new, [])
+    return new

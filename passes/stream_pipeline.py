@@ -50,6 +50,7 @@ from fuserc.passes.schedule import (
     SCHEDULED,
     beside_ring,
     gemm_time,
+    fold_sums,
     merge_fences,
     overlap_collectives,
     pull_beside,
@@ -147,6 +148,7 @@ class StreamPipeline(ModulePass):
                     overlap_collectives(block)
                     pull_beside(block, machine_at(func))
                     merge_fences(block)
+                    fold_sums(block)
 
     def streams(self, chunks: int) -> int:
         return self.num_streams or min(chunks, MAX_STREAMS)

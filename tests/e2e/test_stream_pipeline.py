@@ -123,9 +123,10 @@ func.func @main(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
 """
 
 
-def matmul_reduce_scatter(n: int, k: int = 1, linear: bool = False) -> str:
+def matmul_reduce_scatter(n: int, k: int = 1, linear: bool = False, residual: bool = False) -> str:
     """x [-, DIDx] @ w [DIDx, -]: the partial product [Stream(k n), -] is
-    reduce-scattered to [DIDx, -]."""
+    reduce-scattered to [DIDx, -] (then, with `residual`, a residual r
+    [DIDx, -] added and the rows normalized)."""
     m = 4 * n * k
     x = f"tensor<{m}x{4 * n}xf32, #fusion.sharding<@tp, [-, DIDx]>>"
     p = f"tensor<{m}x6xf32, #fusion.sharding<@tp, [Stream({k * n}), -], partial = DIDx>>"
@@ -136,6 +137,17 @@ def matmul_reduce_scatter(n: int, k: int = 1, linear: bool = False) -> str:
     else:
         w = f"tensor<{4 * n}x6xf32, #fusion.sharding<@tp, [DIDx, -]>>"
         op = "fusion.matmul"
+    if residual:
+        g = "tensor<6xf32, #fusion.sharding<@tp, [-]>>"
+        return f"""fusion.mesh @tp shape = [{n}]
+func.func @main(%x: {x}, %w: {w}, %r: {y}, %g: {g}) -> {y} {{
+  %p = {op} %x, %w : ({x}, {w}) -> {p}
+  %y = fusion.set %p : ({p}) -> {y}
+  %h = fusion.add %r, %y : ({y}, {y}) -> {y}
+  %z = fusion.layer_norm %h, %g dims = [1] : ({y}, {g}) -> {y}
+  func.return %z : {y}
+}}
+"""
     return f"""fusion.mesh @tp shape = [{n}]
 func.func @main(%x: {x}, %w: {w}) -> {y} {{
   %p = {op} %x, %w : ({x}, {w}) -> {p}
@@ -313,6 +325,21 @@ def test_reduce_scatter_ring_forms(n: int, form: str, ran: Ran) -> None:
     assert (p["algorithm"], p["chunks"], p["form"]) == ("ring", str(n), form)
     assert ("hir.launch" in out) == (form == "pull")  # the pull form's final add
     assert ("hir.get %" in out, "hir.put %" in out) == (form == "pull", form == "sum")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@launches(lambda d, n: checked(n, write(d, "rsn", matmul_reduce_scatter(n, residual=True)), pipeline(algorithm="ring", ring_form="pull"), "--warmup", "1", "--iters", "1"))
+def test_reduce_scatter_pull_adds_in_its_reader(n: int, ran: Ran) -> None:
+    """The pull form's final add folded into the launch after it (the
+    residual add and the norm): one launch reads the own block and the
+    n - 1 pulled ones, and the result passes --check on a second run."""
+    out = check(ran.proc)
+    (p,) = pipelines(out)
+    assert (p["algorithm"], p["form"]) == ("ring", "pull")
+    launches_ = re.findall(r"hir\.launch ins\(([^:]*):", out)
+    assert len(launches_) == 1, launches_
+    assert len(launches_[0].split(",")) == n + 2  # the residual, the own block, n - 1 pulled, the weight
+    assert out.count("fusion.add") == n and "fusion.layer_norm" in out
 
 
 @pytest.mark.parametrize("n", [2, 4])

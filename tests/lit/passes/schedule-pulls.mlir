@@ -102,3 +102,36 @@ func.func @rewritten(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %x
   hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>
   func.return %y, %dw1, %dw2, %p : tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>, tensor<8192x4096xbf16>
 }
+
+// -----
+
+// The pulls' add stays a launch of its own on the worker stream even where
+// a launch reads the result next: it runs beside the weight gradients'
+// GEMMs there, where it costs the main stream nothing (the reader adding
+// the blocks itself would).
+// CHECK-LABEL: func.func @kept_beside
+// CHECK:       %[[MINE:.*]] = hir.chunk %p [%{{.*}}] dim = 0 chunks = 4
+// CHECK-NEXT:  hir.launch ins(%[[MINE]], %{{.*}}, %{{.*}}, %{{.*}} : {{.*}}) outs(%y : tensor<2048x4096xbf16>)
+// CHECK:       hir.matmul %x, %g, %dw2
+// CHECK:       hir.launch ins(%y, %r : {{.*}}) outs(%z : tensor<2048x4096xbf16>)
+func.func @kept_beside(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %x: tensor<4096x8192xbf16>, %g: tensor<8192x2048xbf16>, %r: tensor<2048x4096xbf16>) -> (tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>) attributes {hir.host} {
+  %p = hir.alloc "fold/p" : tensor<8192x4096xbf16>
+  hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>
+  hir.matmul %a, %wa, %p acc %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>, tensor<8192x4096xbf16>
+  %y = hir.alloc "fold/y" : tensor<2048x4096xbf16>
+  %t = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<8192x4096xbf16>, tensor<2048x4096xbf16>) -> !hir.token
+  hir.wait %t : !hir.token
+  %dw1 = hir.alloc "fold/dw1" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw1 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  %dw2 = hir.alloc "fold/dw2" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw2 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  hir.dealloc %p : tensor<8192x4096xbf16>
+  %z = hir.alloc "fold/z" : tensor<2048x4096xbf16>
+  hir.launch ins(%y, %r : tensor<2048x4096xbf16>, tensor<2048x4096xbf16>) outs(%z : tensor<2048x4096xbf16>) {
+  ^bb0(%yy: tensor<2048x4096xbf16>, %rr: tensor<2048x4096xbf16>):
+    %s = fusion.add %yy, %rr : (tensor<2048x4096xbf16>, tensor<2048x4096xbf16>) -> tensor<2048x4096xbf16>
+    hir.yield %s : tensor<2048x4096xbf16>
+  }
+  hir.dealloc %y : tensor<2048x4096xbf16>
+  func.return %z, %dw1, %dw2 : tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>
+}

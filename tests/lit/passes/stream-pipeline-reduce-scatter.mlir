@@ -194,3 +194,80 @@ func.func @pair(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> tensor<32x4xf32> a
   hir.dealloc %p : tensor<64x4xf32>
   func.return %y : tensor<32x4xf32>
 }
+
+// -----
+
+// The pull form's final add folded into the launch reading the result (a
+// bias and a residual add, then a row norm): that launch reads the own
+// block and the three pulled partials and adds them first, one kernel
+// instead of two; the sum launch is gone. Where the reader reduces over
+// rows (a norm's backward: a kernel of its own would read the inputs
+// again), or the result is read again later, the sum stays.
+// PULL-LABEL: func.func @folded
+// PULL: hir.matmul %xc_3, %w, %y
+// PULL-NOT: outs(%y
+// PULL: hir.launch ins(%y, %slot_3, %slot_4, %slot_5, %b, %r : {{.*}}) outs(%z : tensor<16x4xf32>) {
+// PULL-NEXT: ^bb0(%sum: tensor<16x4xf32>, %part: tensor<16x4xf32>, %part_1: tensor<16x4xf32>, %part_2: tensor<16x4xf32>, %{{.*}}: tensor<4xf32>, %{{.*}}: tensor<16x4xf32>):
+// PULL-NEXT: %[[S1:.*]] = fusion.add %sum, %part
+// PULL-NEXT: %[[S2:.*]] = fusion.add %[[S1]], %part_1
+// PULL-NEXT: %[[S3:.*]] = fusion.add %[[S2]], %part_2
+// PULL-NEXT: fusion.add %[[S3]], %{{.*}} : (tensor<16x4xf32>, tensor<4xf32>)
+// PULL: fusion.layer_norm
+// PULL: hir.dealloc %y
+// PULL: hir.dealloc %pulled
+// COLL-LABEL: func.func @folded
+// COLL: hir.launch ins(%y, %b, %r
+func.func @folded(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>, %b: tensor<4xf32>, %r: tensor<16x4xf32>) -> tensor<16x4xf32> attributes {hir.host} {
+  %p = hir.alloc "f/0/0" : tensor<64x4xf32>
+  hir.matmul %x, %w, %p {hir.stream = [0, 4]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
+  %y = hir.alloc "f/1/0" : tensor<16x4xf32>
+  %tok = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<64x4xf32>, tensor<16x4xf32>) -> !hir.token
+  hir.wait %tok : !hir.token
+  hir.dealloc %p : tensor<64x4xf32>
+  %z = hir.alloc "f/2/0" : tensor<16x4xf32>
+  hir.launch ins(%y, %b, %r : tensor<16x4xf32>, tensor<4xf32>, tensor<16x4xf32>) outs(%z : tensor<16x4xf32>) {
+  ^bb0(%a: tensor<16x4xf32>, %bb: tensor<4xf32>, %rr: tensor<16x4xf32>):
+    %t = fusion.add %a, %bb : (tensor<16x4xf32>, tensor<4xf32>) -> tensor<16x4xf32>
+    %u = fusion.add %rr, %t : (tensor<16x4xf32>, tensor<16x4xf32>) -> tensor<16x4xf32>
+    %n = fusion.layer_norm %u, %bb dims = [1] : (tensor<16x4xf32>, tensor<4xf32>) -> tensor<16x4xf32>
+    hir.yield %n : tensor<16x4xf32>
+  }
+  hir.dealloc %y : tensor<16x4xf32>
+  func.return %z : tensor<16x4xf32>
+}
+
+// -----
+
+// PULL-LABEL: func.func @kept_sums
+// PULL: hir.launch ins(%y, %slot_3, %slot_4, %slot_5 : {{.*}}) outs(%y : tensor<16x4xf32>)
+// PULL: hir.launch ins(%y : tensor<16x4xf32>) outs(%colsum : tensor<4xf32>)
+// PULL: hir.launch ins(%y2, %slot_9, %slot_10, %slot_11 : {{.*}}) outs(%y2 : tensor<16x4xf32>)
+// PULL: hir.launch ins(%y2 : tensor<16x4xf32>) outs(%z : tensor<16x4xf32>)
+func.func @kept_sums(%x: tensor<64x8xf32>, %w: tensor<8x4xf32>) -> (tensor<4xf32>, tensor<16x4xf32>, tensor<16x4xf32>) attributes {hir.host} {
+  %p = hir.alloc "k/0/0" : tensor<64x4xf32>
+  hir.matmul %x, %w, %p {hir.stream = [0, 4]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
+  %y = hir.alloc "k/1/0" : tensor<16x4xf32>
+  %tok = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<64x4xf32>, tensor<16x4xf32>) -> !hir.token
+  hir.wait %tok : !hir.token
+  hir.dealloc %p : tensor<64x4xf32>
+  %colsum = hir.alloc "k/2/0" : tensor<4xf32>
+  hir.launch ins(%y : tensor<16x4xf32>) outs(%colsum : tensor<4xf32>) {
+  ^bb0(%a: tensor<16x4xf32>):
+    %s = fusion.sum %a dims = [0] : (tensor<16x4xf32>) -> tensor<4xf32>
+    hir.yield %s : tensor<4xf32>
+  }
+  hir.dealloc %y : tensor<16x4xf32>
+  %p2 = hir.alloc "k/3/0" : tensor<64x4xf32>
+  hir.matmul %x, %w, %p2 {hir.stream = [0, 4]} : tensor<64x8xf32>, tensor<8x4xf32>, tensor<64x4xf32>
+  %y2 = hir.alloc "k/4/0" : tensor<16x4xf32>
+  %tok2 = hir.reduce_scatter %p2, %y2 op = sum team = [0, 1, 2, 3] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<64x4xf32>, tensor<16x4xf32>) -> !hir.token
+  hir.wait %tok2 : !hir.token
+  hir.dealloc %p2 : tensor<64x4xf32>
+  %z = hir.alloc "k/5/0" : tensor<16x4xf32>
+  hir.launch ins(%y2 : tensor<16x4xf32>) outs(%z : tensor<16x4xf32>) {
+  ^bb0(%a: tensor<16x4xf32>):
+    %t = fusion.neg %a : (tensor<16x4xf32>) -> tensor<16x4xf32>
+    hir.yield %t : tensor<16x4xf32>
+  }
+  func.return %colsum, %y2, %z : tensor<4xf32>, tensor<16x4xf32>, tensor<16x4xf32>
+}
