@@ -94,6 +94,19 @@ partial blocks without waiting, each destination pulling its block's
 partials as they are done and adding them after its own GEMM (a tail of
 one add over d blocks)."""
 
+MAX_STREAMS = 8
+"""Default stream pool: one stream per chunk, at most this many."""
+
+
+def pulls_beside_fences(k: int, streams: int) -> bool:
+    """Whether the pull form runs its fences on a stream of their own
+    (worker 2), each beside the previous step's get, instead of between
+    the gets on the transfer stream: with one sub-chunk (k = 1) and three
+    worker streams or more. The gets of a ring bound by its transfers (the
+    GPT layer's out-projection: 48 us gets beside 26 us GEMMs on 4 H200s)
+    then follow one another without the fences' 10-14 us between them."""
+    return k == 1 and streams >= 3
+
 
 FENCE_PEERS = 3
 """The peers a fence's measured cost (`Machine.ipc_fence_us`) waits for:
@@ -519,10 +532,15 @@ def estimate(m: Machine, site: Site, algorithm: str, chunks: int, form: str = ""
         # and added once the own GEMM of j is done: one pass reading d
         # blocks, writing one
         landed = [0.0] * k
+        beside = pulls_beside_fences(k, min(s, MAX_STREAMS))
         for t in range(d - 1):
             for j in range(k):
                 done = (t * k + j + 1) * g
-                landed[j] = max(landed[j], done) + m.ipc_fence(d) + m.link(piece, site.remote(d - 1 - t))
+                link = m.link(piece, site.remote(d - 1 - t))
+                if beside:  # the fence ran beside the previous get
+                    landed[j] = max(landed[j], done + m.ipc_fence(d)) + link
+                else:
+                    landed[j] = max(landed[j], done) + m.ipc_fence(d) + link
         end = 0.0
         for j in range(k):
             own = ((d - 1) * k + j + 1) * g

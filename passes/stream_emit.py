@@ -21,7 +21,7 @@ from xdsl.traits import IsTerminator
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
-from fuserc.passes.cost_model import CHUNKS, COLLECTIVE, PULL, REDUCE_SCATTER
+from fuserc.passes.cost_model import CHUNKS, COLLECTIVE, PULL, REDUCE_SCATTER, pulls_beside_fences
 from fuserc.passes.host_emit import IPC, Emitter, NodeOf, Ring, compute_chunk, rebuild, sum_launch
 from fuserc.passes.schedule import written_later
 from fuserc.passes.stream_sites import (
@@ -506,7 +506,9 @@ class SiteLowering:
         done: after step t, on transfer stream j (sub-chunk j of k), a
         copy-engine fence then a get of block pos from device pos - 1 - t
         (which computed it at its step t) into slot t of a local buffer
-        (across nodes that device sends it). Once its own GEMM of sub-chunk
+        (across nodes that device sends it); with one sub-chunk and a
+        third worker stream, the fences run there, each beside the
+        previous step's get (`pulls_beside_fences`). Once its own GEMM of sub-chunk
         j is done, stream j adds the d - 1 pulled partials into the output
         (one launch; it overlaps the next own GEMM when k > 1). Unlike the
         running sum, no GEMM waits for a transfer: the price is the final
@@ -519,6 +521,7 @@ class SiteLowering:
         pulled = e.value(hir.AllocOp(self.site_name("pulled"), TensorType(element_type_of(y), [(d - 1) * rows, *cols])), "pulled")
         compute = self.compute_stream(e, main)
         sub = self.sub_block
+        fences = e.value(hir.StreamForOp(e.const(2), plan.streams), "sf") if pulls_beside_fences(k, plan.streams) else None
 
         def step(t: int) -> Callable[[Emitter, SSAValue], None]:
             """Step t, in a loop of one iteration (%c = t), so that the peer
@@ -530,9 +533,17 @@ class SiteLowering:
 
                 def chunk(bb: Emitter, j: SSAValue | int) -> None:
                     self.gemm_on(bb, sub(bb, x, q, j, "xc"), lambda _: sub(bb, p, q, j, "pc"))
-                    bb.add(hir.SetCurrentStreamOp(self.transfer_stream(bb, j, 0, k)))
-                    bb.add(hir.SyncStreamOp(compute))
-                    ring.fence(bb)  # every device's GEMM (t, j) is done
+                    transfer = self.transfer_stream(bb, j, 0, k)
+                    if fences is None:
+                        bb.add(hir.SetCurrentStreamOp(transfer))
+                        bb.add(hir.SyncStreamOp(compute))
+                        ring.fence(bb)  # every device's GEMM (t, j) is done
+                    else:  # the fence beside the previous step's get
+                        bb.add(hir.SetCurrentStreamOp(fences))
+                        bb.add(hir.SyncStreamOp(compute))
+                        ring.fence(bb)
+                        bb.add(hir.SetCurrentStreamOp(transfer))
+                        bb.add(hir.SyncStreamOp(fences))
 
                     def get(e3: Emitter) -> Operation:
                         index = pos if k == 1 else e3.value(hir.AddModOp(self.times(e3, pos, k, s), j, s), "blk")

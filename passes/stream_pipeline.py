@@ -43,6 +43,7 @@ from fuserc.passes.cost_model import (
     NONE,
     REDUCE_SCATTER,
     RING,
+    MAX_STREAMS,
     RING_FORMS,
     Machine,
 )
@@ -73,11 +74,8 @@ from fuserc.passes.stream_sites import (
 )
 
 AUTO = "auto"
-MAX_STREAMS = 8
-"""Default stream pool: one stream per chunk, at most this many."""
 AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
 """k of the S = k * d the cost model tries where S is its to choose."""
-
 
 # --------------------------------------------------------------------------
 # Deciding

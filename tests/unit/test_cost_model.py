@@ -24,14 +24,20 @@ def reduce_scatter(m: int, k: int, n: int) -> cm.Site:
     return cm.Site(cm.REDUCE_SCATTER, 2.0 * m * (k // D) * n, m * n * 2, "bf16", D)
 
 
-@pytest.mark.parametrize("site", [allgather(2048, 2048, 2048), reduce_scatter(4096, 4096, 4096)])
-def test_small_shapes_are_not_pipelined(site: cm.Site) -> None:
+def test_small_shapes_are_not_pipelined() -> None:
     """A GEMM of a few tens of microseconds cannot pay a ring's fences and
-    per-chunk costs: auto keeps the plain collective. (GEMM+ReduceScatter
-    at 4096^3 on 4 H100s, replayed back to back: 0.187 ms whole, 0.210 as
-    the pull ring with the fence kernel.)"""
-    best, reason = cm.choose(cm.Machine(), site, ALL, CHUNKS, requested=False)
+    per-chunk costs: auto keeps the plain collective."""
+    best, reason = cm.choose(cm.Machine(), allgather(2048, 2048, 2048), ALL, CHUNKS, requested=False)
     assert best.algorithm == cm.NONE, reason
+
+
+def test_reduce_scatter_at_4096_cubed_pulls() -> None:
+    """GEMM+ReduceScatter at 4096^3 over 4 H200s, replayed back to back:
+    0.172 ms as the pull ring with its fences beside its gets, 0.201 with
+    them between (and 0.207 for NCCL's whole reduce-scatter after the
+    GEMM, eager); on 4 H100s before, 0.187 whole against 0.210 pulled."""
+    best, reason = cm.choose(cm.Machine(), reduce_scatter(4096, 4096, 4096), ALL, CHUNKS, requested=False)
+    assert (best.algorithm, best.form) == (cm.RING, cm.PULL), reason
 
 
 def test_allgather_gemm_rings_from_2048x4096x4096() -> None:
@@ -105,15 +111,28 @@ def test_medium_reduce_scatter_pulls_partials() -> None:
     assert (best.algorithm, best.chunks, best.form) == (cm.RING, D, cm.PULL), reason
 
 
-def test_reduce_scatter_at_8192_cubed_sums_in_two_sub_rings() -> None:
-    """GEMM+ReduceScatter at 8192^3 over 4 H100s with the fence kernel,
-    replayed back to back: 0.532 ms as the sum form at S = 8, 0.545 pulled
-    (with fences as stream memory operations on 4 H200s the pull ring had
-    won, 0.52 against 0.655). The layer at hidden 8192 agreed: the
-    training step at 8192 x 8192 tokens took 17.686 ms with its
-    out-projections summed at S = 8, 17.830 pulled."""
+def test_reduce_scatter_at_8192_cubed_pulls() -> None:
+    """GEMM+ReduceScatter at 8192^3 over 4 H200s, replayed back to back,
+    with the pull form's fences beside its gets: 0.497 ms pulled, 0.524 as
+    the sum form at S = 8 (before, with the fences between the gets, on 4
+    H100s: 0.545 pulled, 0.532 summed). The layer at hidden 8192 x 8192
+    tokens, whose out-projections went from the sum form to the pull form
+    with it: forward 5.443 -> 5.387 ms (same machine)."""
     best, reason = cm.choose(cm.Machine(), reduce_scatter(8192, 8192, 8192), ALL, CHUNKS, requested=False)
-    assert (best.algorithm, best.chunks, best.form) == (cm.RING, 2 * D, cm.SUM), reason
+    assert (best.algorithm, best.chunks, best.form) == (cm.RING, D, cm.PULL), reason
+
+
+def test_pull_fences_run_beside_the_gets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one sub-chunk and a third worker stream the pull form's fences
+    run beside the previous get (`pulls_beside_fences`): in the model the
+    gets of a ring bound by its transfers then follow one another, which
+    saves at most a fence per step after the first."""
+    assert cm.pulls_beside_fences(1, D) and not cm.pulls_beside_fences(2, 2 * D) and not cm.pulls_beside_fences(1, 2)
+    m, site = cm.Machine(), reduce_scatter(4096, 4096, 4096)
+    beside = cm.estimate(m, site, cm.RING, D, cm.PULL).seconds
+    monkeypatch.setattr(cm, "pulls_beside_fences", lambda k, streams: False)
+    between = cm.estimate(m, site, cm.RING, D, cm.PULL).seconds
+    assert 0 < between - beside <= (D - 2) * m.ipc_fence(D) * (1 + 1e-9)
 
 
 def test_sum_form_sub_rings_share_one_channel() -> None:

@@ -91,7 +91,7 @@
 // ENVAUTO: hir.pipeline = {algorithm = "ring", chunks = 4 : i64, streams = 4 : i64, reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4) 19.2 ms < collective(S=4) 26 ms < none 27.4 ms"}
 // ENVAUTO: hir.send %x
 // ENVAUTO-LABEL: func.func @reduce_scatter
-// ENVAUTO: form = "pull", reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4, pull) 9.16 ms < none 10.9 ms
+// ENVAUTO: form = "pull", reason = "cost model ({{.*}}links-h200.json, FUSERC_GPUS_PER_NODE=2): ring(S=4, pull) 9.1 ms < none 10.9 ms
 // ENVAUTO: hir.send
 
 // $FUSERC_GPUS_PER_NODE=4 puts the team on one node whatever the file says:

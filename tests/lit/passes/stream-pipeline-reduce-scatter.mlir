@@ -92,13 +92,15 @@
 // RING-NOT: hir.reduce_scatter
 // Ring, pull form: the GEMMs run back to back on the compute stream and
 // never wait; step t (a loop of one iteration, %c = t) computes block
-// pos + 1 + t into the shared %p, then on transfer stream 1 a fence (every
-// device's step t is done) and a get of block pos from device pos - 1 - t
-// (pos + 3 - t mod 4) into slot t of %pulled. The own block is computed
+// pos + 1 + t into the shared %p, then on stream 2 a fence (every device's
+// step t is done: it runs beside the previous step's get) and on transfer
+// stream 1 after it a get of block pos from device pos - 1 - t (pos + 3 -
+// t mod 4) into slot t of %pulled. The own block is computed
 // into %y, then one launch adds the three pulled partials to it.
 // PULL-LABEL: func.func @main
 // PULL: %h = hir.share %p team = [0, 1, 2, 3] : tensor<64x4xf32> -> !hir.handle
 // PULL-NEXT: %pulled = hir.alloc "main/0/0/pulled" : tensor<48x4xf32>
+// PULL: %sf = hir.stream_for %c2 mod 4 : !hir.stream
 // PULL: hir.for %c = 0 to 1 {
 // PULL-NEXT: %dest = hir.add_mod %next, %c mod 4 : index
 // PULL-NEXT: %from = hir.add_mod %pos, %c3 mod 4 : index
@@ -106,10 +108,12 @@
 // PULL-NEXT: %pc = hir.chunk %p [%dest] dim = 0 chunks = 4
 // PULL-NEXT: hir.matmul %xc, %w, %pc : tensor<16x8xf32>, tensor<8x4xf32>, tensor<16x4xf32>
 // PULL-NEXT: %st = hir.stream_for %c1 mod 4 : !hir.stream
-// PULL-NEXT: hir.set_current_stream %st : !hir.stream
+// PULL-NEXT: hir.set_current_stream %sf : !hir.stream
 // PULL-NEXT: hir.sync_stream %s : !hir.stream
 // PULL-NEXT: %fence = hir.barrier team = [0, 1, 2, 3] backend = cuda_ipc : !hir.token
 // PULL-NEXT: hir.wait %fence : !hir.token
+// PULL-NEXT: hir.set_current_stream %st : !hir.stream
+// PULL-NEXT: hir.sync_stream %sf : !hir.stream
 // PULL-NEXT: %slot = hir.chunk %pulled [%c] dim = 0 chunks = 3 : (tensor<48x4xf32>, index) -> tensor<16x4xf32>
 // PULL-NEXT: %tok = hir.get %h, %from, %slot block %pos of 4 backend = cuda_ipc
 // PULL-NEXT: hir.wait %tok : !hir.token
