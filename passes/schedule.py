@@ -610,12 +610,12 @@ def fold_sums(block: Block) -> int:
     layer_norm and residual add). Only a sum with no compute between it
     and its reader: one that runs beside GEMMs (the schedule's pulls, a
     ring's GEMMs put beside it) costs the main stream nothing where it is.
-    Sound because the sum ran before the
-    reader (the program ordered it so), so its operands were ready there
-    too: they must stay as they are until the reader, so nothing between
-    the two may touch them or the output but deallocations (moved past the
-    reader), and nothing after the reader but deallocations. The output's
-    buffer goes when the reader no longer needs it. Returns how many."""
+    Sound because the sum ran before the reader (the program ordered it
+    so), so its operands were ready there too: they must stay as they are
+    until the reader, so nothing between the two may touch them or the
+    output but deallocations (moved past the reader), and nothing after
+    the reader but deallocations. The output's buffer goes when the reader
+    no longer needs it. Returns how many."""
     folded = 0
     for op in list(block.ops):
         out = _sum_of(op)
@@ -656,6 +656,7 @@ def fold_sums(block: Block) -> int:
 
 
 def _after(op: Operation) -> list[Operation]:
+    """The ops after `op` in its block."""
     out, nxt = [], op.next_op
     while nxt is not None:
         out.append(nxt)
