@@ -200,7 +200,7 @@ def _run(o: _Options, job: Any) -> int:
     """The body of `fuserc run` on one rank; returns the exit code."""
     from fuserc.diagnostics import Diagnostic
     from fuserc.runtime import io
-    from fuserc.runtime.backend import cuda_unavailable, make_backend, resolve_auto
+    from fuserc.runtime.backend import cuda_unavailable, make_backend
     from fuserc.runtime.mpi_env import ENDS_PROCESS
     from fuserc.runtime.program import CompiledProgram, compile_module
     from fuserc.runtime.startup import Startup, Stopwatch, process_age
@@ -216,10 +216,7 @@ def _run(o: _Options, job: Any) -> int:
         open_device_early()
     with job.agreed("compiling"):
         text, name = read_shared_source(job, o.file)
-        # whose peer copies the rings may use (MpiEnv.copy_nodes): `auto`
-        # matters only where the job cannot share memory on cpu
-        planned = o.backend if env.shares_memory else resolve_auto(o.backend)
-        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.copy_nodes(planned))
+        compiled = compile_module(text, name, o.entry, o.pipeline, ranks=env.size, meshes=o.meshes, nodes=env.copy_nodes(o.backend))
         startup.add("passes", clock.lap())
         if o.check and compiled.source_function() is None:
             raise Diagnostic(

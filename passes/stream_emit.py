@@ -508,9 +508,9 @@ class SiteLowering:
         (which computed it at its step t) into slot t of a local buffer
         (across nodes that device sends it); with one sub-chunk and a
         third worker stream, the fences run there, each beside the
-        previous step's get (`pulls_beside_fences`). Once its own GEMM of sub-chunk
-        j is done, stream j adds the d - 1 pulled partials into the output
-        (one launch; it overlaps the next own GEMM when k > 1). Unlike the
+        previous step's get (`pulls_beside_fences`). Once its own GEMM of
+        sub-chunk j is done, stream j adds the d - 1 pulled partials into
+        the output (one launch; it overlaps the next own GEMM when k > 1). Unlike the
         running sum, no GEMM waits for a transfer: the price is the final
         add."""
         site, plan, e, d, k = self.site, self.plan, self.e, self.site.d, self.k
@@ -534,14 +534,10 @@ class SiteLowering:
                 def chunk(bb: Emitter, j: SSAValue | int) -> None:
                     self.gemm_on(bb, sub(bb, x, q, j, "xc"), lambda _: sub(bb, p, q, j, "pc"))
                     transfer = self.transfer_stream(bb, j, 0, k)
-                    if fences is None:
-                        bb.add(hir.SetCurrentStreamOp(transfer))
-                        bb.add(hir.SyncStreamOp(compute))
-                        ring.fence(bb)  # every device's GEMM (t, j) is done
-                    else:  # the fence beside the previous step's get
-                        bb.add(hir.SetCurrentStreamOp(fences))
-                        bb.add(hir.SyncStreamOp(compute))
-                        ring.fence(bb)
+                    bb.add(hir.SetCurrentStreamOp(fences or transfer))
+                    bb.add(hir.SyncStreamOp(compute))
+                    ring.fence(bb)  # every device's GEMM (t, j) is done
+                    if fences is not None:  # the fence ran beside the previous step's get
                         bb.add(hir.SetCurrentStreamOp(transfer))
                         bb.add(hir.SyncStreamOp(fences))
 

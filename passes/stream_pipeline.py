@@ -40,18 +40,18 @@ from fuserc.passes.cost_model import (
     ALLGATHER,
     CHUNKS,
     COLLECTIVE,
+    MAX_STREAMS,
     NONE,
     REDUCE_SCATTER,
     RING,
-    MAX_STREAMS,
     RING_FORMS,
     Machine,
 )
 from fuserc.passes.schedule import (
     SCHEDULED,
     beside_ring,
-    gemm_time,
     fold_sums,
+    gemm_time,
     merge_fences,
     overlap_collectives,
     pull_beside,
@@ -76,6 +76,7 @@ from fuserc.passes.stream_sites import (
 AUTO = "auto"
 AUTO_CHUNKS_PER_DEVICE = (1, 2, 4)
 """k of the S = k * d the cost model tries where S is its to choose."""
+
 
 # --------------------------------------------------------------------------
 # Deciding

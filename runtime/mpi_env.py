@@ -152,9 +152,13 @@ class MpiEnv:
         them: `nodes()`, except for the cpu backend in a job whose ranks
         cannot share memory (`shares_memory`: torchrun's world has no MPI
         windows), where every rank is a group of its own, so that rings send
-        and receive."""
-        if backend == "cpu" and not self.shares_memory:
-            return list(range(self.size))
+        and receive. `auto` is resolved (`backend.resolve_auto`) only there,
+        where it matters."""
+        if not self.shares_memory:
+            from fuserc.runtime.backend import resolve_auto
+
+            if resolve_auto(backend) == "cpu":
+                return list(range(self.size))
         return self.nodes()
 
     # ---- what runtime/job.py and runtime/watchdog.py need -----------------------
