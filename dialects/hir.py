@@ -10,6 +10,7 @@ for the evaluator and the passes, and has a builder taking those values.
 from __future__ import annotations
 
 from fuserc.dialects.hir_comm import (  # noqa: F401
+    buffer_bytes,
 
     AllgatherOp,
     AllreduceOp,
@@ -167,3 +168,13 @@ Hir = Dialect(
     ],
     [TokenType, StreamType, EventType, HandleType, RankSetAttr],
 )  # fmt: skip
+
+
+def storage_blocks(func_op: FuncOp) -> dict[int, int]:
+    """The memory blocks of a host program's allocation sites that have a
+    `storage` number (plan-memory): number -> bytes of its largest site."""
+    blocks: dict[int, int] = {}
+    for op in func_op.walk():
+        if isinstance(op, AllocOp) and op.storage is not None:
+            blocks[op.storage] = max(blocks.get(op.storage, 0), buffer_bytes(op.result))
+    return blocks

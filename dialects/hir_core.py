@@ -11,6 +11,7 @@ from typing import ClassVar
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BytesAttr,
+    I64,
     DenseArrayBase,
     IndexType,
     IntegerAttr,
@@ -33,6 +34,7 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
 )
@@ -465,25 +467,44 @@ class HirOp(IRDLOperation):
 
 @irdl_op_definition
 class AllocOp(HirOp):
-    """`%b = hir.alloc "SITE" : tensor<...>`: a buffer from the persistent
-    allocation cache, keyed by (site, type); the site is unique per program."""
+    """`%b = hir.alloc "SITE" (storage N)? : tensor<...>`: a buffer from the
+    persistent allocation cache, keyed by (site, type); the site is unique
+    per program. Sites of one program with the same `storage` number share
+    one block of memory (plan-memory gives it to buffers whose uses never
+    overlap on the device)."""
 
     name = "hir.alloc"
     site_attr = prop_def(StringAttr, prop_name="site")
+    storage_attr = opt_prop_def(IntegerAttr[I64], prop_name="storage")
     result = result_def(_TENSOR)
 
-    assembly_format = "$site attr-dict `:` type($result)"
+    assembly_format = "$site (`storage` $storage^)? attr-dict `:` type($result)"
 
-    SIGNATURE_IGNORES: ClassVar[tuple[str, ...]] = ("site",)
+    SIGNATURE_IGNORES: ClassVar[tuple[str, ...]] = ("site", "storage")
     """What `verify_` does not read (`fuserc.ir.verify` verifies one op
     per signature): the site's uniqueness is `verify_sites`, per program."""
 
-    def __init__(self, site: str, result_type: TensorType):
-        self._init(result_types=[result_type], properties={"site": StringAttr(site)})
+    def __init__(self, site: str, result_type: TensorType, storage: int | None = None):
+        props: dict[str, Attribute] = {"site": StringAttr(site)}
+        if storage is not None:
+            props["storage"] = IntegerAttr(storage, i64)
+        self._init(result_types=[result_type], properties=props)
 
     @property
     def site(self) -> str:
         return self.site_attr.data
+
+    @property
+    def storage(self) -> int | None:
+        """The memory block this buffer shares with other sites, if any."""
+        return None if self.storage_attr is None else self.storage_attr.value.data
+
+    @storage.setter
+    def storage(self, value: int | None) -> None:
+        if value is None:
+            self.properties.pop("storage", None)
+        else:
+            self.properties["storage"] = IntegerAttr(value, i64)
 
     def verify_sites(self, seen: dict[tuple[Operation | None, str], "AllocOp"]) -> None:
         """That no earlier hir.alloc of its function uses its site; `seen`

@@ -12,7 +12,7 @@ stream gets a vector clock of the work known to be complete before it
 copy or launch may run at the same time as it: on another stream, neither
 ordered before the other. Ranks that take part in the same ops are walked
 once, and the copies of an op made for each team of a 2-D mesh's axis
-are one line (`_Classes`).
+are one line (`RankClasses`).
 
 Bytes are each op's `wire_bytes()` (dialects/hir_comm.py): per team
 member and execution, a ring collective's share of its buffer (nccl-tests'
@@ -25,15 +25,17 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation
 
 from fuserc.dialects import hir
+from fuserc.passes.plan_memory import MemoryPlan, memory_plan
+from fuserc.passes.stream_order import Issued, RankClasses, RankWalk, Stream
 from fuserc.passes.stream_sites import RESHARD_ATTR
 
 MIB = 1 << 20
@@ -41,9 +43,6 @@ GEMM, KERNEL = "gemm", "kernel"
 """What a communication runs beside: a GEMM, or only other local work
 (launches, copies)."""
 
-Stream = tuple[Any, ...]
-Clock = dict[Stream, int]
-MAIN: Stream = ("main",)
 
 
 # --------------------------------------------------------------------------
@@ -165,6 +164,7 @@ class FunctionReport:
     name: str
     lines: list[Line]
     per_rank: dict[int, Totals]
+    memory: MemoryPlan | None = None  # its buffers' bytes, without and with plan-memory's blocks
 
 
 @dataclass
@@ -218,7 +218,8 @@ class CommReport:
         funcs = []
         for f in self.functions:
             lines = [ln.as_dict() for ln in f.lines]
-            funcs.append({"name": f.name, "lines": lines, "per_rank": per_rank(f.per_rank)})
+            memory = asdict(f.memory) if f.memory is not None else None
+            funcs.append({"name": f.name, "lines": lines, "per_rank": per_rank(f.per_rank), "memory": memory})
         groups = [{"name": n, "functions": names, "per_rank": per_rank(self.totals(names))} for n, names in self.groups()]
         return {"unit": {"text": u.text, "bytes": u.nbytes} if u else None, "functions": funcs, "totals": groups}
 
@@ -236,112 +237,25 @@ def report(module: ModuleOp, unit: Unit | str | None = None) -> CommReport:
 # --------------------------------------------------------------------------
 
 
-def _join(a: Clock, b: Clock) -> Clock:
-    out = dict(a)
-    for s, t in b.items():
-        if out.get(s, 0) < t:
-            out[s] = t
-    return out
-
-
-@dataclass
-class _Issued:
-    """An op enqueued on a stream: its position there and what is known
-    complete before it starts (its clock: `tick` on its own stream)."""
-
-    seq: int  # host order
-    stream: Stream
-    tick: int
-    clock: Clock
-
-
 @dataclass
 class _Comm:
     op: Operation
-    at: _Issued
+    at: Issued
 
 
-class _Walk:
-    """One rank's run of a host program, without data (module docstring)."""
+class _Walk(RankWalk):
+    """One rank's run of a host program, without data (module docstring):
+    its communications and compute, each with its place in stream order."""
 
     def __init__(self, rank: int, ranks: dict[Operation, frozenset[int]]):
-        self.rank = rank
-        self.ranks = ranks  # of each team op and rank region
-        self.env: dict[SSAValue, Any] = {}
-        self.current: Stream = MAIN
-        self.clocks: dict[Stream, Clock] = {}
-        self.ticks: dict[Stream, int] = defaultdict(int)
-        self.seq = 0
+        super().__init__(rank, ranks)
         self.comms: list[_Comm] = []
         self.fences = 0
-        self.computes: dict[Stream, list[tuple[_Issued, bool]]] = defaultdict(list)  # (issued, is a GEMM)
+        self.computes: dict[Stream, list[tuple[Issued, bool]]] = defaultdict(list)  # (issued, is a GEMM)
 
-    # ---- streams ------------------------------------------------------------
-    def issue(self) -> _Issued:
-        s = self.current
-        self.seq += 1
-        self.ticks[s] += 1
-        clock = dict(self.clocks.get(s, {}))
-        clock[s] = self.ticks[s]
-        self.clocks[s] = clock
-        return _Issued(self.seq, s, self.ticks[s], clock)
-
-    def wait_for(self, clock: Clock | None) -> None:
-        """The current stream waits for the work of `clock`."""
-        if clock is not None:
-            self.clocks[self.current] = _join(self.clocks.get(self.current, {}), clock)
-
-    # ---- ops ----------------------------------------------------------------
-    def block(self, block: Block) -> list[Any] | None:
-        """Walk `block`; the values its `hir.yield` hands back."""
-        for op in block.ops:
-            if isinstance(op, hir.YieldOp):
-                return [self.env.get(v) for v in op.values]
-            if isinstance(op, ReturnOp):
-                return None
-            self.op(op)
-        return None
-
-    def op(self, op: Operation) -> None:
+    def device(self, op: Operation) -> None:
         env = self.env
-        if isinstance(op, hir.ForOp):
-            for i in op.indices:
-                env[op.induction_var] = i
-                self.block(op.body.block)
-        elif isinstance(op, hir.IfRankOp):
-            got = self.block(op.body.block) if self.rank in self.ranks[op] else None
-            for r, v in zip(op.results, got or [None] * len(op.results)):
-                env[r] = v
-        elif isinstance(op, hir.ConstantOp):
-            env[op.result] = op.value
-        elif isinstance(op, hir.TeamIndexOp):
-            env[op.result] = op.team.index(self.rank) if self.rank in self.ranks[op] else None
-        elif isinstance(op, hir.AddModOp):
-            a, b = env.get(op.lhs), env.get(op.rhs)
-            env[op.result] = (a + b) % op.modulus if a is not None and b is not None else None
-        elif isinstance(op, hir.DivOp):
-            a = env.get(op.lhs)
-            env[op.result] = a // op.divisor if a is not None else None
-        elif isinstance(op, hir.TeamRankOp):
-            p = env.get(op.position)
-            env[op.result] = op.team[p] if p is not None and 0 <= p < len(op.team) else None
-        elif isinstance(op, hir.GetCurrentStreamOp):
-            env[op.stream] = self.current
-        elif isinstance(op, hir.StreamForOp):
-            i = env.get(op.index)
-            env[op.stream] = ("pool", op.count, i % op.count) if i is not None else ("unknown", id(op))
-        elif isinstance(op, hir.SetCurrentStreamOp):
-            self.current = env.get(op.stream) or ("unknown", id(op))
-        elif isinstance(op, hir.SyncStreamOp):
-            s = env.get(op.stream)
-            self.wait_for(self.clocks.get(s, {}) if s is not None else None)
-        elif isinstance(op, hir.RecordEventOp):
-            env[op.event] = dict(self.clocks.get(self.current, {}))
-        elif isinstance(op, hir.WaitEventOp):
-            self.wait_for(env.get(op.event))
-        elif isinstance(op, hir.WaitOp):
-            self.wait_for(env.get(op.token))
-        elif isinstance(op, hir.ShareOp):
+        if isinstance(op, hir.ShareOp):
             env[op.handle] = op
         elif isinstance(op, hir.CommunicationOp):
             if self.rank in self.ranks[op]:
@@ -374,7 +288,7 @@ class _Walk:
         return found
 
 
-def _concurrent(issued: list[tuple[_Issued, bool]], c: _Issued) -> Iterable[tuple[_Issued, bool]]:
+def _concurrent(issued: list[tuple[Issued, bool]], c: Issued) -> Iterable[tuple[Issued, bool]]:
     """The compute ops of one stream (in order) that neither wait for `c`
     nor are waited for by it: those before it that it does not know
     (a suffix of the earlier ones), those after it that do not know it (a
@@ -401,62 +315,6 @@ def _concurrent(issued: list[tuple[_Issued, bool]], c: _Issued) -> Iterable[tupl
 # --------------------------------------------------------------------------
 # One host program
 # --------------------------------------------------------------------------
-
-
-def _structure(op: Operation) -> tuple[Any, ...]:
-    """What an op and its regions do, whatever ranks they run on: names,
-    types and team sizes (two `hir.if_rank` regions of one collective over
-    the teams of a 2-D mesh have the same)."""
-    return tuple(
-        (o.name, tuple(str(v.type) for v in (*o.operands, *o.results)), len(o.team) if isinstance(o, hir.TeamOp) else None)
-        for o in op.walk()
-    )
-
-
-class _Classes:
-    """The ops of a host program, each in a class with the ops doing the
-    same work for other ranks: the copies of one `hir.if_rank` region per
-    team (consecutive sibling regions of one structure) and the ops at the
-    same place in them. Ranks in the same classes run the same work, so
-    one of them is walked; a report line is a class."""
-
-    def __init__(self, func: FuncOp):
-        self.key: dict[Operation, tuple[Any, ...]] = {}
-        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
-        self.ranks: dict[Operation, frozenset[int]] = {}
-        self._visit(func.body.block, ())
-
-    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
-        run: tuple[Any, ...] | None = None
-        start = 0
-        for i, op in enumerate(block.ops):
-            if isinstance(op, hir.IfRankOp):
-                shape = _structure(op)
-                if shape != run:
-                    run, start = shape, i
-                key = (parent, start, shape)
-            else:
-                run = None
-                key = (parent, i)
-            self.key[op] = key
-            self.members[key].append(op)
-            if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
-                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
-            for region in op.regions:
-                for b in region.blocks:
-                    self._visit(b, key)
-
-    def groups(self) -> list[list[int]]:
-        """The program's ranks, grouped by the classes of the teams and rank
-        regions they belong to."""
-        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-        for op, ranks in self.ranks.items():
-            for r in ranks:
-                member[r].add(self.key[op])
-        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
-        for r in sorted(member):
-            groups[frozenset(member[r])].append(r)
-        return list(groups.values())
 
 
 def _kind(op: Operation) -> str:
@@ -495,7 +353,7 @@ def _covered(ops: Sequence[Operation]) -> list[int] | None:
 
 def function_report(func: FuncOp) -> FunctionReport:
     """The report of one host program: one rank of each group walked."""
-    classes = _Classes(func)
+    classes = RankClasses(func)
     lines: dict[tuple[Any, ...], Line] = {}
     per_rank: dict[int, Totals] = {}
     order = {op: i for i, op in enumerate(func.walk())}
@@ -534,7 +392,7 @@ def function_report(func: FuncOp) -> FunctionReport:
     for i, ln in enumerate(ordered, 1):
         ln.index = i
         ln.ranks.sort()
-    return FunctionReport(func.sym_name.data, ordered, per_rank)
+    return FunctionReport(func.sym_name.data, ordered, per_rank, memory_plan(func))
 
 
 # --------------------------------------------------------------------------
@@ -590,6 +448,15 @@ def _per_rank_text(per_rank: dict[int, Totals], unit: Unit | None) -> list[str]:
     ]
 
 
+def _memory_text(m: MemoryPlan) -> str:
+    """What the program's buffers take without plan-memory's blocks and with them."""
+    shared = f", {m.shared_blocks} shared by several" if m.shared_blocks else ""
+    return (
+        f"  buffers per rank: {m.buffers}, {_int(m.unplanned)} bytes ({_mib(Fraction(m.unplanned))}); "
+        f"in plan-memory's blocks {_int(m.planned)} bytes ({_mib(Fraction(m.planned))}){shared}"
+    )
+
+
 def render(rep: CommReport) -> str:
     unit = rep.unit
     out = ["// communication report: bytes per rank and run (docs/performance.md)"]
@@ -612,6 +479,8 @@ def render(rep: CommReport) -> str:
         else:
             out.append("  no communication")
         out += _per_rank_text(f.per_rank, unit)
+        if f.memory is not None and f.memory.buffers:
+            out.append(_memory_text(f.memory))
     for name, names in rep.groups():
         out.append(f"{name}:")
         out += _per_rank_text(rep.totals(names), unit)

@@ -71,6 +71,11 @@ PASSES: dict[str, PassEntry] = {
             "ring-form": "the GEMM+ReduceScatter ring's form: auto (the cost model chooses), sum or pull",
         },
     ),
+    "plan-memory": PassEntry(
+        "fuserc.passes.plan_memory",
+        "PlanMemory",
+        "lets buffers whose device work never overlaps (in stream order) share one block of memory",
+    ),
     "autodiff": PassEntry(
         "fuserc.passes.autodiff",
         "Autodiff",
@@ -88,7 +93,13 @@ PASSES: dict[str, PassEntry] = {
 available' (a clean error), not an import crash."""
 
 PIPELINES: dict[str, tuple[str, ...]] = {
-    "default": ("propagate-shardings", "make-resharding-contiguous", "lower-to-host-ir", "stream-pipeline"),
+    "default": (
+        "propagate-shardings",
+        "make-resharding-contiguous",
+        "lower-to-host-ir",
+        "stream-pipeline",
+        "plan-memory",
+    ),
 }
 
 ANCHOR = "builtin.module"

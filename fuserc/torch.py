@@ -109,15 +109,18 @@ class _Loaded:
     report: bool  # print the startup at each program's first run (rank 0)
     background: bool = False  # generated kernels built in the background of the first runs
     programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
+    pool: Any = None  # runtime.alloc_cache.MemoryPool: the programs run one after another on one stream
     lent: "weakref.WeakSet[_Saved]" = field(default_factory=weakref.WeakSet)
     """The saved tensors of forwards whose backward has not run yet and
     that hold buffers of the forward's graph."""
 
     def program(self, name: str) -> Any:
-        from fuserc.runtime.evaluator import Program
+        from fuserc.runtime.evaluator import Program, memory_pool
 
+        if self.pool is None:
+            self.pool = memory_pool(self.compiled.host, self.backend)
         if name not in self.programs:
-            p = self.programs[name] = Program.load(self.compiled.host, name, self.backend)
+            p = self.programs[name] = Program.load(self.compiled.host, name, self.backend, self.pool)
             p.background_kernels = self.background
         return self.programs[name]
 

@@ -9,11 +9,20 @@ done once. A site may be live more than once at a time (an allocation in a
 loop whose buffers are released later), so each key holds a list of slots
 and an acquisition takes the first free one; the same sequence of
 acquisitions and releases therefore yields the same buffers on every run.
+
+Sites that plan-memory gave one `storage` number share one block of memory
+(a `MemoryPool`'s): the first buffer of each such site is a typed tensor at
+the start of the block, so the program holds the block once instead of each
+site's buffer. A second buffer of such a site (live twice at a time, which
+the plan excludes) is a buffer of its own. The programs of one compilation
+that never run at the same time (a forward and its backward, in stream
+order) may share one pool: block k of each is the same memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+import math
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,17 +42,43 @@ class CacheEntry:
     registrations: dict[Hashable, Any] = field(default_factory=dict)
 
 
+class MemoryPool:
+    """Blocks of memory by `storage` number, made on first need at the size
+    every program using the pool asked for (`sizes`: number -> bytes)."""
+
+    def __init__(self, empty: Callable[[Sequence[int], torch.dtype], Any], sizes: Mapping[int, int]):
+        self._empty = empty
+        self.sizes = dict(sizes)
+        self._blocks: dict[int, Any] = {}
+
+    def buffer(self, storage: int, shape: Sequence[int], dtype: torch.dtype) -> Any:
+        """A buffer of (shape, dtype) at the start of block `storage`: not a
+        view (its own base), so that views of it find its cache entry."""
+        n = math.prod(shape) * dtype.itemsize
+        block = self._blocks.get(storage)
+        if block is None:
+            block = self._blocks[storage] = self._empty((max(n, self.sizes.get(storage, 0)),), torch.uint8)
+        if block.numel() < n:
+            raise ValueError(f"memory block {storage} has {block.numel()} bytes, a buffer of it needs {n}")
+        return torch.empty(0, dtype=dtype, device=block.device).set_(block.untyped_storage(), 0, tuple(shape))
+
+    def nbytes(self) -> int:
+        return sum(int(b.numel()) for b in self._blocks.values())
+
+
 class AllocationCache:
     """Buffers by allocation site, kept across runs of one program."""
 
-    def __init__(self, empty: Callable[[Sequence[int], torch.dtype], Any]):
+    def __init__(self, empty: Callable[[Sequence[int], torch.dtype], Any], pool: MemoryPool | None = None):
         self._empty = empty
         self._slots: dict[CacheKey, list[CacheEntry]] = {}
+        self.pool = pool if pool is not None else MemoryPool(empty, {})
         self.hits = 0
         self.misses = 0
 
-    def acquire(self, site: str, shape: Sequence[int], dtype: torch.dtype) -> CacheEntry:
-        """A free buffer for (site, shape, dtype), made on first need."""
+    def acquire(self, site: str, shape: Sequence[int], dtype: torch.dtype, storage: int | None = None) -> CacheEntry:
+        """A free buffer for (site, shape, dtype), made on first need (in
+        block `storage` of the pool when the site has one)."""
         key: CacheKey = (site, tuple(shape), dtype)
         slots = self._slots.setdefault(key, [])
         for entry in slots:
@@ -51,7 +86,11 @@ class AllocationCache:
                 entry.in_use = True
                 self.hits += 1
                 return entry
-        entry = CacheEntry(key, len(slots), self._empty(shape, dtype), in_use=True)
+        if storage is not None and not slots:
+            buffer = self.pool.buffer(storage, shape, dtype)
+        else:
+            buffer = self._empty(shape, dtype)
+        entry = CacheEntry(key, len(slots), buffer, in_use=True)
         slots.append(entry)
         self.misses += 1
         return entry
@@ -79,7 +118,12 @@ class AllocationCache:
         return sum(len(s) for s in self._slots.values())
 
     def nbytes(self) -> int:
-        return sum(int(e.buffer.nbytes) for e in self)
+        """The memory the cache's buffers take: each block once."""
+        storages: dict[int, int] = {}
+        for e in self:
+            s = e.buffer.untyped_storage()
+            storages[s.data_ptr()] = max(storages.get(s.data_ptr(), 0), s.nbytes())
+        return sum(storages.values())
 
     def clear(self, release: Callable[[Any], None] | None = None) -> None:
         """Drop every buffer; `release` undoes each registration first, in

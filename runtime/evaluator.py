@@ -42,7 +42,7 @@ from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry
+from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry, MemoryPool
 from fuserc.runtime.backend import Array, Backend, Handle, Team
 from fuserc.runtime.graphs import (
     CAPTURE,
@@ -160,7 +160,7 @@ class Program:
     (None where absent). Buffers come from one allocation cache kept for
     the program's lifetime."""
 
-    def __init__(self, module: ModuleOp, func: FuncOp, backend: Backend):
+    def __init__(self, module: ModuleOp, func: FuncOp, backend: Backend, pool: MemoryPool | None = None):
         self.module = module
         self.func = func
         self.backend = backend
@@ -175,7 +175,7 @@ class Program:
         self._prepared = False  # teams are made at the first run, after the input checks
         self._plan: Plan | None = None  # the ops prepared for this rank, at the first run
         self._interp: Interpreter | None = None  # runs the plan; made with it
-        self.cache = AllocationCache(backend.empty)
+        self.cache = AllocationCache(backend.empty, pool or MemoryPool(backend.empty, hir.storage_blocks(func)))
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
         self.runs = 0
@@ -195,8 +195,10 @@ class Program:
         backend.loaded(func)
 
     @staticmethod
-    def load(module: ModuleOp, entry: str, backend: Backend) -> "Program":
-        return Program(module, find_host_program(module, entry), backend)
+    def load(module: ModuleOp, entry: str, backend: Backend, pool: MemoryPool | None = None) -> "Program":
+        """`pool`: the memory blocks of programs that never run at the same
+        time (`memory_pool`); by default the program's own."""
+        return Program(module, find_host_program(module, entry), backend, pool)
 
     # ---- inputs -------------------------------------------------------------
     def prepare_inputs(self, values: Sequence[Any]) -> list[Array | None]:
@@ -494,12 +496,12 @@ class Program:
         """The cache entry a buffer (or a view of one) comes from."""
         return self._entries.get(id(self.backend.base(array)))
 
-    def acquire(self, site: str, shape: tuple[int, ...], dtype: torch.dtype) -> CacheEntry:
+    def acquire(self, site: str, shape: tuple[int, ...], dtype: torch.dtype, storage: int | None = None) -> CacheEntry:
         if self._owning and site in self.result_sites:  # the caller's: not cached, on the caller's stream
             buffer = self.backend.empty_for_caller(shape, dtype)
             self._owned.add(id(buffer))
             return CacheEntry((site, shape, dtype), -1, buffer, in_use=True)
-        entry = self.cache.acquire(site, shape, dtype)
+        entry = self.cache.acquire(site, shape, dtype, storage)
         self._entries[id(entry.buffer)] = entry
         return entry
 
@@ -511,6 +513,18 @@ class Program:
         self.backend.forget_owner(self._owner)
         self.cache.clear(self.backend.release_handle)
         self._entries.clear()
+
+
+def memory_pool(module: ModuleOp, backend: Backend) -> MemoryPool:
+    """One pool for the host programs of `module` that run one after
+    another in stream order (a forward, its backward, the forward without
+    gradients): block k is as large as any program's block k needs."""
+    sizes: dict[int, int] = {}
+    for op in module.ops:
+        if isinstance(op, FuncOp) and hir.is_host_program(op):
+            for k, n in hir.storage_blocks(op).items():
+                sizes[k] = max(sizes.get(k, 0), n)
+    return MemoryPool(backend.empty, sizes)
 
 
 def _result_sites(func: FuncOp) -> frozenset[str]:

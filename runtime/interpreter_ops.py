@@ -40,11 +40,11 @@ def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
 def _alloc(pl: Planner, op: hir.AllocOp) -> Run:
     t = op.result.type
     assert isinstance(t, TensorType)
-    site, shape, dtype = op.site, tuple(t.get_shape()), torch_dtype(t.element_type)
+    site, shape, dtype, storage = op.site, tuple(t.get_shape()), torch_dtype(t.element_type), op.storage
     result, acquire = pl.slot(op.result), pl.program.acquire
 
     def run(it: Interpreter) -> None:
-        it.env[result] = acquire(site, shape, dtype).buffer
+        it.env[result] = acquire(site, shape, dtype, storage).buffer
 
     return run
 

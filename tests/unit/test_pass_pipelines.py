@@ -31,5 +31,5 @@ def test_forms_build_the_same_passes() -> None:
     default = pl.build("default{algorithm=ring backend=mpi}")
     assert [p.name for p in default] == list(pl.PIPELINES["default"])
     assert default[2].backend == "mpi" and default[3].algorithm == "ring" and default[3].num_streams == 0
-    assert pl.with_option("default", "stream-pipeline", "algorithm", "collective").endswith('stream-pipeline{algorithm="collective"}')
+    assert pl.with_option("default", "stream-pipeline", "algorithm", "collective").endswith('stream-pipeline{algorithm="collective"},plan-memory')
     assert pl.build("") == [] and pl.build("builtin.module()") == []

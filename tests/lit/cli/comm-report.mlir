@@ -252,8 +252,10 @@ func.func @mesh2d(%x: tensor<8x4xf32>) attributes {hir.host} {
 // A module of several programs: each one's totals, the module's, and those
 // of a forward and backward pair; a program without communication says so.
 // @g's allreduce of 8x4 f32 over 2 ranks: 2 * 1/2 of 128 bytes -> 128.
+// A program's buffers are given after its totals (none: no line).
 // CHECK:      @f_fwd:
 // CHECK:        total per rank (2 ranks): 1 communication, 128 bytes (0.00 MiB), overlapped 0 bytes (0.0%)
+// CHECK-NEXT:   buffers per rank: 1, 256 bytes (0.00 MiB); in plan-memory's blocks 256 bytes (0.00 MiB)
 // CHECK-NEXT: @f_bwd:
 // CHECK-NEXT:   no communication
 // CHECK-NEXT: @g:

@@ -70,6 +70,8 @@
 // LIST-NEXT:         a links JSON file for the cost model
 // LIST-NEXT:     ring-form=str (default: auto)
 // LIST-NEXT:         the GEMM+ReduceScatter ring's form
+// LIST-NEXT:   plan-memory
+// LIST-NEXT:       lets buffers whose device work never overlaps (in stream order) share one block of memory
 // LIST-NEXT:   autodiff
 // LIST-NEXT:       derives @ENTRY_fwd and @ENTRY_bwd (the vector-Jacobian product) beside a fusion function
 // LIST-NEXT:     entry=str (default: main)
@@ -80,7 +82,7 @@
 // LIST-NEXT:         with save=activations, the MiB per device that saved gathered GEMM inputs may take
 // LIST-NEXT: Pipelines (an option given to a pipeline, default{algorithm=ring}, goes to its pass that has it):
 // LIST-NEXT:   default
-// LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline
+// LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline,plan-memory
 // LIST-NEXT: exit code: 0
 
 // Registered passes not written yet are listed as such.

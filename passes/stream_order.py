@@ -1,0 +1,197 @@
+"""A rank's run of a host program in the device's order, without data.
+
+The walk unrolls host loops, enters the `hir.if_rank` regions the rank is
+in, evaluates index values (team positions included) and resolves streams
+(the main stream, `hir.stream_for`'s pools); every op it issues on a stream
+gets a vector clock: for each stream, how many of its ops are known to be
+complete before this one starts (stream order, `hir.sync_stream`,
+`hir.wait_event`, `hir.wait` of a token). Subclasses say what they record
+of the device ops (`RankWalk.device`): the communication report (overlap),
+plan-memory (the buffers' uses).
+
+Ranks that belong to the same teams and rank regions run the same ops
+(`RankClasses`): one of each group is walked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from fuserc.dialects import hir
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Operation, SSAValue
+
+Stream = tuple[Any, ...]
+Clock = dict[Stream, int]
+MAIN: Stream = ("main",)
+
+
+def join(a: Clock, b: Clock) -> Clock:
+    out = dict(a)
+    for s, t in b.items():
+        if out.get(s, 0) < t:
+            out[s] = t
+    return out
+
+
+@dataclass
+class Issued:
+    """An op enqueued on a stream: its position there and what is known
+    complete before it starts (its clock: `tick` on its own stream)."""
+
+    seq: int  # host order
+    stream: Stream
+    tick: int
+    clock: Clock
+
+    def before(self, other: Issued) -> bool:
+        """Whether this op is complete before `other` starts."""
+        if self.stream == other.stream:
+            return self.tick < other.tick
+        return other.clock.get(self.stream, 0) >= self.tick
+
+
+class RankWalk:
+    """One rank's run of a host program (module docstring)."""
+
+    def __init__(self, rank: int, ranks: dict[Operation, frozenset[int]]):
+        self.rank = rank
+        self.ranks = ranks  # of each team op and rank region
+        self.env: dict[SSAValue, Any] = {}
+        self.current: Stream = MAIN
+        self.clocks: dict[Stream, Clock] = {}
+        self.ticks: dict[Stream, int] = defaultdict(int)
+        self.seq = 0
+
+    # ---- streams ------------------------------------------------------------
+    def issue(self) -> Issued:
+        s = self.current
+        self.seq += 1
+        self.ticks[s] += 1
+        clock = dict(self.clocks.get(s, {}))
+        clock[s] = self.ticks[s]
+        self.clocks[s] = clock
+        return Issued(self.seq, s, self.ticks[s], clock)
+
+    def wait_for(self, clock: Clock | None) -> None:
+        """The current stream waits for the work of `clock`."""
+        if clock is not None:
+            self.clocks[self.current] = join(self.clocks.get(self.current, {}), clock)
+
+    # ---- ops ----------------------------------------------------------------
+    def block(self, block: Block) -> list[Any] | None:
+        """Walk `block`; the values its `hir.yield` hands back."""
+        for op in block.ops:
+            if isinstance(op, hir.YieldOp):
+                return [self.env.get(v) for v in op.values]
+            if isinstance(op, ReturnOp):
+                return None
+            self.op(op)
+        return None
+
+    def op(self, op: Operation) -> None:
+        env = self.env
+        if isinstance(op, hir.ForOp):
+            for i in op.indices:
+                env[op.induction_var] = i
+                self.block(op.body.block)
+        elif isinstance(op, hir.IfRankOp):
+            got = self.block(op.body.block) if self.rank in self.ranks[op] else None
+            for r, v in zip(op.results, got or [None] * len(op.results)):
+                env[r] = v
+        elif isinstance(op, hir.ConstantOp):
+            env[op.result] = op.value
+        elif isinstance(op, hir.TeamIndexOp):
+            env[op.result] = op.team.index(self.rank) if self.rank in self.ranks[op] else None
+        elif isinstance(op, hir.AddModOp):
+            a, b = env.get(op.lhs), env.get(op.rhs)
+            env[op.result] = (a + b) % op.modulus if a is not None and b is not None else None
+        elif isinstance(op, hir.DivOp):
+            a = env.get(op.lhs)
+            env[op.result] = a // op.divisor if a is not None else None
+        elif isinstance(op, hir.TeamRankOp):
+            p = env.get(op.position)
+            env[op.result] = op.team[p] if p is not None and 0 <= p < len(op.team) else None
+        elif isinstance(op, hir.GetCurrentStreamOp):
+            env[op.stream] = self.current
+        elif isinstance(op, hir.StreamForOp):
+            i = env.get(op.index)
+            env[op.stream] = ("pool", op.count, i % op.count) if i is not None else ("unknown", id(op))
+        elif isinstance(op, hir.SetCurrentStreamOp):
+            self.current = env.get(op.stream) or ("unknown", id(op))
+        elif isinstance(op, hir.SyncStreamOp):
+            s = env.get(op.stream)
+            self.wait_for(self.clocks.get(s, {}) if s is not None else None)
+        elif isinstance(op, hir.RecordEventOp):
+            env[op.event] = dict(self.clocks.get(self.current, {}))
+        elif isinstance(op, hir.WaitEventOp):
+            self.wait_for(env.get(op.event))
+        elif isinstance(op, hir.WaitOp):
+            self.wait_for(env.get(op.token))
+        else:
+            self.device(op)
+
+    def device(self, op: Operation) -> None:
+        """Any other op (allocations, views, shares, compute, communications)."""
+
+
+def _structure(op: Operation) -> tuple[Any, ...]:
+    """What an op and its regions do, whatever ranks they run on: names,
+    types and team sizes (two `hir.if_rank` regions of one collective over
+    the teams of a 2-D mesh have the same)."""
+    return tuple(
+        (
+            o.name,
+            tuple(str(v.type) for v in (*o.operands, *o.results)),
+            len(o.team) if isinstance(o, hir.TeamOp) else None,
+        )
+        for o in op.walk()
+    )
+
+
+class RankClasses:
+    """The ops of a host program, each in a class with the ops doing the
+    same work for other ranks: the copies of one `hir.if_rank` region per
+    team (consecutive sibling regions of one structure) and the ops at the
+    same place in them. Ranks in the same classes run the same work, so
+    one of them is walked; a report line is a class."""
+
+    def __init__(self, func: FuncOp):
+        self.key: dict[Operation, tuple[Any, ...]] = {}
+        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
+        self.ranks: dict[Operation, frozenset[int]] = {}
+        self._visit(func.body.block, ())
+
+    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
+        run: tuple[Any, ...] | None = None
+        start = 0
+        for i, op in enumerate(block.ops):
+            if isinstance(op, hir.IfRankOp):
+                shape = _structure(op)
+                if shape != run:
+                    run, start = shape, i
+                key = (parent, start, shape)
+            else:
+                run = None
+                key = (parent, i)
+            self.key[op] = key
+            self.members[key].append(op)
+            if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
+                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
+            for region in op.regions:
+                for b in region.blocks:
+                    self._visit(b, key)
+
+    def groups(self) -> list[list[int]]:
+        """The program's ranks, grouped by the classes of the teams and rank
+        regions they belong to."""
+        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+        for op, ranks in self.ranks.items():
+            for r in ranks:
+                member[r].add(self.key[op])
+        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
+        for r in sorted(member):
+            groups[frozenset(member[r])].append(r)
+        return list(groups.values())
