@@ -12,7 +12,7 @@ stream gets a vector clock of the work known to be complete before it
 copy or launch may run at the same time as it: on another stream, neither
 ordered before the other. Ranks that take part in the same ops are walked
 once, and the copies of an op made for each team of a 2-D mesh's axis
-are one line (`RankClasses`).
+are one line (`_Classes`).
 
 Bytes are each op's `wire_bytes()` (dialects/hir_comm.py): per team
 member and execution, a ring collective's share of its buffer (nccl-tests'
@@ -31,11 +31,11 @@ from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation
 
 from fuserc.dialects import hir
 from fuserc.passes.plan_memory import MemoryPlan, memory_plan
-from fuserc.passes.stream_order import Issued, RankClasses, RankWalk, Stream
+from fuserc.passes.stream_order import Issued, RankWalk, Stream
 from fuserc.passes.stream_sites import RESHARD_ATTR
 
 MIB = 1 << 20
@@ -317,6 +317,66 @@ def _concurrent(issued: list[tuple[Issued, bool]], c: Issued) -> Iterable[tuple[
 # --------------------------------------------------------------------------
 
 
+def _structure(op: Operation) -> tuple[Any, ...]:
+    """What an op and its regions do, whatever ranks they run on: names,
+    types and team sizes (two `hir.if_rank` regions of one collective over
+    the teams of a 2-D mesh have the same)."""
+    return tuple(
+        (
+            o.name,
+            tuple(str(v.type) for v in (*o.operands, *o.results)),
+            len(o.team) if isinstance(o, hir.TeamOp) else None,
+        )
+        for o in op.walk()
+    )
+
+
+class _Classes:
+    """The ops of a host program, each in a class with the ops doing the
+    same work for other ranks: the copies of one `hir.if_rank` region per
+    team (consecutive sibling regions of one structure) and the ops at the
+    same place in them. Ranks in the same classes run the same work, so
+    one of them is walked; a report line is a class."""
+
+    def __init__(self, func: FuncOp):
+        self.key: dict[Operation, tuple[Any, ...]] = {}
+        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
+        self.ranks: dict[Operation, frozenset[int]] = {}
+        self._visit(func.body.block, ())
+
+    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
+        run: tuple[Any, ...] | None = None
+        start = 0
+        for i, op in enumerate(block.ops):
+            if isinstance(op, hir.IfRankOp):
+                shape = _structure(op)
+                if shape != run:
+                    run, start = shape, i
+                key = (parent, start, shape)
+            else:
+                run = None
+                key = (parent, i)
+            self.key[op] = key
+            self.members[key].append(op)
+            if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
+                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
+            for region in op.regions:
+                for b in region.blocks:
+                    self._visit(b, key)
+
+    def groups(self) -> list[list[int]]:
+        """The program's ranks, grouped by the classes of the teams and rank
+        regions they belong to."""
+        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+        for op, ranks in self.ranks.items():
+            for r in ranks:
+                member[r].add(self.key[op])
+        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
+        for r in sorted(member):
+            groups[frozenset(member[r])].append(r)
+        return list(groups.values())
+
+
 def _kind(op: Operation) -> str:
     return op.name.removeprefix("hir.")
 
@@ -353,7 +413,7 @@ def _covered(ops: Sequence[Operation]) -> list[int] | None:
 
 def function_report(func: FuncOp) -> FunctionReport:
     """The report of one host program: one rank of each group walked."""
-    classes = RankClasses(func)
+    classes = _Classes(func)
     lines: dict[tuple[Any, ...], Line] = {}
     per_rank: dict[int, Totals] = {}
     order = {op: i for i, op in enumerate(func.walk())}

@@ -13,10 +13,10 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAtt
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Attribute, Block, Operation, OpResult, TypeAttribute
 from xdsl.parser import Parser
+from xdsl.parser.generic_parser import ParserState
 from xdsl.printer import Printer
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
-from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.lexer import Input, Position, Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRToken, MLIRTokenKind
 
@@ -395,7 +395,8 @@ def verify(module: ModuleOp) -> None:
     without regions or successors is verified once per signature (`_Signatures`), the
     inputs its verifier reads, so that verifying is linear in the number
     of distinct ops, not a constant factor over every op."""
-    from fuserc.dialects.hir import AllocOp, verify_discardable
+    from fuserc.dialects.hir import AllocOp, is_host_program, verify_discardable
+    from fuserc.passes.plan_memory import check_storage
 
     order: dict[Block, dict[Operation, int]] = {}
     sites: dict = {}
@@ -420,6 +421,8 @@ def verify(module: ModuleOp) -> None:
             if isinstance(op, FuncOp):
                 _verify_func_signature(op)
                 _verify_one_block(op)
+                if is_host_program(op):
+                    check_storage(op)
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
 

@@ -8,20 +8,25 @@ the largest (XLA's buffer assignment, by whole blocks), which the runtime
 may also lend to the other programs of the compilation (a forward and its
 backward run one after the other).
 
-Order is decided on the device's terms, not the host's: each rank's run is
-walked as passes/stream_order.py walks it (loops unrolled, streams
-resolved, a vector clock per op). A use of a buffer is any op that reads or
-writes it or a view of it; a communication's or peer copy's use lasts until
-its token is waited (on cpu the transfer runs until then). Buffer C may
-take B's memory when, on every rank, every use of B is complete before any
-use of C starts. Left alone (a block of their own, no `storage`): buffers
-a function returns (the caller keeps them), buffers shared with peers
-(`hir.share`: peers read and write them on their own schedule, and their
-registrations belong to one buffer), allocations inside loops (one site,
-several buffers in flight), buffers still in use on a worker stream when
-the program's main stream ends, and every buffer of a program whose
-streams the walk cannot resolve (a stream chosen by the rank's position, a
-token or event it did not see made).
+Order is decided on the device's terms, not the host's: the program is
+walked as passes/stream_order.py walks a rank's run (loops unrolled,
+streams resolved, a vector clock per op), once for all the ranks it needs
+and once for a rank outside every team and region (a job larger than the
+program needs). The first walk enters every `hir.if_rank` region and runs
+every team op, but a region or team that leaves some of those ranks out
+orders nothing (its waits and syncs are not followed): on every rank, what
+the walk takes as ordered is. A use of a buffer is any op that reads or
+writes it or a view of it; a communication's or peer copy's use lasts
+until its token is waited (on cpu the transfer runs until then). Buffer C
+may take B's memory when, in both walks, every use of B is complete before
+any use of C starts. Left alone (no `storage`): buffers a function returns
+(the caller keeps them), buffers shared with peers (`hir.share`: peers
+read and write them on their own schedule, and their registrations belong
+to one buffer), allocations inside loops (one site, several buffers in
+flight), buffers still in use on a worker stream when the program's main
+stream ends, and every buffer of a program whose streams the walk cannot
+resolve (a stream chosen by the rank's position or switched on some ranks
+only, a token or event it did not see made).
 
 Each site goes, in the order of first use, to the compatible block that
 wastes least (the smallest that holds it, else the largest, which grows).
@@ -32,16 +37,19 @@ the IR (the communication report prints it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
 
 from fuserc.dialects import hir
-from fuserc.passes.stream_order import MAIN, Issued, RankClasses, RankWalk
+from fuserc.dialects.fusion import MeshOp
+from fuserc.passes.stream_order import MAIN, Issued, RankWalk
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+
+from fuserc.diagnostics import Diagnostic, location_of
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
 _IN_FLIGHT = (hir.CommunicationOp, *hir.PEER_COPY_OPS)
@@ -93,19 +101,58 @@ class MemoryBlock:
 @dataclass
 class _Token:
     buffers: set[Buffer]
+    clock: dict[object, int]
+    everywhere: bool  # made on every rank the walk stands for: waiting for it orders streams there
+    region: int  # the rank region it was made in (0: none)
     waited: bool = False
 
 
 class _Walk(RankWalk):
-    """One rank's run, recording each buffer's uses (module docstring)."""
+    """The runs of many ranks at once, recording each buffer's uses: with
+    `ranks` = N, every rank of [0, N) (regions and teams that leave some of
+    them out are entered, but their waits order nothing); with None, a rank
+    outside every team and region (a job larger than the program needs)."""
 
-    def __init__(self, rank: int, ranks: dict[Operation, frozenset[int]], buffers: dict[hir.AllocOp, Buffer]):
-        super().__init__(rank, ranks)
+    def __init__(self, ranks: int | None, buffers: dict[hir.AllocOp, Buffer]):
+        super().__init__(-1, {})
+        self.n = ranks
         self.buffers = buffers
         self.roots: dict[SSAValue, set[Buffer]] = {}
         self.by_rank: set[SSAValue] = set()  # index values that depend on the rank's position
         self.tokens: dict[SSAValue, _Token] = {}
         self.loops = 0
+        self.regions: list[int] = []  # the rank regions entered that leave ranks out
+        self.key = 0 if ranks is None else 1  # whose uses (`Buffer.first`, `last`)
+        self.skipped: set[SSAValue] = set()  # tokens of communications outside the walked ranks' teams
+        self.top = 0  # the largest rank a team or region names, plus one
+        self._everywhere: dict[Operation, bool | None] = {}
+
+    def _all(self, ranks: Sized, first: int, last: int) -> bool:
+        """Whether a team or region of these ranks (distinct) is [0, N)."""
+        return self.n is not None and len(ranks) == self.n and first == 0 and last == self.n - 1
+
+    def _team_everywhere(self, op: Operation) -> bool | None:
+        """True: its team holds every rank; False: some; None: none walked."""
+        if op not in self._everywhere:
+            self._everywhere[op] = self._team_of(op)
+        return self._everywhere[op]
+
+    def _team_of(self, op: Operation) -> bool | None:
+        team = op.team if isinstance(op, hir.TeamOp) else None
+        if isinstance(op, hir.PEER_COPY_OPS):
+            share = op.handle.owner
+            team = share.team if isinstance(share, hir.ShareOp) else None
+        if team is None:
+            return True
+        if self.n is None:
+            return None
+        first, last = min(team, default=0), max(team, default=-1)
+        self.top = max(self.top, last + 1)
+        return self._all(team, first, last)
+
+    def wait_for(self, clock: dict[object, int] | None) -> None:
+        if not self.regions:  # in a region some ranks skip, no stream waits everywhere
+            super().wait_for(clock)
 
     def run(self, func: FuncOp) -> None:
         self.block(func.body.block)
@@ -120,43 +167,70 @@ class _Walk(RankWalk):
                     b.pinned = b.pinned or "a communication's token is not waited"
         end = self.clocks.get(MAIN, {})
         for b in self.buffers.values():
-            if any(t != MAIN and end.get(t, 0) < tick for t, tick in b.last.get(self.rank, {}).items()):
+            if any(t != MAIN and end.get(t, 0) < tick for t, tick in b.last.get(self.key, {}).items()):
                 b.pinned = b.pinned or "in use on a stream the program's end does not wait for"
 
     def op(self, op: Operation) -> None:
+        env = self.env
         if isinstance(op, (hir.TeamIndexOp, hir.TeamRankOp)) or (
             isinstance(op, (hir.AddModOp, hir.DivOp)) and any(v in self.by_rank for v in op.operands)
         ):
             self.by_rank.add(op.results[0])
-        if isinstance(op, hir.StreamForOp) and op.index in self.by_rank:
+        if isinstance(op, hir.TeamIndexOp):
+            env[op.result] = None
+        elif isinstance(op, hir.StreamForOp) and op.index in self.by_rank:
             raise Unresolved("a stream chosen by the rank's position")
-        if isinstance(op, hir.ForOp):
+        elif isinstance(op, hir.ForOp):
             self.loops += 1
             super().op(op)
             self.loops -= 1
-            return
-        if isinstance(op, hir.WaitOp):
-            tok = self.tokens.get(op.token)
-            if tok is None and self.env.get(op.token) is None:
-                return  # a rank outside the communication's team: nothing to wait for
-            if tok is None:
-                raise Unresolved("a token the walk did not see made")
+        elif isinstance(op, hir.IfRankOp):
+            self._region(op)
+        elif isinstance(op, hir.WaitOp):
+            self._wait(op)
+        else:
             super().op(op)
-            tok.waited = True
-            at = self.issue()
-            for b in tok.buffers:
-                b.use(self.rank, at)
+            if isinstance(op, (hir.SetCurrentStreamOp, hir.SyncStreamOp)) and env.get(op.stream) is None:
+                raise Unresolved("a stream the walk did not see made")
+            if isinstance(op, hir.WaitEventOp) and env.get(op.event) is None:
+                raise Unresolved("an event the walk did not see recorded")
+
+    def _region(self, op: hir.IfRankOp) -> None:
+        ranks = op.ranks
+        if self.n is None:  # outside every region
+            for r in op.results:
+                self.env[r] = None
             return
-        super().op(op)
-        if isinstance(op, hir.IfRankOp) and self.rank in self.ranks[op]:
-            last = op.body.block.last_op
-            if isinstance(last, hir.YieldOp):
-                for r, v in zip(op.results, last.values):
-                    self.roots[r] = set(self.roots.get(v, ()))
-        if isinstance(op, (hir.SetCurrentStreamOp, hir.SyncStreamOp)) and self.env.get(op.stream) is None:
-            raise Unresolved("a stream the walk did not see made")
-        if isinstance(op, hir.WaitEventOp) and self.env.get(op.event) is None:
-            raise Unresolved("an event the walk did not see recorded")
+        last = ranks.last if ranks else -1
+        self.top = max(self.top, last + 1)
+        everywhere = bool(ranks) and self._all(ranks, ranks.runs[0][0], last)
+        if not everywhere:
+            self.regions.append(id(op))
+        current = self.current
+        got = self.block(op.body.block)
+        if not everywhere:
+            self.regions.pop()
+            if self.current != current:
+                raise Unresolved("a stream switched on some ranks only")
+        end = op.body.block.last_op
+        for i, r in enumerate(op.results):
+            self.env[r] = got[i] if got else None
+            if isinstance(end, hir.YieldOp):
+                self.roots[r] = set(self.roots.get(end.values[i], ()))
+
+    def _wait(self, op: hir.WaitOp) -> None:
+        tok = self.tokens.get(op.token)
+        if tok is None:
+            if op.token in self.skipped:
+                return  # a communication this rank does not take part in
+            raise Unresolved("a token the walk did not see made")
+        if tok.everywhere:
+            self.wait_for(tok.clock)
+        if not self.regions or (self.regions and self.regions[-1] == tok.region):
+            tok.waited = True
+        at = self.issue()
+        for b in tok.buffers:
+            b.use(self.key, at)
 
     def device(self, op: Operation) -> None:
         if isinstance(op, hir.AllocOp):
@@ -177,38 +251,120 @@ class _Walk(RankWalk):
             self._device_op(op)
 
     def _device_op(self, op: Operation) -> None:
-        if isinstance(op, hir.TeamOp) and self.rank not in self.ranks[op]:
-            return  # outside its team: skipped
-        if isinstance(op, hir.PEER_COPY_OPS):
-            share = op.handle.owner
-            if isinstance(share, hir.ShareOp) and self.rank not in self.ranks[share]:
-                return
-        used = {b for v in op.operands for b in self.roots.get(v, ())}
         token = next((r for r in op.results if isinstance(r.type, hir.TokenType)), None)
+        everywhere = self._team_everywhere(op) if isinstance(op, (hir.TeamOp, *hir.PEER_COPY_OPS)) else True
+        if everywhere is None:  # outside its team: skipped
+            if token is not None:
+                self.skipped.add(token)
+            return
+        used = {b for v in op.operands for b in self.roots.get(v, ())}
         if not used and token is None:
             return
         at = self.issue()
         for b in used:
-            b.use(self.rank, at)
+            b.use(self.key, at)
         if token is not None:
             self.env[token] = at.clock
-            self.tokens[token] = _Token(used if isinstance(op, _IN_FLIGHT) else set())
+            region = self.regions[-1] if self.regions else 0
+            self.tokens[token] = _Token(used if isinstance(op, _IN_FLIGHT) else set(), at.clock, everywhere and not self.regions, region)
         for r in op.results:
             if isinstance(r.type, TensorType):
                 self.roots[r] = set(used)
 
 
+def _mesh_ranks(func: FuncOp) -> int:
+    """The ranks its module's meshes need (their largest device, plus one)."""
+    module = func.parent_op()
+    meshes = [op for op in module.ops if isinstance(op, MeshOp)] if isinstance(module, ModuleOp) else []
+    return max([1, *(m.model.max_device + 1 for m in meshes)])
+
+
+def _uses(func: FuncOp) -> tuple[dict[hir.AllocOp, Buffer], str]:
+    """Each buffer's uses on the ranks the program needs (one conservative
+    walk for them all: those of its meshes, or more where a team or region
+    names more) and on a rank outside every team and region, or why the
+    walks could not resolve them."""
+    n = _mesh_ranks(func)
+    while True:
+        buffers: dict[hir.AllocOp, Buffer] = {}
+        walk = _Walk(n, buffers)
+        try:
+            walk.run(func)
+            if walk.top > n:  # ranks beyond the meshes': walk again for them all
+                n = walk.top
+                continue
+            _Walk(None, buffers).run(func)
+        except Unresolved as e:
+            return buffers, str(e)
+        return buffers, ""
+
+
+def check_storage(func: FuncOp) -> None:
+    """That the `storage` numbers a host program carries (written by hand,
+    or by this pass) are safe: each buffer with one may share memory, and
+    buffers with the same one are never in use at the same time. Raises a
+    Diagnostic at the first allocation that breaks it."""
+    allocs = [op for op in func.walk() if isinstance(op, hir.AllocOp) and op.storage is not None]
+    if not allocs:
+        return
+    buffers, why = _uses(func)
+    if why:
+        raise Diagnostic(
+            f'hir.alloc "{allocs[0].site}" storage {allocs[0].storage}: the program\'s device order cannot be told ({why})', location_of(allocs[0])
+        )
+    seen: dict[int, list[Buffer]] = {}
+    for op in allocs:
+        b = buffers.get(op)
+        if b is None:
+            continue
+        if b.pinned:
+            raise Diagnostic(f'hir.alloc "{op.site}" storage {op.storage}: its buffer cannot share memory ({b.pinned})', location_of(op))
+        for o in seen.get(op.storage or 0, []):
+            if not (b.after(o) or o.after(b)):
+                raise Diagnostic(
+                    f'hir.alloc "{op.site}" storage {op.storage}: in use on the device at the same time as '
+                    f'"{o.alloc.site}" (storage {op.storage}), so they cannot share memory',
+                    location_of(op),
+                )
+        seen.setdefault(op.storage or 0, []).append(b)
+
+
+def _any_candidate(func: FuncOp) -> bool:
+    """Whether some allocation might be planned: one not in a loop whose
+    buffer (or a view) is neither returned nor shared, read off the ops
+    without walking the runs (a program of the ranks of a big mesh, each
+    its buffer for the caller, needs no walk)."""
+    roots: dict[SSAValue, set[Operation]] = {}
+    kept: set[Operation] = set()
+    allocs: list[Operation] = []
+    for op in func.walk():
+        if isinstance(op, hir.AllocOp):
+            allocs.append(op)
+            roots[op.result] = {op}
+            parent = op.parent_op()
+            while parent is not None and parent is not func:
+                if isinstance(parent, hir.ForOp):
+                    kept.add(op)
+                parent = parent.parent_op()
+        elif isinstance(op, _VIEWS):
+            roots[op.results[0]] = roots.get(op.operands[0], set())
+        elif isinstance(op, hir.YieldOp) and isinstance(op.parent_op(), hir.IfRankOp):
+            for r, v in zip(op.parent_op().results, op.values):  # type: ignore[union-attr]
+                roots[r] = roots.get(r, set()) | roots.get(v, set())
+        elif isinstance(op, (hir.ShareOp, ReturnOp)):
+            for v in op.operands:
+                kept |= roots.get(v, set())
+    return any(op not in kept for op in allocs)
+
+
 def plan(func: FuncOp) -> tuple[list[MemoryBlock], list[Buffer], str]:
     """The blocks of memory for `func`'s buffers, its buffers left out of
     the plan, and why none were planned ('' when the walks went through)."""
-    classes = RankClasses(func)
-    buffers: dict[hir.AllocOp, Buffer] = {}
-    # one rank of each group, and a rank outside every team and rank region
-    for rank in [*(g[0] for g in classes.groups()), -1]:
-        try:
-            _Walk(rank, classes.ranks, buffers).run(func)
-        except Unresolved as e:
-            return [], list(buffers.values()), str(e)
+    if not _any_candidate(func):
+        return [], [], ""
+    buffers, why = _uses(func)
+    if why:
+        return [], list(buffers.values()), why
     planned = sorted((b for b in buffers.values() if not b.pinned and b.first_seq >= 0), key=lambda b: b.first_seq)
     blocks: list[MemoryBlock] = []
     for b in planned:

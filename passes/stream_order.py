@@ -8,9 +8,6 @@ complete before this one starts (stream order, `hir.sync_stream`,
 `hir.wait_event`, `hir.wait` of a token). Subclasses say what they record
 of the device ops (`RankWalk.device`): the communication report (overlap),
 plan-memory (the buffers' uses).
-
-Ranks that belong to the same teams and rank regions run the same ops
-(`RankClasses`): one of each group is walked.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuserc.dialects import hir
-from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.dialects.func import ReturnOp
 from xdsl.ir import Block, Operation, SSAValue
 
 Stream = tuple[Any, ...]
@@ -135,63 +132,3 @@ class RankWalk:
 
     def device(self, op: Operation) -> None:
         """Any other op (allocations, views, shares, compute, communications)."""
-
-
-def _structure(op: Operation) -> tuple[Any, ...]:
-    """What an op and its regions do, whatever ranks they run on: names,
-    types and team sizes (two `hir.if_rank` regions of one collective over
-    the teams of a 2-D mesh have the same)."""
-    return tuple(
-        (
-            o.name,
-            tuple(str(v.type) for v in (*o.operands, *o.results)),
-            len(o.team) if isinstance(o, hir.TeamOp) else None,
-        )
-        for o in op.walk()
-    )
-
-
-class RankClasses:
-    """The ops of a host program, each in a class with the ops doing the
-    same work for other ranks: the copies of one `hir.if_rank` region per
-    team (consecutive sibling regions of one structure) and the ops at the
-    same place in them. Ranks in the same classes run the same work, so
-    one of them is walked; a report line is a class."""
-
-    def __init__(self, func: FuncOp):
-        self.key: dict[Operation, tuple[Any, ...]] = {}
-        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
-        self.ranks: dict[Operation, frozenset[int]] = {}
-        self._visit(func.body.block, ())
-
-    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
-        run: tuple[Any, ...] | None = None
-        start = 0
-        for i, op in enumerate(block.ops):
-            if isinstance(op, hir.IfRankOp):
-                shape = _structure(op)
-                if shape != run:
-                    run, start = shape, i
-                key = (parent, start, shape)
-            else:
-                run = None
-                key = (parent, i)
-            self.key[op] = key
-            self.members[key].append(op)
-            if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
-                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
-            for region in op.regions:
-                for b in region.blocks:
-                    self._visit(b, key)
-
-    def groups(self) -> list[list[int]]:
-        """The program's ranks, grouped by the classes of the teams and rank
-        regions they belong to."""
-        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-        for op, ranks in self.ranks.items():
-            for r in ranks:
-                member[r].add(self.key[op])
-        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
-        for r in sorted(member):
-            groups[frozenset(member[r])].append(r)
-        return list(groups.values())

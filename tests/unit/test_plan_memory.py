@@ -6,6 +6,7 @@ compilation over one pool), checked against PyTorch."""
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -15,6 +16,7 @@ from fuserc.runtime.evaluator import Program
 from xdsl.context import Context
 
 import fuserc.torch
+from fuserc.comm_report import report
 from fuserc.ir import parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,6 +236,8 @@ def test_the_gpt_layer_holds_less_and_computes_the_same() -> None:
         assert p.cache.pool is loaded.pool
     fwd_blocks, bwd_blocks = _block_storages(fwd), _block_storages(bwd)
     assert fwd_blocks and fwd_blocks & bwd_blocks
+    memory = {g["name"]: g["memory"] for g in report(loaded.compiled.host).as_dict()["functions"]}
+    assert memory["main_bwd"] == asdict(memory_plan(bwd.func)) and memory["main_bwd"]["planned"] < memory["main_bwd"]["unplanned"]
     f.close()
 
 

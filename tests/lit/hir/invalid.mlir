@@ -28,6 +28,82 @@ func.func @f() {
 
 // -----
 
+// Storage numbers (plan-memory's, or written by hand) are checked against
+// the device's order: buffers with one number never in use together, and
+// none returned, shared with peers or allocated in a loop.
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  %a = hir.alloc "f/a" storage 0 : tensor<4xf32>
+  // expected-error @+1 {{hir.alloc "f/b" storage 0: in use on the device at the same time as "f/a" (storage 0), so they cannot share memory}}
+  %b = hir.alloc "f/b" storage 0 : tensor<4xf32>
+  hir.copy %x, %a : tensor<4xf32>, tensor<4xf32>
+  hir.copy %a, %b : tensor<4xf32>, tensor<4xf32>
+  hir.copy %b, %x : tensor<4xf32>, tensor<4xf32>
+  func.return %x : tensor<4xf32>
+}
+
+// -----
+
+// A worker stream's write is in use until the main stream waits for it.
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  %main = hir.get_current_stream : !hir.stream
+  %c0 = hir.constant 0 : index
+  %s = hir.stream_for %c0 mod 2 : !hir.stream
+  %a = hir.alloc "f/a" storage 0 : tensor<4xf32>
+  hir.set_current_stream %s : !hir.stream
+  hir.copy %x, %a : tensor<4xf32>, tensor<4xf32>
+  hir.set_current_stream %main : !hir.stream
+  // expected-error @+1 {{hir.alloc "f/b" storage 0: in use on the device at the same time as "f/a" (storage 0)}}
+  %b = hir.alloc "f/b" storage 0 : tensor<4xf32>
+  hir.copy %x, %b : tensor<4xf32>, tensor<4xf32>
+  hir.sync_stream %s : !hir.stream
+  func.return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  // expected-error @+1 {{hir.alloc "f/a" storage 1: its buffer cannot share memory (returned)}}
+  %a = hir.alloc "f/a" storage 1 : tensor<4xf32>
+  hir.copy %x, %a : tensor<4xf32>, tensor<4xf32>
+  func.return %a : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  // expected-error @+1 {{hir.alloc "f/a" storage 0: its buffer cannot share memory (shared with peers)}}
+  %a = hir.alloc "f/a" storage 0 : tensor<4xf32>
+  %h = hir.share %a team = [0, 1] : tensor<4xf32> -> !hir.handle
+  hir.copy %x, %a : tensor<4xf32>, tensor<4xf32>
+  func.return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  hir.for %i = 0 to 2 {
+    // expected-error @+1 {{hir.alloc "f/l" storage 0: its buffer cannot share memory (allocated in a loop)}}
+    %l = hir.alloc "f/l" storage 0 : tensor<4xf32>
+    hir.copy %x, %l : tensor<4xf32>, tensor<4xf32>
+    hir.dealloc %l : tensor<4xf32>
+  }
+  func.return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {hir.host} {
+  %p = hir.team_index team = [0, 1] : index
+  %s = hir.stream_for %p mod 2 : !hir.stream
+  hir.set_current_stream %s : !hir.stream
+  // expected-error @+1 {{hir.alloc "f/a" storage 0: the program's device order cannot be told (a stream chosen by the rank's position)}}
+  %a = hir.alloc "f/a" storage 0 : tensor<4xf32>
+  hir.copy %x, %a : tensor<4xf32>, tensor<4xf32>
+  func.return %x : tensor<4xf32>
+}
+
+// -----
+
 func.func @f(%x: tensor<8xf32>) {
   // expected-error @+1 {{'hir.dealloc' op operand must be a buffer made by hir.alloc}}
   hir.dealloc %x : tensor<8xf32>

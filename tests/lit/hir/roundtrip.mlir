@@ -60,6 +60,18 @@ func.func @allocation() {
   func.return
 }
 
+// A storage number (plan-memory's): a property, printed after the site.
+// GENERIC-LABEL: "func.func"() <{sym_name = "storage"
+// GENERIC: %a = "hir.alloc"() <{site = "storage/a", storage = 3 : i64}> : () -> tensor<8xf32>
+// CHECK-LABEL: func.func @storage() attributes {hir.host} {
+// CHECK-NEXT: %a = hir.alloc "storage/a" storage 3 : tensor<8xf32>
+// CHECK-NEXT: %b = hir.alloc "storage/b" storage 3 {tag = "x"} : tensor<2x2xbf16>
+func.func @storage() attributes {hir.host} {
+  %a = hir.alloc "storage/a" storage 3 : tensor<8xf32>
+  %b = hir.alloc "storage/b" storage 3 {tag = "x"} : tensor<2x2xbf16>
+  func.return
+}
+
 // The loop body's yield and the empty yield of a result-less if_rank are
 // implicit in the custom form only.
 // GENERIC-LABEL: "func.func"() <{sym_name = "control"
