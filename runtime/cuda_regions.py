@@ -160,13 +160,19 @@ def _like(t: torch.Tensor) -> torch.Tensor:
 
 
 def trace_region(
-    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Any = None, aliases: Aliases | None = None
+    body: Block,
+    ins: Sequence[torch.Tensor],
+    outs: Sequence[torch.Tensor],
+    contexts: Any = None,
+    aliases: Aliases | None = None,
+    scratch: bool = False,
 ) -> Any:
     """The region as an FX graph of aten ops over (ins..., outs...), which
     writes the yielded values into the outs; with `aliases`, over the
     operands that are no other one (`distinct`), each standing for the
-    operands that are it. Traced on copies with the same layouts (real
-    tensors: the ops run once), so the buffers of the run are untouched."""
+    operands that are it. Traced on real tensors (the ops run once): on
+    copies with the same layouts, so the caller's buffers are untouched,
+    unless they are `scratch` (the caller's to overwrite: no copies)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from fuserc.runtime.cpu import launch_with_torch
@@ -181,7 +187,7 @@ def trace_region(
         full = [given[f] for f in firsts]
         launch_with_torch(body, full[:n], full[n:], contexts)
 
-    return make_fx(region)(*[_like(operands[i]) for i in keep])
+    return make_fx(region)(*[operands[i] if scratch else _like(operands[i]) for i in keep])
 
 
 def distinct(aliases: Sequence[int]) -> list[int]:
@@ -267,7 +273,7 @@ def build_region(
     args: list[torch.Tensor] = []
     for layout, first in zip(layouts, aliases, strict=True):
         args.append(args[first] if first < len(args) else _zeros(layout, device))
-    graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device), aliases)
+    graph = trace_region(body, args[:n_ins], args[n_ins:], _on(contexts, device), aliases, scratch=True)
     constants = lift_constants(graph)
     keep = _keep(aliases)
     args = [args[i] for i in distinct(aliases)]

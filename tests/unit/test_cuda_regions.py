@@ -85,6 +85,72 @@ func.func @main(%x: tensor<32x48xf32>) -> tensor<32x48xf32> {
         assert out.stride() == (1, 32), "the output buffer was replaced, not written"
 
 
+def _chain(n: int):
+    """A launch region of n exps, one after another, over a [64, 64] f32 tensor."""
+    from fuserc.dialects import hir
+    from fuserc.ir import parse
+
+    t = "tensor<64x64xf32>"
+    ops = "\n".join(f"      %e{i + 1} = fusion.exp %e{i} : ({t}) -> {t}" for i in range(n))
+    text = f"""
+func.func @main(%x: {t}, %y: {t}) -> {t} attributes {{hir.host}} {{
+  hir.launch ins(%x : {t}) outs(%y : {t}) {{
+    ^bb0(%e0: {t}):
+{ops}
+      hir.yield %e{n} : {t}
+  }}
+  func.return %y : {t}
+}}"""
+    (launch,) = [op for op in parse(text, "chain.mlir").walk() if isinstance(op, hir.LaunchOp)]
+    return launch.body.block
+
+
+def test_a_region_op_by_op_holds_only_its_live_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """launch_with_torch lets each value go after its last use: along a
+    chain of exps, when an op runs, no value made two ops before it is
+    alive (the run, and the trace of a kernel's build, hold what is live,
+    not every value the region made); the result is torch's."""
+    import weakref
+
+    from fuserc.runtime import reference
+    from fuserc.runtime.cpu import launch_with_torch
+
+    made: list[weakref.ref] = []
+    alive_at: list[int] = []
+    real = reference.reference_results
+
+    def counting(op, args, ctx=None):  # type: ignore[no-untyped-def]
+        alive_at.append(sum(r() is not None for r in made[:-1]))
+        out = real(op, args, ctx)
+        made.extend(weakref.ref(t) for t in out)
+        return out
+
+    monkeypatch.setattr(reference, "reference_results", counting)
+    x, out = torch.rand(64, 64) / 8, torch.empty(64, 64)
+    launch_with_torch(_chain(6), [x], [out])
+    want = x
+    for _ in range(6):
+        want = torch.exp(want)
+    torch.testing.assert_close(out, want)
+    assert alive_at == [0, 0, 0, 0, 0, 0], alive_at
+
+
+def test_a_kernel_build_traces_its_own_scratch_buffers() -> None:
+    """trace_region runs the region on copies of the caller's buffers (they
+    stay as they were), or, for build_region's zero tensors (`scratch`),
+    on them: no second copy of every operand while a kernel is built."""
+    block = _chain(2)
+    x = torch.rand(64, 64)
+    out = torch.zeros(64, 64)
+    graph = cuda_regions.trace_region(block, [x], [out])
+    assert torch.count_nonzero(out) == 0
+    graph(x, out)
+    torch.testing.assert_close(out, torch.exp(torch.exp(x)))
+    out2 = torch.zeros(64, 64)
+    cuda_regions.trace_region(block, [x], [out2], scratch=True)
+    torch.testing.assert_close(out2, torch.exp(torch.exp(x)))
+
+
 def test_regions_of_the_same_ops_shared_otherwise_get_their_own_kernels() -> None:
     """Two regions of the same adds, one writing over its first input
     (the pull ring's sum), one into a buffer of its own (a reduce-scatter's
