@@ -40,9 +40,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
 
-from fuserc.dialects import hir
-from fuserc.dialects.fusion import MeshOp
-from fuserc.passes.stream_order import MAIN, Issued, RankWalk
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -50,6 +47,9 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from fuserc.diagnostics import Diagnostic, location_of
+from fuserc.dialects import hir
+from fuserc.dialects.fusion import MeshOp
+from fuserc.passes.stream_order import MAIN, Issued, RankWalk
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
 _IN_FLIGHT = (hir.CommunicationOp, *hir.PEER_COPY_OPS)
@@ -62,8 +62,8 @@ class Unresolved(Exception):
 
 @dataclass(eq=False)
 class Buffer:
-    """An allocation site and, per walked rank, its uses: the first on each
-    stream and the last one's place on each stream."""
+    """An allocation site and, per walk (`_Walk.key`), its uses: the first
+    on each stream and the last one's place on each stream."""
 
     alloc: hir.AllocOp
     bytes: int
@@ -72,18 +72,18 @@ class Buffer:
     last: dict[int, dict[object, int]] = field(default_factory=dict)
     pinned: str = ""
 
-    def use(self, rank: int, at: Issued) -> None:
+    def use(self, walk: int, at: Issued) -> None:
         if self.first_seq < 0 or at.seq < self.first_seq:
             self.first_seq = at.seq
-        self.first.setdefault(rank, {}).setdefault(at.stream, at)
-        last = self.last.setdefault(rank, {})
+        self.first.setdefault(walk, {}).setdefault(at.stream, at)
+        last = self.last.setdefault(walk, {})
         last[at.stream] = max(last.get(at.stream, 0), at.tick)
 
     def after(self, other: Buffer) -> bool:
-        """Whether, on every rank, every use of `other` is complete before
+        """Whether, in every walk, every use of `other` is complete before
         any use of this one starts."""
-        for rank, firsts in self.first.items():
-            for t, tick in other.last.get(rank, {}).items():
+        for walk, firsts in self.first.items():
+            for t, tick in other.last.get(walk, {}).items():
                 for s, u in firsts.items():
                     if (u.tick <= tick) if t == s else (u.clock.get(t, 0) < tick):
                         return False
@@ -190,6 +190,8 @@ class _Walk(RankWalk):
             self._wait(op)
         else:
             super().op(op)
+            if isinstance(op, hir.RecordEventOp) and self.regions:
+                env[op.event] = {}  # recorded on some ranks only: waiting for it orders nothing everywhere
             if isinstance(op, (hir.SetCurrentStreamOp, hir.SyncStreamOp)) and env.get(op.stream) is None:
                 raise Unresolved("a stream the walk did not see made")
             if isinstance(op, hir.WaitEventOp) and env.get(op.event) is None:

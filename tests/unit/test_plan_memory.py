@@ -65,9 +65,10 @@ def test_buffers_used_together_do_not() -> None:
     assert not _shares(text, "a", "b")
 
 
-def _worker(join: str) -> str:
-    """`a` written on a worker stream, `b` on the main stream after `join`."""
-    return _program(f"""
+def _worker(join: str, ranks: str = "") -> str:
+    """`a` written on a worker stream, `b` on the main stream after `join`
+    (all in a region of `ranks` when given)."""
+    body = f"""
     %main = hir.get_current_stream : !hir.stream
     %c0 = hir.constant 0 : index
     %s = hir.stream_for %c0 mod 2 : !hir.stream
@@ -78,7 +79,8 @@ def _worker(join: str) -> str:
 {join}
     %b = hir.alloc "b" : {T}
     hir.copy %x, %b : {T}, {T}
-    hir.copy %b, %x : {T}, {T}""")
+    hir.copy %b, %x : {T}, {T}"""
+    return _program(f"    hir.if_rank [{ranks}] {{{body}\n    }}" if ranks else body)
 
 
 def test_a_worker_streams_buffer_waits_for_its_join() -> None:
@@ -91,6 +93,25 @@ def test_a_worker_streams_buffer_waits_for_its_join() -> None:
     hir.set_current_stream %main : !hir.stream
     hir.wait_event %e : !hir.event"""
     assert _shares(_worker(events), "a", "b")
+
+
+def test_an_order_some_ranks_lack_orders_nothing() -> None:
+    """An event recorded in a region of rank 0 alone, in a program of ranks
+    0 and 1: rank 1 never waits for the worker stream, so the buffer written
+    there keeps its memory; recorded on both ranks, it shares."""
+
+    def text(ranks: str) -> str:
+        join = f"""    hir.set_current_stream %s : !hir.stream
+    %e = hir.if_rank [{ranks}] -> (!hir.event) {{
+      %r = hir.record_event : !hir.event
+      hir.yield %r : !hir.event
+    }}
+    hir.set_current_stream %main : !hir.stream
+    hir.wait_event %e : !hir.event"""
+        return _worker(join, ranks="0, 1")
+
+    assert not _shares(text("0"), "a", "b")
+    assert _shares(text("0, 1"), "a", "b")
 
 
 def test_worker_streams_by_loop_index() -> None:
