@@ -10,8 +10,6 @@ for the evaluator and the passes, and has a builder taking those values.
 from __future__ import annotations
 
 from fuserc.dialects.hir_comm import (  # noqa: F401
-    buffer_bytes,
-
     AllgatherOp,
     AllreduceOp,
     AlltoallOp,
@@ -29,6 +27,7 @@ from fuserc.dialects.hir_comm import (  # noqa: F401
     SendOp,
     ShareOp,
     WaitOp,
+    buffer_bytes,
 )
 from fuserc.dialects.hir_compute import (  # noqa: F401
     ChunkOp,

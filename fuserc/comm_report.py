@@ -44,7 +44,6 @@ GEMM, KERNEL = "gemm", "kernel"
 (launches, copies)."""
 
 
-
 # --------------------------------------------------------------------------
 # The unit of the totals
 # --------------------------------------------------------------------------
@@ -322,11 +321,7 @@ def _structure(op: Operation) -> tuple[Any, ...]:
     types and team sizes (two `hir.if_rank` regions of one collective over
     the teams of a 2-D mesh have the same)."""
     return tuple(
-        (
-            o.name,
-            tuple(str(v.type) for v in (*o.operands, *o.results)),
-            len(o.team) if isinstance(o, hir.TeamOp) else None,
-        )
+        (o.name, tuple(str(v.type) for v in (*o.operands, *o.results)), len(o.team) if isinstance(o, hir.TeamOp) else None)
         for o in op.walk()
     )
 

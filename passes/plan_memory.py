@@ -49,7 +49,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
-from fuserc.passes.stream_order import MAIN, Issued, RankWalk
+from fuserc.passes.stream_order import MAIN, Clock, Issued, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
 _IN_FLIGHT = (hir.CommunicationOp, *hir.PEER_COPY_OPS)
@@ -68,8 +68,8 @@ class Buffer:
     alloc: hir.AllocOp
     bytes: int
     first_seq: int = -1  # host order of its first use (any rank)
-    first: dict[int, dict[object, Issued]] = field(default_factory=dict)
-    last: dict[int, dict[object, int]] = field(default_factory=dict)
+    first: dict[int, dict[Stream, Issued]] = field(default_factory=dict)
+    last: dict[int, dict[Stream, int]] = field(default_factory=dict)
     pinned: str = ""
 
     def use(self, walk: int, at: Issued) -> None:
@@ -101,7 +101,7 @@ class MemoryBlock:
 @dataclass
 class _Token:
     buffers: set[Buffer]
-    clock: dict[object, int]
+    clock: Clock
     everywhere: bool  # made on every rank the walk stands for: waiting for it orders streams there
     region: int  # the rank region it was made in (0: none)
     waited: bool = False
@@ -150,7 +150,7 @@ class _Walk(RankWalk):
         self.top = max(self.top, last + 1)
         return self._all(team, first, last)
 
-    def wait_for(self, clock: dict[object, int] | None) -> None:
+    def wait_for(self, clock: Clock | None) -> None:
         if not self.regions:  # in a region some ranks skip, no stream waits everywhere
             super().wait_for(clock)
 

@@ -43,12 +43,6 @@ class Issued:
     tick: int
     clock: Clock
 
-    def before(self, other: Issued) -> bool:
-        """Whether this op is complete before `other` starts."""
-        if self.stream == other.stream:
-            return self.tick < other.tick
-        return other.clock.get(self.stream, 0) >= self.tick
-
 
 class RankWalk:
     """One rank's run of a host program (module docstring)."""
