@@ -44,13 +44,15 @@ import io
 import math
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from xdsl.ir import Block
+from xdsl.ir import Block, SSAValue
+from xdsl.printer import Printer
 
 from fuserc.runtime.kernel_cache import NotKept, Sections
 
@@ -59,6 +61,10 @@ KERNELS = ("auto", "inductor", "cupy")
 SMALL_REGION = 1 << 16
 """Under "auto", a region whose operands all have fewer elements runs
 without generated kernels (the module's docstring says why)."""
+
+DELAY_ENV = "FUSERC_BUILD_DELAY_S"
+"""Testing hook: each region's build first sleeps this many seconds (a
+slow build, to test what happens while builds are under way)."""
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
 Aliases = tuple[int, ...]
@@ -270,6 +276,8 @@ def build_region(
     `aliases` says: the entry's sections (the artifact of
     `torch._inductor.standalone_compile`, and the graph's constants;
     `NotKept` where this torch cannot save it) and the kernel."""
+    if os.environ.get(DELAY_ENV):
+        time.sleep(float(os.environ[DELAY_ENV]))
     args: list[torch.Tensor] = []
     for layout, first in zip(layouts, aliases, strict=True):
         args.append(args[first] if first < len(args) else _zeros(layout, device))
@@ -334,15 +342,31 @@ def _dynamo_compile(graph: Any) -> Callable[..., Any]:
 
 
 def region_text(body: Block) -> str:
-    """The region as IR text: its part of the kernel's key, and what a
-    build worker parses."""
-    from xdsl.printer import Printer
-
+    """The region as IR text with its values numbered in order and no
+    names of their own: its part of the kernel's key, and what a build
+    worker parses. Where a region sits (the names its values carry from
+    the program, which differ from layer to layer) is no part of it, so
+    identical layers share their kernels."""
     out = io.StringIO()
     region = body.parent_region()
     assert region is not None
-    Printer(stream=out).print_region(region)
+    _Canonical(stream=out).print_region(region)
     return out.getvalue()
+
+
+class _Canonical(Printer):
+    """A printer that numbers every value and block in order, ignoring
+    their name hints."""
+
+    def print_ssa_value(self, value: SSAValue) -> str:
+        name = self._ssa_values.get(value)
+        if name is None:
+            name = self._ssa_values[value] = self._get_new_valid_name_id()
+        self.print_string(f"%{name}")
+        return name
+
+    def _populate_block_name(self, block: Block, block_index: int | None = None) -> None:
+        self._blocks[block] = f"bb{block_index if block_index is not None else self._get_new_valid_block_id()}"
 
 
 @dataclass

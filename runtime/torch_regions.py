@@ -8,6 +8,12 @@
   aten's gelu wrote a transposed `out=` wrongly on the CPU, so such a
   buffer keeps Inductor's kernel), on the cuda backend.
   The cpu backend runs every region with PyTorch's kernels anyway.
+- A region of slices of its arguments only (`slices_of`: the replicated
+  parameters' gradients cut out of the one buffer they were reduced in):
+  one `torch._foreach_copy_` of the slices into the output buffers (one
+  launch on cuda). It moves data and computes nothing, and its slices'
+  offsets say where each parameter sits in the buffer, which differs from
+  layer to layer: a generated kernel would be built anew for every layer.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
 skip them) and, like any aten kernel, are captured in CUDA graphs.
@@ -19,9 +25,9 @@ import weakref
 from collections.abc import Sequence
 
 import torch
-from xdsl.ir import Block
+from xdsl.ir import Block, BlockArgument, SSAValue
 
-from fuserc.dialects.fusion import FusionOp
+from fuserc.dialects.fusion import FusionOp, SliceOp
 from fuserc.runtime import attention
 
 
@@ -48,15 +54,57 @@ _LONE: weakref.WeakKeyDictionary[Block, FusionOp | None] = weakref.WeakKeyDictio
 """Each region's lone op, for as long as its program's IR lives."""
 
 
+def slices_of(body: Block) -> list[tuple[int, tuple[slice, ...]]] | None:
+    """For each yielded value of a region made of `fusion.slice`s of its
+    arguments only, (the argument, its index); None for any other region
+    (found once per region)."""
+    if body not in _SLICES:
+        _SLICES[body] = _slices(body)
+    return _SLICES[body]
+
+
+def _slices(body: Block) -> list[tuple[int, tuple[slice, ...]]] | None:
+    *ops, yielded = list(body.ops)
+    if not ops or not all(isinstance(op, SliceOp) and isinstance(op.input, BlockArgument) and op.input.block is body for op in ops):
+        return None
+    found: dict[SSAValue, tuple[int, tuple[slice, ...]]] = {}
+    for op in ops:
+        assert isinstance(op, SliceOp) and isinstance(op.input, BlockArgument)
+        found[op.results[0]] = (op.input.index, tuple(slice(a, b) for a, b in zip(op.keyword("starts"), op.keyword("limits"))))
+    if not all(v in found for v in yielded.operands):
+        return None
+    return [found[v] for v in yielded.operands]
+
+
+_SLICES: weakref.WeakKeyDictionary[Block, list[tuple[int, tuple[slice, ...]]] | None] = weakref.WeakKeyDictionary()
+
+
 def runs_region(body: Block) -> bool:
     """Whether `run_region` runs this region (no generated kernel needed)."""
-    return attention.runs_region(body) or lone_op(body) is not None
+    return attention.runs_region(body) or lone_op(body) is not None or slices_of(body) is not None
+
+
+def _copy_slices(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+    """A region of slices (`slices_of`) as one copy of every slice; False
+    when it is not one, or an output overlaps an operand."""
+    cuts = slices_of(body)
+    if cuts is None:
+        return False
+    from fuserc.runtime.cuda_regions import aliases_of
+
+    if aliases_of((*ins, *outs)) != tuple(range(len(ins) + len(outs))):
+        return False  # an output shares memory with another operand: op by op
+    sources = [ins[i][index] for i, index in cuts]
+    if any(s.shape != o.shape or s.dtype != o.dtype for s, o in zip(sources, outs, strict=True)):
+        return False
+    torch._foreach_copy_(list(outs), sources)
+    return True
 
 
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run the region with PyTorch's kernels; False (nothing run) when it is
     none of those (the module docstring) or its buffers do not fit."""
-    if attention.run_region(body, ins, outs):
+    if attention.run_region(body, ins, outs) or _copy_slices(body, ins, outs):
         return True
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():
