@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
@@ -46,7 +47,7 @@ from xdsl.ir import Block
 
 from fuserc.runtime.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
 from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, Unusable
-from fuserc.runtime.kernel_worker import Pool
+from fuserc.runtime.kernel_worker import Pool, at_exit_first
 from fuserc.runtime.startup import KERNELS as COUNTS
 
 WORKERS_ENV = "FUSERC_BUILD_WORKERS"
@@ -306,6 +307,8 @@ class Background:
         self.seconds: float | None = None
         """How long the builds took (None while they run)."""
         self._stop = threading.Event()
+        _LIVE.add(self)
+        at_exit_first(_stop_at_exit)
         n = worker_count(len(groups), local_size) if workers is None else workers
         if workers is None and not os.environ.get(WORKERS_ENV, "").strip():
             n = max(1, n)  # a build in this process would hold the interpreter the runs need
@@ -334,11 +337,32 @@ class Background:
         return self.done()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """End the builds (their workers stop; what is in stays). A thread
-        still waiting after `timeout` (for another process's build) is left
-        to end with the process."""
+        """End the builds (their workers stop; what is in stays; no build
+        starts in this process from now on). A thread still busy after
+        `timeout` (a kernel it was building itself) is left to end with
+        the process."""
         self._stop.set()
         self._thread.join(timeout)
+
+
+_LIVE: "weakref.WeakSet[Background]" = weakref.WeakSet()
+"""The background builds of this process, stopped at its exit."""
+EXIT_WAIT_S = 60.0
+"""How long an ending process waits for a kernel its build thread was
+building itself (Inductor's compile cannot be cut short: a process that
+ends under it aborts)."""
+
+
+def _stop_at_exit() -> None:
+    """At exit, before the build workers are stopped (kernel_worker's
+    `at_exit_first`): every background build is told to stop, then its
+    thread is waited for, so that no build runs (or starts, in this
+    process, for a worker that ended) while the interpreter and CUDA end."""
+    builds = list(_LIVE)
+    for b in builds:
+        b._stop.set()
+    for b in builds:
+        b._thread.join(EXIT_WAIT_S)
 
 
 def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]]:
@@ -455,7 +479,7 @@ def _build(
             return
         if pool is not None:
             for group, lock, error in pool.finished(timeout=0.2 if waiting or not pending else 0.0):
-                _finish(group, lock, error, cache)
+                _finish(group, lock, error, cache, stop)
                 progress.done(group, submitted.pop(id(group)), "in a build worker")
         waiting = False
         if not pending:
@@ -483,15 +507,20 @@ def _build(
             lock.release()
         progress.done(group, started, "in this process")
     for group in held_elsewhere:  # another process builds it: wait, then load (or build, if it failed)
+        if stop is not None and stop.is_set():
+            return
         started = time.perf_counter()
         _fetch(group, cache)
         progress.done(group, started, "waited for another process's build")
     progress.end()
 
 
-def _finish(group: Sequence[Job], lock: KeyLock, error: str | None, cache: KernelCache) -> None:
-    """A worker's build is done: load its entry (build here if it failed)."""
+def _finish(group: Sequence[Job], lock: KeyLock, error: str | None, cache: KernelCache, stop: threading.Event | None = None) -> None:
+    """A worker's build is done: load its entry (build here if it failed,
+    unless the builds are stopping: its launches keep running another way)."""
     try:
+        if error is not None and stop is not None and stop.is_set():
+            return
         if error is None:
             try:
                 with cache.working_dirs():

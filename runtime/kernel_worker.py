@@ -25,7 +25,7 @@ import sys
 import tempfile
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fuserc.runtime.kernel_cache import THREADS_ENV
@@ -172,17 +172,30 @@ _LIVE_POOLS: set[Pool] = set()
 """Pools whose workers run: a background build's, when the process ends
 before it (stopped at exit, `_stop_pools_at_exit`)."""
 _AT_EXIT: list[bool] = []
+_FIRST_AT_EXIT: list[Callable[[], None]] = []
+"""What runs at exit before the workers are stopped (`at_exit_first`)."""
+
+
+def at_exit_first(hook: Callable[[], None]) -> None:
+    """Run `hook` at exit before the workers still running are stopped:
+    a background build's thread is told to stop first, so that it never
+    sees its workers end and builds their kernels in an ending process."""
+    _stop_pools_at_exit()
+    if hook not in _FIRST_AT_EXIT:
+        _FIRST_AT_EXIT.append(hook)
 
 
 def _stop_pools_at_exit() -> None:
     """Once: at exit, stop the workers of pools still running (a background
     build's thread is a daemon: it ends with the process, its workers would
-    not)."""
+    not), after the `at_exit_first` hooks."""
     if _AT_EXIT:
         return
     import atexit
 
     def stop() -> None:
+        for hook in _FIRST_AT_EXIT:
+            hook()
         for pool in list(_LIVE_POOLS):
             pool.close()
 

@@ -573,3 +573,45 @@ def test_when_kernels_are_built_is_a_choice(monkeypatch: pytest.MonkeyPatch) -> 
         kernel_builds.builds_mode()
     with pytest.raises(Diagnostic, match="kernel_builds must be one of before, background, got 'soon'"):
         ft.function(STRIDED, kernel_builds="soon")
+
+
+ENDING = """
+import atexit, sys, time
+atexit.register(time.sleep, 1.0)  # a teardown that takes time after fuserc's exit handlers (CUDA's on a GPU)
+import torch
+from fuserc.runtime import kernel_builds, kernel_worker
+from fuserc.runtime.cpu import CpuBackend
+from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.program import compile_text
+program = compile_text(open(sys.argv[1]).read(), backend=CpuBackend(mpi_env()))
+background = kernel_builds.prepare([program.program], torch.device("cpu"), background=True, workers=1)
+assert background is not None
+def workers():
+    return [w for pool in list(kernel_worker._LIVE_POOLS) for w in pool.workers]
+while not workers() or (sys.argv[2] == "building" and not any(w.job for w in workers())):
+    time.sleep(0.05)
+print("workers", *[w.proc.pid for w in workers()], flush=True)
+"""
+"""A script that ends while its kernels are built in the background: while
+its build worker starts, or while it builds."""
+
+
+@pytest.mark.parametrize("when", ["starting", "building"])
+def test_a_script_ending_while_kernels_build_exits_cleanly(when: str, tmp_path: Path) -> None:
+    """The builds stop before the workers do, so that the build thread
+    never sees a worker end and builds its kernels in an ending process (on
+    a GPU: "a build worker ended (exit status -9) ... its kernels are built
+    in this process", then SIGABRT from a build cut short by the process's
+    end); the process exits 0 and leaves no worker running."""
+    (tmp_path / "big.mlir").write_text(BIG)
+    env = {**os.environ, "FUSERC_CACHE_DIR": str(tmp_path / "cache"), cuda_regions.DELAY_ENV: "60"}
+    env.pop(kernel_builds.WORKERS_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", ENDING, str(tmp_path / "big.mlir"), when], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for said in ("build worker ended", "built in this process", "terminate called", "Traceback"):
+        assert said not in proc.stderr, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()[1:]]
+    assert pids
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
