@@ -194,9 +194,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def variant_list(text: str) -> tuple[str, ...]:
+def variant_list(text: str, variants: Sequence[tuple[str, str]] = VARIANTS) -> tuple[str, ...]:
+    """--variants: keys among `variants`' (a benchmark's (key, title) pairs)."""
     keys = tuple(v.strip() for v in text.split(",") if v.strip())
-    known = [k for k, _ in VARIANTS]
+    known = [k for k, _ in variants]
     bad = [k for k in keys if k not in known]
     if bad or not keys:
         raise argparse.ArgumentTypeError(f"variants are among {','.join(known)}, got '{text}'")
@@ -391,6 +392,15 @@ class Job:
 
     def release(self) -> None:
         release(self.comm, self.device if self.cuda else None)
+
+    def end(self) -> None:
+        """After the figures: the device drained; under mpiexec, the world
+        this tool started ended."""
+        self.drain()
+        if not torch_launched():
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
     def device_name(self) -> str:
         return device_name(self.device if self.cuda else None)
@@ -818,17 +828,16 @@ def run(a: argparse.Namespace) -> int:
         for b in bad:
             print(f"FAILED: {b}")
         sys.stdout.flush()
-    job.drain()
-    if not torch_launched():  # under mpiexec the world is this tool's own
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    job.end()
     return 1 if bad else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def tool_main(name: str, p: argparse.ArgumentParser, resolve: Callable[[argparse.Namespace], argparse.Namespace],
+              run: Callable[[argparse.Namespace], int], argv: Sequence[str] | None) -> int:  # fmt: skip
+    """A GPU benchmark's start (bench_layer, bench_model): its options (bad
+    usage: exit 2), a GPU unless --small, torch's world under torchrun,
+    then `run` as the job of this process."""
     os.environ.update(MULTICAST_OFF)  # before NCCL or symmetric memory start
-    p = parser()
     a = p.parse_args(argv)
     try:
         a = resolve(a)
@@ -838,11 +847,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not a.small and not torch.cuda.is_available():
         if not launcher_rank():
-            print("bench_layer: no CUDA GPU here (--small runs on the CPU)", file=sys.stderr)
+            print(f"{name}: no CUDA GPU here (--small runs on the CPU)", file=sys.stderr)
         return 1
     if torch_launched():
         start_torch_world(cuda=not a.small)
     run_guarded(lambda: run(a))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return tool_main("bench_layer", parser(), resolve, run, argv)
 
 
 if __name__ == "__main__":

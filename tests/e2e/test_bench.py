@@ -254,3 +254,32 @@ def test_bench_layer_check_fails_on_a_wrong_layer(tmp_path: Path) -> None:
     assert fuserc["ok"] is False
     for key in ("output", "grads"):
         assert fuserc["vs_reference"][key] > 10 * eager[key] + data["floor"]
+
+
+# -- tools/bench_model.py ----------------------------------------------------------
+MODEL = Path(__file__).parents[2] / "tools" / "bench_model.py"
+
+
+def test_bench_model_under_torchrun(tmp_path: Path) -> None:
+    """train_gpt's model in a training step on 2 ranks: fuserc beside DTensor
+    eager (their first losses agree), the compiled variants n/a on the CPU
+    with their reasons, the tables and the figures written to --out."""
+    from test_torch_function import launch
+
+    shape = ["--small"] if BACKEND == "cpu" else ["--layers", "2", "--hidden", "256", "--tokens", "256", "--vocab", "512"]
+    proc = launch("torchrun", 2, MODEL, [*shape, "--warmup", "1", "--iters", "1", "--repeats", "1", "--out", str(tmp_path)], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tables = (tmp_path / "bench_model.md").read_text()
+    for title in ("### training step (fwd+bwd+AdamW), 2 rank(s)", "### peak memory above parameters", "### first step, compile time and kernels"):
+        assert title in tables and title in proc.stdout, tables
+    data = json.loads((tmp_path / "bench_model.json").read_text())
+    assert data["ranks"] == 2 and len(data["shapes"]) == 1
+    got = data["shapes"][0]
+    for key in ("fuserc", "eager"):
+        r = got["results"][key]
+        assert r["step_ms"] > 0 and r["tokens_per_s"] > 0 and r["first_step_s"] > 0, r
+        assert got["loss_diff"][key] is not None and got["loss_diff"][key] <= 1e-3, got["loss_diff"]
+    assert got["speedup"]["eager"] > 0 and got["results"]["fuserc"]["compile_s"] > 0
+    if BACKEND == "cpu":
+        assert got["results"]["compile"]["step_ms"] is None and "--cpu-compile" in got["results"]["compile"]["reason"]
+        assert "n/a: async TP: needs CUDA" in tables

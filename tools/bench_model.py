@@ -1,0 +1,535 @@
+#!/usr/bin/env python
+"""A whole GPT model in a training step: fuserc beside PyTorch.
+
+    python tools/bench_model.py --shapes 12x2048x8192,24x4096x4096 [--out DIR]   (one GPU: d = 1)
+    torchrun --nproc-per-node 4 tools/bench_model.py --layers 12 --hidden 2048 --tokens 8192
+    mpiexec -n 4 python tools/bench_model.py ...                                 (the same under MPI)
+    python tools/bench_model.py --small                                          (the CPU: tests the harness)
+
+The model is examples/python/train_gpt.py's: a vocabulary-parallel
+embedding, a learned position embedding, L GPT layers (heads of 128, MLP
+4 x hidden, gelu), a final layer_norm, a vocabulary-parallel LM head and
+cross_entropy; bf16 (f32 with --small); vocabulary 32768. A training
+step is the loss, its backward and an AdamW step over every parameter.
+For each shape (L x hidden x tokens), in one process per rank, from the
+same initial weights (train_gpt's initial_weights) and the same random
+tokens:
+
+- fuserc: the model of train_gpt.build through `fuserc.torch.function` on
+  this rank's shards (its kernels built in the background of its first
+  steps, the default);
+- eager: the same model as a torch nn.Module (gpt_layer.Block layers); at
+  d > 1 parallelized with DTensor: the embedding split over the
+  vocabulary, each layer sequence + tensor parallel (bench_layer's plan),
+  the head split over the vocabulary with `loss_parallel`;
+- torch.compile: that module under torch.compile;
+- async TP (d > 1, CUDA): under torch.compile with Inductor's
+  `_micro_pipeline_tp`.
+
+Each variant's line gives its step time (median of R repeats of N steps
+after W warm-up steps), tokens/s (the global tokens of a step over its
+time), peak memory (torch.cuda.max_memory_allocated over the timed steps
+above what is allocated between steps: parameters, optimizer state,
+inputs), its first step (compilation included) and its compile time
+(fuserc: its passes and kernels, as `Function.startup` counts them;
+torch.compile: the first step less a timed one), the kernels it built
+(fuserc: loaded and built from its kernel cache; torch.compile:
+Inductor's generated kernels), and for fuserc the steps taken while its
+kernels were still building (their median time) and when the first step
+at full speed started (once every kernel was in). Ratios: "eager /
+fuserc" and "torch.compile / fuserc" are speedups of fuserc's step (> 1:
+fuserc faster); "peak / eager" is a peak over eager's. The first step's
+loss of every variant is compared with eager's: beyond the tolerance
+(bf16 2e-2, f32 1e-3, relative), the run fails (exit 1).
+
+`--budget MIB` passes autodiff's memory budget to fuserc
+(`autodiff{budget=MIB}`); `--autodiff-options TEXT` any of its options.
+`--out DIR`: rank 0 writes the tables to DIR/bench_model.md (and the
+figures to DIR/bench_model.json). NVLink multicast is never used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "python"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench import agreed, num_text  # noqa: E402
+from bench_layer import HEAD_DIM, Job, tensor_parallel, timed, tool_main, variant_list  # noqa: E402
+from gpt_layer import WEIGHTS, Block  # noqa: E402
+from train_gpt import DTYPES, initial_weights, shapes  # noqa: E402
+from train_gpt import build as build_model  # noqa: E402
+
+VARIANTS = (("fuserc", "fuserc"), ("eager", "eager"), ("compile", "torch.compile"), ("async_tp", "async TP"))
+BASELINES = VARIANTS[1:]
+LOSS_TOLERANCE = {"bf16": 2e-2, "f32": 1e-3}
+BUILDING_STEPS = 10
+"""fuserc's steps timed while its kernels are still building, at most."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    hidden: int
+    tokens: int
+    head_dim: int
+    vocab: int
+
+    @property
+    def heads(self) -> int:
+        return self.hidden // self.head_dim
+
+    def model_args(self, dtype: str, seed: int = 0) -> argparse.Namespace:
+        """train_gpt's options for this model."""
+        return argparse.Namespace(
+            layers=self.layers, hidden=self.hidden, tokens=self.tokens, heads=self.heads, ffn=4 * self.hidden,
+            vocab=self.vocab, dtype=dtype, dropout=0.0, seed=seed,
+        )  # fmt: skip
+
+    def problem(self, d: int) -> str | None:
+        if self.hidden % self.head_dim:
+            return f"hidden {self.hidden} is not a multiple of the head dim {self.head_dim}"
+        for what, n in (("heads", self.heads), ("tokens", self.tokens), ("vocabulary entries", self.vocab)):
+            if n % d:
+                return f"{n} {what} are not divisible by {d} ranks"
+        return None
+
+    def text(self) -> str:
+        return f"{self.layers} x {self.hidden} x {self.tokens}"
+
+
+def shape_list(text: str) -> list[tuple[int, int, int]]:
+    """LxHxT,LxHxT,..."""
+    out = []
+    for part in text.split(","):
+        try:
+            dims = tuple(int(v) for v in part.lower().split("x"))
+        except ValueError:
+            dims = ()
+        if len(dims) != 3 or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"shapes are LAYERSxHIDDENxTOKENS, comma-separated, got '{part}'")
+        out.append(dims)
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=None, help="layers (with --hidden and --tokens: one shape; default 12)")
+    p.add_argument("--hidden", type=int, default=None, help="hidden size, a multiple of 128 (default 2048)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens a step (sequence x batch) (default 8192)")
+    p.add_argument("--shapes", type=shape_list, default=None, metavar="LxHxT,...", help="several shapes (instead of --layers/--hidden/--tokens)")
+    p.add_argument("--vocab", type=int, default=None, help="vocabulary (default 32768; --small 128)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps before the timed ones (default 3; --small 1)")
+    p.add_argument("--iters", type=int, default=None, help="steps per timed repeat (default 5; --small 2)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default 3; --small 2)")
+    p.add_argument("--small", action="store_true", help="the CPU, f32, head dim 16, a 2-layer model of hidden 64: tests the harness")
+    p.add_argument("--cpu-compile", action="store_true", help="with --small, run torch.compile on the CPU too (Inductor's C++ builds)")
+    p.add_argument("--variants", type=partial(variant_list, variants=VARIANTS), default=None, metavar="LIST", help=f"of {','.join(k for k, _ in VARIANTS)} (default all)")
+    p.add_argument("--budget", type=int, default=None, metavar="MIB", help="autodiff's memory budget for fuserc (autodiff{budget=MIB})")
+    p.add_argument("--autodiff-options", default="", metavar="TEXT", help="more options of fuserc's autodiff pass, as a pipeline writes them")
+    p.add_argument("--out", metavar="DIR", help="rank 0 writes the tables (bench_model.md) and figures (bench_model.json) there")
+    return p
+
+
+def resolve(a: argparse.Namespace) -> argparse.Namespace:
+    """Defaults that depend on --small; the shapes."""
+    small = a.small
+    if a.shapes and any(v is not None for v in (a.layers, a.hidden, a.tokens)):
+        raise argparse.ArgumentTypeError("give --shapes or --layers/--hidden/--tokens, not both")
+    dims = a.shapes or [(a.layers or 2, a.hidden or 64, a.tokens or 32) if small else (a.layers or 12, a.hidden or 2048, a.tokens or 8192)]
+    a.head_dim = 16 if small else HEAD_DIM
+    a.vocab = a.vocab or (128 if small else 32768)
+    a.shape_list = [Shape(l, h, t, a.head_dim, a.vocab) for l, h, t in dims]
+    a.warmup = (1 if small else 3) if a.warmup is None else a.warmup
+    a.iters = (2 if small else 5) if a.iters is None else a.iters
+    a.repeats = (2 if small else 3) if a.repeats is None else a.repeats
+    if min(a.warmup, a.iters, a.repeats) < 1:
+        raise argparse.ArgumentTypeError("--warmup, --iters and --repeats must be >= 1")
+    a.dtype = "f32" if small else "bf16"
+    a.variants = a.variants or tuple(k for k, _ in VARIANTS)
+    a.autodiff = " ".join(o for o in (a.autodiff_options.strip(), f"budget={a.budget}" if a.budget is not None else "") if o)
+    return a
+
+
+# --------------------------------------------------------------------------
+# The model in PyTorch
+# --------------------------------------------------------------------------
+
+
+class Model(nn.Module):
+    """train_gpt's model (its `reference_loss`) as a module: ids -> logits."""
+
+    def __init__(self, s: Shape, dtype: torch.dtype):
+        super().__init__()
+        self.emb = nn.Embedding(s.vocab, s.hidden, dtype=dtype)
+        self.pos = nn.Parameter(torch.empty(s.tokens, s.hidden, dtype=dtype))
+        self.layers = nn.ModuleList(Block(s.hidden, s.head_dim, 4 * s.hidden, dtype=dtype) for _ in range(s.layers))
+        self.lnf = nn.LayerNorm(s.hidden, eps=1e-5, dtype=dtype)
+        self.head = nn.Linear(s.hidden, s.vocab, bias=False, dtype=dtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = self.pos.to_local() if hasattr(self.pos, "to_local") else self.pos  # this rank's tokens at d > 1
+        x = self.emb(ids) + pos
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.lnf(x))
+
+    def parameter_order(self) -> list[nn.Parameter]:
+        """The parameters in train_gpt's order (`shapes`)."""
+        out = [self.emb.weight, self.pos]
+        for layer in self.layers:
+            named = dict(layer.named_parameters())
+            out += [named[n] for n in WEIGHTS]
+        return [*out, self.lnf.weight, self.lnf.bias, self.head.weight]
+
+
+def torch_model(s: Shape, weights: Sequence[torch.Tensor], job: Job) -> Model:
+    """The module holding copies of `weights`; at d > 1 parallelized with
+    DTensor (the module docstring)."""
+    with torch.device("meta"):
+        m = Model(s, weights[0].dtype)
+    m = m.to_empty(device=job.device)
+    with torch.no_grad():
+        for p, w in zip(m.parameter_order(), weights, strict=True):
+            p.copy_(w)
+    if job.d == 1:
+        return m
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+
+    plan = {
+        "emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+        "lnf": SequenceParallel(sequence_dim=0),
+        "head": ColwiseParallel(input_layouts=Shard(0), output_layouts=Shard(-1), use_local_output=False),
+    }
+    parallelize_module(m, job.mesh, plan)
+    for layer in m.layers:
+        tensor_parallel(layer, job.mesh)
+    m.pos = nn.Parameter(distribute_tensor(m.pos.detach(), job.mesh, [Shard(0)]))
+    return m
+
+
+# --------------------------------------------------------------------------
+# Variants
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    """One way of taking a training step on this rank."""
+
+    loss: Callable[[], torch.Tensor]
+    params: list[torch.Tensor]
+    parallel_loss: bool = False  # the loss and its backward under DTensor's loss_parallel
+    ready: Callable[[], bool] = lambda: True
+    """Whether what the first step left running is done (fuserc's kernels)."""
+    kernels: Callable[[], str] = lambda: "n/a"
+    compile_s: Callable[[float, float], float | None] = lambda first, step: None
+    close: Callable[[], None] = lambda: None
+    opt: Any = None
+
+    def __post_init__(self) -> None:
+        fused = {"fused": True} if self.params and self.params[0].is_cuda else {}
+        self.opt = torch.optim.AdamW(self.params, lr=1e-4, weight_decay=0.01, **fused)
+
+    def step(self) -> float:
+        """One training step; its loss (a float read at the end of the step)."""
+        from contextlib import nullcontext
+
+        self.opt.zero_grad(set_to_none=True)
+        if self.parallel_loss:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            context: Any = loss_parallel()
+        else:
+            context = nullcontext()
+        with context:
+            loss = self.loss()
+            loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
+def fuserc_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, a: argparse.Namespace) -> Variant:
+    import fuserc.torch as ft
+    from fuserc.api import shard_tensor
+    from fuserc.sharding import Mesh
+
+    fd, _ = build_model(s.model_args(a.dtype), job.d)
+    f = ft.function(fd, autodiff=a.autodiff)
+    mesh = Mesh("tp", (job.d,))
+    params = [nn.Parameter(shard_tensor(w, spec, mesh, job.rank).contiguous().clone()) for w, spec in zip(weights, fd.inputs[2:], strict=True)]
+
+    def kernels() -> str:
+        return f.startup.kernels.describe()
+
+    def compile_s(first: float, step: float) -> float:
+        return sum(v for k, v in f.startup.seconds.items() if k in ("passes", "kernels"))
+
+    return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), kernels=kernels, compile_s=compile_s, close=f.close)
+
+
+def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, options: dict[str, Any] | None) -> Variant:
+    """The module eager, or under torch.compile with Inductor `options`
+    (compiled afresh)."""
+    m = torch_model(s, weights, job)
+    fn: Callable[[torch.Tensor], torch.Tensor] = m
+    if options is not None:
+        torch._dynamo.reset()
+        fn = torch.compile(m, options=options)
+    parallel = job.d > 1
+    v = Variant(lambda: F.cross_entropy(fn(ids), labels), list(m.parameters()), parallel_loss=parallel)
+    if options is not None:
+        from torch._inductor import metrics
+
+        metrics.generated_kernel_count = 0
+        v.kernels = lambda: f"{metrics.generated_kernel_count} generated"
+        v.compile_s = lambda first, step: max(first - step, 0.0)
+    return v
+
+
+# --------------------------------------------------------------------------
+# One shape
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One variant at one shape (None where n/a, with `reason`)."""
+
+    step_ms: float | None = None
+    tokens_per_s: float | None = None
+    peak_mib: float | None = None
+    first_step_s: float | None = None
+    compile_s: float | None = None
+    kernels: str = "n/a"
+    loss: float | None = None
+    building_step_ms: float | None = None
+    building_steps: int = 0
+    full_speed_at_s: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class ShapeResult:
+    shape: Shape
+    results: dict[str, Result] = field(default_factory=dict)
+    speedup: dict[str, float | None] = field(default_factory=dict)  # baseline ms / fuserc ms
+    peak_vs_eager: dict[str, float | None] = field(default_factory=dict)
+    loss_diff: dict[str, float | None] = field(default_factory=dict)  # first loss vs eager's, relative
+
+
+def inputs(s: Shape, job: Job, dtype: torch.dtype) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """train_gpt's initial weights (drawn on this rank's device from one
+    seed: the same on every rank), random tokens and their successors."""
+    weights = initial_weights(s.model_args("f32"), job.device, dtype)
+    g = torch.Generator(job.device).manual_seed(1)
+    seq = torch.randint(0, s.vocab, (s.tokens + 1,), generator=g, device=job.device)
+    return weights, seq[:-1].contiguous(), seq[1:].contiguous()
+
+
+def measure(make: Callable[[], Variant], s: Shape, job: Job, a: argparse.Namespace, key: str) -> Result:
+    """A variant's first step, the steps while it builds (fuserc), then its timed steps."""
+    r = Result()
+    v = make()
+    try:
+        job.drain()
+        job.comm.Barrier()
+        start = time.perf_counter()
+        r.loss = float(v.step())
+        job.drain()
+        r.first_step_s = max(job.comm.allgather(time.perf_counter() - start))
+        building = []
+        while len(building) < BUILDING_STEPS and not all(job.comm.allgather(v.ready())):
+            t0 = time.perf_counter()
+            v.step()
+            job.drain()
+            building.append(max(job.comm.allgather(time.perf_counter() - t0)))
+        while not all(job.comm.allgather(v.ready())):
+            time.sleep(0.1)
+        if key == "fuserc":
+            r.full_speed_at_s = max(job.comm.allgather(time.perf_counter() - start))
+            r.building_steps = len(building)
+            r.building_step_ms = statistics.median(building) * 1e3 if building else None
+        for _ in range(a.warmup):
+            v.step()
+        job.drain()
+        v.opt.zero_grad(set_to_none=True)
+        job.release()
+        base = torch.cuda.memory_allocated(job.device) / 2**20 if job.cuda else None  # parameters, optimizer state, inputs
+        job.reset_peak()
+        times = timed(v.step, job, argparse.Namespace(warmup=0, iters=a.iters, repeats=a.repeats))
+        peak = job.peak_mib()
+        r.peak_mib = max(job.comm.allgather(peak - base)) if peak is not None and base is not None else None
+        r.step_ms = statistics.median(times) * 1e3
+        r.tokens_per_s = s.tokens / (r.step_ms / 1e3)
+        r.compile_s = v.compile_s(r.first_step_s, r.step_ms / 1e3)
+        r.kernels = v.kernels()
+    finally:
+        v.close()
+        for p in v.params:
+            p.grad = None
+        del v
+        job.release()
+    return r
+
+
+def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
+    res = ShapeResult(s)
+    problem = s.problem(job.d)
+    if problem:
+        res.results = {k: Result(reason=problem) for k, _ in VARIANTS}
+        return res
+    dtype = DTYPES[a.dtype]
+    weights, ids, labels = inputs(s, job, dtype)
+    makers: dict[str, tuple[str | None, Callable[[], Variant]]] = {
+        "eager": (None, lambda: module_variant(s, weights, ids, labels, job, None)),
+        "fuserc": (None, lambda: fuserc_variant(s, weights, ids, labels, job, a)),
+        "compile": (job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {})),
+        "async_tp": (job.async_tp_reason or job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {"_micro_pipeline_tp": True})),
+    }
+    for key in ("eager", "fuserc", "compile", "async_tp"):  # eager first: the others are compared with it
+        why, make = makers[key]
+        if key not in a.variants:
+            why = "not asked for (--variants)"
+        if why:
+            res.results[key] = Result(reason=why)
+            continue
+        got, reason = agreed(job.comm, lambda: measure(make, s, job, a, key))
+        res.results[key] = got if got is not None else Result(reason=reason)
+    fus, eager = res.results["fuserc"], res.results["eager"]
+    for key, _ in BASELINES:
+        ms = res.results[key].step_ms
+        res.speedup[key] = ms / fus.step_ms if ms and fus.step_ms else None
+    for key, _ in VARIANTS:
+        r = res.results[key]
+        res.peak_vs_eager[key] = r.peak_mib / eager.peak_mib if r.peak_mib is not None and eager.peak_mib else None
+        res.loss_diff[key] = abs(r.loss - eager.loss) / max(abs(eager.loss), 1e-12) if r.loss is not None and eager.loss is not None else None
+    return res
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+
+def line(res: ShapeResult, key: str, title: str, d: int) -> str:
+    r = res.results[key]
+    head = f"[{res.shape.text()} d={d}] {title}:"
+    if r.step_ms is None:
+        return f"{head} n/a ({r.reason})"
+    out = (
+        f"{head} step {r.step_ms:.1f} ms, {r.tokens_per_s:,.0f} tokens/s, peak {num_text(r.peak_mib, ',.0f')} MiB, "
+        f"first step {r.first_step_s:.1f} s, compile {num_text(r.compile_s, '.1f')} s, kernels {r.kernels}, "
+        f"loss {r.loss:.4f} (vs eager {num_text(res.loss_diff.get(key), '.1e')})"
+    )
+    if key == "fuserc" and r.full_speed_at_s is not None:
+        out += f"; {r.building_steps} step(s) while its kernels built ({num_text(r.building_step_ms, '.1f')} ms each), full speed from {r.full_speed_at_s:.1f} s"
+    if key != "fuserc":
+        out += f"; {title} / fuserc {num_text(res.speedup.get(key), '.2f')}"
+    return out
+
+
+def markdown(results: Sequence[ShapeResult], d: int, dtype: str, device: str) -> str:
+    head = ["layers x hidden x tokens"]
+    for _, title in VARIANTS:
+        head += [f"{title} ms", f"{title} tokens/s"]
+    head += [f"{title} / fuserc" for _, title in BASELINES]
+    out = [f"### training step (fwd+bwd+AdamW), {d} rank(s), {dtype}, {device}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes: dict[str, None] = {}
+    for res in results:
+        cells = [res.shape.text()]
+        for key, title in VARIANTS:
+            r = res.results[key]
+            if r.step_ms is None:
+                notes[f"n/a: {title}: {r.reason}"] = None
+            cells += [num_text(r.step_ms, ".1f"), num_text(r.tokens_per_s, ",.0f")]
+        cells += [num_text(res.speedup.get(k), ".2f") for k, _ in BASELINES]
+        out.append("| " + " | ".join(cells) + " |")
+    head = ["layers x hidden x tokens"] + [f"{t} peak MiB" for _, t in VARIANTS] + [f"{t} peak / eager" for k, t in VARIANTS if k != "eager"]
+    out += ["", "### peak memory above parameters, optimizer state and inputs", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        cells = [res.shape.text()] + [num_text(res.results[k].peak_mib, ",.0f") for k, _ in VARIANTS]
+        cells += [num_text(res.peak_vs_eager.get(k), ".2f") for k, _ in VARIANTS if k != "eager"]
+        out.append("| " + " | ".join(cells) + " |")
+    head = ["layers x hidden x tokens"] + [f"{t} first step s" for _, t in VARIANTS] + [f"{t} compile s" for _, t in VARIANTS]
+    head += ["fuserc kernels", "torch.compile kernels", "fuserc steps while building (ms)", "fuserc full speed from (s)"]
+    out += ["", "### first step, compile time and kernels", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        f = res.results["fuserc"]
+        cells = [res.shape.text()] + [num_text(res.results[k].first_step_s, ".1f") for k, _ in VARIANTS]
+        cells += [num_text(res.results[k].compile_s, ".1f") for k, _ in VARIANTS]
+        building = f"{f.building_steps} x {num_text(f.building_step_ms, '.1f')}" if f.building_steps else "none"
+        cells += [f.kernels, res.results["compile"].kernels, building, num_text(f.full_speed_at_s, ".1f")]
+        out.append("| " + " | ".join(cells) + " |")
+    out += [""] + [f"- {n}" for n in notes] if notes else []
+    return "\n".join(out)
+
+
+def failures(results: Sequence[ShapeResult], dtype: str) -> list[str]:
+    out = []
+    for res in results:
+        for key, title in VARIANTS:
+            diff = res.loss_diff.get(key)
+            if diff is not None and diff > LOSS_TOLERANCE[dtype]:
+                out.append(f"{res.shape.text()}: {title}'s first loss differs from eager's by {diff:.2e} (tolerance {LOSS_TOLERANCE[dtype]:g})")
+    return out
+
+
+def run(a: argparse.Namespace) -> int:
+    job = Job(a)
+    lead = job.rank == 0
+    if lead:
+        extra = f", autodiff options '{a.autodiff}'" if a.autodiff else ""
+        print(f"fuserc bench_model: {job.d} rank(s) on {job.device_name()}, {a.dtype}, head dim {a.head_dim}, vocab {a.vocab}, "
+              f"warmup {a.warmup}, {a.repeats} x {a.iters} steps{extra}", flush=True)  # fmt: skip
+    results = []
+    for s in a.shape_list:
+        res = bench_shape(s, job, a)
+        results.append(res)
+        if lead:
+            for key, title in VARIANTS:
+                print(line(res, key, title, job.d), flush=True)
+    bad = failures(results, a.dtype)
+    if lead:
+        text = markdown(results, job.d, a.dtype, job.device_name())
+        print("\n" + text + "\n")
+        if a.out:
+            folder = Path(a.out)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "bench_model.md").write_text(text + "\n")
+            figures = {
+                "ranks": job.d, "device": job.device_name(), "torch": torch.__version__, "dtype": a.dtype, "autodiff": a.autodiff,
+                "shapes": [{**asdict(res.shape), "results": {k: asdict(r) for k, r in res.results.items()}, "speedup": res.speedup,
+                            "peak_vs_eager": res.peak_vs_eager, "loss_diff": res.loss_diff} for res in results],
+            }  # fmt: skip
+            (folder / "bench_model.json").write_text(json.dumps(figures, indent=1))
+            print(f"tables: {folder / 'bench_model.md'}")
+        for b in bad:
+            print(f"FAILED: {b}")
+        sys.stdout.flush()
+    job.end()
+    return 1 if bad else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return tool_main("bench_model", parser(), resolve, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
