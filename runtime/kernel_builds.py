@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import platform
 import sys
@@ -426,7 +427,7 @@ def build_all(
     while a worker lives). `stop` set: the builds end where they are."""
     cache = KernelCache()
     _imported_early()
-    missing = [g for g in groups if not cache.entry_path(g[0].key).exists()]
+    missing = sorted((g for g in groups if not cache.entry_path(g[0].key).exists()), key=fallback_cost, reverse=True)
     n = worker_count(len(missing), local_size) if workers is None else workers
     pool = Pool(n, device, cache) if n > 0 and missing else None  # they start while the others load
     try:
@@ -437,6 +438,20 @@ def build_all(
     finally:
         if pool is not None:
             pool.close()
+
+
+def fallback_cost(group: Sequence[Job]) -> int:
+    """What a group's launches cost a step while its kernel is not in (they
+    run another way, op by op at worst): the elements of their operands
+    over all its launches, times the region's ops. Kernels are built
+    costliest first, so that the steps taken meanwhile speed up soonest:
+    the MLP's and the norms' backward regions of every layer before a
+    small region at the model's end."""
+    job = group[0]
+    elements = sum(math.prod(shape) for shape, _, _ in job.layouts)
+    body = getattr(job, "body", None)
+    ops = len(body.ops) if body is not None else 1
+    return len(group) * elements * ops
 
 
 def _load_all(groups: Sequence[Sequence[Job]], cache: KernelCache) -> list[Sequence[Job]]:

@@ -300,6 +300,7 @@ def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor,
         metrics.generated_kernel_count = 0
         v.kernels = lambda: f"{metrics.generated_kernel_count} generated"
         v.compile_s = lambda first, step: max(first - step, 0.0)
+        v.close = torch._dynamo.reset  # (Dynamo's caches hold the module: its memory goes back with them)
     return v
 
 

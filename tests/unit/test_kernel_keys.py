@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from fuserc.ir import make_context
@@ -57,6 +58,12 @@ def test_a_regions_key_does_not_depend_on_its_values_names() -> None:
 
 def _model_kernels(layers: int) -> tuple[int, int]:
     """(launches, distinct kernels) of train_gpt's model's forward and backward at d = 1, bf16."""
+    launches = _model_launches(layers)
+    return len(launches), len(kernel_builds.group_jobs(launches, CPU))
+
+
+def _model_launches(layers: int) -> list[Any]:
+    """The launches of train_gpt's model's forward and backward at d = 1, bf16."""
     sys.path.insert(0, str(ROOT / "examples" / "python"))
     try:
         from train_gpt import build
@@ -67,8 +74,7 @@ def _model_kernels(layers: int) -> tuple[int, int]:
     backend = shared_backend("cpu", mpi_env())
     compiled = compile_module(fd.to_mlir(), "<gpt>", f"{fd.name}_fwd", f"autodiff{{entry={fd.name}}},default", ranks=1)
     programs = [Program.load(compiled.host, f"{fd.name}_{part}", backend) for part in ("fwd", "bwd")]
-    launches = [launch for p in programs for launch in kernel_builds.needed_launches(p)]
-    return len(launches), len(kernel_builds.group_jobs(launches, CPU))
+    return [launch for p in programs for launch in kernel_builds.needed_launches(p)]
 
 
 def test_identical_layers_share_their_kernels() -> None:
@@ -113,3 +119,17 @@ def test_slices_into_an_overlapping_output_run_op_by_op() -> None:
     want = [t.clone() for t in outs]
     launch_with_torch(body, [g.clone(), h], want)
     assert torch.equal(want[0], g[4:12])
+
+
+def test_kernels_are_built_costliest_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The kernels whose launches cost a step most while they are not in
+    (the most elements times ops over all their sites) are built first:
+    the MLP's backward (gelu's derivative) of every layer comes first."""
+    monkeypatch.setenv("FUSERC_CACHE_DIR", str(tmp_path))
+    groups = kernel_builds.group_jobs(_model_launches(2), CPU)
+    queued: list[Any] = []
+    monkeypatch.setattr(kernel_builds, "_build", lambda pending, *args, **kw: queued.extend(pending))
+    kernel_builds.build_all(groups, CPU, workers=0)
+    costs = [kernel_builds.fallback_cost(g) for g in queued]
+    assert len(queued) == len(groups) and costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
+    assert len(queued[0]) == 2 and "fusion.erf" in {op.name for op in queued[0][0].body.ops}
