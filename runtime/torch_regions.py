@@ -8,6 +8,10 @@
   aten's gelu wrote a transposed `out=` wrongly on the CPU, so such a
   buffer keeps Inductor's kernel), on the cuda backend.
   The cpu backend runs every region with PyTorch's kernels anyway.
+- A region holding an op with a kernel of its own that reads data on the
+  host (`ALONE` and `torch_alone()`: the grouped GEMM's group ends where
+  torch._grouped_mm does not apply), which a traced kernel would bake in:
+  op by op with PyTorch, on both backends.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
 skip them) and, like any aten kernel, are captured in CUDA graphs.
@@ -48,15 +52,26 @@ _LONE: weakref.WeakKeyDictionary[Block, FusionOp | None] = weakref.WeakKeyDictio
 """Each region's lone op, for as long as its program's IR lives."""
 
 
+def eager_region(body: Block) -> bool:
+    """Whether the region holds an op run by its own PyTorch kernel that no
+    trace may stand for (`ALONE` and `torch_alone()`)."""
+    return any(isinstance(o, FusionOp) and o.ALONE and o.torch_alone() for o in body.ops)
+
+
 def runs_region(body: Block) -> bool:
     """Whether `run_region` runs this region (no generated kernel needed)."""
-    return attention.runs_region(body) or lone_op(body) is not None
+    return attention.runs_region(body) or lone_op(body) is not None or eager_region(body)
 
 
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run the region with PyTorch's kernels; False (nothing run) when it is
     none of those (the module docstring) or its buffers do not fit."""
     if attention.run_region(body, ins, outs):
+        return True
+    if eager_region(body):
+        from fuserc.runtime.cpu import launch_with_torch
+
+        launch_with_torch(body, ins, outs)
         return True
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():
