@@ -1,0 +1,36 @@
+"""The dropless mixture-of-experts layer (examples/python/moe_layer.py)
+through `fuserc.torch.function`, forward and backward, against a PyTorch
+loop over experts in float64 (moe_worker.py): top-1 and top-2, softmax
+and sigmoid routers, skewed routing with experts that get no tokens, a
+shared expert, bf16; all cases in one job."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import BACKEND, MPI_ENV
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+DEVICE = "cuda" if BACKEND == "cuda" else "cpu"
+
+
+def test_layer_against_the_pytorch_loop() -> None:
+    env = {**os.environ, **MPI_ENV, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    cmd = ["timeout", "-k", "5", "600", sys.executable, str(HERE / "moe_worker.py"), "--device", DEVICE]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=630)
+    cases = re.findall(r"^CASE (\S+) (ok|FAILED.*)$", proc.stdout, re.M)
+    failed = [f"{name}: {what}" for name, what in cases if what != "ok"]
+    assert not failed, "\n".join(failed) + "\n" + proc.stderr[-3000:]
+    assert len(cases) == 5 and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_example_layer_script() -> None:
+    """examples/python/moe_layer.py checks itself against the loop."""
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "moe_layer.py"), "--tokens", "16", "--shared"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "against the PyTorch loop" in proc.stdout, proc.stdout + proc.stderr[-3000:]
