@@ -114,9 +114,12 @@ def params(tokens: int, hidden: int, ffn: int, experts: int, shared: bool, skew:
 
 
 def definition(
-    tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32"
+    tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32",
+    devices: int = 1,
 ) -> FusionDefinition:
-    """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux)."""
+    """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux);
+    on `devices` > 1 the tokens of x and y are split over them (data
+    parallel) and so are the experts' weights (`[DIDx, -, -]`)."""
     fd = FusionDefinition()
     x = fd.define_tensor([tokens, hidden], dtype)
     wr = fd.define_tensor([experts, hidden], dtype)
@@ -126,7 +129,20 @@ def definition(
     y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router)
     fd.add_output(y)
     fd.add_output(aux)
+    if devices > 1:
+        fd.sched.mesh("ep", [devices])
+        for t in (x, y):
+            fd.sched.shard(t, "ep", ["DIDx", "-"])
+        for t in (w1, w3, w2):
+            fd.sched.shard(t, "ep", ["DIDx", "-", "-"])
+        for t in (wr, *sh):
+            fd.sched.shard(t, "ep", ["-", "-"])
+        fd.sched.shard(aux, "ep", [])
     return fd
+
+
+SHARDINGS = [["DIDx", "-"], ["-", "-"], *[["DIDx", "-", "-"]] * 3, *[["-", "-"]] * 3]
+"""The sharding of each argument of `definition` on devices > 1."""
 
 
 def main() -> None:

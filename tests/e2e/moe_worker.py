@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "pytho
 
 import fuserc.torch  # noqa: E402
 from fuserc.runtime.mpi_env import mpi_env  # noqa: E402
-from moe_layer import definition, loop, params  # noqa: E402
+from fuserc.api import Mesh, shard_tensor  # noqa: E402
+from moe_layer import SHARDINGS, definition, loop, params  # noqa: E402
 
 ENV = mpi_env()
 RANK, SIZE = ENV.rank, ENV.size
@@ -47,7 +48,7 @@ class Case:
 
 CASES = [
     Case("top2"),
-    Case("sigmoid-shared", router="sigmoid", experts=6, shared=True),
+    Case("sigmoid-shared", router="sigmoid", experts=8, shared=True),
     Case("skewed-top2", experts=8, skew=6.0, empty=True),
     Case("skewed-top1-empty", experts=8, k=1, skew=6.0, empty=True),
     Case("bf16-shared-top2", shared=True, dtype="bf16"),
@@ -77,16 +78,21 @@ def run(c: Case, device: torch.device) -> None:
         raise AssertionError(f"every expert has tokens: counts {counts.tolist()}")
     ct = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ((y * ct).sum() + 3.0 * aux).backward()
-    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype))
-    loc = [t.to(device).requires_grad_(True) for t in glob]
+    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE))
+    mesh = Mesh("ep", [SIZE])
+
+    def local(t: torch.Tensor, s: list[str]) -> torch.Tensor:
+        return shard_tensor(t.detach(), s, mesh, RANK).contiguous() if SIZE > 1 else t.detach()
+
+    loc = [local(t, s).to(device).requires_grad_(True) for t, s in zip(glob, SHARDINGS)]
     ly, laux = f(*loc)
-    ((ly * ct.to(dtype).to(device)).sum() + 3.0 * laux).backward()
+    ((ly * local(ct, SHARDINGS[0]).to(dtype).to(device)).sum() + 3.0 * laux).backward()
     tol = TOL[c.dtype]
-    close(ly, y, tol, "y")
+    close(ly, local(y, SHARDINGS[0]), tol, "y")
     close(laux, aux, tol, "aux loss")
     names = ["x", "router", "w1", "w3", "w2", "shared w1", "shared w3", "shared w2"]
-    for name, lt, rt in zip(names, loc, ref):
-        close(lt.grad, rt.grad, tol, f"grad {name}")
+    for name, lt, rt, s in zip(names, loc, ref, SHARDINGS):
+        close(lt.grad, local(rt.grad, s), tol, f"grad {name}")
 
 
 def main() -> int:
@@ -97,7 +103,7 @@ def main() -> int:
     device = torch.device(a.device)
     failed = 0
     for c in CASES:
-        if a.only and c.name != a.only:
+        if a.only and c.name not in a.only.split(","):
             continue
         try:
             run(c, device)
