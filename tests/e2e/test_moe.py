@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import BACKEND, MPI_ENV, launcher
+from test_torch_function import launch
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -46,3 +47,18 @@ def test_example_layer_script() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "moe_layer.py"), "--tokens", "16", "--shared"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0 and "against the PyTorch loop" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 4)]
+
+
+@pytest.mark.parametrize("how,n", TRAIN_JOBS, ids=[f"{h}-n{n}" for h, n in TRAIN_JOBS])
+def test_train_moe_matches_pytorch(how: str, n: int) -> None:
+    """The loss curve of 6 AdamW steps of a small MoE GPT equals plain
+    PyTorch's (the example fails itself beyond its tolerance)."""
+    args = ["--steps", "6", "--layers", "1", "--tokens", "32", "--device", DEVICE]
+    proc = launch(how, n, ROOT / "examples" / "python" / "train_moe.py", args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = re.findall(r"^step +\d+/6 +loss ([\d.]+) +\(PyTorch ([\d.]+)", proc.stdout, re.M)
+    assert len(steps) == 6 and float(steps[-1][0]) < float(steps[0][0]), proc.stdout
+    assert re.search(rf"trained 6 steps on {n} rank\(s\) \({how}, {DEVICE}\).*: ok$", proc.stdout, re.M), proc.stdout
