@@ -11,7 +11,7 @@
 - A region holding an op with a kernel of its own that reads data on the
   host (`ALONE` and `torch_alone()`: the grouped GEMM's group ends where
   torch._grouped_mm does not apply), which a traced kernel would bake in:
-  op by op with PyTorch, on both backends.
+  op by op with PyTorch, its permutes and reshapes as views.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
 skip them) and, like any aten kernel, are captured in CUDA graphs.
@@ -71,7 +71,7 @@ def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Te
     if eager_region(body):
         from fuserc.runtime.cpu import launch_with_torch
 
-        launch_with_torch(body, ins, outs)
+        launch_with_torch(body, ins, outs, views=True)
         return True
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():
