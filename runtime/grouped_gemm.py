@@ -27,12 +27,21 @@ def check_offsets(offs: torch.Tensor, rows: int) -> list[int]:
 
 def fast_path(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether torch._grouped_mm runs these operands: bf16 on a GPU of
-    compute capability 9.0 or more, rows of 16-byte multiples."""
+    compute capability 9.0 or more, each matrix row- or column-major with
+    16-byte aligned strides (a transposed weight is read in place)."""
     if a.device.type != "cuda" or a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
         return False
     if not hasattr(torch, "_grouped_mm") or torch.cuda.get_device_capability(a.device)[0] < 9:
         return False
-    return a.shape[-1] % 8 == 0 and b.shape[-1] % 8 == 0 and a.shape[0] % 8 == 0
+    return _aligned(a) and _aligned(b)
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """One of the last two strides is 1, the others multiples of 8
+    elements (16 bytes of bf16), the start 16-byte aligned."""
+    inner, outer = t.stride()[-1], t.stride()[-2]
+    major = (inner == 1 and outer % 8 == 0) or (outer == 1 and inner % 8 == 0)
+    return major and all(s % 8 == 0 for s in t.stride()[:-2]) and t.data_ptr() % 16 == 0
 
 
 def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:

@@ -171,3 +171,13 @@ def test_grouped_gemm_regions_run_with_torch_and_views() -> None:
         assert torch_regions.run_region(body, ins, outs)
         launch_with_torch(body, ins, want)
         torch.testing.assert_close(outs, want, rtol=1e-5, atol=1e-5)  # a strided weight rounds otherwise
+
+
+def test_grouped_mm_layouts() -> None:
+    """torch._grouped_mm's operands: row- or column-major matrices with
+    16-byte strides (a transposed weight qualifies, a 4-wide bf16 row not)."""
+    from fuserc.runtime.grouped_gemm import _aligned
+
+    w = torch.zeros(4, 16, 32, dtype=torch.bfloat16)
+    assert _aligned(w) and _aligned(w.transpose(1, 2)) and _aligned(torch.zeros(64, 32).t())
+    assert not _aligned(torch.zeros(10, 4, dtype=torch.bfloat16)) and not _aligned(w[:, :, 1:])
