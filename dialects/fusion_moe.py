@@ -34,7 +34,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, r
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion import GLOBAL_ATTR, TENSOR, FusionOp, Shape, shape_of
 from fuserc.dialects.fusion_grad import zeros
 from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, EvalContext, OpMap, Target, normalized
 
@@ -398,13 +398,16 @@ class GroupedMatmulOp(FusionOp):
     - a [K, T], b [T, N] -> [E, K, N]: group e's columns of a times its
       rows of b (the experts' weight gradients).
     On cuda, bf16 on sm90 or newer, the op is torch._grouped_mm itself;
-    elsewhere one GEMM per group."""
+    elsewhere one GEMM per group. Split experts are expert parallelism:
+    each device multiplies the rows routed to its own experts, and the
+    results are summed across devices."""
 
     name = "fusion.grouped_matmul"
     OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs", "offsets")
     ELEMENTS: ClassVar[tuple[str, ...]] = ("float", "float", "i64")
     WEIGHTS: ClassVar[tuple[int, ...]] = (1,)
     ALONE: ClassVar[bool] = True
+    INDEXED: ClassVar[bool] = True
     lhs = operand_def(TENSOR)
     rhs = operand_def(TENSOR)
     offsets = operand_def(TENSOR)
@@ -416,7 +419,7 @@ class GroupedMatmulOp(FusionOp):
         if len(offs) != 1:
             raise shapes.ShapeError(f"fusion.grouped_matmul: offsets must have rank 1, got {list(offs)}")
         if len(a) == 2 and len(b) == 3:
-            if a[1] != b[1] or b[0] != offs[0]:
+            if a[1] != b[1] or not b[0] or offs[0] % b[0]:  # (a block of the experts on local types: `verify_`)
                 raise shapes.ShapeError(
                     f"fusion.grouped_matmul: [T, K] x [E, K, N] with E offsets, got {list(a)} x {list(b)} with {offs[0]}"
                 )
@@ -429,24 +432,39 @@ class GroupedMatmulOp(FusionOp):
             f"fusion.grouped_matmul takes [T, K] x [E, K, N] or [K, T] x [T, N], got {list(a)} x {list(b)}"
         )
 
+    def verify_(self) -> None:
+        super().verify_()
+        e, offs = shape_of(self.rhs)[0], shape_of(self.offsets)[0]
+        if self.stacked() and e != offs and GLOBAL_ATTR not in self.attributes:
+            raise VerifyException(f"fusion.grouped_matmul: {e} experts' weights for {offs} offsets")
+
     def stacked(self) -> bool:
         """The first form: a stacked [E, K, N] right operand."""
         return len(shape_of(self.rhs)) == 3
 
     def sharding_map(self) -> OpMap:
+        """[T, K] x [E, K, N]: rows and K gathered; split experts make a
+        partial sum (each device multiplies the rows of its experts, zero
+        elsewhere), N stays split. [K, T] x [T, N]: K and N stay split, the
+        experts of the result are any block a device is asked for (its own
+        experts' weight gradients)."""
         if self.stacked():
-            ops = ((Target(DROP), Target(CONTRACT)), (Target(DROP), Target(CONTRACT), Target(MAP, 1)), (Target(DROP),))
+            ops = ((Target(DROP), Target(DROP)), (Target(CONTRACT), Target(DROP), Target(MAP, 1)), (Target(DROP),))
             return OpMap(ops, 2, (1, 0), NONE, True)
         ops = ((Target(MAP, 1), Target(DROP)), (Target(DROP), Target(MAP, 2)), (Target(DROP),))
         return OpMap(ops, 3, None, NONE, False)
 
-    def operand_domain(self, i: int) -> tuple[float, float] | None:
-        return None
-
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        from fuserc.runtime.grouped_gemm import grouped_matmul
+        from fuserc.runtime.grouped_gemm import experts_block
 
-        return grouped_matmul(*args)
+        a, b, offs = args
+        if self.stacked():
+            count = b.shape[0]
+            ids = ctx.global_index(1, 0, count)
+        else:
+            count = shape_of(self.results[0])[0]
+            ids = ctx.global_index(-1, 0, count)
+        return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
 
     def torch_alone(self) -> bool:
         """Its region runs op by op with PyTorch (runtime/torch_regions.py):

@@ -9,6 +9,11 @@
 
 Both give zero rows past the last offset ([T, K] x [E, K, N]) and zero
 blocks for empty groups ([K, T] x [T, N]), as a loop over experts does.
+
+`experts_block` computes the groups of one block of experts only (the
+experts a device holds when the expert dimension is split): their rows
+([T, K] x [E/d, K, N], zero elsewhere: a partial sum over the devices) or
+their blocks ([K, T] x [T, N] -> [E/d, K, N]).
 """
 
 from __future__ import annotations
@@ -59,3 +64,18 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torc
         tail = a.new_zeros(a.shape[0] - (ends[-1] if ends else 0), b.shape[2])
         return torch.cat([*(a[s:e] @ b[i] for i, (s, e) in enumerate(zip(starts, ends))), tail])
     return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+
+
+def experts_block(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    """The grouped GEMM of experts first..first+count-1 of the global group
+    ends `offs`: with a stacked b (those experts' weights), their rows of
+    the [T, N] result, zero elsewhere; else their [count, K, N] blocks."""
+    if first == 0 and count == offs.shape[0]:
+        return grouped_matmul(a, b, offs)
+    start = int(offs[first - 1]) if first > 0 else 0  # where the block's rows begin (read on the host)
+    local = offs[first : first + count] - start
+    if b.dim() == 3:
+        y = a.new_zeros(a.shape[0], b.shape[2])
+        y[start:] = grouped_matmul(a[start:], b, local)
+        return y
+    return grouped_matmul(a[:, start:], b[start:], local)

@@ -27,6 +27,7 @@ from xdsl.ir import Block
 
 from fuserc.dialects.fusion import FusionOp
 from fuserc.runtime import attention
+from fuserc.runtime.backend import Contexts
 
 
 def lone_op(body: Block) -> FusionOp | None:
@@ -63,15 +64,18 @@ def runs_region(body: Block) -> bool:
     return attention.runs_region(body) or lone_op(body) is not None or eager_region(body)
 
 
-def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+def run_region(
+    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+) -> bool:
     """Run the region with PyTorch's kernels; False (nothing run) when it is
-    none of those (the module docstring) or its buffers do not fit."""
+    none of those (the module docstring) or its buffers do not fit.
+    `contexts` says where the local blocks of its INDEXED ops lie."""
     if attention.run_region(body, ins, outs):
         return True
     if eager_region(body):
         from fuserc.runtime.cpu import launch_with_torch
 
-        launch_with_torch(body, ins, outs, views=True)
+        launch_with_torch(body, ins, outs, contexts, views=True)
         return True
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():

@@ -181,3 +181,35 @@ def test_grouped_mm_layouts() -> None:
     w = torch.zeros(4, 16, 32, dtype=torch.bfloat16)
     assert _aligned(w) and _aligned(w.transpose(1, 2)) and _aligned(torch.zeros(64, 32).t())
     assert not _aligned(torch.zeros(10, 4, dtype=torch.bfloat16)) and not _aligned(w[:, :, 1:])
+
+
+def test_experts_block_sums_to_the_whole() -> None:
+    """Each device's block of experts: the [T, N] rows of its experts (the
+    blocks sum to the whole product) and its [E/d, K, N] weight gradients."""
+    from fuserc.runtime.grouped_gemm import experts_block
+
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(12, 4, generator=gen, dtype=torch.float64), torch.randn(4, 4, 3, generator=gen, dtype=torch.float64)
+    offs = torch.tensor([3, 3, 9, 12])
+    whole = grouped_matmul(a, b, offs)
+    torch.testing.assert_close(experts_block(a, b[:2], offs, 0, 2) + experts_block(a, b[2:], offs, 2, 2), whole)
+    assert not experts_block(a, b[:2], offs, 0, 2)[3:].any()
+    at, g = torch.randn(4, 12, generator=gen, dtype=torch.float64), torch.randn(12, 3, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(experts_block(at, g, offs, 2, 2), grouped_matmul(at, g, offs)[2:])
+
+
+def test_split_experts_stay_where_they_are() -> None:
+    """Experts' weights split over 4 devices ([DIDx, -, -]) are never
+    gathered, forward or backward: each device multiplies the rows of its
+    own experts and computes its own experts' weight gradients."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition
+
+    fd = definition(32, 16, 24, 4, 2, False, "softmax", "f32", 4)
+    weights = {(4, 24, 16), (4, 16, 24)}
+    for name in ("main", "main_bwd"):
+        lines = fd.comm_report("autodiff,default").function(name).lines
+        moved = [line for line in lines if tuple(line.shape) in weights]
+        assert lines and not moved, [(line.kind, line.shape) for line in moved]
