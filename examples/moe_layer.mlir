@@ -5,12 +5,22 @@
 // and the weighted results are added back to their tokens, on top of a
 // shared expert. The second result is the router's load-balancing loss,
 // E * sum_e (fraction of choices routed to e) * (mean router probability of e).
-//   fuserc run examples/moe_layer.mlir --check
-func.func @main(%x: tensor<16x8xf32>, %wr: tensor<4x8xf32>, %w1: tensor<4x12x8xf32>, %w3: tensor<4x12x8xf32>,
-                %w2: tensor<4x8x12xf32>, %s1: tensor<12x8xf32>, %s3: tensor<12x8xf32>, %s2: tensor<8x12xf32>)
-    -> (tensor<16x8xf32>, tensor<f32>) {
+// Expert parallel on 4 devices: the tokens of x and y are split over them
+// (data parallel) and so are the experts' weights (one expert each), which
+// stay where they are: each device multiplies the rows routed to its own
+// expert; the rest is propagated.
+//   mpiexec -n 4 fuserc run examples/moe_layer.mlir --check
+//   fuserc run examples/moe_layer.mlir --mesh tp=1 --check
+#tok = #fusion.sharding<@tp, [DIDx, -]>
+#ep = #fusion.sharding<@tp, [DIDx, -, -]>
+#rep = #fusion.sharding<@tp, [-, -]>
+fusion.mesh @tp shape = [4]
+func.func @main(%x: tensor<16x8xf32, #tok>, %wr: tensor<4x8xf32, #rep>, %w1: tensor<4x12x8xf32, #ep>,
+                %w3: tensor<4x12x8xf32, #ep>, %w2: tensor<4x8x12xf32, #ep>, %s1: tensor<12x8xf32, #rep>,
+                %s3: tensor<12x8xf32, #rep>, %s2: tensor<8x12xf32, #rep>)
+    -> (tensor<16x8xf32, #tok>, tensor<f32, #fusion.sharding<@tp, []>>) {
   // router
-  %logits = fusion.linear %x, %wr : (tensor<16x8xf32>, tensor<4x8xf32>) -> tensor<16x4xf32>
+  %logits = fusion.linear %x, %wr : (tensor<16x8xf32, #tok>, tensor<4x8xf32, #rep>) -> tensor<16x4xf32>
   %probs = fusion.softmax %logits dim = 1 : (tensor<16x4xf32>) -> tensor<16x4xf32>
   %top, %ids = fusion.topk %probs k = 2 dim = 1 : (tensor<16x4xf32>) -> (tensor<16x2xf32>, tensor<16x2xi64>)
   %norm = fusion.sum %top dims = [1] keepdim = true : (tensor<16x2xf32>) -> tensor<16x1xf32>
@@ -23,11 +33,11 @@ func.func @main(%x: tensor<16x8xf32>, %wr: tensor<4x8xf32>, %w1: tensor<4x12x8xf
   %rows = fusion.index_select %token, %order dim = 0 : (tensor<32xi64>, tensor<32xi64>) -> tensor<32xi64>
   %counts = fusion.bincount %flat length = 4 : (tensor<32xi64>) -> tensor<4xi64>
   %ends = fusion.cumsum %counts dim = 0 : (tensor<4xi64>) -> tensor<4xi64>
-  %xs = fusion.index_select %x, %rows dim = 0 : (tensor<16x8xf32>, tensor<32xi64>) -> tensor<32x8xf32>
+  %xs = fusion.index_select %x, %rows dim = 0 : (tensor<16x8xf32, #tok>, tensor<32xi64>) -> tensor<32x8xf32>
   // the experts: SwiGLU, as grouped GEMMs
-  %w1t = fusion.permute %w1 dims = [0, 2, 1] : (tensor<4x12x8xf32>) -> tensor<4x8x12xf32>
-  %w3t = fusion.permute %w3 dims = [0, 2, 1] : (tensor<4x12x8xf32>) -> tensor<4x8x12xf32>
-  %w2t = fusion.permute %w2 dims = [0, 2, 1] : (tensor<4x8x12xf32>) -> tensor<4x12x8xf32>
+  %w1t = fusion.permute %w1 dims = [0, 2, 1] : (tensor<4x12x8xf32, #ep>) -> tensor<4x8x12xf32>
+  %w3t = fusion.permute %w3 dims = [0, 2, 1] : (tensor<4x12x8xf32, #ep>) -> tensor<4x8x12xf32>
+  %w2t = fusion.permute %w2 dims = [0, 2, 1] : (tensor<4x8x12xf32, #ep>) -> tensor<4x12x8xf32>
   %h1 = fusion.grouped_matmul %xs, %w1t, %ends : (tensor<32x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<32x12xf32>
   %h3 = fusion.grouped_matmul %xs, %w3t, %ends : (tensor<32x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<32x12xf32>
   %g = fusion.silu %h1 : (tensor<32x12xf32>) -> tensor<32x12xf32>
@@ -39,12 +49,12 @@ func.func @main(%x: tensor<16x8xf32>, %wr: tensor<4x8xf32>, %w1: tensor<4x12x8xf
   %wcol = fusion.reshape %wsorted : (tensor<32xf32>) -> tensor<32x1xf32>
   %yw = fusion.mul %ys, %wcol : (tensor<32x8xf32>, tensor<32x1xf32>) -> tensor<32x8xf32>
   // the shared expert, which every token goes through
-  %sh1 = fusion.linear %x, %s1 : (tensor<16x8xf32>, tensor<12x8xf32>) -> tensor<16x12xf32>
-  %sh3 = fusion.linear %x, %s3 : (tensor<16x8xf32>, tensor<12x8xf32>) -> tensor<16x12xf32>
+  %sh1 = fusion.linear %x, %s1 : (tensor<16x8xf32, #tok>, tensor<12x8xf32, #rep>) -> tensor<16x12xf32>
+  %sh3 = fusion.linear %x, %s3 : (tensor<16x8xf32, #tok>, tensor<12x8xf32, #rep>) -> tensor<16x12xf32>
   %sg = fusion.silu %sh1 : (tensor<16x12xf32>) -> tensor<16x12xf32>
   %sact = fusion.mul %sg, %sh3 : (tensor<16x12xf32>, tensor<16x12xf32>) -> tensor<16x12xf32>
-  %shared = fusion.linear %sact, %s2 : (tensor<16x12xf32>, tensor<8x12xf32>) -> tensor<16x8xf32>
-  %y = fusion.index_add %shared, %rows, %yw dim = 0 : (tensor<16x8xf32>, tensor<32xi64>, tensor<32x8xf32>) -> tensor<16x8xf32>
+  %shared = fusion.linear %sact, %s2 : (tensor<16x12xf32>, tensor<8x12xf32, #rep>) -> tensor<16x8xf32>
+  %y = fusion.index_add %shared, %rows, %yw dim = 0 : (tensor<16x8xf32>, tensor<32xi64>, tensor<32x8xf32>) -> tensor<16x8xf32, #tok>
   // load-balancing loss
   %pairs_n = fusion.constant 32.0 : () -> tensor<f32>
   %experts = fusion.constant 4.0 : () -> tensor<f32>
@@ -53,6 +63,6 @@ func.func @main(%x: tensor<16x8xf32>, %wr: tensor<4x8xf32>, %w1: tensor<4x12x8xf
   %pmean = fusion.mean %probs dims = [0] : (tensor<16x4xf32>) -> tensor<4xf32>
   %fp = fusion.mul %frac, %pmean : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %dot = fusion.sum %fp dims = [0] : (tensor<4xf32>) -> tensor<f32>
-  %aux = fusion.mul %dot, %experts : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  func.return %y, %aux : tensor<16x8xf32>, tensor<f32>
+  %aux = fusion.mul %dot, %experts : (tensor<f32>, tensor<f32>) -> tensor<f32, #fusion.sharding<@tp, []>>
+  func.return %y, %aux : tensor<16x8xf32, #tok>, tensor<f32, #fusion.sharding<@tp, []>>
 }
