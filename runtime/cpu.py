@@ -112,14 +112,16 @@ def epilogue(y: torch.Tensor, activation: str) -> torch.Tensor:
 
 
 def launch_with_torch(
-    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None,
+    views: bool = False,
 ) -> None:
     """Run a `hir.launch` region op by op with torch in the declared dtypes
     (each op's `reference`), writing the yielded values into `outs`. A value
     is let go after its last use, so the region holds what is live, not
     every value it made (a GPT layer's backward region of [8192, 16384]
     bf16 tensors made 6.9 GB of f32 values; tracing it for its kernel ran
-    them all at once)."""
+    them all at once). With `views`, permutes and reshapes are views of
+    their operands (a grouped GEMM reads its permuted weight in place)."""
     from fuserc.runtime.reference import reference_results
 
     env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
@@ -132,13 +134,27 @@ def launch_with_torch(
             return
         ctx = contexts.get(op) if contexts else None
         ctx = ctx.on(device) if ctx else EvalContext(device=device)
-        for r, value in zip(op.results, reference_results(op, [env[v] for v in op.operands], ctx), strict=True):
+        view = _layout_view(op, env) if views else None
+        values = [view] if view is not None else reference_results(op, [env[v] for v in op.operands], ctx)
+        for r, value in zip(op.results, values, strict=True):
             if r in last:
                 env[r] = value
         for v in op.operands:
             if last.get(v) == i:
                 env.pop(v, None)
     raise AssertionError("hir.launch region without hir.yield")
+
+
+def _layout_view(op: Any, env: dict[SSAValue, torch.Tensor]) -> torch.Tensor | None:
+    """A permute or reshape of a region as a view of its operand (no copy),
+    else None."""
+    from fuserc.dialects.fusion import PermuteOp, ReshapeOp, shape_of
+
+    if isinstance(op, PermuteOp):
+        return env[op.operands[0]].permute(op.keyword("dims"))
+    if isinstance(op, ReshapeOp):
+        return env[op.operands[0]].reshape(shape_of(op.results[0]))
+    return None
 
 
 def _last_uses(body: Block) -> dict[SSAValue, int]:

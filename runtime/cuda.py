@@ -422,7 +422,7 @@ class CudaBackend(Backend):
         from fuserc.runtime.cuda_fusion import plan_for, run_plan
 
         self._begin()
-        if torch_regions.run_region(body, ins, outs):  # attention, or a lone op PyTorch's kernel runs faster
+        if torch_regions.run_region(body, ins, outs, contexts):  # attention, or a lone op PyTorch's kernel runs faster
             self.fused_launches += 1
             return
         gets = self._region_kernels.get(body)

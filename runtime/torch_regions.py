@@ -14,6 +14,10 @@
   launch on cuda). It moves data and computes nothing, and its slices'
   offsets say where each parameter sits in the buffer, which differs from
   layer to layer: a generated kernel would be built anew for every layer.
+- A region holding an op with a kernel of its own that reads data on the
+  host (`ALONE` and `torch_alone()`: the grouped GEMM's group ends where
+  torch._grouped_mm does not apply), which a traced kernel would bake in:
+  op by op with PyTorch, its permutes and reshapes as views.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
 skip them) and, like any aten kernel, are captured in CUDA graphs.
@@ -29,6 +33,7 @@ from xdsl.ir import Block, BlockArgument, SSAValue
 
 from fuserc.dialects.fusion import FusionOp, SliceOp
 from fuserc.runtime import attention
+from fuserc.runtime.backend import Contexts
 
 
 def lone_op(body: Block) -> FusionOp | None:
@@ -79,9 +84,15 @@ def _slices(body: Block) -> list[tuple[int, tuple[slice, ...]]] | None:
 _SLICES: weakref.WeakKeyDictionary[Block, list[tuple[int, tuple[slice, ...]]] | None] = weakref.WeakKeyDictionary()
 
 
+def eager_region(body: Block) -> bool:
+    """Whether the region holds an op run by its own PyTorch kernel that no
+    trace may stand for (`ALONE` and `torch_alone()`)."""
+    return any(isinstance(o, FusionOp) and o.ALONE and o.torch_alone() for o in body.ops)
+
+
 def runs_region(body: Block) -> bool:
     """Whether `run_region` runs this region (no generated kernel needed)."""
-    return attention.runs_region(body) or lone_op(body) is not None or slices_of(body) is not None
+    return attention.runs_region(body) or lone_op(body) is not None or slices_of(body) is not None or eager_region(body)
 
 
 def _copy_slices(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
@@ -101,10 +112,18 @@ def _copy_slices(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.
     return True
 
 
-def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
+def run_region(
+    body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
+) -> bool:
     """Run the region with PyTorch's kernels; False (nothing run) when it is
-    none of those (the module docstring) or its buffers do not fit."""
+    none of those (the module docstring) or its buffers do not fit.
+    `contexts` says where the local blocks of its INDEXED ops lie."""
     if attention.run_region(body, ins, outs) or _copy_slices(body, ins, outs):
+        return True
+    if eager_region(body):
+        from fuserc.runtime.cpu import launch_with_torch
+
+        launch_with_torch(body, ins, outs, contexts, views=True)
         return True
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():

@@ -23,7 +23,9 @@ import argparse
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -188,19 +190,31 @@ def main() -> None:
     device = fuserc.torch.device(a.device)  # this rank's GPU under a launcher
     local = [torch.nn.Parameter(shard_tensor(w, s, mesh, rank).to(device, DTYPES[a.dtype]).contiguous()) for w, s in zip(init, specs)]
     glob = [torch.nn.Parameter(w.clone().to(device)) for w in init]  # the reference: f32
+    extra = (lambda step: [torch.tensor(step, device=device)]) if a.dropout > 0 else (lambda step: [])
+    train_against_pytorch(a, loss_fn, local, glob, reference_loss, Data(a), env, device, extra, compared=a.dropout == 0)
+
+
+def train_against_pytorch(
+    a: argparse.Namespace, loss_fn: Any, local: list[torch.nn.Parameter], glob: list[torch.nn.Parameter],
+    reference: Callable[..., torch.Tensor], data: "Data", env: Any, device: torch.device,
+    extra: Callable[[int], list[torch.Tensor]] = lambda step: [], compared: bool = True,
+) -> None:
+    """`a.steps` AdamW steps of the fuserc loss on this rank's shards
+    (`local`) beside the same steps of `reference` in plain PyTorch on the
+    global tensors (`glob`); each step's losses printed, the curves compared
+    (`--tolerance`), plotted with `--plot`; exit 1 when they differ."""
+    rank, devices = env.rank, env.size
     opt = torch.optim.AdamW(local, lr=a.lr, weight_decay=0.01)
     ref_opt = torch.optim.AdamW(glob, lr=a.lr, weight_decay=0.01)
-    data = Data(a)
     curve, ref_curve, worst = [], [], 0.0
     start = time.perf_counter()
     for step in range(a.steps):
         ids, labels = (t.to(device) for t in data.batch(step))
-        extra = [torch.tensor(step, device=device)] if a.dropout > 0 else []
-        loss = loss_fn(ids, labels, *extra, *local)
+        loss = loss_fn(ids, labels, *extra(step), *local)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        ref = reference_loss(ids, labels, glob, a)
+        ref = reference(ids, labels, glob, a)
         ref_opt.zero_grad(set_to_none=True)
         ref.backward()
         ref_opt.step()
@@ -212,7 +226,6 @@ def main() -> None:
         if rank == 0 and not a.quiet:
             print(f"step {step + 1:3d}/{a.steps}  loss {value:.6f}  (PyTorch {want:.6f}, rel diff {diff:.1e})", flush=True)
     seconds = time.perf_counter() - start
-    compared = a.dropout == 0
     ok = not compared or worst <= a.tolerance
     if rank == 0:
         verdict = "ok" if ok else "FAILED"

@@ -241,6 +241,16 @@ def _calls(fd: FusionDefinition) -> dict[str, dict]:
         "embedding": {"ids": ids, "table": table},
         "cross_entropy": {"logits": x, "labels": labels},
     }  # fmt: skip
+    rows, src, ends = t([6], "i64"), t([6, 8]), t([3], "i64")
+    calls |= {
+        "topk": {"input": x, "k": 2, "dim": 1}, "argsort": {"input": labels, "dim": 0, "descending": True},
+        "cumsum": {"input": x, "dim": 1}, "bincount": {"ids": rows, "length": 5},
+        "gather": {"input": x, "index": t([4, 2], "i64"), "dim": 1},
+        "scatter_add": {"input": x, "index": t([4, 2], "i64"), "source": t([4, 2]), "dim": 1},
+        "index_select": {"input": x, "index": rows, "dim": 0},
+        "index_add": {"input": x, "index": rows, "source": src, "dim": 0},
+        "grouped_matmul": {"lhs": src, "rhs": t([3, 8, 5]), "offsets": ends},
+    }  # fmt: skip
     return calls
 
 

@@ -112,6 +112,21 @@ CASES = [
     ("fusion.cross_entropy", [t("8x16", sh("DIDx, -")), t("8", sh("DIDx"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
     ("fusion.cross_entropy", [t("8x16", sh("-, DIDx")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
     ("fusion.cross_entropy", [t("8x16", sh("-, -")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", False),
+    # routing: the dimension selected, sorted, scanned or scattered along is
+    # gathered; counts of split ids are partial; grouped GEMMs gather rows and K
+    ("fusion.argsort dim = 0", [t("8", sh("DIDx"), "i64")], t("8", sh("-"), "i64"), True),
+    ("fusion.cumsum dim = 1", [t("8x8", sh("DIDx, -"))], t("8x8", sh("DIDx, -")), False),
+    ("fusion.bincount length = 4", [t("8", sh("DIDx"), "i64")], t("4", sh("-", partial="DIDx"), "i64"), False),
+    ("fusion.index_select dim = 0", [t("8x8", sh("-, DIDx")), t("16", sh("DIDx"), "i64")], t("16x8", sh("DIDx, -")), True),
+    ("fusion.index_select dim = 0", [t("8x8", sh("-, -")), t("16", sh("DIDx"), "i64")], t("16x8", sh("DIDx, -")), False),
+    ("fusion.index_add dim = 0", [t("8x8", sh("-, DIDx")), t("16", sh("-"), "i64"), t("16x8", sh("-, DIDx"))], t("8x8", sh("-, DIDx")), False),
+    ("fusion.grouped_matmul", [t("16x8", sh("-, -")), t("4x8x8", sh("-, -, DIDx")), t("4", sh("-"), "i64")], t("16x8", sh("-, DIDx")), False),
+    ("fusion.grouped_matmul", [t("16x8", sh("-, DIDx")), t("4x8x8", sh("-, DIDx, -")), t("4", sh("-"), "i64")], t("16x8", sh("-, -", partial="DIDx")), True),
+    # split experts (expert parallelism): each device the rows of its experts, a partial sum
+    ("fusion.grouped_matmul", [t("16x8", sh("-, -")), t("4x8x8", sh("DIDx, -, -")), t("4", sh("-"), "i64")], t("16x8", sh("-, -", partial="DIDx")), False),
+    ("fusion.grouped_matmul", [t("16x8", sh("-, -")), t("4x8x8", sh("DIDx, -, -")), t("4", sh("-"), "i64")], t("16x8", sh("-, -")), True),
+    ("fusion.grouped_matmul", [t("8x16", sh("-, -")), t("16x8", sh("-, -")), t("4", sh("-"), "i64")], t("4x8x8", sh("DIDx, -, -")), False),
+    ("fusion.grouped_matmul", [t("16x8", sh("DIDx, -")), t("4x8x8", sh("-, -, -")), t("4", sh("-"), "i64")], t("16x8", sh("DIDx, -")), True),
     # dropout and iota: any block, computed where it lies
     ("fusion.dropout p = 0.5", [t("8x8", sh("DIDx, -")), "tensor<i64, #fusion.sharding<@tp, []>>"], t("8x8", sh("DIDx, -")), False),
     ("fusion.dropout p = 0.5", [t("8x8", sh("DIDx, -")), "tensor<i64, #fusion.sharding<@tp, []>>"], t("8x8", sh("-, DIDx")), True),

@@ -51,6 +51,7 @@ COVERED = {
 SMALL_RUNS: dict[str, tuple[int, list[str]]] = {
     "bench_local.py": (1, ["--small", "--no-compile"]),
     "bench_torch.py": (1, ["--small", "--no-compile"]),
+    "bench_moe.py": (1, ["--small", "--no-compile", "--case", "deepseek"]),
     "bench_mesh.py": (1, ["--sizes", "16,32"]),
     "check_examples.py": (2, ["--backend", "cpu", "--mesh", "tp=2", "examples/sp_mlp.mlir", "examples/attention.mlir"]),
 }

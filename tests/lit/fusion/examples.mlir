@@ -14,6 +14,7 @@
 // CHECK-DAG: roundtrip ok: matmul_reduce_scatter_large.mlir
 // CHECK-DAG: roundtrip ok: mesh2d.mlir
 // CHECK-DAG: roundtrip ok: mixed_precision_mlp.mlir
+// CHECK-DAG: roundtrip ok: moe_layer.mlir
 // CHECK-DAG: roundtrip ok: pipeline.mlir
 // CHECK-DAG: roundtrip ok: row_softmax.mlir
 // CHECK-DAG: roundtrip ok: sp_mlp.mlir

@@ -1,0 +1,489 @@
+"""The routing and grouped ops of the fusion dialect, what a mixture of
+experts is written with: `topk`, `argsort`, `cumsum`, `bincount`,
+`gather`, `scatter_add`, `index_select`, `index_add` and `grouped_matmul`,
+with PyTorch's semantics (`torch.topk`, `torch.argsort(stable=True)`,
+`torch.cumsum`, `torch.bincount(minlength=length)`, `torch.gather`,
+`Tensor.scatter_add`, `torch.index_select`, `Tensor.index_add`,
+`torch._grouped_mm`).
+
+A dropless layer sorts its (token, choice) pairs by expert (`argsort`),
+counts them per expert (`bincount`), turns the counts into group ends
+(`cumsum`), gathers the tokens in that order (`index_select`), runs each
+expert's GEMM on its rows only (`grouped_matmul`), and adds the weighted
+results back to their tokens (`index_add`).
+
+Their sharding: the dimension an op selects, sorts, scans or scatters
+along is gathered (DROP), the others stay split; counts over a split list
+of ids are a partial sum; a grouped GEMM's rows are gathered (its groups
+are given by global offsets), its K may be split (a partial sum) and its
+N stays split.
+
+Derivatives: indices, counts and offsets are integers and have none; a
+selection's derivative is the matching scatter (topk and gather by
+scatter_add, index_select by index_add) and the reverse; a cumulative
+sum's is the reverse cumulative sum; a grouped GEMM's are grouped GEMMs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from xdsl.dialects.builtin import I64, BoolAttr, IntegerAttr, TensorType, i64
+from xdsl.ir import Attribute, SSAValue
+from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
+from xdsl.utils.exceptions import VerifyException
+
+from fuserc import shapes
+from fuserc.dialects.fusion import GLOBAL_ATTR, TENSOR, FusionOp, Shape, shape_of
+from fuserc.dialects.fusion_grad import zeros
+from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, EvalContext, OpMap, Target, normalized
+
+I64_TYPE = i64
+
+
+def _along(rank: int, dim: int, lines_up: bool = True) -> tuple[Target, ...]:
+    """Every dimension MAPs to the result's, `dim` is gathered (and lines up
+    with the result's `dim` unless the result's comes from an index)."""
+    return tuple(Target(DROP, d if lines_up else None) if d == dim else Target(MAP, d) for d in range(rank))
+
+
+class AlongOp(FusionOp):
+    """An op along one dimension `dim` of its first operand (of one operand,
+    the result shaped like it but along `dim`)."""
+
+    def axis(self) -> int:
+        return normalized([self.keyword("dim")], len(shape_of(self.operands[0])))[0]
+
+    def sharding_map(self) -> OpMap:
+        rank = len(shape_of(self.operands[0]))
+        return OpMap((_along(rank, self.axis()),), rank, None, NONE, False)
+
+
+class SelectOp(AlongOp):
+    """An op selecting (input, index) or scattering (input, index, source)
+    along `dim` by i64 indices into the input's `dim`; `TRANSPOSE` names the
+    op of the other kind on the same indices, its derivative."""
+
+    TRANSPOSE: ClassVar[str] = ""
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return (0, shape_of(self.operands[0])[self.axis()]) if i == 1 else None
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """A selection's cotangent scattered into zeros at its indices; a
+        scatter's: the cotangent itself for the input, selected at the
+        indices for the source."""
+        x, idx = self.operands[0], self.operands[1]
+        if len(self.operands) == 2:
+            return [b.op(self.TRANSPOSE, zeros(b, x), idx, g, dim=self.axis()), None]
+        return [g, None, b.op(self.TRANSPOSE, g, idx, dim=self.axis())]
+
+
+# ---- sorting and scanning ------------------------------------------------------
+
+
+@irdl_op_definition
+class TopkOp(AlongOp):
+    """`torch.topk(x, k, dim)`: the k largest values along `dim`, sorted
+    from the largest, and their indices (i64) as the second result. Its
+    derivative scatters the cotangent of the values back to where they were
+    taken from (ties take the lowest index, as the CPU's torch.topk)."""
+
+    name = "fusion.topk"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("k", "int"), ("dim", "int"))
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dim": -1}
+    RESULTS: ClassVar[tuple[str, ...]] = ("values", "indices")
+    ELEMENTS: ClassVar[str] = "num"
+    input = operand_def(TENSOR)
+    values = result_def(TENSOR)
+    indices = result_def(TENSOR)
+    k = prop_def(IntegerAttr[I64])
+    dim = opt_prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        d = shapes.check_dim(s[0], kw["dim"])
+        if not 0 < kw["k"] <= s[0][d]:
+            raise shapes.ShapeError(f"fusion.topk: k = {kw['k']} must be in [1, {s[0][d]}] (the extent of dim {d})")
+        return tuple(kw["k"] if i == d else e for i, e in enumerate(s[0]))
+
+    @classmethod
+    def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Attribute]]:
+        return [(tuple(first.get_shape()), I64_TYPE)]
+
+    def more_shardings(self, first: Any) -> list[Any]:
+        return [first]
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        x = args[0]
+        # a stable sort gives ties the lowest index on every device and dtype
+        order = torch.sort(x, dim=self.axis(), descending=True, stable=True).indices.narrow(self.axis(), 0, self.keyword("k"))
+        return torch.gather(x, self.axis(), order), order
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        return [b.op("scatter_add", zeros(b, self.input), self.indices, g, dim=self.axis())]
+
+
+@irdl_op_definition
+class ArgsortOp(AlongOp):
+    """`torch.argsort(x, dim, descending, stable=True)`: the indices (i64)
+    that sort `x` along `dim`; equal elements keep their order, so a sort
+    of expert ids lists each expert's (token, choice) pairs in token order."""
+
+    name = "fusion.argsort"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"), ("descending", "bool"))
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dim": -1, "descending": False}
+    ELEMENTS: ClassVar[str] = "num"
+    input = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = opt_prop_def(IntegerAttr[I64])
+    descending = opt_prop_def(BoolAttr)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        shapes.check_dim(s[0], kw["dim"])
+        return s[0]
+
+    @classmethod
+    def result_element(cls, elems: list[Attribute], kw: dict[str, Any], result: TensorType | None) -> Attribute:
+        return I64_TYPE
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.argsort(args[0], dim=self.axis(), descending=bool(self.keyword("descending")), stable=True)
+
+
+@irdl_op_definition
+class CumsumOp(AlongOp):
+    """`torch.cumsum(x, dim)` in x's type: offsets from counts (i64), or a
+    running sum of floats, whose derivative is the reverse running sum."""
+
+    name = "fusion.cumsum"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    ELEMENTS: ClassVar[str] = "num"
+    input = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        shapes.check_dim(s[0], kw["dim"])
+        return s[0]
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.cumsum(args[0], dim=self.axis(), dtype=args[0].dtype)
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """sum_{j >= i} g_j = sum(g) - cumsum(g)_i + g_i along the dim."""
+        d = self.axis()
+        total = b.op("sum", g, dims=[d], keepdim=True)
+        return [b.op("add", b.op("sub", total, b.op("cumsum", g, dim=d)), g)]
+
+
+@irdl_op_definition
+class BincountOp(FusionOp):
+    """`torch.bincount(ids, minlength=length)` of ids in [0, length): how
+    many times each value occurs (i64, [length]): the tokens routed to each
+    expert. Ids split over devices give each device a partial count (a sum
+    across them)."""
+
+    name = "fusion.bincount"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("ids",)
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("length", "int"),)
+    ELEMENTS: ClassVar[str] = "i64"
+    ids = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    length = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        if len(s[0]) != 1:
+            raise shapes.ShapeError(f"fusion.bincount: ids must have rank 1, got {list(s[0])}")
+        if kw["length"] < 1:
+            raise VerifyException(f"length = {kw['length']} must be >= 1")
+        return (kw["length"],)
+
+    @classmethod
+    def result_element(cls, elems: list[Attribute], kw: dict[str, Any], result: TensorType | None) -> Attribute:
+        return I64_TYPE
+
+    def sharding_map(self) -> OpMap:
+        return OpMap(((Target(CONTRACT),),), 1, None, NONE, True)
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return (0, self.keyword("length"))
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        ids = args[0]
+        counts = torch.zeros(self.keyword("length"), dtype=torch.int64, device=ids.device)
+        # scatter_add rather than bincount: a static shape, which Inductor traces
+        return counts.scatter_add_(0, ids, torch.ones_like(ids))
+
+
+# ---- selection by index -------------------------------------------------------
+
+
+def _check_index(idx: Shape, x: Shape, d: int, what: str) -> None:
+    if len(idx) != len(x) or any(a != b for i, (a, b) in enumerate(zip(idx, x)) if i != d):
+        raise shapes.ShapeError(f"fusion.{what}: index {list(idx)} must have the shape of {list(x)} off dim {d}")
+
+
+@irdl_op_definition
+class GatherOp(SelectOp):
+    """`torch.gather(x, dim, index)`: out[..i..] = x[..index[..i..]..] along
+    `dim`; index (i64) has x's shape off `dim`."""
+
+    name = "fusion.gather"
+    TRANSPOSE: ClassVar[str] = "scatter_add"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "index")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64")
+    input = operand_def(TENSOR)
+    index = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        d = shapes.check_dim(s[0], kw["dim"])
+        _check_index(s[1], s[0], d, "gather")
+        return s[1]
+
+    def sharding_map(self) -> OpMap:
+        rank = len(shape_of(self.input))
+        return OpMap((_along(rank, self.axis(), False), tuple(Target(MAP, d) for d in range(rank))), rank, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.gather(args[0], self.axis(), args[1])
+
+
+@irdl_op_definition
+class ScatterAddOp(SelectOp):
+    """`x.scatter_add(dim, index, src)`: x with each element of src added
+    at its index along `dim`; index (i64) has src's shape, src has x's
+    shape off `dim`."""
+
+    name = "fusion.scatter_add"
+    TRANSPOSE: ClassVar[str] = "gather"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "index", "source")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64", "num")
+    input = operand_def(TENSOR)
+    index = operand_def(TENSOR)
+    source = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        d = shapes.check_dim(s[0], kw["dim"])
+        _check_index(s[2], s[0], d, "scatter_add")
+        if tuple(s[1]) != tuple(s[2]):
+            raise shapes.ShapeError(f"fusion.scatter_add: index {list(s[1])} and source {list(s[2])} must have one shape")
+        return s[0]
+
+    def sharding_map(self) -> OpMap:
+        rank = len(shape_of(self.input))
+        along = _along(rank, self.axis())
+        return OpMap((along, along, along), rank, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        x, idx, src = args
+        return x.scatter_add(self.axis(), idx, src)
+
+
+def _selected(x: Shape, n: int, d: int) -> Shape:
+    return tuple(n if i == d else e for i, e in enumerate(x))
+
+
+@irdl_op_definition
+class IndexSelectOp(SelectOp):
+    """`torch.index_select(x, dim, index)`: the slices of x along `dim` at
+    the indices (a 1-D i64 tensor), in their order: the tokens of each
+    expert gathered in sorted order. A split index splits the result."""
+
+    name = "fusion.index_select"
+    TRANSPOSE: ClassVar[str] = "index_add"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "index")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64")
+    input = operand_def(TENSOR)
+    index = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = opt_prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        d = shapes.check_dim(s[0], kw["dim"])
+        if len(s[1]) != 1:
+            raise shapes.ShapeError(f"fusion.index_select: index must have rank 1, got {list(s[1])}")
+        return _selected(s[0], s[1][0], d)
+
+    def sharding_map(self) -> OpMap:
+        d = self.axis()
+        rank = len(shape_of(self.input))
+        return OpMap((_along(rank, d, False), (Target(MAP, d),)), rank, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        return torch.index_select(args[0], self.axis(), args[1])
+
+
+@irdl_op_definition
+class IndexAddOp(SelectOp):
+    """`x.index_add(dim, index, source)`: x with source's slice i added to
+    x's slice index[i] along `dim` (repeated indices add up): the experts'
+    weighted outputs combined into their tokens."""
+
+    name = "fusion.index_add"
+    TRANSPOSE: ClassVar[str] = "index_select"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "index", "source")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dim", "int"),)
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64", "num")
+    input = operand_def(TENSOR)
+    index = operand_def(TENSOR)
+    source = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    dim = opt_prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        d = shapes.check_dim(s[0], kw["dim"])
+        if len(s[1]) != 1:
+            raise shapes.ShapeError(f"fusion.index_add: index must have rank 1, got {list(s[1])}")
+        if tuple(s[2]) != _selected(s[0], s[1][0], d):
+            raise shapes.ShapeError(
+                f"fusion.index_add: source {list(s[2])} must have shape {list(_selected(s[0], s[1][0], d))}"
+            )
+        return s[0]
+
+    def sharding_map(self) -> OpMap:
+        d = self.axis()
+        rank = len(shape_of(self.input))
+        along = _along(rank, d)
+        return OpMap((along, (Target(DROP),), along), rank, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        x, idx, src = args
+        return x.index_add(self.axis(), idx, src)
+
+
+# ---- grouped GEMM ----------------------------------------------------------------
+
+
+@irdl_op_definition
+class GroupedMatmulOp(FusionOp):
+    """`torch._grouped_mm(a, b, offs=offsets)`: GEMMs over groups of rows
+    given by `offsets` (i64 [E], each group's end, non-decreasing; group e
+    is rows offsets[e-1]..offsets[e], the first starts at 0; a group may be
+    empty). Two forms:
+    - a [T, K], b [E, K, N] -> [T, N]: group e's rows times b[e] (each
+      expert's GEMM on the tokens routed to it); rows past the last offset
+      are zero;
+    - a [K, T], b [T, N] -> [E, K, N]: group e's columns of a times its
+      rows of b (the experts' weight gradients).
+    On cuda, bf16 on sm90 or newer, the op is torch._grouped_mm itself;
+    elsewhere one GEMM per group. Split experts are expert parallelism:
+    each device multiplies the rows routed to its own experts, and the
+    results are summed across devices."""
+
+    name = "fusion.grouped_matmul"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs", "offsets")
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("float", "float", "i64")
+    WEIGHTS: ClassVar[tuple[int, ...]] = (1,)
+    ALONE: ClassVar[bool] = True
+    INDEXED: ClassVar[bool] = True
+    lhs = operand_def(TENSOR)
+    rhs = operand_def(TENSOR)
+    offsets = operand_def(TENSOR)
+    result = result_def(TENSOR)
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        a, b, offs = s
+        if len(offs) != 1:
+            raise shapes.ShapeError(f"fusion.grouped_matmul: offsets must have rank 1, got {list(offs)}")
+        if len(a) == 2 and len(b) == 3:
+            if a[1] != b[1] or not b[0] or offs[0] % b[0]:  # (a block of the experts on local types: `verify_`)
+                raise shapes.ShapeError(
+                    f"fusion.grouped_matmul: [T, K] x [E, K, N] with E offsets, got {list(a)} x {list(b)} with {offs[0]}"
+                )
+            return (a[0], b[2])
+        if len(a) == 2 and len(b) == 2:
+            if a[1] != b[0]:
+                raise shapes.ShapeError(f"fusion.grouped_matmul: [K, T] x [T, N], got {list(a)} x {list(b)}")
+            return (offs[0], a[0], b[1])
+        raise shapes.ShapeError(
+            f"fusion.grouped_matmul takes [T, K] x [E, K, N] or [K, T] x [T, N], got {list(a)} x {list(b)}"
+        )
+
+    def verify_(self) -> None:
+        super().verify_()
+        e, offs = shape_of(self.rhs)[0], shape_of(self.offsets)[0]
+        if self.stacked() and e != offs and GLOBAL_ATTR not in self.attributes:
+            raise VerifyException(f"fusion.grouped_matmul: {e} experts' weights for {offs} offsets")
+
+    def stacked(self) -> bool:
+        """The first form: a stacked [E, K, N] right operand."""
+        return len(shape_of(self.rhs)) == 3
+
+    def sharding_map(self) -> OpMap:
+        """[T, K] x [E, K, N]: rows and K gathered; split experts make a
+        partial sum (each device multiplies the rows of its experts, zero
+        elsewhere), N stays split. [K, T] x [T, N]: K and N stay split, the
+        experts of the result are any block a device is asked for (its own
+        experts' weight gradients)."""
+        if self.stacked():
+            ops = ((Target(DROP), Target(DROP)), (Target(CONTRACT), Target(DROP), Target(MAP, 1)), (Target(DROP),))
+            return OpMap(ops, 2, (1, 0), NONE, True)
+        ops = ((Target(MAP, 1), Target(DROP)), (Target(DROP), Target(MAP, 2)), (Target(DROP),))
+        return OpMap(ops, 3, None, NONE, False)
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        from fuserc.runtime.grouped_gemm import experts_block
+
+        a, b, offs = args
+        if self.stacked():
+            count = b.shape[0]
+            ids = ctx.global_index(1, 0, count)
+        else:
+            count = shape_of(self.results[0])[0]
+            ids = ctx.global_index(-1, 0, count)
+        return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+
+    def torch_alone(self) -> bool:
+        """Its region runs op by op with PyTorch (runtime/torch_regions.py):
+        a traced kernel would bake in the group ends it reads."""
+        return True
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """Grouped GEMMs again: for y = a b per group, a's cotangent is g b^T
+        per group and b's is a^T g per group (the other form)."""
+        offs = self.offsets
+        if self.stacked():
+            ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
+            gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
+            return [ga, gb, None]
+        gat = b.op("grouped_matmul", self.rhs, b.op("permute", g, dims=[0, 2, 1]), offs)
+        gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
+        return [b.op("permute", gat, dims=[1, 0]), gb, None]
+
+
+OPS: tuple[type[FusionOp], ...] = (
+    TopkOp, ArgsortOp, CumsumOp, BincountOp, GatherOp, ScatterAddOp, IndexSelectOp, IndexAddOp, GroupedMatmulOp,
+)  # fmt: skip

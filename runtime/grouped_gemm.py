@@ -1,0 +1,81 @@
+"""The grouped GEMM (`fusion.grouped_matmul`) on both backends.
+
+- On cuda, bf16 operands on sm90 or newer whose rows are 16-byte aligned:
+  `torch._grouped_mm` itself (one launch for every group, the offsets read
+  on the device: nothing waits for the host, so it is captured in CUDA
+  graphs).
+- Elsewhere (the CPU, other dtypes, float64 in the reference evaluator):
+  one GEMM per group, the group ends read on the host.
+
+Both give zero rows past the last offset ([T, K] x [E, K, N]) and zero
+blocks for empty groups ([K, T] x [T, N]), as a loop over experts does.
+
+`experts_block` computes the groups of one block of experts only (the
+experts a device holds when the expert dimension is split): their rows
+([T, K] x [E/d, K, N], zero elsewhere: a partial sum over the devices) or
+their blocks ([K, T] x [T, N] -> [E/d, K, N]).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_offsets(offs: torch.Tensor, rows: int) -> list[int]:
+    """The group ends on the host; ValueError where they are not
+    non-decreasing within [0, rows]."""
+    ends = [int(e) for e in offs.tolist()]
+    if any(e < 0 or e > rows for e in ends) or any(b < a for a, b in zip(ends, ends[1:])):
+        raise ValueError(f"fusion.grouped_matmul: offsets {ends} must be non-decreasing within [0, {rows}]")
+    return ends
+
+
+def fast_path(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether torch._grouped_mm runs these operands: bf16 on a GPU of
+    compute capability 9.0 or more, each matrix row- or column-major with
+    16-byte aligned strides (a transposed weight is read in place)."""
+    if a.device.type != "cuda" or a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        return False
+    if not hasattr(torch, "_grouped_mm") or torch.cuda.get_device_capability(a.device)[0] < 9:
+        return False
+    return _aligned(a) and _aligned(b)
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """One of the last two strides is 1, the others multiples of 8
+    elements (16 bytes of bf16), the start 16-byte aligned."""
+    inner, outer = t.stride()[-1], t.stride()[-2]
+    major = (inner == 1 and outer % 8 == 0) or (outer == 1 and inner % 8 == 0)
+    return major and all(s % 8 == 0 for s in t.stride()[:-2]) and t.data_ptr() % 16 == 0
+
+
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """`torch._grouped_mm(a, b, offs=offs)` (the op's docstring)."""
+    stacked = b.dim() == 3
+    if fast_path(a, b):
+        y = torch._grouped_mm(a, b, offs=offs.to(torch.int32))
+        if stacked:  # rows past the last group are left unwritten by the kernel
+            rows = torch.arange(a.shape[0], device=a.device).unsqueeze(1)
+            y = y.masked_fill(rows >= offs[-1], 0)
+        return y
+    ends = check_offsets(offs, a.shape[0] if stacked else a.shape[1])
+    starts = [0, *ends[:-1]]
+    if stacked:
+        tail = a.new_zeros(a.shape[0] - (ends[-1] if ends else 0), b.shape[2])
+        return torch.cat([*(a[s:e] @ b[i] for i, (s, e) in enumerate(zip(starts, ends))), tail])
+    return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+
+
+def experts_block(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    """The grouped GEMM of experts first..first+count-1 of the global group
+    ends `offs`: with a stacked b (those experts' weights), their rows of
+    the [T, N] result, zero elsewhere; else their [count, K, N] blocks."""
+    if first == 0 and count == offs.shape[0]:
+        return grouped_matmul(a, b, offs)
+    start = int(offs[first - 1]) if first > 0 else 0  # where the block's rows begin (read on the host)
+    local = offs[first : first + count] - start
+    if b.dim() == 3:
+        y = a.new_zeros(a.shape[0], b.shape[2])
+        y[start:] = grouped_matmul(a[start:], b, local)
+        return y
+    return grouped_matmul(a[:, start:], b[start:], local)

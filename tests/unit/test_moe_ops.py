@@ -1,0 +1,215 @@
+"""The routing and grouped ops (dialects/fusion_moe.py) against PyTorch:
+each op's reference against the torch call of its name (declared dtypes,
+bit for bit), the grouped GEMM against a loop of GEMMs (and
+torch._grouped_mm where it runs), and every derivative rule, through the
+autodiff pass and the float64 reference evaluator, against torch.autograd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuserc.api import FusionDefinition
+from fuserc.ir import parse
+from fuserc.runtime.grouped_gemm import grouped_matmul
+from fuserc.runtime.reference import evaluate
+
+OPS = """
+func.func @main(%x: tensor<6x5xf32>, %i: tensor<6x2xi64>, %src: tensor<6x2xf32>, %ids: tensor<9xi64>, %rows: tensor<9xi64>, %m: tensor<9x5xf32>)
+    -> (tensor<6x3xf32>, tensor<6x3xi64>, tensor<9xi64>, tensor<9xi64>, tensor<4xi64>, tensor<6x5xf32>, tensor<6x2xf32>, tensor<6x5xf32>, tensor<9x5xf32>, tensor<6x5xf32>) {
+  %v, %k = fusion.topk %x k = 3 dim = 1 : (tensor<6x5xf32>) -> (tensor<6x3xf32>, tensor<6x3xi64>)
+  %a = fusion.argsort %ids dim = 0 : (tensor<9xi64>) -> tensor<9xi64>
+  %d = fusion.argsort %ids dim = 0 descending = true : (tensor<9xi64>) -> tensor<9xi64>
+  %c = fusion.bincount %ids length = 4 : (tensor<9xi64>) -> tensor<4xi64>
+  %s = fusion.cumsum %x dim = 0 : (tensor<6x5xf32>) -> tensor<6x5xf32>
+  %g = fusion.gather %x, %i dim = 1 : (tensor<6x5xf32>, tensor<6x2xi64>) -> tensor<6x2xf32>
+  %sa = fusion.scatter_add %x, %i, %src dim = 1 : (tensor<6x5xf32>, tensor<6x2xi64>, tensor<6x2xf32>) -> tensor<6x5xf32>
+  %is = fusion.index_select %x, %rows dim = 0 : (tensor<6x5xf32>, tensor<9xi64>) -> tensor<9x5xf32>
+  %ia = fusion.index_add %x, %rows, %m dim = 0 : (tensor<6x5xf32>, tensor<9xi64>, tensor<9x5xf32>) -> tensor<6x5xf32>
+  func.return %v, %k, %a, %d, %c, %s, %g, %sa, %is, %ia : tensor<6x3xf32>, tensor<6x3xi64>, tensor<9xi64>, tensor<9xi64>, tensor<4xi64>, tensor<6x5xf32>, tensor<6x2xf32>, tensor<6x5xf32>, tensor<9x5xf32>, tensor<6x5xf32>
+}
+"""
+
+
+def test_ops_against_torch() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=gen)
+    i = torch.randint(0, 5, (6, 2), generator=gen)
+    src = torch.randn(6, 2, generator=gen)
+    ids = torch.tensor([3, 1, 3, 0, 1, 3, 3, 0, 1])  # repeated keys: the sort must be stable; expert 2 gets none
+    rows = torch.randint(0, 6, (9,), generator=gen)
+    m = torch.randn(9, 5, generator=gen)
+    v, k, a, d, c, s, g, sa, is_, ia = evaluate(parse(OPS), [x, i, src, ids, rows, m], accumulate=None)
+    want_v, want_k = torch.topk(x, 3, dim=1)
+    torch.testing.assert_close(v, want_v, rtol=0, atol=0)
+    assert torch.equal(k, want_k)
+    assert torch.equal(a, torch.argsort(ids, stable=True)) and torch.equal(d, torch.argsort(ids, descending=True, stable=True))
+    assert torch.equal(c, torch.bincount(ids, minlength=4)) and c[2] == 0
+    torch.testing.assert_close(s, torch.cumsum(x, 0), rtol=0, atol=0)
+    torch.testing.assert_close(g, torch.gather(x, 1, i), rtol=0, atol=0)
+    torch.testing.assert_close(sa, x.scatter_add(1, i, src), rtol=0, atol=0)
+    torch.testing.assert_close(is_, x[rows], rtol=0, atol=0)
+    torch.testing.assert_close(ia, x.index_add(0, rows, m), rtol=0, atol=0)
+
+
+def test_topk_ties_take_the_lowest_index() -> None:
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0]])
+    fd = FusionDefinition()
+    t = fd.define_tensor([1, 5])
+    v, k = fd.ops.topk(t, k=2, dim=1)
+    fd.add_output(v)
+    fd.add_output(k)
+    _, idx = evaluate(parse(fd.to_mlir()), [x], accumulate=None)
+    assert idx.tolist() == [[1, 2]]
+
+
+@pytest.mark.parametrize("ends", [[3, 3, 10], [0, 0, 10], [10, 10, 10], [2, 5, 7]], ids=["empty-middle", "empty-first", "one", "rows-left"])
+def test_grouped_matmul_against_a_loop(ends: list[int]) -> None:
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(10, 4, generator=gen, dtype=torch.float64), torch.randn(3, 4, 5, generator=gen, dtype=torch.float64)
+    offs = torch.tensor(ends)
+    want = torch.zeros(10, 5, dtype=torch.float64)
+    start = 0
+    for e, end in enumerate(ends):
+        want[start:end] = a[start:end] @ b[e]
+        start = end
+    torch.testing.assert_close(grouped_matmul(a, b, offs), want)
+    at, g = torch.randn(4, 10, generator=gen, dtype=torch.float64), torch.randn(10, 5, generator=gen, dtype=torch.float64)
+    wgrad = torch.stack([at[:, s:e] @ g[s:e] for s, e in zip([0, *ends[:-1]], ends)])
+    torch.testing.assert_close(grouped_matmul(at, g, offs), wgrad)
+
+
+def test_grouped_matmul_refuses_bad_offsets() -> None:
+    a, b = torch.randn(6, 4), torch.randn(2, 4, 3)
+    with pytest.raises(ValueError, match=r"offsets \[4, 2\] must be non-decreasing within \[0, 6\]"):
+        grouped_matmul(a, b, torch.tensor([4, 2]))
+    with pytest.raises(ValueError, match=r"within \[0, 6\]"):
+        grouped_matmul(a, b, torch.tensor([4, 7]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch._grouped_mm's kernel needs a GPU")
+def test_grouped_matmul_is_torch_grouped_mm_on_cuda() -> None:
+    dev = torch.device("cuda")
+    a, b = torch.randn(64, 32, device=dev, dtype=torch.bfloat16), torch.randn(4, 32, 16, device=dev, dtype=torch.bfloat16)
+    offs = torch.tensor([16, 16, 40, 64], device=dev)
+    want = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0, 16, 16, 40], [16, 16, 40, 64]))])
+    torch.testing.assert_close(grouped_matmul(a, b, offs).float(), want, rtol=2e-2, atol=2e-2)
+
+
+def _grads(fd: FusionDefinition, args: list[torch.Tensor], cts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradients of fd's float inputs by autodiff, in float64."""
+    fwd, bwd = fd.autodiff()
+    outs = evaluate(parse(fwd.to_mlir()), args, entry="main_fwd")
+    saved = [t.float() if t.is_floating_point() else t for t in outs[len(fd.outputs) :]]  # the declared f32
+    return evaluate(parse(bwd.to_mlir()), [*saved, *(c.float() for c in cts)], entry="main_bwd")
+
+
+def test_derivatives_against_autograd() -> None:
+    """One program using every differentiable op, its gradients against
+    torch.autograd's (float64)."""
+    gen = torch.Generator().manual_seed(2)
+    fd = FusionDefinition()
+    x = fd.define_tensor([6, 5])
+    i = fd.define_tensor([6, 2], "i64")
+    src = fd.define_tensor([6, 2])
+    rows = fd.define_tensor([9], "i64")
+    m = fd.define_tensor([9, 5])
+    ends = fd.define_tensor([3], "i64")
+    w = fd.define_tensor([3, 5, 4])
+    v, _ = fd.ops.topk(x, k=3, dim=1)
+    fd.add_output(v)
+    fd.add_output(fd.ops.cumsum(x, dim=1))
+    fd.add_output(fd.ops.gather(x, i, dim=1))
+    fd.add_output(fd.ops.scatter_add(x, i, src, dim=1))
+    sel = fd.ops.index_select(x, rows)
+    fd.add_output(fd.ops.index_add(x, rows, m * sel))
+    h = fd.ops.grouped_matmul(m * sel, w, ends)
+    fd.add_output(h)
+    fd.add_output(fd.ops.grouped_matmul(fd.ops.permute(m, dims=[1, 0]), h, ends))
+    args = [torch.randn(6, 5, generator=gen), torch.randint(0, 5, (6, 2), generator=gen), torch.randn(6, 2, generator=gen),
+            torch.randint(0, 6, (9,), generator=gen), torch.randn(9, 5, generator=gen), torch.tensor([2, 2, 8]),
+            torch.randn(3, 5, 4, generator=gen)]  # fmt: skip
+    tx, _, tsrc, trows, tm, tends, tw = [t.double().requires_grad_(t.is_floating_point()) if t.is_floating_point() else t for t in args]
+    tsel = tx[trows]
+    th = grouped_matmul(tm * tsel, tw, tends)
+    outs = [torch.topk(tx, 3, dim=1).values, torch.cumsum(tx, 1), torch.gather(tx, 1, args[1]), tx.scatter_add(1, args[1], tsrc),
+            tx.index_add(0, trows, tm * tsel), th, grouped_matmul(tm.t(), th, tends)]  # fmt: skip
+    cts = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
+    torch.autograd.backward(outs, cts)
+    gx, gsrc, gm, gw = _grads(fd, args, cts)
+    for name, got, want in (("x", gx, tx.grad), ("src", gsrc, tsrc.grad), ("m", gm, tm.grad), ("w", gw, tw.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda s, n=name: f"grad {n}: {s}")
+
+
+def test_grouped_gemm_regions_run_with_torch_and_views() -> None:
+    """On cuda a launch region holding a grouped GEMM is run op by op with
+    PyTorch (no traced kernel, which would bake in the group ends), its
+    weight's permute a view: each such region of examples/moe_layer.mlir,
+    run so on its inputs, gives the reference's values."""
+    from fuserc.dialects import hir
+    from fuserc.dialects.fusion_moe import GroupedMatmulOp
+    from fuserc.ir import make_context
+    from fuserc.pipeline import run_pipeline
+    from fuserc.runtime import torch_regions
+    from fuserc.runtime.cpu import launch_with_torch
+
+    ctx = make_context()
+    text = (Path(__file__).parents[2] / "examples" / "moe_layer.mlir").read_text()
+    module = run_pipeline(parse(text, "moe_layer.mlir", ctx), "default", ctx)
+    regions = [o for o in module.walk() if isinstance(o, hir.LaunchOp) and any(isinstance(x, GroupedMatmulOp) for x in o.body.block.ops)]
+    assert len(regions) == 3
+    gen = torch.Generator().manual_seed(4)
+    for launch in regions:
+        body = launch.body.block
+        assert torch_regions.runs_region(body)
+        ends = torch.tensor([5, 5, 20, 32])  # an expert without tokens
+        ins = [ends if v.type.get_shape() == (4,) else torch.randn(v.type.get_shape(), generator=gen) for v in launch.ins]  # type: ignore[attr-defined]
+        outs = [torch.empty(list(v.type.get_shape())) for v in launch.outs]  # type: ignore[attr-defined]
+        want = [torch.empty_like(o) for o in outs]
+        assert torch_regions.run_region(body, ins, outs)
+        launch_with_torch(body, ins, want)
+        torch.testing.assert_close(outs, want, rtol=1e-5, atol=1e-5)  # a strided weight rounds otherwise
+
+
+def test_grouped_mm_layouts() -> None:
+    """torch._grouped_mm's operands: row- or column-major matrices with
+    16-byte strides (a transposed weight qualifies, a 4-wide bf16 row not)."""
+    from fuserc.runtime.grouped_gemm import _aligned
+
+    w = torch.zeros(4, 16, 32, dtype=torch.bfloat16)
+    assert _aligned(w) and _aligned(w.transpose(1, 2)) and _aligned(torch.zeros(64, 32).t())
+    assert not _aligned(torch.zeros(10, 4, dtype=torch.bfloat16)) and not _aligned(w[:, :, 1:])
+
+
+def test_experts_block_sums_to_the_whole() -> None:
+    """Each device's block of experts: the [T, N] rows of its experts (the
+    blocks sum to the whole product) and its [E/d, K, N] weight gradients."""
+    from fuserc.runtime.grouped_gemm import experts_block
+
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(12, 4, generator=gen, dtype=torch.float64), torch.randn(4, 4, 3, generator=gen, dtype=torch.float64)
+    offs = torch.tensor([3, 3, 9, 12])
+    whole = grouped_matmul(a, b, offs)
+    torch.testing.assert_close(experts_block(a, b[:2], offs, 0, 2) + experts_block(a, b[2:], offs, 2, 2), whole)
+    assert not experts_block(a, b[:2], offs, 0, 2)[3:].any()
+    at, g = torch.randn(4, 12, generator=gen, dtype=torch.float64), torch.randn(12, 3, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(experts_block(at, g, offs, 2, 2), grouped_matmul(at, g, offs)[2:])
+
+
+def test_split_experts_stay_where_they_are() -> None:
+    """Experts' weights split over 4 devices ([DIDx, -, -]) are never
+    gathered, forward or backward: each device multiplies the rows of its
+    own experts and computes its own experts' weight gradients."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition
+
+    fd = definition(32, 16, 24, 4, 2, False, "softmax", "f32", 4)
+    weights = {(4, 24, 16), (4, 16, 24)}
+    for name in ("main", "main_bwd"):
+        lines = fd.comm_report("autodiff,default").function(name).lines
+        moved = [line for line in lines if tuple(line.shape) in weights]
+        assert lines and not moved, [(line.kind, line.shape) for line in moved]
