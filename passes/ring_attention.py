@@ -19,13 +19,29 @@ blocks). The key/value gradients are accumulated (f32) in buffers that
 travel the ring with their blocks; one more step brings each block's sum
 home.
 
-Causal (q and k of one length, PyTorch's top-left mask): the block of a
-position after this rank's is masked out entirely; the step is skipped on
-that rank (its accumulators, in the backward, are passed on unchanged), the
-rank's own block is attended to with the causal mask, earlier blocks
-without a mask. Which ranks compute at which step is static: each step's
-launch runs on the ranks listed for it. Per forward each rank sends (d-1)/d
-of k and v (the communication report's `send` lines).
+Causal (q and k of one length, PyTorch's top-left mask): in the block
+layout the last rank would do 2d - 1 times the work of the first. The ring
+therefore runs on the zigzag layout, chosen here and not by the user: the
+sequence cut into 2d chunks, position i holds chunks i and 2d-1-i, stored
+as [2, B, H, S/2d, ...] (each chunk contiguous). q, k and v (in the
+backward also the output, its log-sum-exp and cotangent) are laid out so
+by one exchange of half-blocks on the way in, the results laid back on
+the way out (send/recv marked `zigzag`). At step 0 a rank attends to its
+own two chunks with the causal mask; at step j >= 1 the block of position
+s = p - j holds chunks s and 2d-1-s: for s < p both of q's chunks see
+chunk s whole (k's first half), for s > p only q's second chunk sees, both
+of k's chunks; either way c x 2c pairs: every rank does the same work.
+The exchange moves O(S) bytes once where the imbalance costs O(S^2) FLOPs
+every step; carrying the layout through the program (elementwise ops and
+GEMMs do not care how tokens are ordered) would save it, but would need a
+placement kind that every op and reshard understands. With an odd local
+sequence, causal attention keeps the block layout: the block of a
+position after this rank's is masked out entirely and that step is skipped
+on the rank (its accumulators, in the backward, are passed on unchanged).
+
+Which ranks compute what at each step is static: each step's launches
+run on the ranks listed for them. Per forward each rank receives (d-1)/d
+of k and v around the ring (the communication report's `ring` lines).
 """
 
 from __future__ import annotations
@@ -35,7 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import StringAttr
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
@@ -102,6 +118,12 @@ class _Emit:
         causal, self.scale = op.options()
         self.causal = causal
         em, d = self.em, ring.size
+        local_seq = shape_of(low.values[op.operands[0]])[SEQ]
+        self.zig = causal and local_seq % 2 == 0
+        """Causal attention runs on the zigzag layout (module docstring)."""
+        self.halves = [em.constant(h, self.all) for h in (0, 1)]
+        self.team_of = {r: team for team in ring.teams for r in team}
+        self.pos: dict[tuple[int, ...], list[SSAValue]] = {}
         self.next: dict[tuple[int, ...], SSAValue] = {}
         self.prev: dict[tuple[int, ...], SSAValue] = {}
         # The transfers run on a stream of their own beside the attention.
@@ -113,13 +135,14 @@ class _Emit:
             one, back = em.constant(1, team), em.constant(d - 1, team)
             self.next[team] = em.emit(hir.AddModOp(pos, one, d), team).results[0]
             self.prev[team] = em.emit(hir.AddModOp(pos, back, d), team).results[0]
+            if self.zig:
+                self.pos[team] = [em.constant(i, team) for i in range(d)]
 
     # ---- buffers ---------------------------------------------------------------
-    def alloc(self, like: SSAValue, suffix: str, elem=None) -> SSAValue:
-        t = like.type
-        return self.em.alloc(
-            self.em.site(self.index, 0, f"ring/{suffix}"), shape_of(like), elem or t.element_type, self.all  # type: ignore[attr-defined]
-        )
+    def alloc(self, like: Like, suffix: str, elem: Attribute | None = None) -> SSAValue:
+        """A buffer of `like`'s local shape (and type, unless `elem`)."""
+        shape, t = _shape_elem(like)
+        return self.em.alloc(self.em.site(self.index, 0, f"ring/{suffix}"), shape, elem or t, self.all)
 
     def operand(self, v: SSAValue) -> SSAValue:
         """The local block of `v` in logical order."""
@@ -166,7 +189,7 @@ class _Emit:
         elem = acc.type.element_type  # type: ignore[attr-defined]
         self.launch([acc, part], [acc], lambda op, a, b: [op("add", a, _cast(op, b, elem)).results[0]], tag)
 
-    def merge(self, acc_o: SSAValue, acc_l: SSAValue, o: SSAValue, lse: SSAValue, tag: tuple[int, ...], rows: SSAValue | None = None) -> None:
+    def merge(self, acc_o: SSAValue, acc_l: SSAValue, o: SSAValue, lse: SSAValue, tag: tuple[int, ...]) -> None:
         """Fold a partial (o, lse) into the accumulators (module docstring):
         first the output, which reads the old log-sum-exp, then the
         log-sum-exp in place."""
@@ -193,23 +216,46 @@ class _Emit:
         self.launch([acc_o, acc_l, o, lse], [acc_o], out, tag)
         self.launch([acc_l, lse], [acc_l], lambda op, a, b: [new_lse(op, a, b)], tag)
 
-    def attention(self, name: str, ins: Sequence[SSAValue], outs: Sequence[SSAValue], causal: bool, tag: tuple[int, ...]) -> None:
+    # ---- parts of a local tensor in the ring's layout -----------------------------
+    def half(self, x: SSAValue, h: int) -> SSAValue:
+        """Half h of a zigzag buffer (a contiguous view)."""
+        return self.em._view_of(hir.SelectOp(x, self.halves[h], 0), x, self.all)
+
+    def part(self, x: SSAValue, part: int) -> SSAValue:
+        """`x` (FULL) or one of its halves, as a buffer."""
+        return x if part == FULL else self.half(x, part)
+
+    def attention(
+        self, name: str, ins: Sequence[tuple[SSAValue, int]], outs: Sequence[tuple[SSAValue, int]], causal: bool, tag: tuple[int, ...]
+    ) -> None:
+        """One launch of `name` on parts of the ring's buffers: a whole
+        zigzag buffer is seen in sequence order inside the region (its two
+        halves side by side), a half as it lies."""
         kw = {"scale": self.scale, "causal": True if causal else None}
         nres = 2 if name == "sdpa" else 3
-        self.launch(ins, outs, lambda op, *a: list(op(name, *a, results=nres, **kw).results), tag)
+        whole = [self.zig and p == FULL for _, p in ins]
+        wout = [self.zig and p == FULL for _, p in outs]
+
+        def build(op, *args):
+            xs = [_merged(op, a) if w else a for a, w in zip(args, whole)]
+            rs = op(name, *xs, results=nres, **kw).results
+            return [_split(op, r) if w else r for r, w in zip(rs, wout)]
+
+        self.launch([self.part(x, p) for x, p in ins], [self.part(x, p) for x, p in outs], build, tag)
 
     # ---- the ring --------------------------------------------------------------
-    def steps(self) -> list[tuple[int, tuple[int, ...], bool]]:
-        """(step, ranks computing it, causal mask) for each step."""
-        d, out = self.ring.size, []
-        for j in range(d):
-            if not self.causal:
-                out.append((j, self.ring.ranks(range(d)), False))
-            elif j == 0:
-                out.append((j, self.ring.ranks(range(d)), True))
-            else:  # block p - j is before this rank's block only where p >= j
-                out.append((j, self.ring.ranks(range(j, d)), False))
-        return out
+    def pieces(self, j: int) -> list[tuple[tuple[int, ...], int, int, bool]]:
+        """Step j's attention: (ranks, part of q, part of k and v, causal
+        mask), one entry per group of ranks doing the same."""
+        d, every = self.ring.size, self.ring.ranks(range(self.ring.size))
+        if j == 0 or not self.causal:
+            return [(every, FULL, FULL, self.causal and j == 0)]
+        before, after = self.ring.ranks(range(j, d)), self.ring.ranks(range(j))
+        if not self.zig:  # block p - j is before this rank's block only where p >= j
+            return [(before, FULL, FULL, False)]
+        # zigzag: block s = p - j holds chunks s and 2d-1-s, this rank p and 2d-1-p:
+        # s < p: both of q's chunks see chunk s whole; s > p: q's second chunk sees both
+        return [(before, FULL, 0, False), (after, 1, FULL, False)]
 
     def pass_on(self, sends: Sequence[SSAValue], recvs: Sequence[SSAValue], what: str) -> list[tuple[SSAValue, tuple[int, ...]]]:
         """Each of `sends` to the next position and `recvs` from the
@@ -217,19 +263,30 @@ class _Emit:
         work so far (what last read the receiving buffers, what wrote the
         sent ones) is done; their tokens, which the main stream waits on
         after the step. `what` names them in the communication report."""
+        return self.exchange(
+            [(team, [(b, self.next[team]) for b in sends], [(b, self.prev[team]) for b in recvs]) for team in self.ring.teams],
+            f"ring {self.op.name.removeprefix('fusion.')} {what}",
+        )
+
+    def exchange(
+        self, moves: Sequence[tuple[tuple[int, ...], Sequence[tuple[SSAValue, SSAValue]], Sequence[tuple[SSAValue, SSAValue]]]], mark: str
+    ) -> list[tuple[SSAValue, tuple[int, ...]]]:
+        """Per (ranks, sends, receives) of `moves`, each (buffer, team
+        position) sent or received within the ranks' team, on the side
+        stream; their tokens."""
         tokens = []
         em, backend = self.em, self.em.backend
         em.emit(hir.SetCurrentStreamOp(self.side), self.all)
         em.emit(hir.SyncStreamOp(self.main), self.all)
-        mark = StringAttr(f"ring {self.op.name.removeprefix('fusion.')} {what}")
-        for team in self.ring.teams:
-            ops: list[Operation] = [hir.SendOp(b, self.next[team], team, backend) for b in sends]
-            ops += [hir.RecvOp(b, self.prev[team], team, backend) for b in recvs]
+        for ranks, sends, recvs in moves:
+            team = self.team_of[ranks[0]]
+            ops: list[Operation] = [hir.SendOp(b, peer, team, backend) for b, peer in sends]
+            ops += [hir.RecvOp(b, peer, team, backend) for b, peer in recvs]
             for o in ops:
-                o.attributes[RESHARD_ATTR] = mark
-                em.emit(o, team)
+                o.attributes[RESHARD_ATTR] = StringAttr(mark)
+                em.emit(o, ranks)
                 o.results[0].name_hint = "tok"
-                tokens.append((o.results[0], team))
+                tokens.append((o.results[0], ranks))
         em.emit(hir.SetCurrentStreamOp(self.main), self.all)
         return tokens
 
@@ -237,66 +294,181 @@ class _Emit:
         for t, team in tokens:
             self.em.emit(hir.WaitOp(t), team)
 
+    # ---- the zigzag layout -----------------------------------------------------
+    def zig_alloc(self, like: Like, suffix: str, elem: Attribute | None = None) -> SSAValue:
+        """A buffer of `like` in the zigzag layout: [2, B, H, S/2, ...]."""
+        shape, t = _shape_elem(like)
+        zshape = (2, *shape[:SEQ], shape[SEQ] // 2, *shape[SEQ + 1 :])
+        return self.em.alloc(self.em.site(self.index, 0, f"ring/{suffix}"), zshape, elem or t, self.all)
+
+    def _owner(self, c: int) -> tuple[int, int]:
+        """(position, half) holding chunk c of 2d in the zigzag layout."""
+        d = self.ring.size
+        return (c, 0) if c < d else (2 * d - 1 - c, 1)
+
+    def to_zig(self, x: SSAValue, name: str) -> SSAValue:
+        """The zigzag layout of block-laid `x`: position p's block holds
+        chunks 2p and 2p+1 of the sequence's 2d; chunk c goes to position
+        c (c < d, first half) or 2d-1-c (second half)."""
+        z = self.zig_alloc(x, f"zig/{name}")
+        moves, d = [], self.ring.size
+        for team in self.ring.teams:
+            for p in range(d):
+                r = (team[p],)
+                sends, recvs = [], []
+                for h in (0, 1):
+                    o, slot = self._owner(2 * p + h)
+                    src = self.em.chunk(x, self.halves[h], SEQ, 2, self.all)
+                    if o == p:
+                        self.em.copy(src, self.half(z, slot), r)
+                    else:
+                        sends.append((src, self.pos[team][o]))
+                for slot, c in ((0, p), (1, 2 * d - 1 - p)):
+                    src_pos = c // 2
+                    if src_pos != p:
+                        recvs.append((self.half(z, slot), self.pos[team][src_pos]))
+                moves.append((r, sends, recvs))
+        self.wait(self.exchange(moves, f"zigzag {self.op.name.removeprefix('fusion.')} {name}"))
+        return z
+
+    def from_zig(self, z: SSAValue, dst: SSAValue, name: str) -> None:
+        """`to_zig` undone: `z`'s chunks into block-laid `dst`."""
+        moves, d = [], self.ring.size
+        for team in self.ring.teams:
+            for p in range(d):
+                r = (team[p],)
+                sends, recvs = [], []
+                for slot, c in ((0, p), (1, 2 * d - 1 - p)):
+                    dest, h = divmod(c, 2)
+                    if dest == p:
+                        self.em.copy(self.half(z, slot), self.em.chunk(dst, self.halves[h], SEQ, 2, self.all), r)
+                    else:
+                        sends.append((self.half(z, slot), self.pos[team][dest]))
+                for h in (0, 1):
+                    o, _ = self._owner(2 * p + h)
+                    if o != p:
+                        recvs.append((self.em.chunk(dst, self.halves[h], SEQ, 2, self.all), self.pos[team][o]))
+                moves.append((r, sends, recvs))
+        self.wait(self.exchange(moves, f"zigzag {self.op.name.removeprefix('fusion.')} {name}"))
+
+    def laid(self, x: SSAValue, name: str) -> SSAValue:
+        return self.to_zig(x, name) if self.zig else x
+
+    def storage(self, like: Like, suffix: str, elem: Attribute | None = None) -> SSAValue:
+        return self.zig_alloc(like, suffix, elem) if self.zig else self.alloc(like, suffix, elem)
+
+    def unlaid(self, x: SSAValue, like: Like, name: str, elem: Attribute | None = None) -> SSAValue:
+        """`x` (the ring's layout) cast to `elem` in block layout, a buffer of its own."""
+        elem = elem or _shape_elem(like)[1]
+        if not self.zig:
+            buf = self.alloc(like, f"{name}/out", elem)
+            self.cast_into(x, buf, self.all)
+            return buf
+        cast = x
+        if x.type.element_type != elem:  # type: ignore[attr-defined]
+            cast = self.zig_alloc(like, f"{name}/cast", elem)
+            self.cast_into(x, cast, self.all)
+        buf = self.alloc(like, f"{name}/out", elem)
+        self.from_zig(cast, buf, name)
+        return buf
+
+    # ---- forward and backward ----------------------------------------------------
     def forward(self) -> None:
         op = self.op
-        q, k, v = (self.operand(x) for x in op.operands)
-        stat = stat_type(q.type.element_type)  # type: ignore[attr-defined]
-        o_t = self.em.alloc(self.em.site(self.index, 0, "ring/out_part"), (*shape_of(q)[:3], shape_of(v)[3]), q.type.element_type, self.all)  # type: ignore[attr-defined]
-        l_t = self.em.alloc(self.em.site(self.index, 1, "ring/lse_part"), shape_of(q)[:3], stat, self.all)
-        acc_o = self.em.alloc(self.em.site(self.index, 0, "ring/acc"), shape_of(o_t), stat, self.all)
-        acc_l = self.em.alloc(self.em.site(self.index, 1, "ring/acc"), shape_of(q)[:3], stat, self.all)
-        rk = [self.alloc(k, f"k{i}") for i in range(2)]
-        rv = [self.alloc(v, f"v{i}") for i in range(2)]
+        q0, k0, v0 = (self.operand(x) for x in op.operands)
+        dtype = q0.type.element_type  # type: ignore[attr-defined]
+        stat = stat_type(dtype)
+        q, k, v = self.laid(q0, "q"), self.laid(k0, "k"), self.laid(v0, "v")
+        out_like = _like((*shape_of(q0)[:3], shape_of(v0)[3]), dtype)
+        lse_like = _like(shape_of(q0)[:3], stat)
+        o_t, l_t = self.storage(out_like, "out_part"), self.storage(lse_like, "lse_part")
+        acc_o, acc_l = self.storage(out_like, "acc_out", stat), self.storage(lse_like, "acc_lse")
+        rk = [self.storage(k0, f"k{i}") for i in range(2)]
+        rv = [self.storage(v0, f"v{i}") for i in range(2)]
         d = self.ring.size
-        for j, tag, causal in self.steps():
+        for j in range(d):
             ck, cv = (k, v) if j == 0 else (rk[j % 2], rv[j % 2])
             tokens = self.pass_on([ck, cv], [rk[(j + 1) % 2], rv[(j + 1) % 2]], "k, v") if j < d - 1 else []
-            if j == 0:
-                self.attention("sdpa", [q, ck, cv], [o_t, acc_l], causal, tag)
-                self.cast_into(o_t, acc_o, tag)
-            else:
-                self.attention("sdpa", [q, ck, cv], [o_t, l_t], causal, tag)
-                self.merge(acc_o, acc_l, o_t, l_t, tag)
+            for tag, qp, kp, causal in self.pieces(j):
+                if j == 0:
+                    self.attention("sdpa", [(q, qp), (ck, kp), (cv, kp)], [(o_t, qp), (acc_l, qp)], causal, tag)
+                    self.cast_into(o_t, acc_o, tag)
+                else:
+                    self.attention("sdpa", [(q, qp), (ck, kp), (cv, kp)], [(o_t, qp), (l_t, qp)], causal, tag)
+                    self.merge(*(self.part(x, qp) for x in (acc_o, acc_l, o_t, l_t)), tag)
             self.wait(tokens)
-        out = self.alloc(o_t, "out")
-        self.cast_into(acc_o, out, self.all)
-        self.result(op.results[0], out)
+        self.result(op.results[0], self.unlaid(acc_o, out_like, "out", dtype))
         if len(op.results) > 1:
-            self.result(op.results[1], acc_l)
+            self.result(op.results[1], self.unlaid(acc_l, lse_like, "lse") if self.zig else acc_l)
 
     def backward(self) -> None:
         op = self.op
-        q, k, v, o, lse, g = (self.operand(x) for x in op.operands)
-        stat = stat_type(q.type.element_type)  # type: ignore[attr-defined]
-        dq_t, dk_t, dv_t = self.alloc(q, "dq_part"), self.alloc(k, "dk_part"), self.alloc(v, "dv_part")
-        dq = self.alloc(q, "dq_acc", stat)
-        dk = [self.alloc(k, f"dk_acc{i}", stat) for i in range(2)]
-        dv = [self.alloc(v, f"dv_acc{i}", stat) for i in range(2)]
-        rk = [self.alloc(k, f"k{i}") for i in range(2)]
-        rv = [self.alloc(v, f"v{i}") for i in range(2)]
+        blocks = [self.operand(x) for x in op.operands]
+        q0, k0, v0 = blocks[:3]
+        q, k, v, o, lse, g = (self.laid(x, n) for x, n in zip(blocks, ("q", "k", "v", "out", "lse", "grad")))
+        stat = stat_type(q0.type.element_type)  # type: ignore[attr-defined]
+        dq_t, dk_t, dv_t = self.storage(q0, "dq_part"), self.storage(k0, "dk_part"), self.storage(v0, "dv_part")
+        dq = self.storage(q0, "dq_acc", stat)
+        dk = [self.storage(k0, f"dk_acc{i}", stat) for i in range(2)]
+        dv = [self.storage(v0, f"dv_acc{i}", stat) for i in range(2)]
+        rk = [self.storage(k0, f"k{i}") for i in range(2)]
+        rv = [self.storage(v0, f"v{i}") for i in range(2)]
         d = self.ring.size
-        for j, tag, causal in self.steps():
+        for j in range(d):
             ck, cv = (k, v) if j == 0 else (rk[j % 2], rv[j % 2])
             kv_tokens = self.pass_on([ck, cv], [rk[(j + 1) % 2], rv[(j + 1) % 2]], "k, v") if j < d - 1 else []
-            self.attention("sdpa_grad", [q, ck, cv, o, lse, g], [dq_t, dk_t, dv_t], causal, tag)
-            if j == 0:
-                for part, acc in ((dq_t, dq), (dk_t, dk[0]), (dv_t, dv[0])):
-                    self.cast_into(part, acc, tag)
-            else:
-                for part, acc in ((dq_t, dq), (dk_t, dk[j % 2]), (dv_t, dv[j % 2])):
-                    self.add_into(acc, part, tag)
+            for tag, qp, kp, causal in self.pieces(j):
+                ins = [(q, qp), (ck, kp), (cv, kp), (o, qp), (lse, qp), (g, qp)]
+                self.attention("sdpa_grad", ins, [(dq_t, qp), (dk_t, kp), (dv_t, kp)], causal, tag)
+                parts = ((dq_t, dq, qp), (dk_t, dk[j % 2], kp), (dv_t, dv[j % 2], kp))
+                for part, acc, p in parts:
+                    if j == 0:
+                        self.cast_into(part, acc, tag)
+                    else:
+                        self.add_into(self.part(acc, p), self.part(part, p), tag)
             # the block's gradient sums travel on with it (after step d - 1: home)
             g_tokens = self.pass_on([dk[j % 2], dv[j % 2]], [dk[(j + 1) % 2], dv[(j + 1) % 2]], "dk, dv")
             self.wait(kv_tokens)
             self.wait(g_tokens)
         home = d % 2
         results = []
-        for r, acc, like in zip(op.results, (dq, dk[home], dv[home]), (q, k, v)):
-            buf = self.alloc(like, f"grad{r.index}")
-            self.cast_into(acc, buf, self.all)
-            results.append((r, buf))
+        for r, acc, like in zip(op.results, (dq, dk[home], dv[home]), (q0, k0, v0)):
+            results.append((r, self.unlaid(acc, like, f"grad{r.index}")))
         for r, buf in results:
             self.result(r, buf)
+
+
+FULL = -1
+"""A part of a local tensor: all of it (else the index of a zigzag half)."""
+
+
+Like = SSAValue | tuple[tuple[int, ...], Attribute]
+"""A local buffer, or the (shape, element type) of one."""
+
+
+def _like(shape: Sequence[int], elem: Attribute) -> Like:
+    return (tuple(shape), elem)
+
+
+def _shape_elem(like: Like) -> tuple[tuple[int, ...], Attribute]:
+    if isinstance(like, tuple):
+        return like
+    return tuple(shape_of(like)), like.type.element_type  # type: ignore[attr-defined]
+
+
+def _merged(op, x: SSAValue) -> SSAValue:
+    """A zigzag buffer [2, B, H, c, ...] seen in sequence order [B, H, 2c, ...]."""
+    shape = shape_of(x)
+    perm = [1, 2, 0, *range(3, len(shape))]
+    t = op("permute", x, dims=perm).results[0]
+    return op("reshape", t, shape=(shape[1], shape[2], 2 * shape[3], *shape[4:])).results[0]
+
+
+def _split(op, x: SSAValue) -> SSAValue:
+    """`_merged` undone."""
+    shape = shape_of(x)
+    t = op("reshape", x, shape=(shape[0], shape[1], 2, shape[2] // 2, *shape[3:])).results[0]
+    return op("permute", t, dims=[2, 0, 1, *range(3, len(shape) + 1)]).results[0]
 
 
 def _cast(op, x: SSAValue, elem) -> SSAValue:
@@ -306,7 +478,7 @@ def _cast(op, x: SSAValue, elem) -> SSAValue:
 
 
 def _bcast(op, w: SSAValue, shape: Sequence[int]) -> SSAValue:
-    return op("broadcast_in_dim", w, dims=[0, 1, 2], shape=tuple(shape)).results[0]
+    return op("broadcast_in_dim", w, dims=list(range(len(shape) - 1)), shape=tuple(shape)).results[0]
 
 
 def lower(low: _FunctionLowering, op: AttentionOp, index: int, ring: Ring) -> int:

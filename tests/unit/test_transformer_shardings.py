@@ -184,7 +184,9 @@ def test_sdpa_sequence_split_q_is_ring_attention() -> None:
     q = f"tensor<2x4x16x8xf32, {_s('-', '-', 'DIDx', '-')}>"
     moved = comms(_sdpa(q, "tensor<2x4x16x8xf32>", q))
     assert {name for name, _ in moved} == {"send", "recv"}, moved
-    assert all(shape == (2, 4, 4, 8) for _, shape in moved), moved  # one block of k or v (4 ranks)
+    # causal: the ring's blocks in the zigzag layout (two chunks of 2 of the
+    # 16 rows), and the half-blocks of the exchange into it
+    assert {shape for _, shape in moved} == {(2, 2, 4, 2, 8), (2, 4, 2, 8)}, moved
 
 
 # ---- local ops --------------------------------------------------------------------------------------
