@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import fuserc.torch
 from fuserc.api import FusionDefinition, shard_tensor
-from torch_function_worker import RANK, SIZE, run_cases
+from torch_function_worker import ENV, RANK, SIZE, run_cases
 DEVICE = torch.device("cpu")
 TOL = {"f32": 2e-4, "bf16": 3e-2}
 
@@ -90,6 +90,60 @@ def run(c: Case) -> None:
         f.close()
 
 
+def train_step() -> None:
+    """`fuserc.torch.function` inside a PyTorch training step: causal GQA
+    attention over the split sequence with learned projections of x
+    (torch.nn.Linear on this rank's tokens), three SGD steps, against the
+    same model in float64 PyTorch on the global tokens."""
+    fd = FusionDefinition()
+    mesh = fd.sched.mesh("cp", [SIZE])
+    seq, heads, kv, dim = 4 * SIZE, 4, 2, 8
+    q, k, v = (fd.define_tensor([1, h, seq, dim]) for h in (heads, kv, kv))
+    o = fd.ops.sdpa(q, k, v, causal=True)
+    fd.add_output(o)
+    for t in (q, k, v, o):
+        fd.sched.shard(t, "cp", ["-", "-", "DIDx", "-"])
+    f = fuserc.torch.function(fd)
+    try:
+        torch.manual_seed(0)
+        width = 16
+        ref = [torch.nn.Linear(width, h * dim, dtype=torch.float64) for h in (heads, kv, kv)]
+        mine = [torch.nn.Linear(width, h * dim).to(DEVICE) for h in (heads, kv, kv)]
+        for a, b in zip(ref, mine):
+            b.load_state_dict({n: t.float() for n, t in a.state_dict().items()})
+        opt_ref = torch.optim.SGD([p for m in ref for p in m.parameters()], lr=0.05)
+        opt = torch.optim.SGD([p for m in mine for p in m.parameters()], lr=0.05)
+        gen = torch.Generator().manual_seed(5)
+        rows = slice(RANK * 4, RANK * 4 + 4)
+
+        def heads_of(m: torch.nn.Linear, x: torch.Tensor, h: int) -> torch.Tensor:
+            return m(x).reshape(1, x.shape[0], h, dim).transpose(1, 2)
+
+        for _ in range(3):
+            x = torch.randn(seq, width, generator=gen, dtype=torch.float64)
+            target = torch.randn(1, heads, seq, dim, generator=gen, dtype=torch.float64)
+            qkv = [heads_of(m, x, h) for m, h in zip(ref, (heads, kv, kv))]
+            loss = ((F.scaled_dot_product_attention(*qkv, is_causal=True, enable_gqa=True) - target) ** 2).sum()
+            opt_ref.zero_grad()
+            loss.backward()
+            opt_ref.step()
+            xl = x[rows].float().to(DEVICE)
+            out = f(*(heads_of(m, xl, h).contiguous() for m, h in zip(mine, (heads, kv, kv))))
+            local = ((out - target[:, :, rows].float().to(DEVICE)) ** 2).sum()
+            opt.zero_grad()
+            local.backward()
+            for p in (p for m in mine for p in m.parameters()):  # the data-parallel sum over the ranks' tokens
+                assert p.grad is not None
+                p.grad.copy_(torch.as_tensor(sum(ENV.allgather(p.grad.cpu().numpy()))))
+            opt.step()
+        for a, b in zip(ref, mine):
+            for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
+                err = (pa.detach() - pb.detach().double().cpu()).abs().max().item()
+                assert err <= 1e-4, f"{n} after 3 steps: max abs error {err:.3e}"
+    finally:
+        f.close()
+
+
 def main() -> None:
     global DEVICE
     p = argparse.ArgumentParser()
@@ -101,7 +155,10 @@ def main() -> None:
         DEVICE = fuserc.torch.device("cuda")
         torch.cuda.set_device(DEVICE)
         torch.backends.cuda.matmul.allow_tf32 = False
-    failed = run_cases({c.name: (lambda c=c: run(c)) for c in chosen})
+    cases = {c.name: (lambda c=c: run(c)) for c in chosen}
+    if not a.cases or "train_step" in a.cases.split(","):
+        cases["train_step"] = train_step
+    failed = run_cases(cases)
     sys.exit(1 if failed else 0)
 
 
