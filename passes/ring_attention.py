@@ -246,16 +246,14 @@ class _Emit:
     # ---- the ring --------------------------------------------------------------
     def pieces(self, j: int) -> list[tuple[tuple[int, ...], int, int, bool]]:
         """Step j's attention: (ranks, part of q, part of k and v, causal
-        mask), one entry per group of ranks doing the same."""
-        d, every = self.ring.size, self.ring.ranks(range(self.ring.size))
-        if j == 0 or not self.causal:
-            return [(every, FULL, FULL, self.causal and j == 0)]
-        before, after = self.ring.ranks(range(j, d)), self.ring.ranks(range(j))
-        if not self.zig:  # block p - j is before this rank's block only where p >= j
-            return [(before, FULL, FULL, False)]
-        # zigzag: block s = p - j holds chunks s and 2d-1-s, this rank p and 2d-1-p:
-        # s < p: both of q's chunks see chunk s whole; s > p: q's second chunk sees both
-        return [(before, FULL, 0, False), (after, 1, FULL, False)]
+        mask), one entry per group of positions doing the same (`step`)."""
+        d = self.ring.size
+        groups: dict[tuple[int, int, bool], list[int]] = {}
+        for p in range(d):
+            piece = step(d, p, j, self.causal, self.zig)
+            if piece is not None:
+                groups.setdefault(piece, []).append(p)
+        return [(self.ring.ranks(ps), qp, kp, causal) for (qp, kp, causal), ps in groups.items()]
 
     def pass_on(self, sends: Sequence[SSAValue], recvs: Sequence[SSAValue], what: str) -> list[tuple[SSAValue, tuple[int, ...]]]:
         """Each of `sends` to the next position and `recvs` from the
@@ -440,6 +438,21 @@ class _Emit:
 
 FULL = -1
 """A part of a local tensor: all of it (else the index of a zigzag half)."""
+
+
+def step(d: int, p: int, j: int, causal: bool, zig: bool) -> tuple[int, int, bool] | None:
+    """What position p of a ring of d attends to at step j (to the
+    key/value block of position (p - j) mod d): (part of its q, part of
+    the block's k and v, causal mask), or None where it skips the step
+    (the module docstring). tools/bench_attention.py runs this schedule on
+    one device."""
+    if j == 0 or not causal:
+        return (FULL, FULL, causal and j == 0)
+    if not zig:  # block p - j is before this rank's block only where p >= j
+        return (FULL, FULL, False) if p >= j else None
+    # zigzag: block s = p - j holds chunks s and 2d-1-s, this rank p and 2d-1-p:
+    # s < p: both of q's chunks see chunk s whole; s > p: q's second chunk sees both
+    return (FULL, 0, False) if p >= j else (1, FULL, False)
 
 
 Like = SSAValue | tuple[tuple[int, ...], Attribute]
