@@ -181,8 +181,9 @@ class _Emit:
             self.em.launch(list(ins), list(outs), body, tag)
 
     def cast_into(self, src: SSAValue, dst: SSAValue, tag: tuple[int, ...]) -> None:
-        elem = dst.type.element_type  # type: ignore[attr-defined]
-        self.launch([src], [dst], lambda op, x: [_cast(op, x, elem)], tag)
+        """dst = src, converted to dst's element type (`hir.copy`)."""
+        if tag:
+            self.em.copy(src, dst, tag)
 
     def add_into(self, acc: SSAValue, part: SSAValue, tag: tuple[int, ...]) -> None:
         """acc += part (part cast to acc's type)."""
