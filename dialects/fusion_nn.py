@@ -303,16 +303,31 @@ class AttentionOp(FusionOp):
         """(causal, scale) as the attention kernels take them."""
         return bool(self.keyword("causal")), self.keyword("scale")
 
+    MATMULS: ClassVar[tuple[int, int]] = (1, 1)
+    """(products over head_dim of q and k, over head_dim of v) per
+    (query, key) pair: the forward's q k^T and p v."""
+
+    def flops(self) -> int:
+        """Floating-point operations of the matrix products on this op's
+        shapes, 2 per multiply-add, over the (query, key) pairs the mask
+        keeps (PyTorch's top-left causal mask: row i sees keys 0..i)."""
+        b, h, sq, d = shape_of(self.operands[0])
+        sk, dv = shape_of(self.operands[1])[2], shape_of(self.operands[2])[3]
+        seen = min(sq, sk)  # causal: rows 0..seen-1 see i + 1 keys, the rest all sk
+        pairs = seen * (seen + 1) // 2 + (sq - seen) * sk if self.options()[0] else sq * sk
+        a, c = self.MATMULS
+        return 2 * b * h * pairs * (a * d + c * dv)
+
 
 def _heads_map(rank: int) -> tuple[Target, ...]:
-    """Batch and heads MAP, the rest (sequence, head_dim) whole."""
-    return (Target(MAP, 0), Target(MAP, 1), *(Target(DROP) for _ in range(rank - 2)))
+    """Batch, heads and sequence MAP, head_dim (the rest) whole."""
+    return (*(Target(MAP, d) for d in range(min(rank, 3))), *(Target(DROP) for _ in range(rank - 3)))
 
 
 def _as_heads(s: Any, rank: int) -> Any:
-    """A sharding laid out as `s` on batch and heads, whole elsewhere."""
+    """A sharding laid out as `s` on batch, heads and sequence, whole elsewhere."""
     p = s.placement()
-    return p.with_dims([*p.dims[:2], *(() for _ in range(rank - 2))])
+    return p.with_dims([*p.dims[:3], *(() for _ in range(rank - 3))])
 
 
 @irdl_op_definition
@@ -322,8 +337,9 @@ class SdpaOp(AttentionOp):
     heads of k and v divide the heads of q. An optional second result is
     the log-sum-exp of each query row's scores, [batch, heads, seq_q] in
     f32 (f64 for f64 inputs), what the derivative reads. Local when batch
-    or heads are split (k and v heads split like q's); a split sequence or
-    head_dim of q or k is gathered first."""
+    or heads are split (k and v heads split like q's); a sequence split
+    over a mesh axis (q, k and v alike) is ring attention
+    (passes/ring_attention.py); a split head_dim is gathered first."""
 
     name = "fusion.sdpa"
     OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value")
@@ -343,9 +359,12 @@ class SdpaOp(AttentionOp):
         return [first.placement().with_dims(list(first.placement().dims[:3]))]
 
     def sharding_map(self) -> OpMap:
-        q = (Target(MAP, 0), Target(MAP, 1), Target(DROP, 2), Target(DROP))
-        k = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(DROP))
-        v = (Target(MAP, 0), Target(MAP, 1), Target(DROP), Target(MAP, 3))
+        """Batch and heads map; the sequence of q, k and v maps to the
+        result's (a split sequence is ring attention,
+        passes/ring_attention.py: k and v split like q); head_dim whole."""
+        q = (Target(MAP, 0), Target(MAP, 1), Target(MAP, 2), Target(DROP))
+        k = (Target(MAP, 0), Target(MAP, 1), Target(MAP, 2), Target(DROP))
+        v = (Target(MAP, 0), Target(MAP, 1), Target(MAP, 2), Target(MAP, 3))
         return OpMap((q, k, v), 4, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
@@ -389,9 +408,11 @@ class SdpaGradOp(AttentionOp):
     and v). It reads the saved statistics and computes no forward: on a
     GPU PyTorch's fused attention backward (flash, memory-efficient or
     cuDNN, as scaled_dot_product_attention chooses). Local when batch or
-    heads are split."""
+    heads are split; a split sequence is the ring backward."""
 
     name = "fusion.sdpa_grad"
+    MATMULS: ClassVar[tuple[int, int]] = (3, 2)
+    """q k^T again, dq and dk over head_dim; dv and g v^T over v's."""
     OPERANDS: ClassVar[tuple[str, ...]] = ("query", "key", "value", "out", "lse", "grad")
     RESULTS: ClassVar[tuple[str, ...]] = ("grad_query", "grad_key", "grad_value")
     out = operand_def(TENSOR)
@@ -427,6 +448,8 @@ class SdpaGradOp(AttentionOp):
         return [_as_heads(first, 4), _as_heads(first, 4)]
 
     def sharding_map(self) -> OpMap:
+        """As sdpa's: batch, heads and sequence map (a split sequence is
+        the ring backward), head_dim whole."""
         four = _heads_map(4)
         return OpMap((four, four, four, four, _heads_map(3), four), 4, None, NONE, False)
 

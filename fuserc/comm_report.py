@@ -34,6 +34,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, Operation
 
 from fuserc.dialects import hir
+from fuserc.dialects.fusion_nn import AttentionOp
 from fuserc.passes.plan_memory import MemoryPlan, memory_plan
 from fuserc.passes.stream_order import Issued, RankWalk, Stream
 from fuserc.passes.stream_sites import RESHARD_ATTR
@@ -142,13 +143,18 @@ class Totals:
     count: int = 0
     overlapped: Fraction = Fraction(0)
     fences: int = 0
+    attention_flops: int = 0  # of the attention kernels this rank runs (ring attention's share shows here)
 
     def __add__(self, o: Totals) -> Totals:
-        return Totals(self.nbytes + o.nbytes, self.count + o.count, self.overlapped + o.overlapped, self.fences + o.fences)
+        return Totals(
+            self.nbytes + o.nbytes, self.count + o.count, self.overlapped + o.overlapped, self.fences + o.fences,
+            self.attention_flops + o.attention_flops,
+        )
 
     def as_dict(self, unit: Unit | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "bytes": round(self.nbytes), "count": self.count, "overlapped_bytes": round(self.overlapped), "fences": self.fences,
+            "attention_flops": self.attention_flops,
         }  # fmt: skip
         if unit is not None:
             out["units"] = unit.of(self.nbytes)
@@ -250,6 +256,7 @@ class _Walk(RankWalk):
         super().__init__(rank, ranks)
         self.comms: list[_Comm] = []
         self.fences = 0
+        self.attention_flops = 0
         self.computes: dict[Stream, list[tuple[Issued, bool]]] = defaultdict(list)  # (issued, is a GEMM)
 
     def device(self, op: Operation) -> None:
@@ -272,6 +279,8 @@ class _Walk(RankWalk):
                 self.comms.append(_Comm(op, at))
         elif isinstance(op, hir.COMPUTE_OPS):
             self.computes[self.current].append((self.issue(), isinstance(op, (hir.MatmulOp, hir.LinearOp))))
+            if isinstance(op, hir.LaunchOp):
+                self.attention_flops += sum(o.flops() for o in op.body.walk() if isinstance(o, AttentionOp))
 
     # ---- overlap ------------------------------------------------------------
     def beside(self, c: _Comm) -> str:
@@ -415,7 +424,7 @@ def function_report(func: FuncOp) -> FunctionReport:
     for group in classes.groups():
         walk = _Walk(group[0], classes.ranks)
         walk.block(func.body.block)
-        totals = Totals(fences=walk.fences)
+        totals = Totals(fences=walk.fences, attention_flops=walk.attention_flops)
         runs: dict[tuple[Any, ...], int] = defaultdict(int)
         beside: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for c in walk.comms:
@@ -488,6 +497,17 @@ def _totals_text(t: Totals, unit: Unit | None) -> str:
     )
 
 
+def _flops_text(per_rank: dict[int, Totals]) -> list[str]:
+    """Each rank's attention FLOPs, where the program has attention: how
+    evenly ring attention spreads the work."""
+    flops = {r: t.attention_flops for r, t in sorted(per_rank.items())}
+    if not any(flops.values()):
+        return []
+    most = max(flops.values())
+    spread = f", the least {min(flops.values()) / most:.1%} of the most" if len(set(flops.values())) > 1 else " (equal)"
+    return ["  attention FLOPs per rank: " + ", ".join(f"{r}: {f:.4g}" for r, f in flops.items()) + spread]
+
+
 def _per_rank_text(per_rank: dict[int, Totals], unit: Unit | None) -> list[str]:
     """`per rank: ...` when every rank moves the same, else the busiest
     and the least busy rank."""
@@ -495,7 +515,7 @@ def _per_rank_text(per_rank: dict[int, Totals], unit: Unit | None) -> list[str]:
         return []
     keyed = sorted(per_rank.items(), key=lambda kv: (-kv[1].nbytes, kv[0]))
     (top, most), (low, least) = keyed[0], keyed[-1]
-    if most.as_dict() == least.as_dict():
+    if (most.nbytes, most.count, most.overlapped, most.fences) == (least.nbytes, least.count, least.overlapped, least.fences):
         return [f"  total per rank ({len(per_rank)} ranks): {_totals_text(most, unit)}"]
     return [
         f"  total on rank {top} (the most of {len(per_rank)} ranks): {_totals_text(most, unit)}",
@@ -536,6 +556,7 @@ def render(rep: CommReport) -> str:
         out += _per_rank_text(f.per_rank, unit)
         if f.memory is not None and f.memory.buffers:
             out.append(_memory_text(f.memory))
+        out += _flops_text(f.per_rank)
     for name, names in rep.groups():
         out.append(f"{name}:")
         out += _per_rank_text(rep.totals(names), unit)

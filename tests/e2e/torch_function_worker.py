@@ -405,6 +405,24 @@ CASES: dict[str, Callable[[], None]] = {
 }
 
 
+def run_cases(cases: dict[str, Callable[[], None]]) -> int:
+    """Run each case on every rank; rank 0 prints `CASE <name> ok` or the
+    failures of every rank. Returns how many failed."""
+    failed = 0
+    for name, run in cases.items():
+        try:
+            run()
+            why = ""
+        except Exception as e:  # noqa: BLE001 - reported per case
+            why = f"{type(e).__name__}: {e}" + ("" if isinstance(e, AssertionError) else "\n" + traceback.format_exc())
+        whys = ENV.allgather(why)
+        if RANK == 0:
+            bad = [f"rank {r}: {w}" for r, w in enumerate(whys) if w]
+            print(f"CASE {name} " + ("ok" if not bad else "FAILED: " + "; ".join(bad)), flush=True)
+        failed += any(whys)
+    return failed
+
+
 def main() -> None:
     global DEVICE
     p = argparse.ArgumentParser()
@@ -418,18 +436,7 @@ def main() -> None:
     cases = dict(CASES)
     if a.no_host_copies:
         cases["gpu_no_host_copies"] = case_gpu_no_host_copies
-    failed = 0
-    for name, run in cases.items():
-        try:
-            run()
-            why = ""
-        except Exception as e:  # noqa: BLE001 - reported per case
-            why = f"{type(e).__name__}: {e}" + ("" if isinstance(e, AssertionError) else "\n" + traceback.format_exc())
-        whys = ENV.allgather(why)
-        if RANK == 0:
-            bad = [f"rank {r}: {w}" for r, w in enumerate(whys) if w]
-            print(f"CASE {name} " + ("ok" if not bad else "FAILED: " + "; ".join(bad)), flush=True)
-        failed += any(whys)
+    failed = run_cases(cases)
     for f in _FUNCTIONS.values():  # collective: every rank closes its programs (and their captured graphs) before exit
         f.close()
     sys.exit(1 if failed else 0)

@@ -50,6 +50,7 @@ COVERED = {
 }
 SMALL_RUNS: dict[str, tuple[int, list[str]]] = {
     "bench_local.py": (1, ["--small", "--no-compile"]),
+    "bench_attention.py": (1, ["--small"]),
     "bench_torch.py": (1, ["--small", "--no-compile"]),
     "bench_moe.py": (1, ["--small", "--no-compile", "--case", "deepseek"]),
     "bench_mesh.py": (1, ["--sizes", "16,32"]),

@@ -178,10 +178,15 @@ def test_sdpa_split_heads_is_local_with_gqa() -> None:
     assert propagated(loose, "o") == "#fusion.sharding<@m, [-, DIDx, -, -]>"
 
 
-def test_sdpa_sequence_split_q_is_gathered() -> None:
+def test_sdpa_sequence_split_q_is_ring_attention() -> None:
+    """q split on its sequence: k and v are cut alike where they lie (no
+    traffic) and their blocks pass around the ring; nothing is gathered."""
     q = f"tensor<2x4x16x8xf32, {_s('-', '-', 'DIDx', '-')}>"
     moved = comms(_sdpa(q, "tensor<2x4x16x8xf32>", q))
-    assert [name for name, _ in moved] == ["allgather"]
+    assert {name for name, _ in moved} == {"send", "recv"}, moved
+    # causal: the ring's blocks in the zigzag layout (two chunks of 2 of the
+    # 16 rows), and the half-blocks of the exchange into it
+    assert {shape for _, shape in moved} == {(2, 2, 4, 2, 8), (2, 4, 2, 8)}, moved
 
 
 # ---- local ops --------------------------------------------------------------------------------------
