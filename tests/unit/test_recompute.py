@@ -95,3 +95,41 @@ def test_a_budget_bounds_the_saved_tensors_and_the_buffers() -> None:
         fwd[budget] = memory_plan(funcs["main_fwd"]).planned
     assert saved[None] > 12 * 2**20 and saved[6] <= 6 * 2**20 and saved[0] == (2 * a.layers + 1) * row, saved
     assert fwd[None] > fwd[6] > fwd[0], fwd
+
+
+def test_the_backward_lets_each_saved_tensor_go_after_its_last_read() -> None:
+    """fuserc.torch on the cpu backend: the backward owns the saved tensors
+    (the autograd ctx keeps no reference) and drops each once read for the
+    last time, as PyTorch's autograd frees its saved tensors: some are
+    gone while the backward still reads others, all are gone after it,
+    and the gradients are float64 autograd's."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    import fuserc.torch
+
+    a = _model("f32")
+    fd, _ = train_gpt.build(a, 1)
+    gen = torch.Generator().manual_seed(5)
+    glob = [w + 0.1 * torch.randn(w.shape, generator=gen) for w in train_gpt.initial_weights(a)]
+    ids, labels = (torch.randint(0, a.vocab, (a.tokens,), generator=gen) for _ in range(2))
+    ref = [w.double().requires_grad_(True) for w in glob]
+    train_gpt.reference_loss(ids, labels, ref, a).backward()
+    f = fuserc.torch.function(fd, backend="cpu")
+    params = [w.clone().requires_grad_(True) for w in glob]
+    loss = f(ids, labels, *params)
+    mine = {t.untyped_storage().data_ptr() for t in [*params, ids, labels]}
+    saved = [StorageWeakRef(v.untyped_storage()) for v in loss.grad_fn.saved.values if v.untyped_storage().data_ptr() not in mine]
+    (loaded,) = f._loaded.values()
+    bwd = loaded.program("main_bwd")
+    at: list[tuple[int, int]] = []  # at each let-go: the saved tensors gone, the backward's flops so far
+    loaded.backend.let_go = lambda array: at.append((sum(r.expired() for r in saved), bwd._interp.flops))
+    loss.backward()
+    assert len(saved) >= 10 and len(at) >= len(saved), (len(saved), at)
+    # freed while the backward goes on: some are gone before its last GEMMs
+    assert any(0 < gone and flops < bwd.last_flops / 2 for gone, flops in at), (at, bwd.last_flops)
+    assert all(r.expired() for r in saved)
+    for p, r in zip(params, ref):
+        assert p.grad is not None and torch.allclose(p.grad.double(), r.grad, rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="ran twice"):
+        loss.backward()
+    f.close()
