@@ -49,7 +49,7 @@ def function(
     algorithm: str | None = None,
     time: bool = False,
     kernel_builds: str | None = None,
-    budget_mib: int | None = None,
+    autodiff: str = "",
 ) -> "Function":
     """A differentiable callable of this rank's local shards of `definition`'s
     inputs (a FusionDefinition, or the text of a module with `@entry`).
@@ -64,9 +64,8 @@ def function(
     holds before the first call and builds the others while the calls go
     on, each launch running another way until its kernel is in
     (`Function.wait_for_kernels` waits for them); "before" builds them all
-    before the first call. `budget_mib` is autodiff's `budget-mib`: the
-    MiB per device the tensors saved for the backward may take, the rest
-    recomputed in the backward (None: all saved)."""
+    before the first call. `autodiff`: more options of the autodiff pass,
+    as its pipeline text writes them (`"budget=2048"` where it has one)."""
     from fuserc.api import FusionDefinition
 
     if isinstance(definition, FusionDefinition):
@@ -84,10 +83,7 @@ def function(
     from fuserc.runtime.kernel_builds import BACKGROUND, builds_mode
 
     background = builds_mode(BACKGROUND, kernel_builds) == BACKGROUND
-    if budget_mib is not None and budget_mib < 0:
-        raise Diagnostic(f"budget_mib must be a size in MiB (>= 0) or None, got {budget_mib}")
-    derive = f"save={save}" + (f" budget-mib={budget_mib}" if budget_mib is not None else "")
-    return Function(text, where, entry, pipeline, backend, derive, time, background)
+    return Function(text, where, entry, pipeline, backend, save, time, background, autodiff)
 
 
 def device(kind: str = "cuda") -> torch.device:
@@ -137,14 +133,24 @@ class Function:
     """A compiled definition callable on torch tensors (see `function`)."""
 
     def __init__(
-        self, text: str, where: str, entry: str, pipeline: str, backend: str, derive: str, time: bool = False, background: bool = False
+        self,
+        text: str,
+        where: str,
+        entry: str,
+        pipeline: str,
+        backend: str,
+        save: str,
+        time: bool = False,
+        background: bool = False,
+        autodiff: str = "",
     ):
         from fuserc.runtime.startup import Startup
 
         self.text, self.where, self.entry = text, where, entry
-        self.pipeline, self.backend, self.derive = pipeline, backend, derive  # autodiff's options
+        self.pipeline, self.backend, self.save = pipeline, backend, save
         self.time = time
         self.background = background
+        self.autodiff = autodiff
         self.startup = Startup()
         """Where the first call's time went (passes, backend, and each
         program's first run: communicators, kernels, the rest), in seconds."""
@@ -169,7 +175,7 @@ class Function:
         self.startup.add("backend", clock.lap())
         reason: Diagnostic | None = None
         try:
-            derive = f"autodiff{{entry={self.entry} {self.derive}}},{self.pipeline}"
+            derive = f"autodiff{{entry={self.entry} save={self.save}{' ' + self.autodiff if self.autodiff else ''}}},{self.pipeline}"
             compiled = compile_module(self.text, self.where, f"{self.entry}_fwd", derive, ranks=be.size, nodes=be.env.copy_nodes(be.name))
         except Diagnostic as e:  # no backward (an op without a rule): still callable without grad
             reason = e

@@ -1,7 +1,7 @@
 """Recomputation under a memory budget: what the forward saves for the
 backward, trimmed to fit, the rest computed again in the backward.
 
-autodiff's `budget-mib` option calls `fit` on the pair it derived. The
+autodiff's `budget` option calls `fit` on the pair it derived. The
 saved tensors (what `@main_fwd` returns after main's results, `@main_bwd`'s
 first arguments) take memory from the forward until the backward has read
 them; arguments of main returned as they are (weights) take none. While

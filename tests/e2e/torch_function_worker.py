@@ -165,7 +165,7 @@ def case_partial_requires_grad() -> None:
 
 
 def case_model_budget() -> None:
-    """The 2-layer GPT model of train_gpt.py with `budget_mib=0` (each
+    """The 2-layer GPT model of train_gpt.py with autodiff `budget=0` (each
     block's forward redone in the backward from the residual stream): the
     loss and every gradient against float64 autograd on the global tensors."""
     from pathlib import Path
@@ -181,7 +181,7 @@ def case_model_budget() -> None:
     ref = [w.double().requires_grad_(True) for w in glob]
     want = train_gpt.reference_loss(ids, labels, ref, a)
     want.backward()
-    f = fuserc.torch.function(fd, budget_mib=0)
+    f = fuserc.torch.function(fd, autodiff="budget=0")
     try:
         specs = fd.inputs[2:]
         loc = [shard(w, s, mesh).requires_grad_(True) for w, s in zip(glob, specs)]

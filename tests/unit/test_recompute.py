@@ -1,5 +1,5 @@
 """What the forward saves for the backward: no more than PyTorch's autograd
-saves for the same model, and under autodiff's `budget-mib` no more than
+saves for the same model, and under autodiff's `budget` no more than
 the budget, the report's buffers shrinking with it (the gradients under a
 budget: tests/e2e/torch_function_worker.py, `model_budget`)."""
 
@@ -78,7 +78,7 @@ def test_saved_no_more_than_pytorch(dtype: str) -> None:
 
 def test_a_budget_bounds_the_saved_tensors_and_the_buffers() -> None:
     """The 2-layer model at d = 1 (8 MiB of activations a layer): with
-    `budget-mib = 6` the saved tensors fit 6 MiB; with 0 only the residual
+    `budget = 6` the saved tensors fit 6 MiB; with 0 only the residual
     stream stays (the input of each attention and MLP block and of the
     final norm: 5 [tokens, hidden] values); the report's buffers of
     @main_fwd shrink with the budget and @main_bwd's recompute."""
@@ -88,7 +88,7 @@ def test_a_budget_bounds_the_saved_tensors_and_the_buffers() -> None:
     row = a.tokens * a.hidden * 4
     saved, fwd = {}, {}
     for budget in (None, 6, 0):
-        option = "" if budget is None else f"{{budget-mib={budget}}}"
+        option = "" if budget is None else f"{{budget={budget}}}"
         host = compile_module(text, "model.mlir", "main_fwd", f"autodiff{option},default", ranks=1).host
         funcs = {f.sym_name.data: f for f in host_funcs(host)}
         saved[budget] = _bytes(_saved(funcs))

@@ -1,12 +1,12 @@
 // RUN: %fuserc opt -p autodiff %s | filecheck %s --check-prefix=ALL
-// RUN: %fuserc opt -p 'autodiff{budget-mib=3}' %s | filecheck %s --check-prefix=B3
-// RUN: %fuserc opt -p 'autodiff{budget-mib=0}' %s | filecheck %s --check-prefix=B0
-// RUN: not %fuserc opt -p 'autodiff{budget-mib=-2}' %s 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: %fuserc opt -p 'autodiff{budget=3}' %s | filecheck %s --check-prefix=B3
+// RUN: %fuserc opt -p 'autodiff{budget=0}' %s | filecheck %s --check-prefix=B0
+// RUN: not %fuserc opt -p 'autodiff{budget=-2}' %s 2>&1 | filecheck %s --check-prefix=BAD
 
 // Two residual MLP blocks. Saved without a budget: n, h, g, x2, n2, h2, g2
-// (4.75 MiB). budget-mib = 3: the gelu outputs (1 MiB each, redone from h
+// (4.75 MiB). budget = 3: the gelu outputs (1 MiB each, redone from h
 // in one pass over memory) are recomputed, each just before the weight
-// gradient that reads it. budget-mib = 0: only the residual x2 stays (the
+// gradient that reads it. budget = 0: only the residual x2 stays (the
 // block's input x is an argument): each block's layer_norm, GEMM and gelu
 // are redone in the backward, the second block's before the first's.
 func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<1024x256xf32>, %w3: tensor<256x1024xf32>, %w4: tensor<1024x256xf32>, %s: tensor<256xf32>) -> tensor<256x256xf32> {
@@ -51,4 +51,4 @@ func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<
 // B0-NEXT:    %g = fusion.gelu %h
 // B0:         func.return
 
-// BAD: error: invalid options for pass 'autodiff': budget-mib must be -1 (no limit) or a size in MiB, got -2
+// BAD: error: invalid options for pass 'autodiff': budget must be -1 (no limit) or a size in MiB, got -2
