@@ -56,8 +56,8 @@ def one_hot(b: Any, labels: SSAValue, classes: int, like: SSAValue, placed_as: S
     """`[..., classes]` rows with a one at each label, in `like`'s element
     type (an iota compared with the labels: the class dim may be sharded)."""
     shape = (*shape_of(labels), classes)
+    lab = b.op("reshape", labels, shape=[*shape_of(labels), 1])  # first: the iota's region is its users' (never a [rows, classes] buffer)
     iota = b.op("iota", dim=len(shape) - 1, shape=list(shape), dtype="i64", placed_as=placed_as)
-    lab = b.op("reshape", labels, shape=[*shape_of(labels), 1])
     hit = b.op("eq", iota, lab)
     return b.op("cast", hit, dtype=like.type.element_type)  # type: ignore[attr-defined]
 

@@ -86,6 +86,8 @@ PASSES: dict[str, PassEntry] = {
             "derivative rules read) or inputs (the arguments; the backward recomputes the rest)",
             "gathered-mib": "with save=activations, the MiB per device that saved gathered GEMM inputs may take "
             "(-1: no limit); past it, the backward gathers them again",
+            "budget": "with save=activations, the MiB per device that the saved tensors may take (-1: no limit); "
+            "past it, the backward recomputes what does not fit, each op just before its first reader",
         },
     ),
 }

@@ -10,7 +10,9 @@ the device), reads its inputs in place, and hands its result buffers to the
 caller (they leave the program's allocation cache: the next call cannot
 overwrite them). Nothing in a call waits on the host once a program is
 loaded. torch autograd's backward runs `@main_bwd` on the saved tensors and
-the cotangents and delivers the gradient of each input that requires one.
+the cotangents and delivers the gradient of each input that requires one;
+the saved tensors are donated to that run (the ctx keeps none), which
+lets go of each after its last read when it runs op by op.
 The saved tensors of a replayed `@main_fwd` are its graph's own buffers,
 not copies: the backward reads them where the forward wrote them, and only
 a forward that runs again before an earlier one's backward (gradient
@@ -219,18 +221,24 @@ class Function:
         self._loaded.clear()
 
 
-def _run(loaded: _Loaded, program: Any, inputs: Sequence[Any], lent: range = range(0), loan: bool = False) -> list[Any]:
+def _run(
+    loaded: _Loaded, program: Any, inputs: list[Any], lent: range = range(0), loan: bool = False, donate: range = range(0)
+) -> list[Any]:
     """One run on this rank's shards; its results, owned by the caller
     (those at `lent` positions only until the program's next run, and all
     of them with `loan` while the caller lets go of them by then: see
-    `Program.run_prepared`)."""
+    `Program.run_prepared`). The inputs at `donate` positions are handed
+    over: they leave `inputs`, and the run lets go of each after its last
+    read."""
     b = loaded.backend
     first = program.runs == 0
     caller = b.enter_caller()
     outs: list[Any] = []
     try:
         prepared = program.prepare_inputs(inputs)
-        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True, lent=lent, loan=loan)
+        for i in donate:
+            inputs[i] = None
+        outs = program.run_prepared(prepared, synchronize=not b.stream_ordered, owned_results=True, lent=lent, loan=loan, donate=donate)
     finally:
         b.leave_caller(caller, outs)
     if first:
@@ -291,9 +299,16 @@ class _Autograd(torch.autograd.Function):
     def backward(ctx: Any, *cotangents: Any) -> tuple[Any, ...]:
         fn, loaded = ctx.fn, ctx.loaded
         bwd = loaded.program(f"{fn.entry}_bwd")
+        if ctx.saved.values is None:
+            raise RuntimeError(
+                f"the backward of a call of @{fn.entry} ran twice: fuserc.torch lets its saved tensors go as the "
+                "first backward reads them (retain_graph=True is not supported; call the function again)"
+            )
         ctx.saved.check()
-        saved = ctx.saved.values
-        specs = bwd.params[len(saved):]
+        saved, ctx.saved.values = ctx.saved.values, None  # the backward's own: each goes after its last read
+        loaded.lent.discard(ctx.saved)
+        n = len(saved)
+        specs = bwd.params[n:]
         cts = []
         for ct, spec in zip(cotangents, specs, strict=True):
             if not spec.present_on(loaded.backend.rank):
@@ -302,13 +317,13 @@ class _Autograd(torch.autograd.Function):
                 cts.append(_zeros(loaded, spec))
             else:
                 cts.append(ct.to(spec.dtype))
-        grads = _run(loaded, bwd, [*saved, *cts], loan=True)
+        inputs = [*saved, *cts]
+        del saved, cts
+        grads = _run(loaded, bwd, inputs, loan=True, donate=range(n))
         out: list[Any] = [None] * (len(ctx.needs_input_grad) - 2)
         for i, g in zip(ctx.float_inputs, grads, strict=True):
             if ctx.needs_input_grad[2 + i]:
                 out[i] = g
-        ctx.saved.values = []
-        loaded.lent.discard(ctx.saved)
         return (None, None, *out)
 
 
@@ -316,7 +331,7 @@ class _Saved:
     """What one forward saved for its backward."""
 
     def __init__(self, values: Sequence[Any]):
-        self.values = list(values)
+        self.values: list[Any] | None = list(values)  # None once the backward has taken them
         self.versions: list[tuple[int, str, int]] = []  # (saved index, what, version): the caller's own tensors
 
     def watch(self, program: Any, first: int) -> None:
@@ -344,7 +359,8 @@ class _Saved:
         """Copy out the values that are `program`'s replayed buffers, before
         its next run writes them (on the caller's stream, where the last
         run's results are ready)."""
-        self.values = [v.clone() if v is not None and program.lends(v) else v for v in self.values]
+        if self.values is not None:
+            self.values = [v.clone() if v is not None and program.lends(v) else v for v in self.values]
 
 
 def _zeros(loaded: _Loaded, spec: Any) -> Any:

@@ -60,12 +60,18 @@ class Autodiff(ModulePass):
     GEMM inputs may take (-1: no limit, as PyTorch's autograd saves the
     gathered input of a sequence-parallel GEMM); past it, the backward
     gathers the rest again."""
+    budget: int = -1
+    """With save = activations: MiB per device the saved tensors may take
+    (-1: no limit); past it, the backward recomputes what does not fit
+    (passes/recompute.py)."""
 
     def __post_init__(self) -> None:
         if self.save not in SAVES:
             raise ValueError(f"save must be one of {', '.join(SAVES)}, got '{self.save}'")
         if self.gathered_mib < -1:
             raise ValueError(f"gathered-mib must be -1 (no limit) or a size in MiB, got {self.gathered_mib}")
+        if self.budget < -1:
+            raise ValueError(f"budget must be -1 (no limit) or a size in MiB, got {self.budget}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
@@ -85,6 +91,11 @@ class Autodiff(ModulePass):
         if self.save == "activations":
             _gather_explicitly(op, src, self.gathered_mib)
         fwd, bwd = _Derivation(src, self.entry, self.save).run()
+        if self.save == "activations" and self.budget >= 0:
+            from fuserc.passes.recompute import fit
+
+            meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
+            fit(fwd, bwd, len(main.get_return_op().operands), self.budget * 2**20, meshes)  # type: ignore[union-attr]
         Rewriter.insert_op(fwd, _after(main))
         Rewriter.insert_op(bwd, _after(fwd))
 

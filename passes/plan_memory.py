@@ -29,7 +29,9 @@ resolve (a stream chosen by the rank's position or switched on some ranks
 only, a token or event it did not see made).
 
 Each site goes, in the order of first use, to the compatible block that
-wastes least (the smallest that holds it, else the largest, which grows).
+wastes least (the smallest that holds it, else the largest, which grows),
+in two packings, with and without a bound on the waste (`_WASTES`), of
+which the smaller is kept.
 Blocks are numbered largest first, so that block k of two programs that
 share a pool have similar sizes. `memory_plan` reads the result back from
 the IR (the communication report prints it).
@@ -52,6 +54,12 @@ from fuserc.dialects.fusion import MeshOp
 from fuserc.passes.stream_order import MAIN, Clock, Issued, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
+_WASTES = (2.0, float("inf"))
+"""The packings tried (the one of fewest bytes is kept): a buffer takes a
+free block at most this many times its size. A small buffer that lives
+long in a large block holds it, and every buffer that could take it
+after, to the end (a backward's layers would each need new blocks); a
+bound on the waste keeps the large blocks for the large buffers."""
 _IN_FLIGHT = (hir.CommunicationOp, *hir.PEER_COPY_OPS)
 """Ops whose buffers stay in use until their token is waited."""
 
@@ -359,6 +367,27 @@ def _any_candidate(func: FuncOp) -> bool:
     return any(op not in kept for op in allocs)
 
 
+def _pack(planned: list[Buffer], waste: float) -> list[MemoryBlock]:
+    """Each buffer, in order of first use, to the free block that wastes
+    least: the smallest that holds it and is at most `waste` times its
+    size, else the largest smaller one (which grows), else a new one."""
+    blocks: list[MemoryBlock] = []
+    for b in planned:
+        fits = [k for k in blocks if all(b.after(o) for o in k.buffers)]
+        roomy = [k for k in fits if b.bytes <= k.bytes <= waste * b.bytes]
+        smaller = [k for k in fits if k.bytes < b.bytes]
+        if roomy:
+            k = min(roomy, key=lambda k: k.bytes)
+        elif smaller:
+            k = max(smaller, key=lambda k: k.bytes)
+            k.bytes = b.bytes
+        else:
+            k = MemoryBlock(b.bytes, [])
+            blocks.append(k)
+        k.buffers.append(b)
+    return blocks
+
+
 def plan(func: FuncOp) -> tuple[list[MemoryBlock], list[Buffer], str]:
     """The blocks of memory for `func`'s buffers, its buffers left out of
     the plan, and why none were planned ('' when the walks went through)."""
@@ -368,19 +397,7 @@ def plan(func: FuncOp) -> tuple[list[MemoryBlock], list[Buffer], str]:
     if why:
         return [], list(buffers.values()), why
     planned = sorted((b for b in buffers.values() if not b.pinned and b.first_seq >= 0), key=lambda b: b.first_seq)
-    blocks: list[MemoryBlock] = []
-    for b in planned:
-        fits = [k for k in blocks if all(b.after(o) for o in k.buffers)]
-        roomy = [k for k in fits if k.bytes >= b.bytes]
-        if roomy:
-            k = min(roomy, key=lambda k: k.bytes)
-        elif fits:
-            k = max(fits, key=lambda k: k.bytes)
-            k.bytes = b.bytes
-        else:
-            k = MemoryBlock(b.bytes, [])
-            blocks.append(k)
-        k.buffers.append(b)
+    blocks = min((_pack(planned, waste) for waste in _WASTES), key=lambda ks: sum(k.bytes for k in ks))
     left = [b for b in buffers.values() if b.pinned or b.first_seq < 0]
     return sorted(blocks, key=lambda k: -k.bytes), left, ""
 

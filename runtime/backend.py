@@ -127,6 +127,11 @@ class Backend(ABC):
             return value.detach().contiguous()
         return self.from_host(value)
 
+    def let_go(self, array: Array) -> None:
+        """A run drops its last reference to a donated input (`Program.run_prepared(donate=...)`):
+        its memory may go back to the allocator once the device work
+        already enqueued has read it. Synchronous backends need nothing."""
+
     def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> Array:
         """A new buffer to be handed to the caller of the run under way
         (between `enter_caller` and `leave_caller`): on a stream-ordered

@@ -243,6 +243,7 @@ class Program:
         owned_results: bool = False,
         lent: Collection[int] = (),
         loan: bool = False,
+        donate: Collection[int] = (),
     ) -> list[Any]:
         """Run once on inputs from `prepare_inputs`. Without `copy_outputs`
         the results are the program's buffers, overwritten by the next run.
@@ -270,7 +271,10 @@ class Program:
         before that run). With `loan` (and `owned_results`) the other results
         of a replay are loaned (`Loans`): the graph's buffers, which the
         caller lets go of before the next run, else they become its own and
-        the program copies its results out from then on."""
+        the program copies its results out from then on. The inputs at the
+        positions in `donate` are the run's alone (the caller keeps no
+        reference): run op by op, it lets go of each after its last read
+        (`Interpreter.run`); a captured or replayed run keeps them to its end."""
         self._reclaim()
         self._lent = []
         first = self.runs == 0
@@ -307,7 +311,7 @@ class Program:
                     replays.sample(GRAPH, start, b.mark(join=True))
             else:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
-                results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key)
+                results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
                 if start is not None:
                     replays.sample(OPS, start, b.mark(join=True))
             if synchronize or temp_handles:
@@ -431,13 +435,13 @@ class Program:
         return out
 
     def _run_ops(
-        self, interp: "Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None
+        self, interp: "Interpreter", inputs: Sequence[Array | None], fail_now: bool, key: InputKey | None, donate: Collection[int] = ()
     ) -> tuple[list[Any], int, list[Handle]]:
         """One run op by op: its results, flops and handles shared for it alone."""
         b = self.backend
         b.begin_run(self._owner)
         try:
-            results = interp.run(inputs, fail_now)
+            results = interp.run(inputs, fail_now, donate)
         finally:
             blockers = b.end_run()
         if interp.temp_handles:

@@ -6,7 +6,7 @@ the `Interpreter` that runs them (the op handlers: runtime/interpreter_ops.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,13 +139,51 @@ class Planner:
         self.backend = program.backend
         self.rank = program.backend.rank
         self._slots: dict[SSAValue, int] = {}
+        self._releases: dict[Block, dict[int, tuple[tuple[int, int], ...]]] = {}
 
     def plan(self) -> Plan:
         block = self.program.func.body.block
         args = self.slots(block.args)
         assert args == tuple(range(len(args)))  # a run's environment starts with its inputs
+        self._releases = self._last_reads(block)
         body = self.block(block, ReturnOp)
         return Plan(len(self._slots), len(args), body)
+
+    def _last_reads(self, block: Block) -> dict[Block, dict[int, tuple[tuple[int, int], ...]]]:
+        """By block, for each step, the (slot, argument) pairs it reads for
+        the last time: the arguments and their views (`hir.VIEW_OPS`),
+        which a run lets go of there when the argument is donated
+        (`Interpreter.release`). A read inside a region that runs once
+        (`hir.if_rank`) is that region's step; inside any other (a loop),
+        the step of the op holding it. A value the program returns or a
+        region yields is never let go."""
+        roots: dict[SSAValue, int] = {a: a.index for a in block.args}
+        last: dict[SSAValue, tuple[Block, int]] = {}
+        kept: set[SSAValue] = set()
+
+        def visit(b: Block, at: tuple[Block, int] | None) -> None:
+            k = 0
+            for op in b.ops:
+                if op is b.last_op and isinstance(op, (ReturnOp, hir.YieldOp)):
+                    kept.update(v for v in op.operands if v in roots)
+                    break
+                if isinstance(op, hir.VIEW_OPS) and op.operands[0] in roots:
+                    roots[op.results[0]] = roots[op.operands[0]]
+                here = at or (b, k)
+                for v in op.operands:
+                    if v in roots:
+                        last[v] = here
+                for region in op.regions:
+                    for inner in region.blocks:
+                        visit(inner, None if at is None and isinstance(op, hir.IfRankOp) else here)
+                k += 1
+
+        visit(block, None)
+        out: dict[Block, dict[int, list[tuple[int, int]]]] = {}
+        for v, (b, k) in last.items():
+            if v not in kept:
+                out.setdefault(b, {}).setdefault(k, []).append((self.slot(v), roots[v]))
+        return {b: {k: tuple(p) for k, p in steps.items()} for b, steps in out.items()}
 
     def slot(self, v: SSAValue) -> int:
         s = self._slots.get(v)
@@ -157,7 +195,10 @@ class Planner:
         return tuple(self.slot(v) for v in values)
 
     def block(self, block: Block, end: type[Operation]) -> BlockPlan:
-        """The steps up to the first `end` op, whose operands the block hands back."""
+        """The steps up to the first `end` op, whose operands the block
+        hands back; a step that reads a donated input for the last time
+        then lets go of it (`_last_reads`)."""
+        releases = self._releases.get(block)
         self.slots(block.args)
         steps: list[Step] = []
         ends: tuple[int, ...] | None = None
@@ -165,7 +206,11 @@ class Planner:
             if isinstance(op, end):
                 ends = self.slots(op.operands)
                 break
-            steps.append(self.step(op))
+            step = self.step(op)
+            pairs = releases.get(len(steps)) if releases else None
+            if pairs is not None:
+                step.run = _then_release(step.run, pairs)
+            steps.append(step)
         return BlockPlan(tuple(steps), ends, _compile(tuple(steps)))
 
     def step(self, op: Operation) -> Step:
@@ -251,13 +296,24 @@ def _nothing(it: Interpreter) -> None:
     """An empty block."""
 
 
+def _then_release(run: Run, pairs: tuple[tuple[int, int], ...]) -> Run:
+    """`run`, then the run lets go of the donated inputs among `pairs`."""
+
+    def step(it: Interpreter) -> None:
+        run(it)
+        if it.donated:
+            it.release(pairs)
+
+    return step
+
+
 class Interpreter:
     """Runs a program's plan on this rank. One is made with the plan and
     serves every run: a run sets its state afresh (the values of the SSA
     values, by slot; its flops; the handles it shared for itself alone; the
     program's tracer)."""
 
-    __slots__ = ("program", "backend", "rank", "env", "flops", "temp_handles", "tracer", "_plan", "_pad")
+    __slots__ = ("program", "backend", "rank", "env", "flops", "temp_handles", "tracer", "donated", "_plan", "_pad")
 
     def __init__(self, program: Program, plan: Plan):
         self.program = program
@@ -267,14 +323,24 @@ class Interpreter:
         self.flops = 0
         self.temp_handles: list[Handle] = []
         self.tracer: Any = None
+        self.donated: frozenset[int] = frozenset()  # the run's inputs it may let go of after their last read
         self._plan = plan
         self._pad = (None,) * (plan.slots - plan.args)
 
-    def run(self, inputs: Sequence[Array | None], fail_now: bool) -> list[Any]:
+    def run(self, inputs: Sequence[Array | None], fail_now: bool, donate: Collection[int] = ()) -> list[Any]:
+        """One run. The inputs at the positions in `donate` are the run's
+        alone: each leaves `inputs` (a list) and, once read for the last
+        time, the run (`release`), so that its memory goes back while the
+        run goes on (a backward's saved activations, as PyTorch's autograd
+        frees each after its last use)."""
         plan = self._plan
         if len(inputs) != plan.args:
             raise error_at(self.program.func, f"expected {plan.args} inputs, got {len(inputs)}")
         self.env = env = [*inputs, *self._pad]
+        self.donated = frozenset(donate)
+        if isinstance(inputs, list):
+            for i in self.donated:
+                inputs[i] = None
         self.flops = 0
         self.temp_handles = []
         self.tracer = self.program.tracer
@@ -285,6 +351,14 @@ class Interpreter:
         if body.ends is None:
             raise error_at(self.program.func, "host program without func.return")
         return [env[s] for s in body.ends]
+
+    def release(self, pairs: tuple[tuple[int, int], ...]) -> None:
+        """Let go of the slots, among (slot, argument) `pairs`, whose argument is donated."""
+        env, backend = self.env, self.backend
+        for s, a in pairs:
+            if a in self.donated and env[s] is not None:
+                backend.let_go(env[s])
+                env[s] = None
 
     def skip(self, step: Step) -> None:
         """A step missing a required operand: absent results, or an error

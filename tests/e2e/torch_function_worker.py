@@ -164,6 +164,36 @@ def case_partial_requires_grad() -> None:
         close(lt.grad, shard(gt.grad, sh, mesh), f"grad {name}")
 
 
+def case_model_budget() -> None:
+    """The 2-layer GPT model of train_gpt.py with autodiff `budget=0` (each
+    block's forward redone in the backward from the residual stream): the
+    loss and every gradient against float64 autograd on the global tensors."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
+    import train_gpt
+
+    a = argparse.Namespace(layers=2, hidden=32, tokens=8 * SIZE, heads=4, ffn=64, vocab=16 * SIZE, dropout=0.0, dtype="f32", seed=0)
+    fd, mesh = train_gpt.build(a, SIZE)
+    gen = torch.Generator().manual_seed(5)
+    glob = [w + 0.1 * torch.randn(w.shape, generator=gen) for w in train_gpt.initial_weights(a)]
+    ids, labels = (torch.randint(0, a.vocab, (a.tokens,), generator=gen) for _ in range(2))
+    ref = [w.double().requires_grad_(True) for w in glob]
+    want = train_gpt.reference_loss(ids, labels, ref, a)
+    want.backward()
+    f = fuserc.torch.function(fd, autodiff="budget=0")
+    try:
+        specs = fd.inputs[2:]
+        loc = [shard(w, s, mesh).requires_grad_(True) for w, s in zip(glob, specs)]
+        loss = f(ids.to(DEVICE), labels.to(DEVICE), *loc)
+        loss.backward()
+        close(loss, want, "loss")
+        for i, (lt, r, s) in enumerate(zip(loc, ref, specs)):
+            close(lt.grad, shard(r.grad, s, mesh), f"grad of parameter {i}")
+    finally:
+        f.close()
+
+
 def case_no_grad_and_ownership() -> None:
     """Under torch.no_grad: @main runs, no graph is recorded; results are the
     caller's (the next call does not overwrite them)."""
@@ -434,6 +464,8 @@ def main() -> None:
         torch.cuda.set_device(DEVICE)
         torch.backends.cuda.matmul.allow_tf32 = False
     cases = dict(CASES)
+    if SIZE <= 2:  # a model's compile per job: on the 1- and 2-rank jobs
+        cases["model_budget"] = case_model_budget
     if a.no_host_copies:
         cases["gpu_no_host_copies"] = case_gpu_no_host_copies
     failed = run_cases(cases)

@@ -65,6 +65,58 @@ def test_buffers_used_together_do_not() -> None:
     assert not _shares(text, "a", "b")
 
 
+def test_a_small_buffer_that_lives_long_leaves_the_large_block_to_the_next_large_one() -> None:
+    """`s` (small) could sit in the block `a` (large) left free, but it is
+    in use to the end: there it would hold the block, and `b` (as large as
+    `a`) would need one of its own (a backward's every layer so)."""
+    big = "tensor<16x16xf32>"
+    text = f"""builtin.module {{
+  func.func @main(%x: {T}, %y: {big}) -> {T} attributes {{hir.host}} {{
+    %a = hir.alloc "a" : {big}
+    hir.copy %y, %a : {big}, {big}
+    hir.copy %a, %y : {big}, {big}
+    %s = hir.alloc "s" : {T}
+    hir.copy %x, %s : {T}, {T}
+    %b = hir.alloc "b" : {big}
+    hir.copy %y, %b : {big}, {big}
+    hir.copy %b, %y : {big}, {big}
+    hir.copy %s, %x : {T}, {T}
+    func.return %x : {T}
+  }}
+}}"""
+    s = _storage(text)
+    assert s["a"] == s["b"] != s["s"]
+    module = parse(text, "test.mlir")
+    PlanMemory().apply(Context(), module)
+    assert memory_plan(next(iter(module.ops))).planned == 16 * 16 * 4 + 4 * 4 * 4  # type: ignore[arg-type]
+
+
+def test_the_layers_of_a_backward_reuse_one_layers_blocks() -> None:
+    """The backward of the L-layer GPT model of train_gpt.py: a layer's
+    temporaries are dead once its gradients are out, so the blocks of 4
+    layers take no more than those of 2 (only the returned gradients grow)."""
+    import argparse
+
+    from fuserc.passes.plan_memory import host_funcs
+    from fuserc.runtime.program import compile_module
+
+    sys.path.insert(0, str(ROOT / "examples" / "python"))
+    try:
+        import train_gpt
+    finally:
+        sys.path.pop(0)
+    blocks = {}
+    for layers in (2, 4):
+        a = argparse.Namespace(layers=layers, hidden=64, tokens=32, heads=4, ffn=256, vocab=128, dropout=0.0, dtype="f32")
+        fd, _ = train_gpt.build(a, 1)
+        host = compile_module(fd.to_mlir(), "model.mlir", "main_fwd", "autodiff,default", ranks=1).host
+        bwd = next(f for f in host_funcs(host) if f.sym_name.data == "main_bwd")
+        got, _, why = plan(bwd)
+        assert why == ""
+        blocks[layers] = sum(k.bytes for k in got)
+    assert blocks[4] == blocks[2], blocks
+
+
 def _worker(join: str, ranks: str = "") -> str:
     """`a` written on a worker stream, `b` on the main stream after `join`
     (all in a region of `ranks` when given)."""

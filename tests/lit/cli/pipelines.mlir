@@ -80,6 +80,8 @@
 // LIST-NEXT:         what the forward returns for the backward
 // LIST-NEXT:     gathered-mib=int (default: -1)
 // LIST-NEXT:         with save=activations, the MiB per device that saved gathered GEMM inputs may take
+// LIST-NEXT:     budget=int (default: -1)
+// LIST-NEXT:         with save=activations, the MiB per device that the saved tensors may take (-1: no limit); past it, the backward recomputes
 // LIST-NEXT: Pipelines (an option given to a pipeline, default{algorithm=ring}, goes to its pass that has it):
 // LIST-NEXT:   default
 // LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline,plan-memory

@@ -32,8 +32,8 @@
 // CHECK-NEXT:  4  reduce_scatter  bf16   256x128
 // CHECK-NEXT:  5  allreduce       bf16   512
 // CHECK-NOT:   f32
-// D4:          buffers per rank: 40, 725952 bytes (0.69 MiB); in plan-memory's blocks 428224 bytes (0.41 MiB), 7 shared by several
-// D2:          buffers per rank: 40, 1185664 bytes (1.13 MiB); in plan-memory's blocks 723584 bytes (0.69 MiB), 7 shared by several
+// D4:          buffers per rank: 40, 725952 bytes (0.69 MiB); in plan-memory's blocks 381376 bytes (0.36 MiB), 7 shared by several
+// D2:          buffers per rank: 40, 1185664 bytes (1.13 MiB); in plan-memory's blocks 693120 bytes (0.66 MiB), 7 shared by several
 // The totals: 8 collectives of 3/4 of a [256, 128] tensor each (at d = 2: 1/2), and the allreduce.
 // D4:          @main_fwd + @main_bwd:
 // D4-NEXT:     total per rank (4 ranks): 9 communications, {{.*}} = 6.0{{[0-9]}} x 256x128xbf16
