@@ -290,8 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         a.iters, a.repeats, a.warmup = 1, 1, 0
         device = torch.device("cpu")
     elif torch.cuda.is_available():
-        device = torch.device("cuda")
-        torch.cuda.set_device(device)
+        device = torch.device("cuda", torch.cuda.current_device())
     else:
         print("bench_attention: no CUDA GPU here (use --small on the CPU)", file=sys.stderr)
         return 2
