@@ -36,6 +36,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, r
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects.fusion import GLOBAL_ATTR, TENSOR, FusionOp, Shape, shape_of
 from fuserc.dialects.fusion_grad import zeros
 from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, EvalContext, OpMap, Target, normalized
@@ -464,7 +465,10 @@ class GroupedMatmulOp(FusionOp):
         else:
             count = shape_of(self.results[0])[0]
             ids = ctx.global_index(-1, 0, count)
-        return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+        try:
+            return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+        except Diagnostic as e:  # offsets the program was given wrong: said at the op
+            raise error_at(self, e.message) from None
 
     def torch_alone(self) -> bool:
         """Its region runs op by op with PyTorch (runtime/torch_regions.py):
