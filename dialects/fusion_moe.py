@@ -14,9 +14,11 @@ results back to their tokens (`index_add`).
 
 Their sharding: the dimension an op selects, sorts, scans or scatters
 along is gathered (DROP), the others stay split; counts over a split list
-of ids are a partial sum; a grouped GEMM's rows are gathered (its groups
-are given by global offsets), its K may be split (a partial sum) and its
-N stays split.
+of ids are a partial sum; a grouped GEMM's rows and K are gathered (its
+groups are given by global offsets) and its N stays split; its experts
+split over devices are expert parallelism (each device multiplies the rows
+of its own experts: a partial sum; and computes its own experts' weight
+gradients), so the experts' weights are never gathered.
 
 Derivatives: indices, counts and offsets are integers and have none; a
 selection's derivative is the matching scatter (topk and gather by
@@ -34,11 +36,10 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, r
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
+from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects.fusion import GLOBAL_ATTR, TENSOR, FusionOp, Shape, shape_of
 from fuserc.dialects.fusion_grad import zeros
 from fuserc.dialects.interfaces import CONTRACT, DROP, MAP, NONE, EvalContext, OpMap, Target, normalized
-
-I64_TYPE = i64
 
 
 def _along(rank: int, dim: int, lines_up: bool = True) -> tuple[Target, ...]:
@@ -110,7 +111,7 @@ class TopkOp(AlongOp):
 
     @classmethod
     def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Attribute]]:
-        return [(tuple(first.get_shape()), I64_TYPE)]
+        return [(tuple(first.get_shape()), i64)]
 
     def more_shardings(self, first: Any) -> list[Any]:
         return [first]
@@ -150,7 +151,7 @@ class ArgsortOp(AlongOp):
 
     @classmethod
     def result_element(cls, elems: list[Attribute], kw: dict[str, Any], result: TensorType | None) -> Attribute:
-        return I64_TYPE
+        return i64
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         import torch
@@ -213,7 +214,7 @@ class BincountOp(FusionOp):
 
     @classmethod
     def result_element(cls, elems: list[Attribute], kw: dict[str, Any], result: TensorType | None) -> Attribute:
-        return I64_TYPE
+        return i64
 
     def sharding_map(self) -> OpMap:
         return OpMap(((Target(CONTRACT),),), 1, None, NONE, True)
@@ -464,7 +465,10 @@ class GroupedMatmulOp(FusionOp):
         else:
             count = shape_of(self.results[0])[0]
             ids = ctx.global_index(-1, 0, count)
-        return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+        try:
+            return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+        except Diagnostic as e:  # offsets the program was given wrong: said at the op
+            raise error_at(self, e.message) from None
 
     def torch_alone(self) -> bool:
         """Its region runs op by op with PyTorch (runtime/torch_regions.py):

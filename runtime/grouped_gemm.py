@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import torch
 
+from fuserc.diagnostics import Diagnostic
+
 
 def check_offsets(offs: torch.Tensor, rows: int) -> list[int]:
-    """The group ends on the host; ValueError where they are not
-    non-decreasing within [0, rows]."""
+    """The group ends on the host; a Diagnostic (the program's input is
+    wrong, not fuserc) where they are not non-decreasing within [0, rows]."""
     ends = [int(e) for e in offs.tolist()]
     if any(e < 0 or e > rows for e in ends) or any(b < a for a, b in zip(ends, ends[1:])):
-        raise ValueError(f"fusion.grouped_matmul: offsets {ends} must be non-decreasing within [0, {rows}]")
+        raise Diagnostic(f"fusion.grouped_matmul: offsets {ends} must be non-decreasing within [0, {rows}]")
     return ends
 
 

@@ -42,23 +42,16 @@ def test_layer_against_the_pytorch_loop(n: int) -> None:
     assert len(cases) == (5 if n == 1 else 3) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def test_example_layer_script() -> None:
-    """examples/python/moe_layer.py checks itself against the loop."""
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "moe_layer.py"), "--tokens", "16", "--shared"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0 and "against the PyTorch loop" in proc.stdout, proc.stdout + proc.stderr[-3000:]
-
-
-TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 4)]
+TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 2)]
 
 
 @pytest.mark.parametrize("how,n", TRAIN_JOBS, ids=[f"{h}-n{n}" for h, n in TRAIN_JOBS])
 def test_train_moe_matches_pytorch(how: str, n: int) -> None:
-    """The loss curve of 6 AdamW steps of a small MoE GPT equals plain
+    """The loss curve of 5 AdamW steps of a small MoE GPT equals plain
     PyTorch's (the example fails itself beyond its tolerance)."""
-    args = ["--steps", "6", "--layers", "1", "--tokens", "32", "--device", DEVICE]
+    args = ["--steps", "5", "--layers", "1", "--tokens", "16", "--hidden", "16", "--ffn", "16", "--vocab", "32", "--device", DEVICE]
     proc = launch(how, n, ROOT / "examples" / "python" / "train_moe.py", args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    steps = re.findall(r"^step +\d+/6 +loss ([\d.]+) +\(PyTorch ([\d.]+)", proc.stdout, re.M)
-    assert len(steps) == 6 and float(steps[-1][0]) < float(steps[0][0]), proc.stdout
-    assert re.search(rf"trained 6 steps on {n} rank\(s\) \({how}, {DEVICE}\).*: ok$", proc.stdout, re.M), proc.stdout
+    steps = re.findall(r"^step +\d+/5 +loss ([\d.]+) +\(PyTorch ([\d.]+)", proc.stdout, re.M)
+    assert len(steps) == 5 and float(steps[-1][0]) < float(steps[0][0]), proc.stdout
+    assert re.search(rf"trained 5 steps on {n} rank\(s\) \({how}, {DEVICE}\).*: ok$", proc.stdout, re.M), proc.stdout

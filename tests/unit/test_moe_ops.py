@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fuserc.api import FusionDefinition
+from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
 from fuserc.runtime.grouped_gemm import grouped_matmul
 from fuserc.runtime.reference import evaluate
@@ -83,9 +84,9 @@ def test_grouped_matmul_against_a_loop(ends: list[int]) -> None:
 
 def test_grouped_matmul_refuses_bad_offsets() -> None:
     a, b = torch.randn(6, 4), torch.randn(2, 4, 3)
-    with pytest.raises(ValueError, match=r"offsets \[4, 2\] must be non-decreasing within \[0, 6\]"):
+    with pytest.raises(Diagnostic, match=r"offsets \[4, 2\] must be non-decreasing within \[0, 6\]"):
         grouped_matmul(a, b, torch.tensor([4, 2]))
-    with pytest.raises(ValueError, match=r"within \[0, 6\]"):
+    with pytest.raises(Diagnostic, match=r"within \[0, 6\]"):
         grouped_matmul(a, b, torch.tensor([4, 7]))
 
 

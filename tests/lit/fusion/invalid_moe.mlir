@@ -62,3 +62,11 @@ func.func @f(%a: tensor<32x8xf32>, %w: tensor<4x8x12xf32>, %ends: tensor<4xf32>)
   %h = fusion.grouped_matmul %a, %w, %ends : (tensor<32x8xf32>, tensor<4x8x12xf32>, tensor<4xf32>) -> tensor<32x12xf32>
   func.return
 }
+
+// -----
+
+func.func @f(%a: tensor<32x8xf32>, %w: tensor<2x8x12xf32>, %ends: tensor<4xi64>) {
+  // expected-error @+1 {{'fusion.grouped_matmul' op fusion.grouped_matmul: 2 experts' weights for 4 offsets}}
+  %h = fusion.grouped_matmul %a, %w, %ends : (tensor<32x8xf32>, tensor<2x8x12xf32>, tensor<4xi64>) -> tensor<32x12xf32>
+  func.return
+}
