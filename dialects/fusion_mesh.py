@@ -168,6 +168,10 @@ def tensor_type(element_type: Attribute, shape: tuple[int, ...], sharding: Shard
 # --------------------------------------------------------------------------
 
 
+MAX_RANK = 1 << 31
+"""Ranks are C ints in MPI and torch.distributed: a device id is below."""
+
+
 @irdl_op_definition
 class MeshOp(IRDLOperation):
     """`fusion.mesh @NAME shape = [..] (devices = [..])?`: a named mesh of
@@ -231,6 +235,11 @@ class MeshOp(IRDLOperation):
                 raise VerifyException(
                     f"mesh @{self.sym_name.data} devices {devs} must be distinct non-negative ranks"
                 )
+            if max(devs) >= MAX_RANK:
+                raise VerifyException(
+                    f"mesh @{self.sym_name.data} device {max(devs)} is not a rank: ranks are below {MAX_RANK} "
+                    "(2^31, MPI's and torch.distributed's)"
+                )
 
 
 _MESHES: "weakref.WeakKeyDictionary[Operation, dict[str, tuple[MeshOp, Mesh]]]" = weakref.WeakKeyDictionary()
@@ -269,6 +278,14 @@ def _fmt_ints(attr: ArrayAttr[IntegerAttr]) -> str:
 
 
 def _parse_int_list(parser: Parser | AttrParser) -> list[int]:
-    return parser.parse_comma_separated_list(
-        parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
-    )
+    """`[1, 2, ...]`, each an i64, refused at itself otherwise (xDSL's i64
+    takes unsigned values too, and reads 2^63 as -2^63)."""
+
+    def one() -> int:
+        start = parser.pos
+        value = parser.parse_integer(allow_boolean=False)
+        if not -(1 << 63) <= value < 1 << 63:
+            parser.raise_error(f"{value} is out of the range of i64", start, parser.pos)
+        return value
+
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import io
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -35,6 +36,14 @@ _OPENERS = frozenset("([{<")
 _CLOSERS = frozenset(")]}>")
 _DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*", re.ASCII)  # 0-9 only: `4٣` is not 43
 
+MAX_INT_DIGITS = 1000
+"""The longest integer literal read, in digits: Python converts at most
+4,300 decimal digits to and from text, and no value of a fuserc program
+(dimensions, mesh shapes, ranks: below 2^63) needs more than 19."""
+
+MAX_DIM = (1 << 63) - 1
+"""The largest extent of a tensor dimension, as in MLIR (int64_t)."""
+
 
 def make_context() -> Context:
     """A context with every dialect fuserc reads."""
@@ -63,6 +72,14 @@ class _Lexer(MLIRLexer):
         self._consume_whitespace()
         self._refuse_non_ascii(self.pos)
         return super().lex()
+
+    def _lex_number(self, start_pos: Position) -> MLIRToken:
+        """xDSL's, refusing a literal longer than MAX_INT_DIGITS at itself
+        (xDSL would fail converting it, or printing it in a message)."""
+        token = super()._lex_number(start_pos)
+        if token.kind == MLIRTokenKind.INTEGER_LIT and len(token.text) > MAX_INT_DIGITS:
+            raise ParseError(token.span, too_long(len(token.text)))
+        return token
 
     def _lex_at_ident(self, start_pos: Position) -> MLIRToken:
         self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
@@ -250,7 +267,14 @@ class _LocatingParser(Parser):
             if run is None:
                 dims.append(self.parse_shape_dimension())
             else:
-                dims.extend(DYNAMIC_INDEX if d == "?" else int(d) for d in run.group(0).split("x"))
+                at = run.start()
+                for d in run.group(0).split("x"):
+                    if len(d) > MAX_INT_DIGITS:
+                        self.raise_error(too_long(len(d)), at, at + len(d))
+                    dims.append(DYNAMIC_INDEX if d == "?" else int(d))
+                    if dims[-1] > MAX_DIM:
+                        self.raise_error(f"dimension {d} is larger than {MAX_DIM} (2^63 - 1), MLIR's largest", at, at + len(d))
+                    at += len(d) + 1
                 self._resume_from(run.end())
             if not self._parse_optional_shape_delimiter():
                 return dims
@@ -271,6 +295,11 @@ class _LocatingParser(Parser):
         if isinstance(op.location, UnknownLoc):
             op.location = self._file_loc(start)
         return op
+
+
+def too_long(digits: int) -> str:
+    """The message for an integer literal of `digits` digits, too long to read."""
+    return f"integer literal of {digits} characters: fuserc reads integers of at most {MAX_INT_DIGITS} digits"
 
 
 def unknown_op_message(name: str) -> str:
@@ -346,9 +375,15 @@ def mesh_option(text: str) -> tuple[str, tuple[int, ...]]:
     m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip(), re.ASCII)
     if m is None:
         raise ValueError(f"expected NAME=SHAPE (tp=2, grid=2x4), got {text!r}")
+    from fuserc.sharding import MAX_MESH_DEVICES
+
+    if any(len(n) > MAX_INT_DIGITS for n in m.group(2).split("x")):
+        raise ValueError(f"a mesh has at most {MAX_MESH_DEVICES} devices, got an axis of more than {MAX_INT_DIGITS} digits")
     shape = tuple(int(n) for n in m.group(2).split("x"))
     if 0 in shape:
         raise ValueError(f"a mesh has at least one device per axis, got {text!r}")
+    if math.prod(shape) > MAX_MESH_DEVICES:
+        raise ValueError(f"a mesh has at most {MAX_MESH_DEVICES} devices, got {text!r} ({math.prod(shape)})")
     return m.group(1), shape
 
 

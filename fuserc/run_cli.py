@@ -85,6 +85,10 @@ def run(
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
         raise click.UsageError("--warmup needs --iters")
+    if trace_path is not None:
+        from fuserc.cli import check_output_dir
+
+        check_output_dir(trace_path, "'--trace'")
     from fuserc.pipeline import PipelineSpecError, build
     from fuserc.runtime import job as jobs
     from fuserc.runtime.watchdog import timeout_from
