@@ -351,6 +351,13 @@ class _Schedule:
         t.sharding = sharding
         return t
 
+    def __getattr__(self, name: str) -> Any:
+        """A name that is not the schedule's: where it lives, when it is
+        fuserc's (`fd.sched.shard_tensor`)."""
+        if name in __all__ and not name.startswith("_"):
+            raise AttributeError(f"fd.sched has no {name!r}; it is fuserc.api.{name}")
+        raise AttributeError(f"fd.sched has no {name!r}; it has mesh, shard and parallelize")
+
     def parallelize(self, t: Tensor, dim: int, ptype: str, mesh: str | None = None) -> Tensor:
         """Add split `ptype` (outermost) to dimension `dim` of `t`."""
         mesh_name = mesh or (t.sharding.mesh if t.sharding else self._fd._only_mesh())
@@ -636,6 +643,11 @@ def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh
 
     if isinstance(sharding, Tensor):
         t = sharding
+        if tuple(array.shape) != tuple(t.shape):
+            raise Diagnostic(
+                f"shard_tensor: the global tensor has shape {list(array.shape)}, but {t!r} is declared "
+                f"{list(t.shape)}: give the whole tensor, not a part or another"
+            )
         sharding = t.fd.sharding_of(t) if t.fd is not None else t.sharding
         if sharding is None:  # whole on every device
             sharding = Sharding(mesh.name, tuple(parse_axis("-") for _ in t.shape))

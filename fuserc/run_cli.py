@@ -89,6 +89,7 @@ def run(
         from fuserc.cli import check_output_dir
 
         check_output_dir(trace_path, "'--trace'")
+    from fuserc.diagnostics import Diagnostic
     from fuserc.pipeline import PipelineSpecError, build
     from fuserc.runtime import job as jobs
     from fuserc.runtime.watchdog import timeout_from
@@ -112,7 +113,12 @@ def run(
         if jobs.launcher_rank() in (None, 0):
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
-    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
+    try:
+        job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
+    except Diagnostic as d:  # the launcher cannot start (mpi4py without an MPI library): the same on every rank
+        if jobs.launcher_rank() in (None, 0):
+            click.echo(d.render(), err=True)
+        sys.exit(1)
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
         time_startup, comm_report or comm_unit is not None, comm_unit,

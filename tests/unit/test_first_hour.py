@@ -1,0 +1,89 @@
+"""What a new user meets in a first hour, without a GPU: an MPI library
+that cannot be loaded, tools started for the GPU, the Python API's names.
+Each is one clear line, never a traceback or a silent wrong."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuserc.api import FusionDefinition, shard_tensor
+from fuserc.diagnostics import Diagnostic
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "sp_mlp.mlir"
+
+
+def _has_gpu() -> bool:
+    from fuserc.runtime.backend import cuda_unavailable
+
+    return cuda_unavailable() is None
+
+
+def test_mpi4py_without_its_library(tmp_path: Path) -> None:
+    env = {**os.environ, "MPI4PY_LIBMPI": str(tmp_path / "no-libmpi.so")}
+    proc = subprocess.run([sys.executable, "-m", "fuserc", "run", str(EXAMPLE), "--mesh", "tp=1"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: mpi4py is installed, but cannot load MPI library (")
+    assert "pip install mpich" in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_INET"), reason="needs sockets")
+def test_bench_defaults_to_cuda_without_a_gpu() -> None:
+    """tools/bench.py as torchrun starts a rank (its environment), without
+    --backend cpu on a machine without a GPU: one line, exit 1."""
+    if _has_gpu():
+        pytest.skip("a GPU is here")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONSAFEPATH": "1"}  # fmt: skip
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--small"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "error: the cuda backend cannot run here (" in proc.stderr and "--backend cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpu_check_without_a_gpu(tmp_path: Path) -> None:
+    """tools/gpu_check.sh stops at once where there is no GPU; its MPI
+    launch command suits the MPI installed (MPICH refuses Open MPI's -x)."""
+    if _has_gpu():
+        pytest.skip("a GPU is here")
+    env = {**os.environ, "OUT": str(tmp_path)}
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check.sh"), "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no GPU or CuPy here" in proc.stdout, proc.stdout + proc.stderr
+    assert "PASS" not in proc.stdout
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check.sh"), "--print-mpirun"], env=env, capture_output=True, text=True, timeout=60)
+    flavour, command = proc.stdout.strip().split(": ", 1)
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=60).stdout
+    assert flavour == ("openmpi" if "Open MPI" in version or "open-rte" in version.lower() else "mpich"), version
+    launched = subprocess.run(
+        [*command.split(), "-n", "2", sys.executable, "-c", "import os; print(os.environ['GPU_CHECK_BACKEND'])"],
+        env={**env, "GPU_CHECK_BACKEND": "cuda", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "HYDRA_LAUNCHER": "fork"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert launched.returncode == 0 and launched.stdout.split() == ["cuda", "cuda"], launched.stderr
+
+
+def test_shard_tensor_refuses_another_global_shape() -> None:
+    fd = FusionDefinition()
+    x = fd.define_tensor([4, 6], "f32")
+    fd.add_output(fd.ops.relu(x))
+    mesh = fd.sched.mesh("tp", [2])
+    fd.sched.shard(x, "tp", ["-", "DIDx"])
+    full = torch.arange(24.0).reshape(4, 6)
+    torch.testing.assert_close(shard_tensor(full, x, mesh, 1), full[:, 3:])
+    with pytest.raises(Diagnostic, match=r"has shape \[4, 7\], but Tensor\(%\w+: tensor<4x6xf32.*is declared \[4, 6\]"):
+        shard_tensor(torch.ones(4, 7), x, mesh, 1)
+    with pytest.raises(AttributeError, match="fd.sched has no 'shard_tensor'; it is fuserc.api.shard_tensor"):
+        fd.sched.shard_tensor(full, x, mesh, 1)
+    with pytest.raises(AttributeError, match="fd.sched has no 'shrad'; it has mesh, shard and parallelize"):
+        fd.sched.shrad  # noqa: B018
