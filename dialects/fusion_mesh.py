@@ -34,6 +34,7 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from fuserc.sharding import (
     DEVICE_TYPES,
@@ -89,6 +90,9 @@ class ShardingAttr(ParametrizedAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
+            if parser._current_token.kind == MLIRTokenKind.BARE_IDENT:
+                word = parser._current_token.text
+                parser.raise_error(f"expected the mesh's symbol name: mesh names start with @ (@{word}, not {word})")
             mesh = parser.parse_symbol_name()
             parser.parse_punctuation(",", " after the mesh of a sharding")
             axes = parser.parse_comma_separated_list(

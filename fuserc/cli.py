@@ -354,6 +354,8 @@ def _process(
             runner.run(ctx, module)
         except DiagnosticException as e:  # xDSL's own failure reports, from a pass
             raise Diagnostic(str(e)) from None
+        except Diagnostic as d:  # a pass's, at an op: with its source line, as the parser's
+            raise ir.with_context(d, chunk) from None
         finally:
             timings.append(runner.timings)
         if report is not None:

@@ -134,6 +134,7 @@ class _LocatingParser(Parser):
         self._op_start: Span = self._current_token.span
         self._types: dict[str, TypeAttribute] = {}
         self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
+        self._regions: list[Span] = []  # where each region being read opens
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
         """file:line:col of `span`, counting newlines from the last op's line
@@ -224,11 +225,45 @@ class _LocatingParser(Parser):
     def parse_optional_region(self, arguments=None):  # type: ignore[no-untyped-def]
         """xDSL's, giving each entry-block argument (a function's) the
         location of its name, so that diagnostics about an argument point
-        at it."""
+        at it, and keeping where the region opens (`_parse_block`)."""
         for arg in arguments or ():
             if arg.location is None:
                 arg.location = self._file_loc(arg.name)
-        return super().parse_optional_region(arguments)
+        self._regions.append(self._current_token.span)
+        try:
+            return super().parse_optional_region(arguments)
+        finally:
+            self._regions.pop()
+
+    def _parse_block(self):  # type: ignore[no-untyped-def]
+        """xDSL's, with what is wrong where no op, block label or `}`
+        follows: at the end of the input, the region left open."""
+        token = self._current_token
+        if token.kind == MLIRTokenKind.EOF and self._regions:
+            opened = self._regions[-1]
+            raise ParseError(opened, "this region is not closed: '}' is missing before the end of the input")
+        if token.kind != MLIRTokenKind.CARET_IDENT:
+            self.raise_error("expected an operation, a block label (^bb0:) or the '}' closing the region", token.span)
+        return super()._parse_block()
+
+    def resolve_operand(self, operand, type):  # type: ignore[no-untyped-def]
+        """xDSL's, blaming a value used with another type than its op's
+        result type on that op (the type written there is the one to
+        check), at the op, naming the use."""
+        values = self.ssa_values.get(operand.operand_name)
+        if values is not None and operand.index < len(values):
+            value = values[operand.index]
+            loc = value.owner.location if isinstance(value, OpResult) else None
+            if value.type != type and isinstance(loc, FileLineColLoc) and loc.filename.data == self._filename:
+                use = operand.span.get_location()
+                name = f"%{operand.operand_name}" + (f"#{operand.index}" if len(values) > 1 else "")
+                start = _offset(self.lexer.input.content, loc.line.data, loc.column.data)
+                raise ParseError(
+                    Span(start, start + len(operand.operand_name) + 1, self.lexer.input),
+                    f"{value.owner.name} gives {name} the type {value.type}, but {use.line}:{use.col} uses it as "
+                    f"{type}: one of the two types is wrong",
+                )
+        return super().resolve_operand(operand, type)
 
     def parse_optional_type(self) -> TypeAttribute | None:
         """xDSL's, reading each distinct `tensor<...>` text once: programs
@@ -297,6 +332,28 @@ class _LocatingParser(Parser):
         return op
 
 
+def _offset(text: str, line: int, col: int) -> int:
+    """The index in `text` of line:col (1-based)."""
+    start = 0
+    for _ in range(line - 1):
+        start = text.index("\n", start) + 1
+    return start + col - 1
+
+
+def source_context(text: str, loc: Location | None, width: int = 1) -> str:
+    """The source line at `loc` and a caret under its column, as parse
+    errors show them ('' when `loc` is not in `text`)."""
+    if loc is None or loc.line < 1:
+        return ""
+    lines = text.split("\n", loc.line)
+    if len(lines) < loc.line:
+        return ""
+    line = lines[loc.line - 1]
+    if loc.col > len(line) + 1:
+        return ""
+    return f"{line}\n{' ' * (loc.col - 1)}{'^' * width}"
+
+
 def too_long(digits: int) -> str:
     """The message for an integer literal of `digits` digits, too long to read."""
     return f"integer literal of {digits} characters: fuserc reads integers of at most {MAX_INT_DIGITS} digits"
@@ -348,8 +405,20 @@ def parse(
         raise Diagnostic("input nested too deeply to parse", where) from None
     if meshes:
         resize_meshes(module, meshes)
-    verify(module)
+    try:
+        verify(module)
+    except Diagnostic as d:
+        raise with_context(d, text) from None
     return module
+
+
+def with_context(d: Diagnostic, text: str) -> Diagnostic:
+    """`d` with the source line and caret of its location in `text` (the
+    input it was found in), when it has none."""
+    if d.context or d.loc is None:
+        return d
+    context = source_context(text, d.loc)
+    return Diagnostic(d.message, d.loc, context) if context else d
 
 
 def resize_meshes(module: ModuleOp, shapes: Mapping[str, tuple[int, ...]]) -> None:

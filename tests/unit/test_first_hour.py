@@ -87,3 +87,37 @@ def test_shard_tensor_refuses_another_global_shape() -> None:
         fd.sched.shard_tensor(full, x, mesh, 1)
     with pytest.raises(AttributeError, match="fd.sched has no 'shrad'; it has mesh, shard and parallelize"):
         fd.sched.shrad  # noqa: B018
+
+
+def test_sdpa_log_sum_exp_from_python() -> None:
+    """`fd.ops.sdpa(q, k, v, lse=True)` returns the log-sum-exp too,
+    against PyTorch's in float64."""
+    fd = FusionDefinition()
+    q, k, v = (fd.define_tensor([1, 2, 8, 4], "f32") for _ in range(3))
+    out, lse = fd.ops.sdpa(q, k, v, causal=True, lse=True)
+    assert lse.shape == (1, 2, 8) and lse.dtype == "f32"
+    fd.add_output(out)
+    fd.add_output(lse)
+    prog = fd.compile(backend="cpu")
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(1, 2, 8, 4, generator=gen) for _ in range(3)]
+    got_out, got_lse = (torch.as_tensor(t).double() for t in prog.execute(inputs))
+    qd, kd, vd = (t.double() for t in inputs)
+    scores = (qd @ kd.transpose(-1, -2)) / 2.0 + torch.full((8, 8), float("-inf"), dtype=torch.float64).triu(1)
+    torch.testing.assert_close(got_lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_out, torch.softmax(scores, -1) @ vd, rtol=1e-5, atol=1e-5)
+    prog.close()
+
+
+def test_compile_in_one_process_for_a_mesh_of_four() -> None:
+    """The hint of a Python script is how to launch the script, not the CLI's."""
+    fd = FusionDefinition()
+    x = fd.define_tensor([8, 4], "f32")
+    fd.add_output(fd.ops.relu(x))
+    fd.sched.mesh("tp", [4])
+    fd.sched.shard(x, "tp", ["DIDx", "-"])
+    with pytest.raises(Diagnostic) as e:
+        fd.compile(backend="cpu")
+    message = str(e.value)
+    assert "launch the script with 4 processes (mpiexec -n 4 python SCRIPT.py, or torchrun --nproc-per-node 4 SCRIPT.py)" in message
+    assert "fd.sched.mesh('tp', [1])" in message and "fuserc run" not in message
