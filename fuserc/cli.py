@@ -385,10 +385,10 @@ def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:
     out.write(f"  {total:.4f} (100.0%)  Total\n")
 
 
-@main.group()
+@main.group(short_help="Show or empty the cache of generated kernels.")
 def cache() -> None:
     """The cache of generated kernels: $FUSERC_CACHE_DIR, else
-    ~/.cache/fuserc (docs/runtime.md)."""
+    $XDG_CACHE_HOME/fuserc, else ~/.cache/fuserc (docs/runtime.md)."""
 
 
 @cache.command("info")

@@ -121,3 +121,43 @@ def test_compile_in_one_process_for_a_mesh_of_four() -> None:
     message = str(e.value)
     assert "launch the script with 4 processes (mpiexec -n 4 python SCRIPT.py, or torchrun --nproc-per-node 4 SCRIPT.py)" in message
     assert "fd.sched.mesh('tp', [1])" in message and "fuserc run" not in message
+
+
+def test_train_gpt_default_run_shows_learning() -> None:
+    """examples/python/train_gpt.py's default run: its loss curve (the
+    plain PyTorch twin, which fuserc's curve matches step by step) ends
+    more than halfway from where it starts to the data's entropy floor."""
+    import argparse
+    import importlib.util
+    import re
+
+    path = ROOT / "examples" / "python" / "train_gpt.py"
+    source = path.read_text()
+    defaults = {
+        name: float(value)
+        for name, value in re.findall(r'add_argument\("--(\w+)", type=(?:int|float), default=([\d.e-]+)\)', source)
+    }
+    spec = importlib.util.spec_from_file_location("train_gpt", path)
+    example = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(example)
+    a = argparse.Namespace(**{k: int(v) if float(v).is_integer() and k != "lr" else v for k, v in defaults.items()}, device="cpu", dtype="f32")
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(w.clone()) for w in example.initial_weights(a)]
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01)
+    data = example.Data(a)
+    curve = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small model: threads only contend
+    try:
+        for step in range(a.steps):
+            ids, labels = data.batch(step)
+            loss = example.reference_loss(ids, labels, params, a)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            curve.append(float(loss.detach()))
+    finally:
+        torch.set_num_threads(threads)
+    start, end, floor = sum(curve[:10]) / 10, sum(curve[-10:]) / 10, example.entropy(data)
+    assert end < (start + floor) / 2, (start, end, floor, a.steps, a.lr)
