@@ -169,13 +169,19 @@ class FusionOp(IRDLOperation):
                     unresolved.append(parser.parse_unresolved_operand())
         while True:
             key_pos = parser.pos
+            if parser._current_token.text not in kinds and parser.lexer.input.content.count("\n", *_gap_before(parser)):
+                break  # a word on the next line that is not a keyword: this op's type is missing
             key = parser.parse_optional_identifier()
             if key is None:
                 break
             if key not in kinds or key == cls.LEADING:
                 expected = ", ".join(k for k in kinds if k != cls.LEADING) or "none"
+                hint = (
+                    f"; '{key}' is an attribute: write it in the attribute dictionary, {cls.name} ... {{{key} = ...}} : ..."
+                    if key in cls.ATTRS else ""
+                )
                 parser.raise_error(
-                    f"unknown keyword '{key}' for {cls.name} (keywords: {expected})",
+                    f"unknown keyword '{key}' for {cls.name} (keywords: {expected}){hint}",
                     key_pos,
                     parser.pos,
                 )
@@ -184,6 +190,10 @@ class FusionOp(IRDLOperation):
             parser.parse_punctuation("=", f" after '{key}'")
             props[key] = _parse_keyword_value(parser, key, kinds[key])
         attrs = parser.parse_optional_attr_dict()
+        if parser._current_token.text != ":":
+            end, at = _gap_before(parser)
+            where = (end - 1, end) if parser.lexer.input.content.count("\n", end, at) else (at, at + len(parser._current_token.text))
+            parser.raise_error(f"expected ': (operand types) -> result type' after {cls.name}'s operands", *where)
         parser.parse_punctuation(":", f" before the type of {cls.name}")
         type_pos = parser.pos
         ftype = parser.parse_function_type()
@@ -516,6 +526,22 @@ def _type_text(t: TensorType) -> str:
 
 _SPECIAL_FLOATS = {"inf": math.inf, "nan": math.nan}
 
+
+def _gap_before(parser: Parser) -> tuple[int, int]:
+    """(end of the text read so far, start of the next token): a newline
+    between them means the op ended on its line (comments are skipped)."""
+    at = parser.pos
+    content = parser.lexer.input.content
+    end = at
+    while end > 0:
+        line_start = content.rfind("\n", 0, end) + 1
+        code = content[line_start:end]
+        cut = code.find("//")
+        code = code[:cut] if cut >= 0 else code
+        if code.strip():
+            return line_start + len(code.rstrip()), at
+        end = line_start - 1
+    return 0, at
 
 def _parse_keyword_value(parser: Parser, key: str, kind: str) -> Attribute:
     if kind == "ints":

@@ -34,6 +34,7 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from fuserc.sharding import (
     DEVICE_TYPES,
@@ -89,6 +90,9 @@ class ShardingAttr(ParametrizedAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
+            if parser._current_token.kind == MLIRTokenKind.BARE_IDENT:
+                word = parser._current_token.text
+                parser.raise_error(f"expected the mesh's symbol name: mesh names start with @ (@{word}, not {word})")
             mesh = parser.parse_symbol_name()
             parser.parse_punctuation(",", " after the mesh of a sharding")
             axes = parser.parse_comma_separated_list(
@@ -168,6 +172,10 @@ def tensor_type(element_type: Attribute, shape: tuple[int, ...], sharding: Shard
 # --------------------------------------------------------------------------
 
 
+MAX_RANK = 1 << 31
+"""Ranks are C ints in MPI and torch.distributed: a device id is below."""
+
+
 @irdl_op_definition
 class MeshOp(IRDLOperation):
     """`fusion.mesh @NAME shape = [..] (devices = [..])?`: a named mesh of
@@ -231,6 +239,11 @@ class MeshOp(IRDLOperation):
                 raise VerifyException(
                     f"mesh @{self.sym_name.data} devices {devs} must be distinct non-negative ranks"
                 )
+            if max(devs) >= MAX_RANK:
+                raise VerifyException(
+                    f"mesh @{self.sym_name.data} device {max(devs)} is not a rank: ranks are below {MAX_RANK} "
+                    "(2^31, MPI's and torch.distributed's)"
+                )
 
 
 _MESHES: "weakref.WeakKeyDictionary[Operation, dict[str, tuple[MeshOp, Mesh]]]" = weakref.WeakKeyDictionary()
@@ -269,6 +282,14 @@ def _fmt_ints(attr: ArrayAttr[IntegerAttr]) -> str:
 
 
 def _parse_int_list(parser: Parser | AttrParser) -> list[int]:
-    return parser.parse_comma_separated_list(
-        parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
-    )
+    """`[1, 2, ...]`, each an i64, refused at itself otherwise (xDSL's i64
+    takes unsigned values too, and reads 2^63 as -2^63)."""
+
+    def one() -> int:
+        start = parser.pos
+        value = parser.parse_integer(allow_boolean=False)
+        if not -(1 << 63) <= value < 1 << 63:
+            parser.raise_error(f"{value} is out of the range of i64", start, parser.pos)
+        return value
+
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)

@@ -185,6 +185,8 @@ class _Ops:
                 raise Diagnostic(f"{where}: '{k}' given twice")
             values[k] = v
         attrs = {a: values.pop(a) for a in cls.ATTRS if a in values}
+        optional = _optional_results(cls)
+        asked = [i for i, r in enumerate(optional) if values.pop(r, False)]
         shape = values.pop("shape", None)
         dtype = values.pop("dtype", None) or cls.DEFAULT_DTYPE
         unknown = [k for k in values if k not in kinds]
@@ -194,18 +196,18 @@ class _Ops:
         kinds_of = cls.element_kinds(len(operands))
         tensors = self._operands(where, operands, kinds_of)
         result = self._infer(where, cls, tensors, keywords, shape, dtype)
-        more = self._more(cls, tensors, keywords, result)
+        more = self._more(cls, tensors, keywords, result, cls.result_counts()[0] + (asked[-1] + 1 if asked else 0))
         self._add(name, tensors, result, keywords, {k: f'"{v}"' for k, v in attrs.items() if v != "none"}, more)
         return (result, *more) if more else result
 
-    def _more(self, cls: Any, operands: list[Tensor], keywords: dict[str, Any], result: Tensor) -> list[Tensor]:
-        """The results after the first an op always has (sdpa_grad's
-        cotangents of k and v), as tensors of this definition."""
+    def _more(self, cls: Any, operands: list[Tensor], keywords: dict[str, Any], result: Tensor, count: int) -> list[Tensor]:
+        """The results after the first of the `count` the op has (sdpa_grad's
+        cotangents of k and v; sdpa's log-sum-exp when asked for with
+        `lse=True`), as tensors of this definition."""
         from xdsl.dialects.builtin import TensorType
 
         from fuserc.dialects.fusion_builder import element_attr
 
-        count = cls.result_counts()[0]
         if count == 1:
             return []
         types = [TensorType(element_attr(t.dtype), list(t.shape)) for t in operands]
@@ -305,7 +307,14 @@ def builder_signature(cls: type) -> inspect.Signature:
         annotation = _ANNOTATIONS[kinds.get(n, n)]
         params.append(P(n, kind, default=default, annotation=annotation if default is P.empty or default is not None else annotation | None))
     params += [P(a, P.KEYWORD_ONLY, default=None, annotation=str | None) for a in cls.ATTRS]
+    params += [P(r, P.KEYWORD_ONLY, default=False, annotation=bool) for r in _optional_results(cls)]
     return inspect.Signature(params, return_annotation=Tensor)
+
+
+def _optional_results(cls: type) -> list[str]:
+    """The op's optional results (`lse?` of sdpa): the builder returns them
+    too, after the others, when called with `name=True`."""
+    return [r[:-1] for r in cls.RESULTS if r.endswith("?")]
 
 
 def builder_doc(cls: type) -> str:
@@ -318,6 +327,7 @@ def builder_doc(cls: type) -> str:
         f"Builds `{cls.name}` (docs/language.md) in this definition and returns its result. Operands are "
         "tensors of the definition, or Python numbers (rank-0 constants of the other operands' element type); "
         "keywords may follow the operands positionally, in the signature's order."
+        + "".join(f" With {r}=True it returns a tuple, the {r} result last." for r in _optional_results(cls))
     )
     return f"{doc}\n\n{textwrap.fill(how, 76)}"
 
@@ -350,6 +360,13 @@ class _Schedule:
             raise Diagnostic(f"invalid sharding {sharding} for {t!r}: {errs[0]}")
         t.sharding = sharding
         return t
+
+    def __getattr__(self, name: str) -> Any:
+        """A name that is not the schedule's: where it lives, when it is
+        fuserc's (`fd.sched.shard_tensor`)."""
+        if name in __all__ and not name.startswith("_"):
+            raise AttributeError(f"fd.sched has no {name!r}; it is fuserc.api.{name}")
+        raise AttributeError(f"fd.sched has no {name!r}; it has mesh, shard and parallelize")
 
     def parallelize(self, t: Tensor, dim: int, ptype: str, mesh: str | None = None) -> Tensor:
         """Add split `ptype` (outermost) to dimension `dim` of `t`."""
@@ -636,6 +653,11 @@ def shard_tensor(array: Any, sharding: "Sharding | Tensor | Sequence[str]", mesh
 
     if isinstance(sharding, Tensor):
         t = sharding
+        if tuple(array.shape) != tuple(t.shape):
+            raise Diagnostic(
+                f"shard_tensor: the global tensor has shape {list(array.shape)}, but {t!r} is declared "
+                f"{list(t.shape)}: give the whole tensor, not a part or another"
+            )
         sharding = t.fd.sharding_of(t) if t.fd is not None else t.sharding
         if sharding is None:  # whole on every device
             sharding = Sharding(mesh.name, tuple(parse_axis("-") for _ in t.shape))

@@ -86,6 +86,7 @@ class CheckResult:
     finite_where_not: int = 0  # finite values where the reference is NaN or infinite
     rounding: float | None = None
     label: str = ""  # what the output is: "gradient of %w"
+    matched: dict[str, int] = field(default_factory=dict)  # NaN/+Inf/-Inf where the reference holds the same
 
     @property
     def within_rounding(self) -> bool:
@@ -110,6 +111,10 @@ class CheckResult:
                 s = "s" if self.finite_where_not > 1 else ""
                 parts.append(f"{self.finite_where_not} finite value{s} (of {self.size}) where the reference is NaN or infinite")
             return head + "; ".join(parts) + f": {status}"
+        if self.matched and sum(self.matched.values()) == self.size:
+            return head + f"{_counts_text(self.matched)} (all {self.size} values), as in the reference; no finite value to compare: {status}"
+        if self.matched:  # said before the figures, which are those of the finite values
+            head += f"{_counts_text(self.matched)} (of {self.size} values) as in the reference; "
         rel = f"max rel error {self.rel_err:.3e} {'<=' if self.rel_err <= self.tolerance else '>'} {self.tolerance:.0e}"
         if self.rounding is None or self.rel_err <= self.tolerance:
             return head + f"{rel} ({self.dtype} tolerance): {status} (max abs error {self.abs_err:.3e})"
@@ -186,6 +191,7 @@ def compare(
         return CheckResult(index, name, 0.0, 0.0, tol, label=label)
     same = (g == r) | (np.isnan(g) & np.isnan(r))
     nonfinite = nonfinite_counts(g[~np.isfinite(g) & ~same])
+    matched = nonfinite_counts(g[~np.isfinite(g) & same])
     finite_where_not = int((np.isfinite(g) & ~np.isfinite(r)).sum())
     both = np.isfinite(g) & np.isfinite(r)
     abs_err = _max_abs_diff(g, r, both)
@@ -196,7 +202,7 @@ def compare(
         low = _as_float64(rounded)
         if low.shape == r.shape:
             rounding = _max_abs_diff(low, r, both & np.isfinite(low))
-    return CheckResult(index, name, abs_err, rel_err, tol, nonfinite, g.size, "", finite_where_not, rounding, label)
+    return CheckResult(index, name, abs_err, rel_err, tol, nonfinite, g.size, "", finite_where_not, rounding, label, matched)
 
 
 def _max_abs_diff(a: "np.ndarray", b: "np.ndarray", where: "np.ndarray") -> float:

@@ -51,6 +51,8 @@ def read_source(path: str) -> tuple[str, str]:
     try:
         if path == "-":
             data = sys.stdin.buffer.read()
+        elif kind in ("a named pipe", "a socket"):
+            data = _read_pipe(path)
         else:
             with open(path, "rb") as f:
                 data = f.read()
@@ -66,6 +68,41 @@ def read_source(path: str) -> tuple[str, str]:
             f"input is not UTF-8 text (byte 0x{data[e.start]:02x} cannot be decoded)",
             Location(name, line, col),
         ) from None
+
+
+PIPE_SILENCE_S = 30.0
+"""How long a named pipe may stay silent (no writer, or a writer that
+writes nothing) before reading it is given up: `fuserc opt <(gen)` reads
+a generator's output, `fuserc opt fifo` with no writer ends."""
+
+
+def _read_pipe(path: str) -> bytes:
+    """All a named pipe delivers, until its writers close it; a Diagnostic
+    when it stays silent for PIPE_SILENCE_S (opened without waiting for a
+    writer, then polled)."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        chunks: list[bytes] = []
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        while True:
+            if not poller.poll(PIPE_SILENCE_S * 1000):
+                got = f" after {sum(map(len, chunks))} bytes" if chunks else ""
+                raise Diagnostic(
+                    f"cannot read {path}: it is a named pipe and nothing was written to it for "
+                    f"{PIPE_SILENCE_S:g} s{got} (is its writer running?)"
+                )
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def fail(d: Diagnostic) -> None:
@@ -94,7 +131,20 @@ class _Group(click.Group):
         except click.exceptions.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except OSError as e:
+            if not _from_echo(e):
+                raise
+            fail(Diagnostic(f"cannot write the output to standard output: {e.strerror or e}"))
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _from_echo(error: BaseException) -> bool:
+    """Whether `error` was raised writing with click.echo (to a full device,
+    a closed pipe): the output's failure, not the command's."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code is click.utils.echo.__code__
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,6 +167,12 @@ def entry() -> None:
         code = 0
     except SystemExit as e:
         code = exit_status(e)
+    try:  # what is left of the output: one that cannot be written fails the command
+        sys.stdout.flush()
+    except (OSError, ValueError) as e:
+        if code == 0:
+            click.echo(f"error: cannot write the output to standard output: {getattr(e, 'strerror', None) or e}", err=True)
+            code = 1
     if code != 0 and (launcher_size() or 1) > 1:
         # A launcher ends every rank once one fails: the rank that prints the
         # job's message (rank 0 for bad usage, the lowest holding it after a
@@ -197,7 +253,7 @@ def opt(
     if output == "-":
         output = None
     if output:
-        _check_output_dir(output)
+        check_output_dir(output)
     try:
         text, name = read_source(file)
         passes = pl.build(pipeline)  # usage errors before any work
@@ -233,9 +289,11 @@ def opt(
         sys.exit(1)
     result = "// -----\n".join(outputs)
     if output:
+        from fuserc.files import replacing
+
         try:
-            with open(output, "w", encoding="utf-8") as f:
-                f.write(result)
+            with replacing(output) as f:
+                f.write(result.encode("utf-8"))
         except OSError as e:
             fail(Diagnostic(f"cannot write {output}: {e.strerror or e}"))
     else:
@@ -263,11 +321,12 @@ def _comm_reporter(unit: Any) -> Callable[[ModuleOp], None]:
     return lambda module: click.echo(report(module, unit).text(), err=True, nl=False)
 
 
-def _check_output_dir(output: str) -> None:
-    """`-o` into a folder that does not exist is bad usage, found before any work."""
+def check_output_dir(output: str, option: str = "'-o' / '--output'") -> None:
+    """A file to write into a folder that does not exist is bad usage,
+    found before any work (`opt -o`, `run --trace`)."""
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder):
-        raise click.BadParameter(f"folder '{folder}' does not exist", param_hint="'-o' / '--output'")
+        raise click.BadParameter(f"folder '{folder}' does not exist", param_hint=option)
 
 
 def _process(
@@ -295,6 +354,8 @@ def _process(
             runner.run(ctx, module)
         except DiagnosticException as e:  # xDSL's own failure reports, from a pass
             raise Diagnostic(str(e)) from None
+        except Diagnostic as d:  # a pass's, at an op: with its source line, as the parser's
+            raise ir.with_context(d, chunk) from None
         finally:
             timings.append(runner.timings)
         if report is not None:
@@ -324,10 +385,10 @@ def _print_timings(timings: list[list[tuple[str, float]]], out: TextIO) -> None:
     out.write(f"  {total:.4f} (100.0%)  Total\n")
 
 
-@main.group()
+@main.group(short_help="Show or empty the cache of generated kernels.")
 def cache() -> None:
     """The cache of generated kernels: $FUSERC_CACHE_DIR, else
-    ~/.cache/fuserc (docs/runtime.md)."""
+    $XDG_CACHE_HOME/fuserc, else ~/.cache/fuserc (docs/runtime.md)."""
 
 
 @cache.command("info")

@@ -516,7 +516,7 @@ def _per_rank_text(per_rank: dict[int, Totals], unit: Unit | None) -> list[str]:
     keyed = sorted(per_rank.items(), key=lambda kv: (-kv[1].nbytes, kv[0]))
     (top, most), (low, least) = keyed[0], keyed[-1]
     if (most.nbytes, most.count, most.overlapped, most.fences) == (least.nbytes, least.count, least.overlapped, least.fences):
-        return [f"  total per rank ({len(per_rank)} ranks): {_totals_text(most, unit)}"]
+        return [f"  total per rank ({len(per_rank)} rank{'s' if len(per_rank) != 1 else ''}): {_totals_text(most, unit)}"]
     return [
         f"  total on rank {top} (the most of {len(per_rank)} ranks): {_totals_text(most, unit)}",
         f"  total on rank {low} (the least): {_totals_text(least, unit)}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import io
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -35,6 +36,14 @@ _OPENERS = frozenset("([{<")
 _CLOSERS = frozenset(")]}>")
 _DIMENSIONS = re.compile(r"(?:\d+|\?)(?:x(?:\d+|\?))*", re.ASCII)  # 0-9 only: `4٣` is not 43
 
+MAX_INT_DIGITS = 1000
+"""The longest integer literal read, in digits: Python converts at most
+4,300 decimal digits to and from text, and no value of a fuserc program
+(dimensions, mesh shapes, ranks: below 2^63) needs more than 19."""
+
+MAX_DIM = (1 << 63) - 1
+"""The largest extent of a tensor dimension, as in MLIR (int64_t)."""
+
 
 def make_context() -> Context:
     """A context with every dialect fuserc reads."""
@@ -63,6 +72,14 @@ class _Lexer(MLIRLexer):
         self._consume_whitespace()
         self._refuse_non_ascii(self.pos)
         return super().lex()
+
+    def _lex_number(self, start_pos: Position) -> MLIRToken:
+        """xDSL's, refusing a literal longer than MAX_INT_DIGITS at itself
+        (xDSL would fail converting it, or printing it in a message)."""
+        token = super()._lex_number(start_pos)
+        if token.kind == MLIRTokenKind.INTEGER_LIT and len(token.text) > MAX_INT_DIGITS:
+            raise ParseError(token.span, too_long(len(token.text)))
+        return token
 
     def _lex_at_ident(self, start_pos: Position) -> MLIRToken:
         self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
@@ -117,6 +134,7 @@ class _LocatingParser(Parser):
         self._op_start: Span = self._current_token.span
         self._types: dict[str, TypeAttribute] = {}
         self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
+        self._regions: list[Span] = []  # where each region being read opens
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
         """file:line:col of `span`, counting newlines from the last op's line
@@ -207,11 +225,45 @@ class _LocatingParser(Parser):
     def parse_optional_region(self, arguments=None):  # type: ignore[no-untyped-def]
         """xDSL's, giving each entry-block argument (a function's) the
         location of its name, so that diagnostics about an argument point
-        at it."""
+        at it, and keeping where the region opens (`_parse_block`)."""
         for arg in arguments or ():
             if arg.location is None:
                 arg.location = self._file_loc(arg.name)
-        return super().parse_optional_region(arguments)
+        self._regions.append(self._current_token.span)
+        try:
+            return super().parse_optional_region(arguments)
+        finally:
+            self._regions.pop()
+
+    def _parse_block(self):  # type: ignore[no-untyped-def]
+        """xDSL's, with what is wrong where no op, block label or `}`
+        follows: at the end of the input, the region left open."""
+        token = self._current_token
+        if token.kind == MLIRTokenKind.EOF and self._regions:
+            opened = self._regions[-1]
+            raise ParseError(opened, "this region is not closed: '}' is missing before the end of the input")
+        if token.kind != MLIRTokenKind.CARET_IDENT:
+            self.raise_error("expected an operation, a block label (^bb0:) or the '}' closing the region", token.span)
+        return super()._parse_block()
+
+    def resolve_operand(self, operand, type):  # type: ignore[no-untyped-def]
+        """xDSL's, blaming a value used with another type than its op's
+        result type on that op (the type written there is the one to
+        check), at the op, naming the use."""
+        values = self.ssa_values.get(operand.operand_name)
+        if values is not None and operand.index < len(values):
+            value = values[operand.index]
+            loc = value.owner.location if isinstance(value, OpResult) else None
+            if value.type != type and isinstance(loc, FileLineColLoc) and loc.filename.data == self._filename:
+                use = operand.span.get_location()
+                name = f"%{operand.operand_name}" + (f"#{operand.index}" if len(values) > 1 else "")
+                start = _offset(self.lexer.input.content, loc.line.data, loc.column.data)
+                raise ParseError(
+                    Span(start, start + len(operand.operand_name) + 1, self.lexer.input),
+                    f"{value.owner.name} gives {name} the type {value.type}, but {use.line}:{use.col} uses it as "
+                    f"{type}: one of the two types is wrong",
+                )
+        return super().resolve_operand(operand, type)
 
     def parse_optional_type(self) -> TypeAttribute | None:
         """xDSL's, reading each distinct `tensor<...>` text once: programs
@@ -250,7 +302,14 @@ class _LocatingParser(Parser):
             if run is None:
                 dims.append(self.parse_shape_dimension())
             else:
-                dims.extend(DYNAMIC_INDEX if d == "?" else int(d) for d in run.group(0).split("x"))
+                at = run.start()
+                for d in run.group(0).split("x"):
+                    if len(d) > MAX_INT_DIGITS:
+                        self.raise_error(too_long(len(d)), at, at + len(d))
+                    dims.append(DYNAMIC_INDEX if d == "?" else int(d))
+                    if dims[-1] > MAX_DIM:
+                        self.raise_error(f"dimension {d} is larger than {MAX_DIM} (2^63 - 1), MLIR's largest", at, at + len(d))
+                    at += len(d) + 1
                 self._resume_from(run.end())
             if not self._parse_optional_shape_delimiter():
                 return dims
@@ -271,6 +330,33 @@ class _LocatingParser(Parser):
         if isinstance(op.location, UnknownLoc):
             op.location = self._file_loc(start)
         return op
+
+
+def _offset(text: str, line: int, col: int) -> int:
+    """The index in `text` of line:col (1-based)."""
+    start = 0
+    for _ in range(line - 1):
+        start = text.index("\n", start) + 1
+    return start + col - 1
+
+
+def source_context(text: str, loc: Location | None, width: int = 1) -> str:
+    """The source line at `loc` and a caret under its column, as parse
+    errors show them ('' when `loc` is not in `text`)."""
+    if loc is None or loc.line < 1:
+        return ""
+    lines = text.split("\n", loc.line)
+    if len(lines) < loc.line:
+        return ""
+    line = lines[loc.line - 1]
+    if loc.col > len(line) + 1:
+        return ""
+    return f"{line}\n{' ' * (loc.col - 1)}{'^' * width}"
+
+
+def too_long(digits: int) -> str:
+    """The message for an integer literal of `digits` digits, too long to read."""
+    return f"integer literal of {digits} characters: fuserc reads integers of at most {MAX_INT_DIGITS} digits"
 
 
 def unknown_op_message(name: str) -> str:
@@ -319,8 +405,20 @@ def parse(
         raise Diagnostic("input nested too deeply to parse", where) from None
     if meshes:
         resize_meshes(module, meshes)
-    verify(module)
+    try:
+        verify(module)
+    except Diagnostic as d:
+        raise with_context(d, text) from None
     return module
+
+
+def with_context(d: Diagnostic, text: str) -> Diagnostic:
+    """`d` with the source line and caret of its location in `text` (the
+    input it was found in), when it has none."""
+    if d.context or d.loc is None:
+        return d
+    context = source_context(text, d.loc)
+    return Diagnostic(d.message, d.loc, context) if context else d
 
 
 def resize_meshes(module: ModuleOp, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -346,9 +444,15 @@ def mesh_option(text: str) -> tuple[str, tuple[int, ...]]:
     m = re.fullmatch(r"@?([A-Za-z_][\w$.-]*)=(\d+(?:x\d+){0,2})", text.strip(), re.ASCII)
     if m is None:
         raise ValueError(f"expected NAME=SHAPE (tp=2, grid=2x4), got {text!r}")
+    from fuserc.sharding import MAX_MESH_DEVICES
+
+    if any(len(n) > MAX_INT_DIGITS for n in m.group(2).split("x")):
+        raise ValueError(f"a mesh has at most {MAX_MESH_DEVICES} devices, got an axis of more than {MAX_INT_DIGITS} digits")
     shape = tuple(int(n) for n in m.group(2).split("x"))
     if 0 in shape:
         raise ValueError(f"a mesh has at least one device per axis, got {text!r}")
+    if math.prod(shape) > MAX_MESH_DEVICES:
+        raise ValueError(f"a mesh has at most {MAX_MESH_DEVICES} devices, got {text!r} ({math.prod(shape)})")
     return m.group(1), shape
 
 

@@ -115,7 +115,12 @@ class PipelineSpecError(Diagnostic):
 
 def _entry(name: str) -> PassEntry:
     if name not in PASSES:
-        raise PipelineSpecError(f"unknown pass '{name}'; available: {', '.join([*PASSES, *PIPELINES])} (--list-passes)")
+        import difflib
+
+        known = [*PASSES, *PIPELINES]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise PipelineSpecError(f"unknown pass '{name}'{hint}; available: {', '.join(known)} (--list-passes)")
     return PASSES[name]
 
 

@@ -34,7 +34,7 @@ WARMUP = 6
 that chooses between replaying a captured graph and running op by op
 (runtime/graphs.py), so the timed runs are the chosen way's."""
 
-@click.command()
+@click.command(short_help="Compile FILE (or - for stdin) and run it, one process per rank.")
 @click.argument("file")
 @click.option("--entry", default="main", show_default=True, help="The function to run.")
 @click.option("-p", "--pipeline", "--pass-pipeline", "pipeline", default="default", show_default=True, help="Passes that lower FILE to a host program ('' when FILE is one); the forms of `fuserc opt -p`.")
@@ -85,6 +85,11 @@ def run(
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:
         raise click.UsageError("--warmup needs --iters")
+    if trace_path is not None:
+        from fuserc.cli import check_output_dir
+
+        check_output_dir(trace_path, "'--trace'")
+    from fuserc.diagnostics import Diagnostic
     from fuserc.pipeline import PipelineSpecError, build
     from fuserc.runtime import job as jobs
     from fuserc.runtime.watchdog import timeout_from
@@ -108,7 +113,12 @@ def run(
         if jobs.launcher_rank() in (None, 0):
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
-    job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
+    try:
+        job = jobs.start(mpi_env, timeout, debug or jobs.debug_from_env(), prepare=load_launcher)
+    except Diagnostic as d:  # the launcher cannot start (mpi4py without an MPI library): the same on every rank
+        if jobs.launcher_rank() in (None, 0):
+            click.echo(d.render(), err=True)
+        sys.exit(1)
     options = _Options(
         file, entry, pipeline, list(inputs), seed or 0, save_dir, check, backend_kind, warmup, iters, print_host_ir, trace_path, meshes,
         time_startup, comm_report or comm_unit is not None, comm_unit,
@@ -229,6 +239,8 @@ def _run(o: _Options, job: Any) -> int:
             if fallback is not None and kind == "cuda":
                 raise Diagnostic(f"the cuda backend cannot run here: {fallback}")
             kind = "cpu" if fallback is not None else "cuda"
+        if kind == "cpu" and env.rank == 0:
+            _cpu_cost_note(compiled, o.entry, env.size)
         startup.add("imports", clock.lap())
     if kind == "cuda":  # Inductor's import goes on while CUDA and NCCL start
         from fuserc.runtime.cuda import import_compiler_early
@@ -320,6 +332,24 @@ class _Runs:
         self.count += 1
         with self.job.section(f"run {self.count} of @{self.program.compiled.entry}"):
             return self.program.program.run_prepared(self.local, copy_outputs=copy_outputs)
+
+
+CPU_NOTE_FLOPS = 1e11
+"""A run of more floating-point operations than this per rank is noted on
+the cpu backend: at the tens of GFLOP/s a CPU core gives, it takes seconds
+to minutes a run, and the job prints nothing until it ends."""
+
+
+def _cpu_cost_note(compiled: Any, entry: str, ranks: int) -> None:
+    """Rank 0, before the cpu backend starts: a note when a run of the
+    program is a GPU's work (examples/allgather_matmul_large.mlir)."""
+    flops = compiled.global_flops()
+    if flops is not None and flops / ranks > CPU_NOTE_FLOPS:
+        click.echo(
+            f"note: a run of @{entry} is {flops / ranks / 1e9:.0f} GFLOP per rank: on the cpu backend "
+            "that may take minutes a run, with nothing printed meanwhile (it is work for GPUs)",
+            err=True,
+        )
 
 
 def _notes(o: _Options, program: Any, fallback: str | None) -> None:
@@ -418,12 +448,22 @@ def _time(runs: _Runs, warmup: int, iters: int, trace: str | None = None) -> flo
     median = statistics.median(times)
     if program.env.rank == 0:
         devices = p.devices
-        tflops = flops / devices / median / 1e12 if median > 0 else float("inf")
+        rate = flops / devices / median if median > 0 else float("inf")
+        each = "GPU" if backend.name == "cuda" else "rank"
         click.echo(
             f"time: median {median * 1e3:.3f} ms over {iters} iterations (warmup {warmup}); "
-            f"{tflops:.3f} TFLOP/s per GPU ({flops} flops on {devices} devices, backend {backend.name})"
+            f"{flop_rate(rate)} per {each} ({flops} flops on {devices} device{'s' if devices != 1 else ''}, backend {backend.name})"
         )
     return median
+
+
+def flop_rate(per_second: float) -> str:
+    """`12.345 TFLOP/s`, in the largest unit that keeps the figure at 1 or
+    more (a CPU's GFLOP/s are not shown as 0.000 TFLOP/s)."""
+    for unit, scale in (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)):
+        if per_second >= scale:
+            return f"{per_second / scale:.3f} {unit}"
+    return f"{per_second:.0f} FLOP/s"
 
 
 def _timed_run(runs: _Runs) -> float:

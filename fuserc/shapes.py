@@ -144,13 +144,13 @@ def check_dims(shape: Shape, dims: Sequence[int]) -> list[int]:
     return norm
 
 
-def trailing_dims(shape: Shape, dims: Sequence[int], what: str) -> list[int]:
+def trailing_dims(shape: Shape, dims: Sequence[int]) -> list[int]:
     """`dims` normalized; they must be the last len(dims) dimensions (as a
     normalization's `normalized_shape`)."""
     norm = sorted(check_dims(shape, dims))
     if norm != list(range(len(shape) - len(norm), len(shape))):
         raise ShapeError(
-            f"{what} normalizes trailing dimensions: dims = {list(dims)} must be the last "
+            f"normalizes trailing dimensions: dims = {list(dims)} must be the last "
             f"{len(norm)} of rank {len(shape)} (e.g. {list(range(len(shape) - len(norm), len(shape)))})"
         )
     return norm

@@ -86,11 +86,15 @@ def function(
     return Function(text, where, entry, pipeline, backend, save, time, background, autodiff)
 
 
-def device(kind: str = "cuda") -> torch.device:
+def device(kind: str | None = None) -> torch.device:
     """The torch device this rank computes on: the cpu, or (`"cuda"`) the GPU
     its cuda backend takes (its rank on its node modulo the GPUs it sees),
     known before the first call, so that the parameters and data are made
-    there (`torch.device("cuda")` is every rank's first GPU until then)."""
+    there (`torch.device("cuda")` is every rank's first GPU until then).
+    By default, as `backend="auto"`: the GPU where torch sees one, else the
+    cpu."""
+    if kind is None:
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
     if kind == "cpu":
         return torch.device("cpu")
     if kind != "cuda":

@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
-from fuserc.diagnostics import error_at
+from fuserc.diagnostics import error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
@@ -604,6 +604,15 @@ def require_ranks(anchor: Operation, needed: int, why: str, size: int, mesh: Mes
     to fit `mesh` (the one that needs the most ranks) to this job."""
     from fuserc.runtime.mpi_env import launch_commands
 
+    loc = location_of(anchor)
+    if needed > size and loc is not None and loc.file.startswith("<FusionDefinition"):  # fuserc.api's: a Python script
+        fit = f"fd.sched.mesh('{mesh.name}', [{size}])" if mesh is not None and len(mesh.shape) == 1 else "a mesh of this job's size"
+        raise error_at(
+            anchor,
+            f"the program needs {needed} ranks ({why}) but this job has {size} process{'es' if size > 1 else ''}; launch "
+            f"the script with {needed} processes (mpiexec -n {needed} python SCRIPT.py, or torchrun --nproc-per-node "
+            f"{needed} SCRIPT.py), or declare {fit} (fuserc.api.job_size() is the job's size)",
+        )
     if needed > size:
         if mesh is None:
             fit = "give a declared mesh another shape with fuserc run --mesh NAME=SHAPE"

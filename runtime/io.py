@@ -413,13 +413,17 @@ def gather_everywhere(results: Sequence[Any], specs: Sequence[ValueSpec], backen
 
 
 def save_outputs(directory: str, arrays: Sequence[np.ndarray]) -> list[str]:
-    """DIR/out0.npy, DIR/out1.npy, ... (the directory is created)."""
+    """DIR/out0.npy, DIR/out1.npy, ... (the directory is created); each
+    file is whole or, when a write fails, as it was (`fuserc.files`)."""
+    from fuserc.files import replacing
+
     try:
         os.makedirs(directory, exist_ok=True)
         paths = []
         for i, a in enumerate(arrays):
             path = os.path.join(directory, f"out{i}.npy")
-            np.save(path, a)
+            with replacing(path) as f:
+                np.save(f, a)
             paths.append(path)
     except OSError as e:
         raise Diagnostic(f"cannot write outputs to {directory}: {e.strerror or e}") from None

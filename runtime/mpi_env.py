@@ -333,12 +333,27 @@ def mpi_env() -> MpiEnv:
         if all(v in os.environ for v in TORCHRUN_VARS) or _torch_world_started() or not _mpi_importable():
             _ENV = _torch_env()
         else:
-            from mpi4py import MPI
-
+            MPI = _import_mpi()
             comm = _comm(MPI.COMM_WORLD)
             launched = comm.Get_size() > 1 or any(v in os.environ for v in MPI_SIZE_VARS)
             _ENV = MpiEnv(comm, comm.Get_rank(), comm.Get_size(), launched_by="mpiexec" if launched else None)
     return _ENV
+
+
+def _import_mpi() -> Any:
+    """mpi4py's MPI module; a Diagnostic, in one line, when mpi4py is
+    installed without an MPI library it can load (its RuntimeError lists
+    every path it tried)."""
+    try:
+        from mpi4py import MPI
+    except RuntimeError as e:
+        first = str(e).split("\n")
+        tried = f" ({first[1]})" if len(first) > 1 else ""
+        raise Diagnostic(
+            f"mpi4py is installed, but {first[0]}{tried}: pip install mpich (or your MPI, with MPI4PY_LIBMPI=PATH), "
+            "or pip uninstall mpi4py to run under torchrun"
+        ) from None
+    return MPI
 
 
 def _comm(comm: Any) -> Any:

@@ -137,8 +137,13 @@ def function_to_run(module_or_func: ModuleOp | FuncOp, entry: str) -> FuncOp:
         return found
     names = [f"@{op.sym_name.data}" for op in module_or_func.ops if isinstance(op, FuncOp)]
     listing = ", ".join(names) if names else "none"
+    base, _, made = entry.rpartition("_")
+    hint = (
+        f"; @{entry} is made by the autodiff pass from @{base}: -p autodiff,default"
+        if made in ("fwd", "bwd") and f"@{base}" in names else ""
+    )
     raise Diagnostic(
-        f"no function @{entry} to run (functions: {listing})", location_of(module_or_func)
+        f"no function @{entry} to run (functions: {listing}){hint}", location_of(module_or_func)
     )
 
 

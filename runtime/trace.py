@@ -241,14 +241,17 @@ def gather_trace(events: list[dict[str, Any]], env: "MpiEnv", metadata: dict[str
 
 
 def write_trace(path: str | Path, events: list[dict[str, Any]], env: "MpiEnv", metadata: dict[str, Any] | None = None) -> None:
-    """Collective: gather every rank's events; rank 0 writes the JSON file."""
+    """Collective: gather every rank's events; rank 0 writes the JSON file
+    (into a folder that exists: `fuserc run --trace` refuses one that does
+    not, as `fuserc opt -o` does)."""
     trace = gather_trace(events, env, metadata)
     if trace is None:
         return
-    p = Path(path)
+    from fuserc.files import replacing
+
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(trace))
+        with replacing(path) as f:
+            f.write(json.dumps(trace).encode())
     except OSError as e:
         raise Diagnostic(f"cannot write the trace {path}: {e.strerror or e}") from None
 

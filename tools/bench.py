@@ -868,8 +868,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     except Exception as e:  # noqa: BLE001 - a malformed pipeline is bad usage
         p.error(failure_reason(e))
-    from fuserc.runtime.job import run_guarded
+    from fuserc.runtime.job import launcher_rank, run_guarded
 
+    if args.backend == "cuda":  # the default: without a GPU, one line (every rank finds the same)
+        from fuserc.runtime.backend import cuda_unavailable
+
+        reason = cuda_unavailable()
+        if reason is not None:
+            if launcher_rank() in (None, 0):
+                print(f"error: the cuda backend cannot run here ({reason}); --backend cpu runs the benchmark on the CPU", file=sys.stderr)
+            return 1
     if torch_launched():
         start_torch_world(cuda=args.backend == "cuda")
     run_guarded(lambda: run(args))

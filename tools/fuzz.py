@@ -10,7 +10,8 @@ mutates them (numbers, shapes, shardings, types and op names swapped;
 lines deleted, duplicated, swapped, truncated; brackets, quotes and odd
 bytes inserted; deep nesting; very long lines; pieces of other inputs;
 digits that are not ASCII; chunk counts of zero; host IR in functions
-that are not host programs; functions of two blocks), and runs `fuserc opt
+that are not host programs; functions of two blocks; integers past every
+limit), and runs `fuserc opt
 FILE -p P` on each mutant for each pipeline P given (`--pipeline` again
 for another: CI runs `default` and `autodiff,default`), in-process, in J
 worker processes. Each result is one of:
@@ -21,6 +22,11 @@ worker processes. Each result is one of:
 - traceback: an uncaught exception, any Python traceback on stderr, or a
   worker that died (a crash);
 - timeout: over --timeout seconds.
+
+Then `--special-files N` mutants are given as a named pipe (with and
+without a writer), a directory, a device, a dangling or looping symlink,
+with `-o` to /dev/full, into a missing folder or onto the input: each
+must be read, written or refused in one line (and the input survive).
 
 Mutant i depends only on (seed, i), so a run is reproducible and a finding
 is replayed with `--only I`. The table at the end counts each class and
@@ -272,6 +278,20 @@ MUTATIONS = (_numbers, _numbers, _word, _word, _word, _lines, _lines, _truncate,
              _second_block)  # fmt: skip
 
 
+HUGE_INTEGERS = ["9" * 5000, "0x" + "f" * 5000, "9223372036854775808", "18446744073709551616", "2147483648",
+                 "9223372036854775807", "1" + "0" * 4301]  # fmt: skip
+
+
+def _huge_integer(text: str, rng: random.Random, _o: Sequence[str]) -> str:
+    """An integer past every limit (Python's 4,300 digits, i64, u64, MPI's
+    int ranks) where the IR holds one: a dimension, a mesh shape or device,
+    an attribute."""
+    return _replace_one(text, rng, r"(?<![\w.])\d+(?![\w.])", HUGE_INTEGERS)
+
+
+MUTATIONS = (*MUTATIONS, _huge_integer, _huge_integer)
+
+
 def mutant(seeds: Sequence[str], seed: int, index: int) -> str:
     """Mutant `index` of the run seeded `seed` (independent of the others)."""
     rng = random.Random(f"{seed}:{index}")
@@ -343,10 +363,18 @@ def _where(tb: traceback.StackSummary) -> str:
 
 def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path) -> Result:
     """`fuserc opt FILE -p PIPELINE` in this process, classified."""
-    from fuserc.cli import main
-
     path = workdir / f"mutant{index}.mlir"
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        return run_args(index, ["opt", str(path), "-p", pipeline], pipeline, timeout)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def run_args(index: int, argv: list[str], pipeline: str, timeout: float) -> Result:
+    """`fuserc ARGV` in this process, classified (ok, diagnostic, traceback, timeout)."""
+    from fuserc.cli import main
+
     out, err = io.StringIO(), io.StringIO()
 
     def expire(_sig: int, _frame: object) -> None:
@@ -359,7 +387,7 @@ def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                main.main(["opt", str(path), "-p", pipeline], prog_name="fuserc", standalone_mode=False)
+                main.main(argv, prog_name="fuserc", standalone_mode=False)
                 code = 0
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
@@ -389,10 +417,70 @@ def run_one(index: int, text: str, pipeline: str, timeout: float, workdir: Path)
         where = _where(traceback.extract_tb(e.__traceback__))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        path.unlink(missing_ok=True)
     seconds = time.perf_counter() - start
     located = cls == "diagnostic" and bool(LOCATED.search(err.getvalue()))
     return Result(index, cls, seconds, where, detail, located, pipeline)
+
+
+SPECIAL_FILES = ("fifo without a writer", "fifo with a writer", "directory", "character device", "dangling symlink",
+                 "symlink loop", "output to a full device", "output into a missing folder", "output onto the input")  # fmt: skip
+"""How `fuserc opt` may be given its input or output other than as a
+regular file: each is read, written or refused in one line, never a
+traceback or a wait without end."""
+
+
+def run_special(index: int, text: str, timeout: float, workdir: Path) -> Result:
+    """`fuserc opt` on `text` given as SPECIAL_FILES[index % len]: classified
+    as `run_one` does (a named pipe nobody writes must end, here in 0.5 s)."""
+    import threading
+
+    import fuserc.cli as cli
+
+    kind = SPECIAL_FILES[index % len(SPECIAL_FILES)]
+    base = workdir / f"special{index}"
+    base.mkdir()
+    src = base / "in.mlir"
+    src.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    args = [str(src)]
+    writer = None
+    if kind.startswith("fifo"):
+        fifo = base / "fifo"
+        os.mkfifo(fifo)
+        args = [str(fifo)]
+        if kind == "fifo with a writer":
+            writer = threading.Thread(target=lambda: fifo.write_bytes(src.read_bytes()), daemon=True)
+            writer.start()
+    elif kind == "directory":
+        args = [str(base)]
+    elif kind == "character device":
+        args = ["/dev/zero"]
+    elif kind == "dangling symlink":
+        (base / "link").symlink_to(base / "gone.mlir")
+        args = [str(base / "link")]
+    elif kind == "symlink loop":
+        (base / "a").symlink_to(base / "b")
+        (base / "b").symlink_to(base / "a")
+        args = [str(base / "a")]
+    elif kind == "output to a full device":
+        args += ["-o", "/dev/full"]
+    elif kind == "output into a missing folder":
+        args += ["-o", str(base / "no" / "out.mlir")]
+    else:
+        args += ["-o", str(src)]
+    silence, cli.PIPE_SILENCE_S = cli.PIPE_SILENCE_S, 0.5
+    try:
+        r = run_args(index, ["opt", *args], "default", timeout)
+        if kind == "output onto the input" and not (src.is_file() and src.stat().st_size):
+            r.cls, r.detail = "traceback", "the input is gone or empty"
+    finally:
+        cli.PIPE_SILENCE_S = silence
+        if writer is not None and writer.is_alive():  # the reader gave up: let the writer go
+            with contextlib.suppress(OSError):
+                os.close(os.open(base / "fifo", os.O_RDONLY | os.O_NONBLOCK))
+            writer.join(timeout=5)
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+    r.detail = f"{kind}: {r.detail}" if r.detail else kind
+    return r
 
 
 Job = tuple[int, int]
@@ -580,6 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per mutant (default 20)")
     parser.add_argument("--save", type=Path, help="write each failing mutant (and its result) here")
     parser.add_argument("--print", dest="print_index", type=int, help="print mutant I and exit")
+    parser.add_argument("--special-files", type=int, default=len(SPECIAL_FILES), metavar="N",
+                        help=f"also give N mutants as special files, one kind each in turn ({len(SPECIAL_FILES)} kinds; default: each once)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.pipeline = args.pipeline or ["default"]
@@ -602,7 +692,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             (args.save / f"mutant{r.index}-p{k}.json").write_text(json.dumps(r.__dict__, indent=1) + "\n")
     results.sort(key=lambda r: (r.index, args.pipeline.index(r.pipeline)))
     report(results, args.pipeline, time.perf_counter() - start, sys.stdout)
-    return 1 if any(r.cls in FAILING for r in results) else 0
+    special = special_files(args.special_files, args.seed, args.timeout)
+    report_special(special, sys.stdout)
+    return 1 if any(r.cls in FAILING for r in [*results, *special]) else 0
+
+
+def special_files(count: int, seed: int, timeout: float) -> list[Result]:
+    """Mutants 0..count-1 given as special files (`run_special`), in this process."""
+    seeds = corpus()
+    with tempfile.TemporaryDirectory(prefix="fuserc-fuzz-special-") as d:
+        return [run_special(i, mutant(seeds, seed, i), timeout, Path(d)) for i in range(count)]
+
+
+def report_special(results: Sequence[Result], out: io.TextIOBase) -> None:
+    """One line of counts by class, then each failure."""
+    if not results:
+        return
+    counts = collections.Counter(r.cls for r in results)
+    out.write(f"special files: {len(results)} runs: " + ", ".join(f"{counts.get(c, 0)} {c}" for c in CLASSES) + "\n")
+    for r in results:
+        if r.cls in FAILING:
+            out.write(f"  {r.cls} at {r.where}: {r.detail[:160]} (mutant {r.index})\n")
 
 
 if __name__ == "__main__":

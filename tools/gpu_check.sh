@@ -6,6 +6,7 @@
 # is cuda there), every example through the lowering with --check on the
 # cuda backend, and timings. NVLink multicast stays off throughout.
 #
+#   tools/gpu_check.sh --print-mpirun   the MPI launch command (by the MPI's flavour) and exit
 #   tools/gpu_check.sh [STAGE ...]   stages: info unit mpi graphs e2e examples perf pipelined
 #                                    (default: all, in that order), startup
 #                                    (time to a first result: cold and warm kernel cache) and
@@ -58,8 +59,29 @@ step() {
   return $rc
 }
 
-export MPIRUN=${GPU_CHECK_MPIRUN:-"mpirun --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x PYTHONPATH -x PYTHONSAFEPATH -x GPU_CHECK_BACKEND"}
+# The launcher's flags by its flavour: Open MPI passes only the variables named
+# with -x; MPICH's Hydra passes the whole environment and refuses -x.
+if mpirun --version 2>/dev/null | grep -qi "open mpi\|open-rte\|prrte"; then
+  MPI_FLAVOUR=openmpi
+  xenv() { local v; for v in "$@"; do printf -- '-x %s ' "$v"; done; }
+else
+  MPI_FLAVOUR=mpich
+  xenv() { :; }
+fi
+export -f xenv
+export MPIRUN=${GPU_CHECK_MPIRUN:-"mpirun $([[ $MPI_FLAVOUR == openmpi ]] && echo --bind-to none) $(xenv NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONPATH PYTHONSAFEPATH GPU_CHECK_BACKEND)"}
 export REPO N LOWERING GPU_CHECK_BACKEND=${GPU_CHECK_BACKEND:-cuda}
+if [[ ${1:-} == --print-mpirun ]]; then  # the launch command the stages use, and nothing else
+  echo "$MPI_FLAVOUR: $MPIRUN"
+  exit 0
+fi
+
+# Every stage needs a GPU and CuPy: without them, stop now (not a PASS for each stage).
+no_gpu() {
+  note "no GPU or CuPy here: the cuda backend cannot run ($1); tools/gpu_check.sh checks a GPU machine"
+  exit 1
+}
+nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi -L finds no GPU"
 
 # ---- setup: wheels; the checkout itself is the package fuserc -------------------
 setup() {
@@ -71,6 +93,8 @@ setup() {
 export PYTHONPATH=$REPO:/tmp/site
 export -f setup
 step setup 60 setup || { note "setup failed: see log.txt"; exit 1; }
+why=$(grep -o "cuda backend: .*" "$LOG" | tail -1)
+[[ $why == "cuda backend: available" ]] || no_gpu "${why:-see log.txt}"
 
 info() {
   nvidia-smi -L
@@ -185,7 +209,7 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
   # here (as an installed package has it: without .pyc files every start compiles torch's sources,
   # seconds), primed by one run first.
   unset PYTHONDONTWRITEBYTECODE
-  FUSERC_CACHE_DIR=$(mktemp -d) $MPIRUN -x FUSERC_CACHE_DIR -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda >/dev/null 2>&1
+  FUSERC_CACHE_DIR=$(mktemp -d) $MPIRUN $(xenv FUSERC_CACHE_DIR) -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda >/dev/null 2>&1
   local n sizes=("$N")
   [[ $N != 1 ]] && sizes+=(1)
   for n in "${sizes[@]}"; do
@@ -196,8 +220,8 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
       local workers=""
       [[ $run == cold-no-workers ]] && workers=0
       local t0=$EPOCHREALTIME
-      FUSERC_KERNELS=inductor FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN -x FUSERC_KERNELS -x FUSERC_CACHE_DIR \
-        -x FUSERC_BUILD_WORKERS -n "$n" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
+      FUSERC_KERNELS=inductor FUSERC_CACHE_DIR=$dir FUSERC_BUILD_WORKERS=$workers $MPIRUN $(xenv FUSERC_KERNELS FUSERC_CACHE_DIR) \
+        $(xenv FUSERC_BUILD_WORKERS) -n "$n" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$n" --backend cuda --check --time || return 1
       echo "STARTUP $n GPU(s) FUSERC_KERNELS=inductor $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
     done
   done
@@ -205,12 +229,12 @@ startup() {  # examples/gpt_layer.mlir --check on cuda, N ranks and one: wall ti
   dir=$(mktemp -d)
   for run in cold warm; do
     local t0=$EPOCHREALTIME
-    FUSERC_CACHE_DIR=$dir CUPY_CACHE_DIR=$dir/cupy $MPIRUN -x FUSERC_CACHE_DIR -x CUPY_CACHE_DIR -n "$N" \
+    FUSERC_CACHE_DIR=$dir CUPY_CACHE_DIR=$dir/cupy $MPIRUN $(xenv FUSERC_CACHE_DIR CUPY_CACHE_DIR) -n "$N" \
       python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check --time || return 1
     echo "STARTUP $N GPU(s) $run: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
   done
   local t0=$EPOCHREALTIME
-  FUSERC_KERNELS=cupy $MPIRUN -x FUSERC_KERNELS -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1
+  FUSERC_KERNELS=cupy $MPIRUN $(xenv FUSERC_KERNELS) -n "$N" python3 -m fuserc run examples/gpt_layer.mlir --mesh "tp=$N" --backend cuda --check || return 1
   echo "STARTUP $N GPU(s) FUSERC_KERNELS=cupy: wall $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
 }
 

@@ -152,7 +152,7 @@ class Data:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--hidden", type=int, default=64)

@@ -47,8 +47,19 @@ def _fresh_python(tmp_path: Path, first: Path | None = None) -> Path:
     return python
 
 
+def _mpi_library_dirs() -> str:
+    """Where this interpreter's mpi4py looks for the MPI library (the
+    `lib` folders of its prefixes: MPICH's wheel puts libmpi there), for
+    MPI4PY_LIBMPI: a fresh venv sees this one's mpi4py on its .pth line,
+    and must load the same library, not whatever its own prefixes hold."""
+    prefixes = [sys.exec_prefix, site.getuserbase(), sys.base_exec_prefix]
+    dirs = [os.path.join(p, "lib") for p in dict.fromkeys(prefixes) if os.path.isdir(os.path.join(p, "lib"))]
+    return os.pathsep.join([*dirs, ""])  # "": then the loader's own search
+
+
 def _run(cmd: list[object], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    env.setdefault("MPI4PY_LIBMPI", _mpi_library_dirs())
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, env={**env, **MPI_ENV}, timeout=timeout)
     assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
@@ -60,10 +71,19 @@ def _where(python: Path, cwd: Path) -> Path:
     return Path(out).parent
 
 
+_LOADED_LIBMPI = "from mpi4py import MPI; print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libmpi' in l}))"
+
+
 def test_checkout_without_install(tmp_path: Path) -> None:
     """Nothing installed but the dependencies: from the repository's folder,
-    or with it on PYTHONPATH."""
+    or with it on PYTHONPATH. The fresh venv loads the MPI library this
+    environment's mpi4py loads (MPICH's wheel keeps it in this prefix's
+    lib/, which the fresh venv's prefix is not)."""
     python = _fresh_python(tmp_path)
+    if importlib.util.find_spec("mpi4py") is not None and os.path.exists("/proc/self/maps"):
+        here = subprocess.run([sys.executable, "-c", _LOADED_LIBMPI], capture_output=True, text=True, timeout=60)
+        if here.returncode == 0:
+            assert _run([python, "-c", _LOADED_LIBMPI], tmp_path).stdout == here.stdout
     assert _where(python, ROOT) == ROOT / "runtime"
     proc = _run([python, "-m", "fuserc", "opt", EXAMPLE, "-p", "default"], ROOT)
     assert "hir." in proc.stdout

@@ -246,6 +246,10 @@ def test_check_names_nan_and_inf() -> None:
     assert all_nan.line() == "output 1: 4 NaN (of 4 values) where the reference differs: FAILED"
     same = compare(2, ref.numpy().astype(np.float32), ref, torch.float32)
     assert same.ok and same.rel_err == 0.0
+    assert same.line() == "output 2: 1 NaN, 1 +Inf (of 5 values) as in the reference; max rel error 0.000e+00 <= 1e-04 (f32 tolerance): ok (max abs error 0.000e+00)"
+    nan_ref = torch.full((3,), float("nan"), dtype=torch.float64)
+    all_same = compare(6, np.full(3, np.nan, np.float32), nan_ref, torch.float32)  # nothing finite: said, not a silent 0 error
+    assert all_same.ok and all_same.line() == "output 6: 3 NaN (all 3 values), as in the reference; no finite value to compare: ok"
     finite_where_inf = compare(3, np.array([1.0, 2.0, 3.0], np.float32), torch.tensor([1.0, 2.0, float("inf")], dtype=torch.float64), torch.float32)
     assert finite_where_inf.line() == "output 3: 1 finite value (of 3) where the reference is NaN or infinite: FAILED"
     both = compare(5, np.array([np.nan, 2.0], np.float32), torch.tensor([1.0, float("nan")], dtype=torch.float64), torch.float32)

@@ -121,8 +121,9 @@ func.func @main(%a: tensor<8x4xf32> {hir.global = tensor<16x4xf32, #fusion.shard
         (fuzz._host_ir_outside_host, HOST, "is host IR in @main, which is not a host program"),
         (fuzz._host_ir_outside_host, PROGRAM, "is host IR in @main, which is not a host program"),
         (fuzz._second_block, PROGRAM, "has 2 blocks; a function is one block"),
+        (fuzz._huge_integer, PROGRAM, "integer literal of 5000 characters"),
     ],
-    ids=["unicode-digit", "zero-chunks", "unmarked-host", "hir-in-fusion", "two-blocks"],
+    ids=["unicode-digit", "zero-chunks", "unmarked-host", "hir-in-fusion", "two-blocks", "huge-integer"],
 )
 def test_each_mutation_class_is_a_located_diagnostic(mutation, seed: str, error: str, tmp_path: Path) -> None:
     """Mutants of each class the fuzzer added for the reliability pass (they
@@ -140,3 +141,14 @@ def test_each_mutation_class_is_a_located_diagnostic(mutation, seed: str, error:
             assert all(r.cls == "diagnostic" and r.located for r in results), results
             return
     pytest.fail(f"no mutant of {mutation.__name__} gave '{error}'")
+
+
+def test_special_files_are_read_written_or_refused(tmp_path: Path) -> None:
+    """Each way of giving `fuserc opt` a file that is not a regular one ends
+    in one line (a named pipe nobody writes too); a pipe with a writer is
+    read, and `-o` onto the input replaces it."""
+    results = {fuzz.SPECIAL_FILES[i]: fuzz.run_special(i, PROGRAM, 60.0, tmp_path) for i in range(len(fuzz.SPECIAL_FILES))}
+    assert all(r.cls in ("ok", "diagnostic") for r in results.values()), results
+    assert results["fifo with a writer"].cls == "ok" and results["output onto the input"].cls == "ok"
+    assert "nothing was written to it for 0.5 s" in results["fifo without a writer"].detail
+    assert "No space left on device" in results["output to a full device"].detail

@@ -28,3 +28,4 @@ def test_cpu_and_usage_errors() -> None:
 def test_cuda_without_a_gpu_is_a_diagnostic() -> None:
     with pytest.raises(Diagnostic, match="sees no CUDA device"):
         fuserc.torch.device("cuda")
+    assert fuserc.torch.device() == torch.device("cpu")  # the default follows what is here, as backend="auto"

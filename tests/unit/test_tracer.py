@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
 from fuserc.ir import parse
 from fuserc.runtime.cpu import CpuBackend
@@ -159,7 +160,9 @@ def test_write_and_load(program: Program, tmp_path: Path) -> None:
     with tracing(program) as tracer:
         program.run_prepared(inputs)
     events = tracer.events()
-    path = tmp_path / "sub" / "t.json"
+    with pytest.raises(Diagnostic, match="cannot write the trace"):  # no folder made: as `fuserc opt -o`
+        write_trace(tmp_path / "sub" / "t.json", events, mpi_env(), {"backend": "cpu"})
+    path = tmp_path / "t.json"
     write_trace(path, events, mpi_env(), {"backend": "cpu"})
     data = json.loads(path.read_text())
     assert data["otherData"] == {"ranks": 1, "backend": "cpu"}

@@ -84,7 +84,7 @@ func.func @shape_mismatch(%x: tensor<8x4xf32>, %w: tensor<5x6xf32>) {
 // A result used with another type than its own.
 func.func @wrong_type(%x: tensor<8x4xf32>) {
   %y = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
-  // CHECK: diagnostics.mlir:[[# @LINE + 1]]:19: error: operand is used with type tensor<4x8xf32>, but has been previously used or defined with type tensor<8x4xf32>
+  // CHECK: diagnostics.mlir:[[# @LINE - 1]]:3: error: fusion.relu gives %y the type tensor<8x4xf32>, but [[# @LINE + 1]]:19 uses it as tensor<4x8xf32>: one of the two types is wrong
   %z = fusion.exp %y : (tensor<4x8xf32>) -> tensor<4x8xf32>
   func.return
 }

@@ -51,12 +51,16 @@
 // A pass that leaves invalid IR is caught by the verifier, at the op.
 // RUN: %exitcode %testopt opt -p test-break %s 2>&1 | filecheck %s --check-prefix=BREAK
 // BREAK-NOT: Traceback
-// BREAK: passes.mlir:[[# @LINE + 25]]:3: error: IR is invalid after pass 'test-break': 'fusion.relu' op result shape [64] does not match the expected [64, 16]
+// BREAK: passes.mlir:[[# @LINE + 29]]:3: error: IR is invalid after pass 'test-break': 'fusion.relu' op result shape [64] does not match the expected [64, 16]
+// BREAK-NEXT: {{^}}  %y = fusion.relu %x :
+// BREAK-NEXT: {{^}}  ^{{$}}
 // BREAK-NEXT: exit code: 1
 
-// A pass's diagnostic is located at its op.
+// A pass's diagnostic is located at its op, with its source line.
 // RUN: %exitcode %testopt opt -p test-error %s 2>&1 | filecheck %s --check-prefix=PASS-ERROR
-// PASS-ERROR: passes.mlir:[[# @LINE + 20]]:3: error: test-error at 'fusion.relu'
+// PASS-ERROR: passes.mlir:[[# @LINE + 22]]:3: error: test-error at 'fusion.relu'
+// PASS-ERROR-NEXT: {{^}}  %y = fusion.relu %x :
+// PASS-ERROR-NEXT: {{^}}  ^{{$}}
 // PASS-ERROR-NEXT: exit code: 1
 
 // xDSL's way of failing a pass is a diagnostic too.

@@ -43,7 +43,7 @@ func.func @minus(%a: tensor<8x4xf32>) {
 
 // A parse error is a diagnostic like any other.
 func.func @parse(%a: tensor<8x4xf32>) {
-  // expected-error@+1 {{Expected ':' before the type of fusion.relu}}
+  // expected-error@+1 {{expected ': (operand types) -> result type' after fusion.relu's operands}}
   %y = fusion.relu %a -> tensor<8x5xf32>
   func.return
 }

@@ -44,7 +44,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 // -----
 
 func.func @f(%x: tensor<8x4xf32>) {
-  // expected-error @+1 {{Expected ':' before the type of fusion.relu}}
+  // expected-error @+1 {{expected ': (operand types) -> result type' after fusion.relu's operands}}
   %y = fusion.relu %x (tensor<8x4xf32>) -> tensor<8x4xf32>
   func.return
 }
@@ -288,7 +288,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 
 func.func @f(%x: tensor<8x4xf32>) {
   %y = fusion.relu %x : (tensor<8x4xf32>) -> tensor<8x4xf32>
-  // expected-error @+1 {{operand is used with type tensor<8x4xf16>, but has been previously used or defined with type tensor<8x4xf32>}}
+  // expected-error @-1 {{fusion.relu gives %y the type tensor<8x4xf32>, but 292:20 uses it as tensor<8x4xf16>: one of the two types is wrong}}
   %z = fusion.relu %y : (tensor<8x4xf16>) -> tensor<8x4xf16>
   func.return
 }

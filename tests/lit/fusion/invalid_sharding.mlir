@@ -41,7 +41,7 @@ func.func @f(%x: tensor<64xf32, #fusion.sharding<@tp [DIDx]>>)
 // -----
 
 fusion.mesh @tp shape = [4]
-// expected-error @+1 {{expect symbol name}}
+// expected-error @+1 {{expected the mesh's symbol name: mesh names start with @ (@tp, not tp)}}
 func.func @f(%x: tensor<64xf32, #fusion.sharding<tp, [DIDx]>>)
 
 // -----

@@ -269,7 +269,7 @@ func.func @f(%x: tensor<8x4xf32>) {
 
 // Norms: trailing dims, weight and bias shapes, eps.
 func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<8xf32>) {
-  // expected-error @+1 {{'fusion.layer_norm' op fusion.layer_norm normalizes trailing dimensions: dims = [1] must be the last 1 of rank 3 (e.g. [2])}}
+  // expected-error @+1 {{'fusion.layer_norm' op normalizes trailing dimensions: dims = [1] must be the last 1 of rank 3 (e.g. [2])}}
   %y = fusion.layer_norm %x, %w dims = [1] : (tensor<4x8x16xf32>, tensor<8xf32>) -> tensor<4x8x16xf32>
   func.return
 }
@@ -277,7 +277,7 @@ func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<8xf32>) {
 // -----
 
 func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<4x16xf32>) {
-  // expected-error @+1 {{'fusion.rms_norm' op fusion.rms_norm normalizes trailing dimensions: dims = [0, 2] must be the last 2 of rank 3 (e.g. [1, 2])}}
+  // expected-error @+1 {{'fusion.rms_norm' op normalizes trailing dimensions: dims = [0, 2] must be the last 2 of rank 3 (e.g. [1, 2])}}
   %y = fusion.rms_norm %x, %w dims = [0, 2] : (tensor<4x8x16xf32>, tensor<4x16xf32>) -> tensor<4x8x16xf32>
   func.return
 }
@@ -285,7 +285,7 @@ func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<4x16xf32>) {
 // -----
 
 func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<8xf32>) {
-  // expected-error @+1 {{'fusion.layer_norm' op fusion.layer_norm: weight has shape [8], expected [16] (the normalized dimensions' extents)}}
+  // expected-error @+1 {{'fusion.layer_norm' op weight has shape [8], expected [16] (the normalized dimensions' extents)}}
   %y = fusion.layer_norm %x, %w dims = [2] : (tensor<4x8x16xf32>, tensor<8xf32>) -> tensor<4x8x16xf32>
   func.return
 }
@@ -293,7 +293,7 @@ func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<8xf32>) {
 // -----
 
 func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<16xf32>, %b: tensor<8x16xf32>) {
-  // expected-error @+1 {{'fusion.layer_norm' op fusion.layer_norm: bias has shape [8, 16], expected [16] (the normalized dimensions' extents)}}
+  // expected-error @+1 {{'fusion.layer_norm' op bias has shape [8, 16], expected [16] (the normalized dimensions' extents)}}
   %y = fusion.layer_norm %x, %w, %b dims = [2] : (tensor<4x8x16xf32>, tensor<16xf32>, tensor<8x16xf32>) -> tensor<4x8x16xf32>
   func.return
 }
@@ -301,7 +301,7 @@ func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<16xf32>, %b: tensor<8x16xf32>) {
 // -----
 
 func.func @f(%x: tensor<4x8x16xf32>, %w: tensor<16xf32>) {
-  // expected-error @+1 {{'fusion.rms_norm' op fusion.rms_norm: weight has shape [16], expected [8, 16] (the normalized dimensions' extents)}}
+  // expected-error @+1 {{'fusion.rms_norm' op weight has shape [16], expected [8, 16] (the normalized dimensions' extents)}}
   %y = fusion.rms_norm %x, %w dims = [1, 2] : (tensor<4x8x16xf32>, tensor<16xf32>) -> tensor<4x8x16xf32>
   func.return
 }
