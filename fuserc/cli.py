@@ -337,6 +337,8 @@ def cache_info() -> None:
 
     info = KernelCache().info()
     click.echo(f"cache: {info['root']}" + ("" if info["exists"] else " (empty: not created yet)"))
+    if info["untrusted"]:
+        click.echo(f"not used: {info['untrusted']}")
     kinds = info["kinds"]
     count = sum(kinds.values())
     by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
@@ -349,11 +351,15 @@ def cache_info() -> None:
 @cache.command("clear")
 def cache_clear() -> None:
     """Remove every cached kernel (and the compilers' working files)."""
-    from fuserc.runtime.kernel_cache import KernelCache
+    from fuserc.runtime.kernel_cache import KernelCache, Untrusted
 
     kc = KernelCache()
     count = len(kc.entries())
-    freed = kc.clear()
+    try:
+        freed = kc.clear()
+    except (Untrusted, OSError) as e:
+        click.echo(f"error: cannot clear {kc.root}: {e}", err=True)
+        raise SystemExit(1) from None
     click.echo(f"cleared {kc.root}: {count} kernel{'s' if count != 1 else ''}, {_size(freed)} freed")
 
 
