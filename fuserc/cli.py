@@ -108,9 +108,10 @@ def entry() -> None:
     process ends without Python's teardown of torch (`quick_exit`: a second
     or more after the results are out). `main` itself returns by raising
     SystemExit, as click's commands do, for callers in one process."""
-    from fuserc.runtime.job import launcher_size
+    from fuserc.runtime.job import follow_launcher, launcher_size
     from fuserc.runtime.mpi_env import ENDS_PROCESS, quick_exit
 
+    follow_launcher()  # first, before the imports of seconds: a launcher that dies meanwhile ends this rank too
     ENDS_PROCESS[0] = True
     try:
         main()

@@ -120,19 +120,27 @@ def follow_launcher() -> int | None:
     it (torchrun's agent, MPI's proxy), dies, so that no rank runs on
     orphaned (torchrun killed with SIGKILL left its ranks running for
     minutes). The parent's pid, which the watchdog also watches; None
-    outside a launcher (a process started alone lives on after its shell)."""
-    if launcher_size() is None:
-        return None
-    parent = os.getppid()
-    if parent <= 1:
-        return None
-    try:
-        import ctypes
+    outside a launcher (a process started alone lives on after its shell).
+    The first call decides (the `fuserc` command makes it before its
+    imports); later calls return its answer."""
+    if _LAUNCHER:
+        return _LAUNCHER[0]
+    parent: int | None = os.getppid()
+    if launcher_size() is None or parent is None or parent <= 1:
+        parent = None
+    else:
+        try:
+            import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the watchdog's check alone
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # not Linux: the watchdog's check alone
+    _LAUNCHER.append(parent)
     return parent
+
+
+_LAUNCHER: list[int | None] = []
+"""The launcher's process, once `follow_launcher` decided."""
 
 
 def _start_sentinel(board: Board, size: int) -> None:

@@ -456,7 +456,13 @@ class KernelCache:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except IsADirectoryError:  # a folder where the entry goes (in the private folder: the user's own)
+                import shutil
+
+                shutil.rmtree(path)
+                os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -469,8 +475,14 @@ class KernelCache:
             self.secret()
         except Untrusted:
             return KeyLock(None, key.short())
-        private_dir(self.lock_path(key).parent)
-        return KeyLock(self.lock_path(key), key.short())
+        path = self.lock_path(key)
+        private_dir(path.parent)
+        try:
+            return KeyLock(path, key.short())
+        except (Untrusted, OSError):  # not a lock file of ours (a link, a pipe): replaced by one
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return KeyLock(path, key.short())
 
     def load(self, key: KernelKey, load: Callable[[Sections], T]) -> T | None:
         """The entry loaded by `load`; None when there is none (or the cache

@@ -140,3 +140,21 @@ def test_each_mutation_class_is_a_located_diagnostic(mutation, seed: str, error:
             assert all(r.cls == "diagnostic" and r.located for r in results), results
             return
     pytest.fail(f"no mutant of {mutation.__name__} gave '{error}'")
+
+
+def test_runtime_classes() -> None:
+    """Each attack on the kernel cache once (by a second uid when the tests
+    run as root: a planted folder, key or entry, a folder others can write,
+    an unsigned entry, special files as entries and locks) and one job whose
+    launcher is killed: nothing planted runs, no traceback, no hang, no rank
+    left running."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--cache-attacks", str(len(fuzz.ATTACKS)), "--launcher-kills", "1", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"cache attacks: {len(fuzz.ATTACKS)} " in proc.stdout and f"refused {len(fuzz.ATTACKS)}," in proc.stdout
+    assert "launcher kills: 1; ended 1, orphaned 0" in proc.stdout
