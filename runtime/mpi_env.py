@@ -102,6 +102,7 @@ class MpiEnv:
             return
         spin_until = time.perf_counter() + WAIT_SPIN_S
         while time.perf_counter() < spin_until:
+            os.sched_yield()  # a peer waiting for this core runs first (a machine with more ranks than cores)
             if test(requests):
                 return
         pause = 5e-5

@@ -10,7 +10,8 @@ Runs the program (by default examples/sp_mlp.mlir on a mesh of N) under
 (and MPICH's `mpiexec -disable-auto-cleanup`, with `--launcher all`) once
 per way a rank can fail (raises, exits, segfaults, is killed, is
 stopped with SIGSTOP from outside or stops itself, never reaches a
-collective) and prints, for each, the time from the failure to the end of
+collective), and with its launcher killed (SIGKILL) once the ranks run,
+and prints, for each, the time from the failure to the end of
 the job, the exit code, whether fuserc's own line named the failing rank,
 and what the user saw (fuserc's lines; the launcher's report after them is
 left out). The failures come from `$FUSERC_FAULT` (runtime/watchdog.py), at
@@ -22,10 +23,11 @@ Each outcome is checked (exit 1 when one fails its check): the job ends
 to print its report and exit) within the watchdog's time plus 5 s of the
 fault, and fuserc says why within 5 s of a rank's end; the exit code is
 not 0; fuserc's line names the
-failing rank (and how it ended) and blames no other. Under MPICH's Hydra a
-rank that exits, crashes or is killed need not be named: Hydra kills the
-other ranks at once, except after an exit with a code under
-`-disable-auto-cleanup` (docs/runtime.md, Failure handling).
+failing rank (and how it ended) and blames no other (under MPICH's Hydra,
+which kills the other ranks at once, the node's sentinel says it); with the
+launcher killed, no rank outlives it by more than that time (MPICH's proxy
+kills its ranks before they can say anything: fuserc's line is asked for
+under torchrun only; docs/runtime.md, Failure handling).
 """
 
 from __future__ import annotations
