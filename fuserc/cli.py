@@ -158,9 +158,10 @@ def entry() -> None:
     process ends without Python's teardown of torch (`quick_exit`: a second
     or more after the results are out). `main` itself returns by raising
     SystemExit, as click's commands do, for callers in one process."""
-    from fuserc.runtime.job import launcher_size
+    from fuserc.runtime.job import follow_launcher, launcher_size
     from fuserc.runtime.mpi_env import ENDS_PROCESS, quick_exit
 
+    follow_launcher()  # first, before the imports of seconds: a launcher that dies meanwhile ends this rank too
     ENDS_PROCESS[0] = True
     try:
         main()
@@ -398,6 +399,8 @@ def cache_info() -> None:
 
     info = KernelCache().info()
     click.echo(f"cache: {info['root']}" + ("" if info["exists"] else " (empty: not created yet)"))
+    if info["untrusted"]:
+        click.echo(f"not used: {info['untrusted']}")
     kinds = info["kinds"]
     count = sum(kinds.values())
     by_kind = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
@@ -410,11 +413,15 @@ def cache_info() -> None:
 @cache.command("clear")
 def cache_clear() -> None:
     """Remove every cached kernel (and the compilers' working files)."""
-    from fuserc.runtime.kernel_cache import KernelCache
+    from fuserc.runtime.kernel_cache import KernelCache, Untrusted
 
     kc = KernelCache()
     count = len(kc.entries())
-    freed = kc.clear()
+    try:
+        freed = kc.clear()
+    except (Untrusted, OSError) as e:
+        click.echo(f"error: cannot clear {kc.root}: {e}", err=True)
+        raise SystemExit(1) from None
     click.echo(f"cleared {kc.root}: {count} kernel{'s' if count != 1 else ''}, {_size(freed)} freed")
 
 

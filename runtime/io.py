@@ -21,6 +21,7 @@ import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.runtime.evaluator import ValueSpec
+from fuserc.runtime.job import LOCAL_SIZE_ENVS
 from fuserc.runtime.mpi_env import MpiEnv
 from fuserc.sharding import Mesh, global_slots, shard_array
 
@@ -165,9 +166,8 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-LOCAL_RANKS_ENV = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
-"""Where launchers (MPICH/Hydra, Open MPI, torchrun) say how many ranks share
-this node; each of them holds the global inputs whole."""
+LOCAL_RANKS_ENV = LOCAL_SIZE_ENVS
+"""How many ranks share this node: each of them holds the global inputs whole."""
 
 
 def available_memory() -> int | None:

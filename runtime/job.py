@@ -21,6 +21,9 @@ Failure handling). Four cases:
   killed). A rank of its node names it with how it ended
   (runtime/watchdog.py); a survivor's own failure that follows (a lost
   connection) is not printed (`fail`).
+- **The launcher dies** (torchrun's agent or MPI's proxy killed). Its ranks
+  end too (`follow_launcher`): the kernel sends each SIGTERM when its parent
+  dies, and the watchdog sees the parent gone.
 
 The launcher (mpiexec: runtime/mpi_env.py; torchrun: TorchEnv in the same module) provides
 `Launcher`: rank, size, `broadcast`, `allgather`, `barrier_within(seconds)`
@@ -33,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -92,6 +96,11 @@ LOCAL_RANK_ENVS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"
 """Where launchers put a process's rank on its machine."""
 
 
+LOCAL_SIZE_ENVS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
+"""Where launchers (MPICH/Hydra, Open MPI, torchrun) say how many ranks share
+this node."""
+
+
 def launcher_local_rank() -> int | None:
     """This process's rank on its machine, as its launcher gives it: 0 for a
     process started alone (no launcher's size), None under a launcher that
@@ -100,6 +109,48 @@ def launcher_local_rank() -> int | None:
     if local is None and launcher_size() is None:
         return 0
     return local
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def follow_launcher() -> int | None:
+    """Under a launcher (its environment says so): ask the kernel to send
+    this rank SIGTERM when its parent, the launcher's process that started
+    it (torchrun's agent, MPI's proxy), dies, so that no rank runs on
+    orphaned (torchrun killed with SIGKILL left its ranks running for
+    minutes). The parent's pid, which the watchdog also watches; None
+    outside a launcher (a process started alone lives on after its shell).
+    The first call decides (the `fuserc` command makes it before its
+    imports); later calls return its answer."""
+    if _LAUNCHER:
+        return _LAUNCHER[0]
+    parent: int | None = os.getppid()
+    if launcher_size() is None or parent is None or parent <= 1:
+        parent = None
+    else:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # not Linux: the watchdog's check alone
+    _LAUNCHER.append(parent)
+    return parent
+
+
+_LAUNCHER: list[int | None] = []
+"""The launcher's process, once `follow_launcher` decided."""
+
+
+def _start_sentinel(board: Board, size: int) -> None:
+    """Start the node's sentinel (runtime/peers.py), which names a rank that
+    ends without a word under MPI's launchers."""
+    from fuserc.runtime.kernel_worker import worker_env
+    from fuserc.runtime.peers import start_sentinel
+
+    local = _first_int(LOCAL_SIZE_ENVS) or size
+    start_sentinel(board.path, local, worker_env())
 
 
 def _first_int(names: tuple[str, ...]) -> int | None:
@@ -188,6 +239,7 @@ class Job:
         `own_process`: the process is fuserc's (`fuserc run`, a tool), so
         the watchdog may take SIGTERM (runtime/watchdog.py)."""
         dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout, own_signals=own_process)
+        dog.launcher_pid = follow_launcher()
         dog.start()
         if prepare is not None:
             prepare()
@@ -197,6 +249,9 @@ class Job:
             dog.end_stopped = not env.ends_stopped_ranks
             if timeout > 0 and env.size > 1:
                 dog.board = Board.create(env)
+                dog.sentinel = dog.board is not None and getattr(env, "launcher", None) == "mpiexec"
+                if dog.sentinel and launcher_local_rank() == 0:
+                    _start_sentinel(dog.board, env.size)
         return cls(env, dog, debug)
 
     def close(self) -> None:

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -44,11 +46,20 @@ from typing import Any, TypeVar
 
 CACHE_ENV = "FUSERC_CACHE_DIR"
 THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
-FORMAT = 1
+FORMAT = 2
 """The entry format and key layout; a change makes every older entry a miss."""
 
-MAGIC = b"fuserc-kernel 1\n"
+MAGIC = b"fuserc-kernel 2\n"
 SUFFIX = ".kernel"
+SECRET = "key"
+SECRET_BYTES = 32
+MAX_ENTRY_BYTES = 1 << 30
+"""The largest entry read (a region's artifact and constants are megabytes)."""
+LOCK_NOTE_S = 10.0
+"""A wait for another process's build longer than this says what it waits on."""
+LOCK_WAIT_S = 300.0
+"""A wait for another process's build longer than this gives up: the kernel
+is built here (the entry is written atomically either way)."""
 
 T = TypeVar("T")
 Sections = dict[str, bytes]
@@ -153,8 +164,103 @@ def kernel_key(kind: str, fields: Mapping[str, Any], device: str, versions_: Map
 
 
 class Unusable(Exception):
-    """An entry that is there but cannot be used (damaged, or refused by
-    whatever loads it): it is built again."""
+    """An entry that is there but cannot be used (damaged, unsigned, not a
+    regular file of the user's, or refused by whatever loads it): it is
+    built again."""
+
+
+class Untrusted(Exception):
+    """A cache folder (or its secret) that someone else could have written:
+    nothing in it is used."""
+
+
+def _private_problem(st: os.stat_result, what: str, secret: bool = False) -> str | None:
+    """Why a file or folder with status `st` could hold what someone else
+    wrote (None: it cannot): not the user's, or writable (for the secret:
+    readable) by its group or others."""
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid})"
+    mask = 0o077 if secret else 0o022
+    if st.st_mode & mask:
+        who = "readable or writable" if secret else "writable"
+        return f"{what} is {who} by its group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def private_dir(path: Path, what: str = "the cache folder", make: bool = True) -> None:
+    """Make `path` (and its missing parents) a folder of mode 0700 whatever
+    the umask (`make`), or check the one that is there: `Untrusted` when
+    it is not a folder of the user's that only the user can write;
+    `FileNotFoundError` when it is missing and not `make`."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not make:
+            raise
+        if not path.parent.exists():
+            private_dir(path.parent, what)
+        with contextlib.suppress(FileExistsError):  # another process made it: checked below
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        st = os.stat(path)  # a link to the cache is fine when what it names is private
+    if not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"{what} {path} is not a folder")
+    problem = _private_problem(st, f"{what} {path}")
+    if problem is not None:
+        raise Untrusted(problem)
+
+
+def read_private(path: Path, limit: int = MAX_ENTRY_BYTES, head: int | None = None) -> bytes:
+    """The bytes of `path` (the first `head` of them when given), read only
+    when it is a regular file of the user's that others cannot write, of at
+    most `limit` bytes: a FIFO, a device or a symbolic link is refused
+    without blocking. `FileNotFoundError` when there is none; `Unusable`
+    for anything else found there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise Unusable("is a symbolic link") from None
+        raise
+    except OSError as e:
+        if os.path.islink(path):
+            raise Unusable("is a symbolic link") from None
+        raise Unusable(f"cannot be read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unusable(f"is not a regular file (a {_file_kind(st.st_mode)})")
+        problem = _private_problem(st, "it")
+        if problem is not None:
+            raise Unusable(problem.removeprefix("it "))
+        if st.st_size > limit:
+            raise Unusable(f"is too large ({st.st_size} bytes; at most {limit})")
+        want = st.st_size if head is None else min(head, st.st_size)
+        chunks, got = [], 0
+        while got <= want:  # one byte more than it said: a file that grows is not an entry
+            chunk = os.read(fd, min(1 << 22, want + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > want and head is None:
+            raise Unusable("changed while it was read")
+        return b"".join(chunks)[:want]
+    except OSError as e:
+        raise Unusable(f"cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "named pipe"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "folder")):  # fmt: skip
+        if test(mode):
+            return name
+    return "special file"
 
 
 @dataclass
@@ -178,11 +284,79 @@ _DIRS_SAVED: tuple[dict[str, str | None], Any] | None = None
 settings the first one found."""
 
 
+_TRUST: dict[Path, bytes | Untrusted] = {}
+"""Per cache folder, once per process: its secret, or why it is not used."""
+_SCRATCH: list[Path] = []
+"""The private folder of this process's compiler caches when the kernel cache
+is not used."""
+
+
 class KernelCache:
     """The cache in folder `root` (default `cache_dir()`)."""
 
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root) if root is not None else cache_dir()
+
+    # -- trust --------------------------------------------------------------
+    def secret(self) -> bytes:
+        """The cache's secret, making the folder (0700) and the secret (0600)
+        when they are missing; `Untrusted` (the same every time in a process)
+        when the folder or the secret could be someone else's."""
+        found = _TRUST.get(self.root)
+        if found is None:
+            try:
+                found = self._open_secret()
+            except Untrusted as e:
+                found = e
+            except OSError as e:
+                found = Untrusted(f"{self.root} cannot be used ({e.strerror or e})")
+            _TRUST[self.root] = found
+        if isinstance(found, Untrusted):
+            raise found
+        return found
+
+    def _open_secret(self) -> bytes:
+        for folder in (self.root, self.root / "kernels", self.root / "locks"):
+            private_dir(folder)
+        path = self.root / SECRET
+        for _ in range(2):
+            try:
+                data = read_private(path, limit=SECRET_BYTES)
+            except FileNotFoundError:
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-key-", dir=self.root)
+                try:
+                    os.fchmod(fd, 0o600)
+                    os.write(fd, os.urandom(SECRET_BYTES))
+                    os.fsync(fd)
+                    os.close(fd)
+                    with contextlib.suppress(FileExistsError):  # another process made it first: theirs is read
+                        os.link(tmp, path)
+                finally:
+                    os.unlink(tmp)
+                continue
+            except Unusable as e:
+                raise Untrusted(f"its key file {path} {e}") from None
+            st = os.stat(path, follow_symlinks=False)
+            problem = _private_problem(st, f"its key file {path}", secret=True)
+            if problem is not None:
+                raise Untrusted(problem)
+            if len(data) != SECRET_BYTES:
+                raise Untrusted(f"its key file {path} is damaged ({len(data)} bytes, not {SECRET_BYTES})")
+            return data
+        raise Untrusted(f"its key file {path} could not be made")
+
+    def untrusted(self) -> str | None:
+        """Why the cache is not used (None: it is), with what to do."""
+        try:
+            self.secret()
+        except Untrusted as e:
+            return f"{e}: anything in it could be someone else's. {self.remedy(e)}"
+        return None
+
+    def remedy(self, why: Untrusted) -> str:
+        if "owned by uid" in str(why) and self.root.exists() and os.stat(self.root).st_uid != os.geteuid():
+            return f"Set ${CACHE_ENV} to a folder of your own, or remove {self.root}"
+        return "`fuserc cache clear` empties it and makes it private"
 
     # -- places -------------------------------------------------------------
     def entry_path(self, key: KernelKey) -> Path:
@@ -211,8 +385,9 @@ class KernelCache:
                 config = sys.modules.get("torch._inductor.config")
                 saved = {v: os.environ.get(v) for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", THREADS_ENV)}
                 _DIRS_SAVED = (saved, getattr(config, "compile_threads", None))
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.root / "inductor")
-                os.environ["TRITON_CACHE_DIR"] = str(self.root / "triton")
+                work = self._work_root()
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
+                os.environ["TRITON_CACHE_DIR"] = str(work / "triton")
                 os.environ[THREADS_ENV] = "1"  # read where the body first imports Inductor's config
                 if config is not None:
                     config.compile_threads = 1
@@ -233,43 +408,89 @@ class KernelCache:
                     if config is not None:  # as it was, or as the caller's environment decides when the body imported it
                         config.compile_threads = threads if threads is not None else config.decide_compile_threads()
 
+    def _work_root(self) -> Path:
+        """Where the compilers' own caches go: in the cache, or, when it is
+        not used, in a private folder of this process (their caches load
+        pickles and shared libraries too)."""
+        if self.untrusted() is None:
+            return self.root
+        if not _SCRATCH:
+            import atexit
+            import shutil
+
+            _SCRATCH.append(Path(tempfile.mkdtemp(prefix="fuserc-kernels-")))
+            atexit.register(shutil.rmtree, _SCRATCH[0], True)
+        return _SCRATCH[0]
+
     # -- reading and writing ------------------------------------------------
     def read(self, key: KernelKey) -> Sections | None:
-        """The entry's sections; None when there is none; `Unusable` when
-        it is damaged or is another key's."""
+        """The entry's sections, once its signature is checked; None when
+        there is none; `Unusable` when it is damaged, unsigned, another
+        key's or not a private regular file; `Untrusted` when the cache is
+        not used."""
+        secret = self.secret()
         try:
-            data = self.entry_path(key).read_bytes()
+            private_dir(self.entry_path(key).parent, make=False)
         except FileNotFoundError:
             return None
-        except OSError as e:
-            raise Unusable(f"cannot be read ({e.strerror or e})") from None
-        return _decode(data, key)
+        except Untrusted as e:
+            raise Unusable(str(e)) from None
+        try:
+            data = read_private(self.entry_path(key))
+        except FileNotFoundError:
+            return None
+        return _decode(data, key, secret)
 
     def write(self, key: KernelKey, sections: Mapping[str, bytes], seconds: float = 0.0) -> None:
-        """Write the entry atomically (a temporary file renamed into place)."""
+        """Write the entry atomically (a temporary file, 0600, renamed into
+        place), signed with the cache's secret; `Untrusted` when the cache
+        is not used."""
+        secret = self.secret()
         path = self.entry_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _encode(key, sections, seconds)
+        private_dir(path.parent)
+        data = _encode(key, sections, seconds, secret)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
+            os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except IsADirectoryError:  # a folder where the entry goes (in the private folder: the user's own)
+                import shutil
+
+                shutil.rmtree(path)
+                os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
 
     def key_lock(self, key: KernelKey) -> KeyLock:
-        """The lock of `key` (not taken yet)."""
-        return KeyLock(self.lock_path(key))
+        """The lock of `key` (not taken yet): a file of the private folder;
+        one of this process alone when the cache is not used."""
+        try:
+            self.secret()
+        except Untrusted:
+            return KeyLock(None, key.short())
+        path = self.lock_path(key)
+        private_dir(path.parent)
+        try:
+            return KeyLock(path, key.short())
+        except (Untrusted, OSError):  # not a lock file of ours (a link, a pipe): replaced by one
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return KeyLock(path, key.short())
 
     def load(self, key: KernelKey, load: Callable[[Sections], T]) -> T | None:
-        """The entry loaded by `load`; None when there is none. `Unusable`
-        when it is damaged or `load` fails on it."""
-        sections = self.read(key)
+        """The entry loaded by `load`; None when there is none (or the cache
+        is not used). `Unusable` when it is damaged or `load` fails on it."""
+        try:
+            sections = self.read(key)
+        except Untrusted:
+            return None
         if sections is None:
             return None
         try:
@@ -299,7 +520,7 @@ class KernelCache:
         try:
             waited = not lock.acquire(wait=False)
             if waited:
-                lock.acquire()
+                lock.acquire()  # bounded: past it, built here too
             return self.fetch_locked(key, build, load, start, waited)
         finally:
             lock.release()
@@ -314,6 +535,7 @@ class KernelCache:
     ) -> Fetched:
         """`fetch` for a caller that holds the key's lock."""
         note = ""
+        untrusted = self.untrusted()
         try:
             value = self.load(key, load)
             if value is not None:
@@ -322,7 +544,9 @@ class KernelCache:
             note = f"the cached kernel {self.entry_path(key)} {e}; building it again"
         how = "rebuilt" if note else "built"
         sections, value = build()
-        if isinstance(sections, NotKept):
+        if untrusted is not None:
+            note = f"the kernel cache {self.root} is not used (each run builds its kernels): {untrusted}"
+        elif isinstance(sections, NotKept):
             note = f"{key.kind} kernels are not kept in the cache ({sections.reason}): each run builds them again"
         else:
             self.write(key, sections, time.perf_counter() - start)
@@ -334,22 +558,26 @@ class KernelCache:
         return sorted(folder.glob("*/*" + SUFFIX)) if folder.is_dir() else []
 
     def info(self) -> dict[str, Any]:
-        """What the cache holds: entries by kind, their bytes, and the bytes
-        of TorchInductor's and Triton's working folders."""
+        """What the cache holds: entries by kind, their bytes, the bytes of
+        TorchInductor's and Triton's working folders, and why the cache is
+        not used, if it is not. Reads headers only, of private regular
+        files only (a planted pipe or link is counted as unusable)."""
         kinds: dict[str, int] = {}
         damaged = 0
         size = 0
+        exists = self.root.is_dir()
+        untrusted = self.untrusted() if exists else None
         for path in self.entries():
-            size += path.stat().st_size
             try:
-                with path.open("rb") as f:
-                    header = _header(f.read(1 << 16))
+                size += os.lstat(path).st_size
+                header = self.header(path)
                 kinds[header["kind"]] = kinds.get(header["kind"], 0) + 1
             except (OSError, Unusable):
                 damaged += 1
         return {
             "root": str(self.root),
-            "exists": self.root.is_dir(),
+            "exists": exists,
+            "untrusted": untrusted,
             "kinds": kinds,
             "damaged": damaged,
             "entry_bytes": size,
@@ -357,43 +585,109 @@ class KernelCache:
             "triton_bytes": _folder_bytes(self.root / "triton"),
         }
 
+    @staticmethod
+    def header(path: Path) -> dict[str, Any]:
+        """An entry's header (its key, kind, builder, sections), unchecked:
+        for reports, never for loading. `Unusable` when there is none."""
+        return _header(read_private(path, head=1 << 16))
+
     def clear(self) -> int:
-        """Remove everything in the cache; the bytes freed."""
+        """Remove everything in the cache (its secret too) and make the
+        folder private again; the bytes freed. `Untrusted` for a folder
+        that is not the user's."""
         import shutil
 
+        if not self.root.exists():
+            return 0
+        st = os.stat(self.root)
+        if st.st_uid != os.geteuid():
+            raise Untrusted(f"the cache folder {self.root} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
         freed = 0
         for sub in ("kernels", "locks", "inductor", "triton"):
             folder = self.root / sub
-            if folder.is_dir():
+            if folder.is_dir() and not folder.is_symlink():
                 freed += _folder_bytes(folder)
                 shutil.rmtree(folder, ignore_errors=True)
+            elif os.path.lexists(folder):
+                os.unlink(folder)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / SECRET)
+        os.chmod(self.root, 0o700)
+        _TRUST.pop(self.root, None)
         return freed
 
 
 class KeyLock:
-    """A key's lock file, held with `flock`: one holder at a time among the
-    processes of a machine; the system releases it when its holder dies."""
+    """A key's lock file (in the cache's private folder), held with `flock`:
+    one holder at a time among the user's processes of a machine; the
+    system releases it when its holder dies. The holder writes who it is
+    into it, so that a process waiting says what it waits on. Without a
+    path (the cache is not used) it is this process's alone."""
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    def __init__(self, path: Path | None, what: str = "a kernel"):
+        self.path, self.what = path, what
+        self.fd: int | None = None
+        if path is not None:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            st = os.fstat(self.fd)
+            problem = None if stat.S_ISREG(st.st_mode) else "is not a regular file"
+            problem = problem or _private_problem(st, "it")
+            if problem is not None:
+                os.close(self.fd)
+                raise Untrusted(f"the lock file {path} {problem.removeprefix('it ')}")
         self.held = False
+        self.open = True
 
-    def acquire(self, wait: bool = True) -> bool:
-        """Take the lock (waiting for it with `wait`); whether it is held."""
+    def acquire(self, wait: bool = True, wait_s: float | None = None) -> bool:
+        """Take the lock; whether it is held. With `wait`, waits for it (at
+        most `wait_s`, default `LOCK_WAIT_S`; after `LOCK_NOTE_S` it says on
+        stderr which process holds it) and, when the wait runs out, goes on
+        without it (True: the caller builds; entries are written whole)."""
         import fcntl
 
-        assert self.fd is not None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            return False
+        if self.fd is None:
+            self.held = self.open
+            return self.held
+        limit = LOCK_WAIT_S if wait_s is None else wait_s
+        start = time.monotonic()
+        pause = 0.005
+        noted = False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            waited = time.monotonic() - start
+            if not wait:
+                return False
+            if waited >= limit:
+                _say(f"fuserc: gave up waiting for {self.holder()} after {waited:.0f} s; building the kernel here")
+                return True
+            if waited >= LOCK_NOTE_S and not noted:
+                noted = True
+                _say(f"fuserc: waiting for {self.holder()} (at most {limit:.0f} s more; then it is built here)")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
         self.held = True
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()} {socket.gethostname()} {self.what}\n".encode(), 0)
         return True
+
+    def holder(self) -> str:
+        """What the lock's holder wrote: the build this process waits on."""
+        try:
+            pid, host, what = os.pread(self.fd, 512, 0).decode(errors="replace").strip().split(" ", 2)  # type: ignore[arg-type]
+            return f"the build of {what} by process {pid} on {host} (lock {self.path})"
+        except (OSError, ValueError):
+            return f"the build of {self.what} by another process (lock {self.path})"
 
     def release(self) -> None:
         """Let go of the lock (if held) and close its file."""
+        self.open = False
         if self.fd is None:
+            self.held = False
             return
         try:
             if self.held:
@@ -403,6 +697,12 @@ class KeyLock:
         finally:
             os.close(self.fd)
             self.fd, self.held = None, False
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -415,12 +715,19 @@ def _folder_bytes(folder: Path) -> int:
 
 
 # ---- the entry format -------------------------------------------------------------
-# MAGIC, a JSON header line (key, kind, the key's document, each section's
-# name, length and SHA-256, when and how long it took to build), then the
-# sections' bytes in order.
+# MAGIC, the signature line (the hex HMAC-SHA256, keyed by the cache's
+# secret, of everything after it), a JSON header line (key, kind, the key's
+# document, each section's name, length and SHA-256, when and how long it
+# took to build), then the sections' bytes in order.
+
+SIGNATURE_CHARS = 64
 
 
-def _encode(key: KernelKey, sections: Mapping[str, bytes], seconds: float) -> bytes:
+def _sign(secret: bytes, body: bytes) -> bytes:
+    return hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+
+
+def _encode(key: KernelKey, sections: Mapping[str, bytes], seconds: float, secret: bytes) -> bytes:
     header = {
         "key": key.digest,
         "kind": key.kind,
@@ -431,17 +738,21 @@ def _encode(key: KernelKey, sections: Mapping[str, bytes], seconds: float) -> by
         "builder": f"{socket.gethostname()}:{os.getpid()}",
     }
     line = json.dumps(header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-    return MAGIC + line + b"".join(sections.values())
+    body = line + b"".join(sections.values())
+    return MAGIC + _sign(secret, body) + b"\n" + body
+
+
+BODY_AT = len(MAGIC) + SIGNATURE_CHARS + 1
 
 
 def _header(data: bytes) -> dict[str, Any]:
     if not data.startswith(MAGIC):
         raise Unusable("is not a fuserc kernel of this format")
-    end = data.find(b"\n", len(MAGIC))
-    if end < 0:
+    end = data.find(b"\n", BODY_AT)
+    if end < 0 or data[BODY_AT - 1 : BODY_AT] != b"\n":
         raise Unusable("is truncated (no header)")
     try:
-        header = json.loads(data[len(MAGIC) : end])
+        header = json.loads(data[BODY_AT:end])
         if not isinstance(header, dict) or not isinstance(header.get("sections"), list):
             raise ValueError("not a header")
     except ValueError:
@@ -450,7 +761,9 @@ def _header(data: bytes) -> dict[str, Any]:
     return header
 
 
-def _decode(data: bytes, key: KernelKey) -> Sections:
+def _decode(data: bytes, key: KernelKey, secret: bytes) -> Sections:
+    """The sections of an entry of `key`, checked: its form and checksums
+    (damage), then its signature (who wrote it), before anything loads it."""
     header = _header(data)
     if header.get("key") != key.digest:
         raise Unusable(f"holds another kernel ({str(header.get('key'))[:12]})")
@@ -466,4 +779,6 @@ def _decode(data: bytes, key: KernelKey) -> Sections:
         pos += length
     if pos != len(data):
         raise Unusable("has trailing bytes")
+    if not hmac.compare_digest(data[len(MAGIC) : BODY_AT - 1], _sign(secret, data[BODY_AT:])):
+        raise Unusable("is not signed with this cache's key (written by someone else, or by another cache's fuserc): it is not loaded")
     return out

@@ -7,6 +7,12 @@ step that needs the other ranks (a run of the program, a collective of the
 job such as sharing the inputs or gathering the results) and the thread
 ends the job when a section lasts longer than the timeout (`fuserc run
 --watchdog SECONDS`, else `$FUSERC_WATCHDOG`, else 600; 0 turns it off).
+A rank that cannot move at all is told apart from long work sooner: when a
+section has lasted `stall_s` (20 s, or the timeout if shorter) and the
+heartbeat of another rank has stopped for as long (it is stopped, or stuck
+outside Python), the job ends then; a rank in a long kernel or collective
+keeps its heartbeat (the thread runs while the main thread waits outside
+Python) and only the timeout ends it.
 
 Naming the ranks that did not arrive needs to know where every rank is,
 also a rank that is stopped (SIGSTOP) or stuck, which cannot answer a
@@ -57,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TextIO
 
-from fuserc.runtime.peers import Peer, Peers, alive, clean_exit, how, identity, start_time
+from fuserc.runtime.peers import Peer, Peers, alive, clean_exit, how, identity, parent, start_time
 
 WATCHDOG_ENV = "FUSERC_WATCHDOG"
 DEFAULT_TIMEOUT_S = 600.0
@@ -72,6 +78,17 @@ FAULT_KINDS = ("hang", "stop", "exit", "segv", "kill", "raise")
 REPORT_GRACE_S = 0.5
 """After printing, before ending the job: time for the launcher to forward
 the message before every process is killed."""
+ORPHAN_GRACE_S = 0.3
+"""How long SIGTERM waits to see the launcher gone: the parent-death signal
+comes as soon as the thread of the launcher that started the rank exits,
+before the launcher's whole process has."""
+RECORD_EVERY_S = 0.05
+"""A new section is written to the board by the watchdog's thread, at most
+this often (and at every heartbeat): a rank's record is at most this far
+behind it, and a tight loop of runs writes nothing per run."""
+STALL_S = 20.0
+"""A section this old while another rank's heartbeat has stopped as long
+ends the job (the timeout ends it otherwise)."""
 
 
 class Launcher(Protocol):
@@ -161,6 +178,13 @@ class Board:
         os.write(fd, str(self.rank).encode())
         os.close(fd)
         return True
+
+    def mark(self, name: str) -> None:
+        """Leave a mark named `name` on the board (one system call)."""
+        try:
+            os.close(os.open(self.path / name, os.O_CREAT | os.O_WRONLY))
+        except OSError:
+            pass
 
     def read_rank(self, rank: int) -> dict[str, Any] | None:
         """Rank `rank`'s last record (None: there is none)."""
@@ -292,8 +316,8 @@ def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_
         why = []
         if q in stale:
             why.append(f"no heartbeat for {stale[q]:.1f} s (stopped, or stuck outside Python)")
-        if r["seq"] < latest:
-            why.append(f"still at {r['label']}, the others are at {label}")
+        if r["seq"] < latest:  # a stopped rank's record is of its last heartbeat: it may have gone a little further
+            why.append(f"{'last recorded' if q in stale else 'still'} at {r['label']}, the others are at {label}")
         elif q in lag:
             key = lag[q]
             there = [t for t in members[key] if t in front and count(t, key) > count(q, key)]
@@ -355,7 +379,17 @@ class Watchdog:
     _since: float = 0.0
     _thread: threading.Thread | None = None
     _wake: tuple[int, int] | None = None
+    sentinel: bool = False
+    """The node's sentinel (runtime/peers.py) names a rank that ended
+    without a word (under MPI's launchers, which kill the other ranks before
+    they can); this rank only marks on the board that it saw it end."""
+    launcher_pid: int | None = None
+    """The launcher's process (the parent of this rank), watched: a rank
+    whose launcher died ends (runtime/job.py also asks the kernel to
+    SIGTERM it then)."""
     _fired: bool = False
+    _written: float = 0.0
+    _awake_since: float = 0.0
     _ending: bool = False
     _end_at: float | None = None
     _remove_board: bool = False
@@ -372,6 +406,12 @@ class Watchdog:
     def stale_s(self) -> float:
         """A heartbeat older than this means the rank does not run."""
         return max(5 * self.interval, 2.0)
+
+    @property
+    def stall_s(self) -> float:
+        """A section this old, while a rank's heartbeat has stopped for as
+        long, ends the job before its timeout."""
+        return max(self.stale_s, min(STALL_S, self.timeout))
 
     def start(self) -> None:
         if self.timeout <= 0 or self._thread is not None:
@@ -415,8 +455,11 @@ class Watchdog:
         self.label = label
         self.doer = doer
         self._since = time.time()
-        self._deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
-        self._beat()
+        now = time.monotonic()
+        self._deadline = now + self.timeout if self.timeout > 0 else None
+        if now - self._written >= RECORD_EVERY_S:  # the thread writes it (a write costs a millisecond on a busy disk; a run can cost less)
+            self._written = now
+            self._poke(WAKE_RECORD)
         try:
             yield
         finally:
@@ -508,6 +551,7 @@ class Watchdog:
 
     def _loop(self) -> None:
         next_beat = time.monotonic() + self.interval
+        self._awake_since = time.monotonic()
         while True:
             now = time.monotonic()
             wait = next_beat - now
@@ -525,23 +569,64 @@ class Watchdog:
             if self._wake[0] in ready:
                 pokes = os.read(self._wake[0], 64)
                 if signal.SIGTERM in pokes:
-                    if self.peers is not None:  # a peer's end first: the launcher ends this rank because of it
-                        self.peers_ended(self.peers.check(0.0))
+                    if self.peers is not None and self.peers_ended(self.peers.check(0.0)):
+                        self._exit(128 + signal.SIGTERM)  # a peer's end first: the launcher ends this rank because of it
+                    if self.orphaned(within=ORPHAN_GRACE_S):
+                        self._exit(1)
                     self._exit(128 + signal.SIGTERM)
                 if WAKE_STOP in pokes:
                     return
+                if WAKE_RECORD in pokes:
+                    self._beat()
             now = time.monotonic()
             if now >= next_beat:
+                if now - next_beat > self.stale_s:  # this process was stopped itself (the whole job, ^Z): the others' records are as old
+                    self._awake_since = now
                 next_beat = now + self.interval
                 self._beat()
                 self._track()
+                if self.orphaned():
+                    self._exit(1)
                 deadline = self._deadline
-                if deadline is not None and now > deadline and not self._fired:
-                    self._fired = True
-                    self.expire()
+                if deadline is not None and not self._fired:
+                    if now > deadline:
+                        self._fired = True
+                        self.expire()
+                    elif self._stalled(now):
+                        self._fired = True
+                        self.expire(stalled=True)
             if self._end_at is not None and now >= self._end_at:
                 self._end()
                 return
+
+    def _stalled(self, now: float) -> bool:
+        """Whether the current section has lasted `stall_s` and the heartbeat
+        of another rank has stopped as long (the board is read only then)."""
+        stall = self.stall_s
+        if self.board is None or self.size == 1 or now - self._awake_since < stall:
+            return False
+        if time.time() - self._since < stall:
+            return False
+        wall = time.time()
+        return any(
+            q != self.rank and not rec.get("ending") and wall - rec["time"] > stall for q, rec in self.board.read().items()
+        )
+
+    def orphaned(self, within: float = 0.0) -> bool:
+        """Whether this rank's launcher died (it is no longer the parent;
+        waiting up to `within` seconds for it): said once for the job; the
+        rank then ends."""
+        if self.launcher_pid is None:
+            return False
+        end = time.monotonic() + within
+        while parent() == self.launcher_pid:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+        if self.board is None or self.board.claim("launcher-ended"):
+            self._write(f"error: the job's launcher (process {self.launcher_pid}) ended: its ranks end too (rank {self.rank} at {self.label})")
+        self._ending = True
+        return True
 
     def _track(self) -> None:
         """Watch the processes of this node's other ranks as their records
@@ -560,6 +645,10 @@ class Watchdog:
         named with how it ended by the first rank to see it, and the job
         ends. True when one of them failed (it did not exit with 0)."""
         failed = False
+        if self.sentinel and self.board is not None:  # first, before the launcher's cleanup may kill this rank
+            for p in ended:
+                if not clean_exit(p.status):
+                    self.board.mark(f"saw-{p.rank}")
         with self._ended_lock:
             for p in ended:
                 if clean_exit(p.status):
@@ -568,7 +657,9 @@ class Watchdog:
                 rec = self.board.read_rank(p.rank) if self.board is not None else None
                 if rec is None or rec.get("ending") or self.board is None or self.board.claimed("watchdog"):
                     continue  # it said why (or was ended by the watchdog); its launcher ends the job
-                if self.board.claim(f"ended-{p.rank}"):
+                if self.sentinel:
+                    pass  # the node's sentinel says it (runtime/peers.py): it outlives MPICH's cleanup
+                elif self.board.claim(f"ended-{p.rank}"):
                     where = f" (last at {rec['label']})" if rec.get("label") else ""
                     self._write(f"error: rank {p.rank} ended: {how(p.status)}{where}")
                 if self._end_at is None:
@@ -591,11 +682,12 @@ class Watchdog:
         """What a user sees when the current section is over time."""
         return self._message()[0]
 
-    def _message(self) -> tuple[str, list[int]]:
-        head = (
-            f"error: watchdog: {self.label} did not complete within {self.timeout:g} s "
-            f"(--watchdog SECONDS or ${WATCHDOG_ENV} sets the time; 0 turns it off)"
-        )
+    def _message(self, stalled: bool = False) -> tuple[str, list[int]]:
+        setting = f"(--watchdog SECONDS or ${WATCHDOG_ENV} sets the time; 0 turns it off)"
+        if stalled:
+            head = f"error: watchdog: {self.label} waits for a rank whose heartbeat stopped {self.stall_s:g} s ago {setting}"
+        else:
+            head = f"error: watchdog: {self.label} did not complete within {self.timeout:g} s {setting}"
         if self.size == 1:
             return head, []
         if self.board is None:
@@ -617,9 +709,10 @@ class Watchdog:
             )
         return "\n".join(lines), [q for q in verdict.stopped if records[q].get("where") == _IDENTITY]
 
-    def expire(self) -> None:
-        """End the job: the first rank to notice reports, ends the ranks of
-        its node that are stopped when the launcher cannot (torchrun's
+    def expire(self, stalled: bool = False) -> None:
+        """End the job (the section is over time, or `stalled`: a rank's
+        heartbeat stopped): the first rank to notice reports, ends the ranks
+        of its node that are stopped when the launcher cannot (torchrun's
         SIGTERM; its SIGKILL comes 30 s later) and ends the job; the others
         end it themselves if it does not end."""
         reporter = self.board is None or self.board.claim("watchdog")
@@ -627,7 +720,7 @@ class Watchdog:
         if not reporter:
             self._end_at = time.monotonic() + self.stale_s + 5.0
             return
-        text, stopped = self._message()
+        text, stopped = self._message(stalled)
         self._write(text)
         records = self.board.read() if self.board is not None and self.end_stopped else {}
         for q in stopped:
@@ -669,6 +762,8 @@ class Watchdog:
 WAKE_STOP = 0
 """The byte that stops the watchdog's thread (signals wake it with their
 number: `signal.set_wakeup_fd`)."""
+WAKE_RECORD = 255
+"""The byte that makes the thread write this rank's record (a new section)."""
 _IDENTITY = identity()
 
 

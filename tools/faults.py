@@ -10,7 +10,8 @@ Runs the program (by default examples/sp_mlp.mlir on a mesh of N) under
 (and MPICH's `mpiexec -disable-auto-cleanup`, with `--launcher all`) once
 per way a rank can fail (raises, exits, segfaults, is killed, is
 stopped with SIGSTOP from outside or stops itself, never reaches a
-collective) and prints, for each, the time from the failure to the end of
+collective), and with its launcher killed (SIGKILL) once the ranks run,
+and prints, for each, the time from the failure to the end of
 the job, the exit code, whether fuserc's own line named the failing rank,
 and what the user saw (fuserc's lines; the launcher's report after them is
 left out). The failures come from `$FUSERC_FAULT` (runtime/watchdog.py), at
@@ -22,15 +23,17 @@ Each outcome is checked (exit 1 when one fails its check): the job ends
 to print its report and exit) within the watchdog's time plus 5 s of the
 fault, and fuserc says why within 5 s of a rank's end; the exit code is
 not 0; fuserc's line names the
-failing rank (and how it ended) and blames no other. Under MPICH's Hydra a
-rank that exits, crashes or is killed need not be named: Hydra kills the
-other ranks at once, except after an exit with a code under
-`-disable-auto-cleanup` (docs/runtime.md, Failure handling).
+failing rank (and how it ended) and blames no other (under MPICH's Hydra,
+which kills the other ranks at once, the node's sentinel says it); with the
+launcher killed, no rank outlives it by more than that time (MPICH's proxy
+kills its ranks before they can say anything: fuserc's line is asked for
+under torchrun only; docs/runtime.md, Failure handling).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -63,16 +66,18 @@ SCENARIOS = {
     "external-stop": "rank stopped (SIGSTOP, from outside)",
     "stop": "rank stops itself (SIGSTOP)",
     "hang": "rank never reaches a collective",
+    "launcher-kill": "launcher killed (SIGKILL)",
 }
+EXTERNAL = ("external-stop", "launcher-kill")
+"""Faults this script makes from outside, once the rank runs."""
 ENDS = ("raise", "exit", "segv", "kill")
 """Faults where the rank's process ends: fuserc says why within SLACK_S."""
 SLACK_S = 5.0
 HOW = {"exit": "exit code 3", "segv": "SIGSEGV", "kill": "SIGKILL"}
 """What fuserc's line says of how the rank ended."""
-HYDRA_KILLS = {"mpiexec": ("exit", "segv", "kill"), "mpiexec-keep": ("segv", "kill")}
-"""Faults after which MPICH's Hydra kills every other rank at once (it still
-does for a rank killed by a signal with -disable-auto-cleanup): fuserc's
-line naming the rank is printed only when it is faster."""
+UNNAMED = {"mpiexec": ("launcher-kill",), "mpiexec-keep": ("launcher-kill",)}
+"""Faults fuserc need not name: MPICH's proxy kills the ranks (SIGKILL) as
+soon as mpiexec dies, before they can say anything."""
 LAUNCHER_LINE = re.compile(r"^([WEIDC]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ |=+$|\s*=|\*+$|YOUR APPLICATION|This typically|Please see the FAQ)")
 """Lines of the launchers' own reports (torch's logging, MPICH's banner)."""
 
@@ -164,7 +169,7 @@ def scenario(kind: str, launcher: str, args: argparse.Namespace) -> Outcome:
     """Run one fault under one launcher and judge how the job ended."""
     marker = uuid.uuid4().hex
     env = {**os.environ, **MPI_ENV, "FAULTS_MARK": marker}
-    if kind != "external-stop":
+    if kind not in EXTERNAL:
         env["FUSERC_FAULT"] = f"{args.rank}:{kind}"
     proc = subprocess.Popen(command(launcher, args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     lines: list[tuple[float, str]] = []  # (when, line) of stderr
@@ -173,24 +178,35 @@ def scenario(kind: str, launcher: str, args: argparse.Namespace) -> Outcome:
     ranks = _Ranks(marker, args.n, proc)
     ranks.start()
     struck = None
-    if kind == "external-stop":  # once the rank runs (its record on the job's board says so), stop it
+    if kind in EXTERNAL:  # once the rank runs (its record on the job's board says so), stop it or kill the launcher
         deadline = time.time() + 120
         while time.time() < deadline and proc.poll() is None:
             pid = ranks.pids.get(args.rank)
             records = list(Path(tempfile.gettempdir()).glob(f"fuserc-job-*/rank{args.rank}.json"))
             if pid and any(_running(r, pid) for r in records):
-                os.kill(pid, signal.SIGSTOP)
+                os.kill(proc.pid if kind == "launcher-kill" else pid, signal.SIGKILL if kind == "launcher-kill" else signal.SIGSTOP)
                 struck = time.time()
                 break
             time.sleep(0.05)
+    limit = args.watchdog * 3 + 120
     try:
-        proc.wait(timeout=args.watchdog * 3 + 120)
+        proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         reader.join(timeout=10)
         return Outcome(kind, launcher, float("inf"), float("inf"), -1, [t for _, t in lines], False, ["the job did not end (killed by this script)"])
     end = time.time()
+    if kind == "launcher-kill":  # the launcher is gone at once: the job ends when its ranks do
+        pids = list(ranks.pids.values())
+        while any(alive(p) for p in pids) and time.time() - end < limit:
+            time.sleep(0.02)
+        if any(alive(p) for p in pids):
+            for p in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+            return Outcome(kind, launcher, float("inf"), float("inf"), proc.returncode, [t for _, t in lines], False, ["the ranks outlived their launcher (killed by this script)"])
+        end = time.time()
     reader.join(timeout=10)
     ranks.join(timeout=10)
     end = min(end, ranks.ended or end)
@@ -228,6 +244,8 @@ def judge(kind: str, launcher: str, args: argparse.Namespace, said: float, secon
     others = [q for q in range(args.n) if q != r]
     if kind == "raise":
         named = f"[rank {r}]" in text and "injected failure" in text
+    elif kind == "launcher-kill":
+        named = "error: the job's launcher" in text
     elif kind in HOW:
         named = bool(re.search(rf"error: rank {r} ended: .*{HOW[kind]}", text))
     else:
@@ -240,7 +258,7 @@ def judge(kind: str, launcher: str, args: argparse.Namespace, said: float, secon
         problems.append(f"ended {seconds:.1f} s after the fault (limit {limit:g} s)")
     if code == 0:
         problems.append("exit code 0")
-    if not named and not (kind in HYDRA_KILLS.get(launcher, ())):
+    if not named and not (kind in UNNAMED.get(launcher, ())):
         problems.append(f"rank {r} is not named as it should be")
     blamed = [q for q in others if f"rank {q} did not arrive" in text or f"[rank {q}]" in text or f"rank {q} ended" in text]
     if blamed:

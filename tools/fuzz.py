@@ -28,6 +28,18 @@ without a writer), a directory, a device, a dangling or looping symlink,
 with `-o` to /dev/full, into a missing folder or onto the input: each
 must be read, written or refused in one line (and the input survive).
 
+Two classes exercise the runtime rather than the compiler (`--cache-attacks
+N`, `--launcher-kills N`; `runtime_classes`): attacks on the kernel cache,
+by a second user (uid 65534, through `setpriv`, when run as root) or by
+files planted in it (a cache folder, key or entry of the other user, a
+folder others can write, an entry signed with another key, a FIFO, a link
+to /dev/zero, a dangling link, a folder, an entry over the size bound, a
+lock file that is a FIFO or a link), each followed by a fetch whose loader
+unpickles and by `fuserc cache info`: a planted command that runs, a
+traceback or a hang is a failure; and a job whose launcher (mpiexec or
+torchrun, in turn) is killed with SIGKILL at a random moment of its ranks'
+start or runs: a rank still running 30 s later is a failure (`orphaned`).
+
 Mutant i depends only on (seed, i), so a run is reproducible and a finding
 is replayed with `--only I`. The table at the end counts each class and
 groups tracebacks and timeouts by where they come from (the innermost
@@ -44,8 +56,10 @@ import functools
 import io
 import json
 import os
+import pickle
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -671,7 +685,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--special-files", type=int, default=len(SPECIAL_FILES), metavar="N",
                         help=f"also give N mutants as special files, one kind each in turn ({len(SPECIAL_FILES)} kinds; default: each once)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_runtime_options(parser)
     args = parser.parse_args(argv)
+    if args.cache_attacks or args.launcher_kills:
+        return runtime_classes(args, sys.stdout)
     args.pipeline = args.pipeline or ["default"]
     if args.worker:
         worker(args.pipeline, args.timeout, args.seed)
@@ -713,6 +730,216 @@ def report_special(results: Sequence[Result], out: io.TextIOBase) -> None:
     for r in results:
         if r.cls in FAILING:
             out.write(f"  {r.cls} at {r.where}: {r.detail[:160]} (mutant {r.index})\n")
+
+
+# --------------------------------------------------------------------------
+# The runtime's classes: attacks on the kernel cache, a killed launcher
+# --------------------------------------------------------------------------
+
+OTHER_UID = 65534
+RUNTIME_CLASSES = ("refused", "executed", "traceback", "timeout")
+"""A cache attack: refused (nothing planted was used; the run went on),
+executed (the planted command ran), a traceback, or a hang."""
+KILL_CLASSES = ("ended", "orphaned")
+ATTACKS = ("other-folder", "open-folder", "other-key", "open-key", "unsigned", "fifo", "dev-zero", "dangling",
+           "folder-entry", "huge", "other-entry-link", "fifo-lock", "lock-link")  # fmt: skip
+ORPHAN_AFTER_S = 30.0
+
+FETCH = """
+import os, pickle, sys
+from fuserc.runtime.kernel_cache import KernelCache, kernel_key
+key = kernel_key("region", {"fuzz": 1}, "cpu", {"v": "1"})
+got = KernelCache(sys.argv[1]).fetch(key, lambda: ({"artifact": pickle.dumps("built")}, "built"), lambda s: pickle.loads(s["artifact"]))
+print(got.how, got.value)
+"""
+AS_OTHER = """
+import json, os, sys
+for kind, path, mode, data in json.load(sys.stdin):
+    if kind == "dir":
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, mode)
+    elif kind == "file":
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.write(fd, bytes.fromhex(data))
+        os.close(fd)
+"""
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache-attacks", type=int, default=0, help="attacks on the kernel cache to make (a second uid when root)")
+    parser.add_argument("--launcher-kills", type=int, default=0, help="jobs whose launcher is killed at a random moment")
+
+
+class Evil:
+    """A pickle that runs a command when it is loaded."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _as_other(ops: list[tuple[str, str, int, str | None]]) -> bool:
+    """Do `ops` as the second user; False when this process cannot."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return False
+    cmd = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", sys.executable, "-I", "-c", AS_OTHER]
+    subprocess.run(cmd, input=json.dumps(ops), text=True, check=True, timeout=60)
+    return True
+
+
+def cache_attack(index: int, seed: int, base: Path, timeout: float) -> Result:
+    """Attack `index` of the run seeded `seed`, in a fresh folder under `base`."""
+    from fuserc.runtime.kernel_cache import KernelCache, _encode, kernel_key
+
+    rng = random.Random(f"cache:{seed}:{index}")
+    attack = ATTACKS[index % len(ATTACKS)] if index < len(ATTACKS) else rng.choice(ATTACKS)
+    work = Path(tempfile.mkdtemp(prefix=f"fuzz-cache-{index}-", dir=base))
+    work.chmod(0o1777)
+    root, marker = work / "cache", work / "pwned"
+    key = kernel_key("region", {"fuzz": 1}, "cpu", {"v": "1"})
+    cache = KernelCache(root)
+    entry = cache.entry_path(key)
+    evil = {"artifact": pickle.dumps(Evil(str(marker)))}
+    start = time.perf_counter()
+    try:
+        if attack == "other-folder":  # the other user made the cache folder, its key and a signed entry
+            secret = os.urandom(32)
+            done = _as_other([("dir", str(root), rng.choice([0o700, 0o755, 0o777]), None),
+                              ("dir", str(entry.parent), 0o755, None), ("file", str(root / "key"), 0o600, secret.hex()),
+                              ("file", str(entry), rng.choice([0o600, 0o644]), _encode(key, evil, 0, secret).hex())])  # fmt: skip
+            if not done:
+                return Result(index, "refused", 0.0, attack, "skipped: needs root and setpriv")
+        else:
+            cache.write(key, {"artifact": pickle.dumps("mine")})
+            secret = cache.secret()
+            planted = _encode(key, evil, 0, secret if attack != "unsigned" else os.urandom(32))
+            if attack in ("open-folder", "other-entry-link"):
+                for folder in (root, root / "kernels", entry.parent):
+                    folder.chmod(rng.choice([0o777, 0o770, 0o757]))
+                other = work / "theirs.kernel"
+                if not _as_other([("file", str(other), 0o644, planted.hex())]):
+                    other.write_bytes(planted)
+                entry.unlink()
+                if attack == "open-folder":
+                    os.replace(other, entry)
+                else:
+                    os.symlink(other, entry)
+            elif attack == "other-key":  # the other user's key in a folder others could write
+                root.chmod(0o777)
+                (root / "key").unlink()
+                _as_other([("file", str(root / "key"), 0o600, secret.hex())]) or (root / "key").write_bytes(secret)
+                entry.write_bytes(planted)
+            elif attack == "open-key":
+                (root / "key").chmod(0o644)
+                entry.write_bytes(planted)
+            elif attack == "unsigned":
+                entry.write_bytes(planted)
+            else:
+                entry.unlink()
+                if attack == "fifo":
+                    os.mkfifo(entry)
+                elif attack == "dev-zero":
+                    os.symlink("/dev/zero", entry)
+                elif attack == "dangling":
+                    os.symlink(work / "gone", entry)
+                elif attack == "folder-entry":
+                    entry.mkdir()
+                elif attack == "huge":
+                    with open(entry, "wb") as f:
+                        f.truncate((1 << 30) + 1)
+                elif attack in ("fifo-lock", "lock-link"):
+                    lock = cache.lock_path(key)
+                    lock.unlink(missing_ok=True)
+                    os.mkfifo(lock) if attack == "fifo-lock" else os.symlink("/dev/zero", lock)
+        env = {**os.environ, "FUSERC_CACHE_DIR": str(root), "PYTHONSAFEPATH": "1"}
+        fetched = ""
+        for cmd in ([sys.executable, "-c", FETCH, str(root)], [sys.executable, "-m", "fuserc", "cache", "info"]):
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+            except subprocess.TimeoutExpired:
+                return Result(index, "timeout", time.perf_counter() - start, attack, " ".join(cmd[-3:]))
+            if marker.exists():
+                return Result(index, "executed", time.perf_counter() - start, attack, "the planted command ran")
+            if "Traceback" in out.stderr or out.returncode not in (0, 1):
+                last = out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]
+                return Result(index, "traceback", time.perf_counter() - start, attack, last[0])
+            fetched = fetched or f"fetch: {out.stdout.strip()}; " + (out.stderr.strip().splitlines() or [""])[-1]
+        return Result(index, "refused", time.perf_counter() - start, attack, fetched)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def launcher_kill(index: int, seed: int) -> Result:
+    """Job `index`: `fuserc run` on 2 ranks under mpiexec or torchrun (in
+    turn), its launcher killed (SIGKILL) a random time after its ranks
+    started (0 to 10 s: their imports, the bootstrap, the runs): `ended` when
+    every rank is gone within `ORPHAN_AFTER_S`, with the seconds it took."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import faults  # noqa: PLC0415 - a sibling tool
+
+    from fuserc.runtime.peers import alive
+
+    rng = random.Random(f"launcher:{seed}:{index}")
+    launcher = ("torchrun", "mpiexec")[index % 2]
+    args = faults.options(["-n", "2", "--watchdog", "600"])
+    if launcher == "mpiexec" and args.mpiexec is None:
+        launcher = "torchrun"
+    marker = f"fuzz-{seed}-{index}-{os.getpid()}"
+    env = {**os.environ, **faults.MPI_ENV, "FAULTS_MARK": marker}
+    proc = subprocess.Popen(faults.command(launcher, args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    started = time.time()
+    ranks: dict[int, int] = {}
+    while len(ranks) < 2 and time.time() - started < 120 and proc.poll() is None:
+        ranks = faults._ranks_of(marker)
+        time.sleep(0.02)
+    delay = rng.uniform(0.0, 10.0)  # from the ranks' start: their imports, the bootstrap, the runs
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    killed = time.time()
+    proc.wait()
+    ranks.update(faults._ranks_of(marker))
+    while any(alive(p) for p in ranks.values()) and time.time() - killed < ORPHAN_AFTER_S:
+        time.sleep(0.05)
+    seconds = time.time() - killed
+    left = [r for r, p in ranks.items() if alive(p)]
+    for r in left:
+        with contextlib.suppress(OSError):
+            os.kill(ranks[r], signal.SIGKILL)
+    what = f"{launcher}, killed {delay:.1f} s after its ranks started"
+    if left:
+        return Result(index, "orphaned", seconds, what, f"ranks {left} still ran {ORPHAN_AFTER_S:g} s later")
+    return Result(index, "ended", seconds, what, f"{len(ranks)} ranks seen")
+
+
+def runtime_classes(args: argparse.Namespace, out: io.TextIOBase) -> int:
+    """The cache attacks and launcher kills asked for; their table; 1 when
+    any failed (a planted command ran, a traceback, a hang, an orphan)."""
+    failed = 0
+    if args.cache_attacks:
+        results = [cache_attack(i, args.seed, Path(tempfile.gettempdir()), args.timeout) for i in range(args.cache_attacks)]
+        counts = collections.Counter(r.cls for r in results)
+        second = "a second uid" if os.geteuid() == 0 and shutil.which("setpriv") else "no second uid (not root)"
+        out.write(f"cache attacks: {len(results)} ({second}); " + ", ".join(f"{c} {counts.get(c, 0)}" for c in RUNTIME_CLASSES) + "\n")
+        for attack in ATTACKS:
+            mine = [r for r in results if r.where == attack]
+            if mine:
+                out.write(f"  {attack:<18}{len(mine):>3}  {collections.Counter(r.cls for r in mine).most_common(1)[0][0]:<10}{mine[0].detail[:100]}\n")
+        bad = [r for r in results if r.cls != "refused"]
+        for r in bad:
+            out.write(f"  FAILED attack {r.index} ({r.where}): {r.cls}: {r.detail[:160]}\n")
+        failed += len(bad)
+    if args.launcher_kills:
+        results = [launcher_kill(i, args.seed) for i in range(args.launcher_kills)]
+        counts = collections.Counter(r.cls for r in results)
+        ended = [r.seconds for r in results if r.cls == "ended"]
+        slowest = f" (ranks gone {min(ended):.1f} to {max(ended):.1f} s after the kill)" if ended else ""
+        out.write(f"launcher kills: {len(results)}; " + ", ".join(f"{c} {counts.get(c, 0)}" for c in KILL_CLASSES) + slowest + "\n")
+        for r in results:
+            out.write(f"  {r.index}: {r.where}: {r.cls} after {r.seconds:.1f} s ({r.detail})\n")
+        failed += counts.get("orphaned", 0)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

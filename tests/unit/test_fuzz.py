@@ -152,3 +152,21 @@ def test_special_files_are_read_written_or_refused(tmp_path: Path) -> None:
     assert results["fifo with a writer"].cls == "ok" and results["output onto the input"].cls == "ok"
     assert "nothing was written to it for 0.5 s" in results["fifo without a writer"].detail
     assert "No space left on device" in results["output to a full device"].detail
+
+
+def test_runtime_classes() -> None:
+    """Each attack on the kernel cache once (by a second uid when the tests
+    run as root: a planted folder, key or entry, a folder others can write,
+    an unsigned entry, special files as entries and locks) and one job whose
+    launcher is killed: nothing planted runs, no traceback, no hang, no rank
+    left running."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--cache-attacks", str(len(fuzz.ATTACKS)), "--launcher-kills", "1", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"cache attacks: {len(fuzz.ATTACKS)} " in proc.stdout and f"refused {len(fuzz.ATTACKS)}," in proc.stdout
+    assert "launcher kills: 1; ended 1, orphaned 0" in proc.stdout

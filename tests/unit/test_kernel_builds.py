@@ -296,9 +296,7 @@ def built(cache_dir: Path) -> Any:
 def _builders(root: Path) -> set[int]:
     pids = set()
     for path in KernelCache(root).entries():
-        with path.open("rb") as f:
-            f.readline()
-            pids.add(int(json.loads(f.readline())["builder"].split(":")[1]))
+        pids.add(int(KernelCache.header(path)["builder"].split(":")[1]))
     return pids
 
 

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
+import shutil
+import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -211,3 +219,240 @@ def test_inductor_compiles_in_process_while_fuserc_builds_and_loads(tmp_path: Pa
     with KernelCache(tmp_path).working_dirs():
         pass
     assert THREADS_ENV not in os.environ
+
+
+# ---- a cache private to its user -------------------------------------------------------
+
+OTHER_UID = 65534
+"""The second user of the tests that need one (nobody)."""
+ATTACKER = """
+import json, os, sys
+for path, mode, data in json.load(sys.stdin):
+    if data is None:
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, mode)
+    else:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.write(fd, bytes.fromhex(data))
+        os.close(fd)
+"""
+"""What the other user does: make folders and write files (path, mode, hex
+bytes or None for a folder), in a process of its own uid."""
+
+
+def as_other_user(ops: list[tuple[str, int, bytes | None]]) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as a second user")
+    payload = json.dumps([(p, m, None if d is None else d.hex()) for p, m, d in ops])
+    cmd = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", sys.executable, "-I", "-c", ATTACKER]
+    subprocess.run(cmd, input=payload, text=True, check=True, timeout=60)
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder both users can write in (as /tmp is)."""
+    folder = Path(tempfile.mkdtemp(prefix="fuserc-test-", dir="/tmp"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+class Evil:
+    """A pickle that runs a command when it is loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def planted_entry(key: Any, marker: Path, secret: bytes) -> bytes:
+    """An entry whose artifact runs a command when unpickled, well formed
+    and signed with `secret`."""
+    from fuserc.runtime.kernel_cache import _encode
+
+    return _encode(key, {"artifact": pickle.dumps(Evil(marker))}, 0.0, secret)
+
+
+def fetch_unpickling(cache: KernelCache, key: Any) -> Any:
+    """Fetch as a region's kernel is (its loader unpickles the artifact)."""
+    return cache.fetch(key, lambda: ({"artifact": pickle.dumps("built here")}, "built here"), lambda s: pickle.loads(s["artifact"]))
+
+
+def test_a_cache_folder_planted_by_another_user_is_never_used(shared_tmp: Path, tmp_path: Path) -> None:
+    """Another user makes the cache folder, its key file and an entry whose
+    pickle runs a command: the entry is never unpickled (the command never
+    runs), the folder is not used (nothing written there), and the note says
+    why, once per process."""
+    root = shared_tmp / "cache"
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    marker = shared_tmp / "pwned"
+    secret = b"s" * 32
+    cache = KernelCache(root)
+    entry = cache.entry_path(key)
+    as_other_user([
+        (str(root), 0o755, None), (str(root / "kernels"), 0o755, None), (str(entry.parent), 0o755, None),
+        (str(root / "key"), 0o600, secret), (str(entry), 0o644, planted_entry(key, marker, secret)),
+    ])  # fmt: skip
+    for _ in range(2):
+        got = fetch_unpickling(cache, key)
+        assert (got.value, got.how) == ("built here", "built")
+        assert "is not used" in got.note and f"owned by uid {OTHER_UID}" in got.note and "FUSERC_CACHE_DIR" in got.note
+    assert not marker.exists()
+    assert sorted(p.name for p in root.iterdir()) == ["kernels", "key"]  # nothing of this user's
+    with KernelCache(root).working_dirs():  # the compilers' caches (pickles too) go elsewhere
+        assert not os.environ["TORCHINDUCTOR_CACHE_DIR"].startswith(str(root))
+    out = CliRunner().invoke(main, ["cache", "info"], env={"FUSERC_CACHE_DIR": str(root)})
+    assert out.exit_code == 0 and f"not used: the cache folder {root} is owned by uid {OTHER_UID}" in out.output, out.output
+    out = CliRunner().invoke(main, ["cache", "clear"], env={"FUSERC_CACHE_DIR": str(root)})
+    assert out.exit_code == 1 and "cannot clear" in out.output and entry.exists()
+
+
+def test_a_folder_others_can_write_is_not_used_until_cleared(shared_tmp: Path) -> None:
+    """The user's own cache, made writable by all (a umask of 0): another
+    user plants an entry (it cannot sign it: the key is 0600). The folder is
+    not used; `fuserc cache clear` empties it and makes it private."""
+    root = shared_tmp / "mine"
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    cache = KernelCache(root)
+    cache.write(key, {"artifact": pickle.dumps("mine")})
+    for folder in (root, root / "kernels", cache.entry_path(key).parent):
+        folder.chmod(0o777)
+    marker = shared_tmp / "pwned"
+    from fuserc.runtime import kernel_cache
+
+    kernel_cache._TRUST.clear()
+    as_other_user([(str(cache.entry_path(key)) + ".new", 0o644, planted_entry(key, marker, b"x" * 32))])
+    os.replace(str(cache.entry_path(key)) + ".new", cache.entry_path(key))
+    got = fetch_unpickling(cache, key)
+    assert got.how == "built" and "writable by its group or others (mode 0777)" in got.note and "fuserc cache clear" in got.note
+    assert not marker.exists()
+    out = CliRunner().invoke(main, ["cache", "clear"], env={"FUSERC_CACHE_DIR": str(root)})
+    assert out.exit_code == 0, out.output
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and cache.untrusted() is None
+    got = fetch_unpickling(cache, key)
+    assert (got.how, got.note) == ("built", "")
+    assert fetch_unpickling(cache, key).how == "loaded"
+
+
+def test_an_entry_signed_with_another_key_is_not_loaded(tmp_path: Path) -> None:
+    """An entry in the user's own private folder that its key did not sign
+    (copied from another cache, or written by a process that knew another
+    key) is rebuilt, never unpickled."""
+    mine, theirs = KernelCache(tmp_path / "mine"), KernelCache(tmp_path / "theirs")
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    marker = tmp_path / "pwned"
+    theirs.write(key, {"artifact": pickle.dumps(Evil(marker))})
+    assert theirs.secret() != mine.secret()
+    mine.entry_path(key).parent.mkdir(parents=True, mode=0o700)
+    shutil.copy(theirs.entry_path(key), mine.entry_path(key))
+    with pytest.raises(Unusable, match="not signed with this cache's key"):
+        mine.read(key)
+    got = fetch_unpickling(mine, key)
+    assert (got.value, got.how) == ("built here", "rebuilt") and "not signed" in got.note
+    assert not marker.exists()
+
+
+def test_folders_and_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    cache = KernelCache(tmp_path / "a" / "cache")
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    old = os.umask(0)
+    try:
+        cache.write(key, {"a": b"1"})
+        lock = cache.key_lock(key)
+        assert lock.acquire(wait=False)
+        lock.release()
+    finally:
+        os.umask(old)
+    root = tmp_path / "a" / "cache"
+    for folder in (tmp_path / "a", root, root / "kernels", cache.entry_path(key).parent, root / "locks"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    for file in (root / "key", cache.entry_path(key), cache.lock_path(key)):
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    assert cache.read(key) == {"a": b"1"}
+    cache.entry_path(key).chmod(0o666)
+    with pytest.raises(Unusable, match="writable by its group or others"):
+        cache.read(key)
+
+
+def test_special_files_planted_as_entries_are_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO (opening it to read would wait for a writer forever), a link
+    to /dev/zero (endless) and a dangling link, each as an entry: reading
+    refuses them without blocking, a fetch rebuilds them, and `fuserc cache
+    info` counts them as unusable."""
+    root = tmp_path / "c"
+    cache = KernelCache(root)
+    keys = [kernel_key("region", {"i": i}, DEVICE, VERSIONS) for i in range(3)]
+    cache.write(keys[0], {"a": b"1"})
+    for key in keys:
+        cache.entry_path(key).parent.mkdir(parents=True, exist_ok=True)
+        cache.entry_path(key).unlink(missing_ok=True)
+    os.mkfifo(cache.entry_path(keys[0]))
+    os.symlink("/dev/zero", cache.entry_path(keys[1]))
+    os.symlink(tmp_path / "gone", cache.entry_path(keys[2]))
+    signal.alarm(30)  # a read that blocks fails the test instead of hanging it
+    try:
+        for key, why in zip(keys, ("not a regular file (a named pipe)", "symbolic link", "symbolic link")):
+            with pytest.raises(Unusable, match=re.escape(why)):
+                cache.read(key)
+            got = cache.fetch(key, lambda: ({"a": b"2"}, 2), lambda s: int(s["a"]))
+            assert got.how == "rebuilt" and why in got.note
+    finally:
+        signal.alarm(0)
+    for key in keys:  # planted again: `fuserc cache info` must not hang
+        cache.entry_path(key).unlink()
+    os.mkfifo(cache.entry_path(keys[0]))
+    os.symlink("/dev/zero", cache.entry_path(keys[1]))
+    os.symlink(tmp_path / "gone", cache.entry_path(keys[2]))
+    out = subprocess.run([sys.executable, "-m", "fuserc", "cache", "info"], env={**os.environ, "FUSERC_CACHE_DIR": str(root)},
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "kernels: 0" in out.stdout and "unreadable entries: 3" in out.stdout, out.stdout
+
+
+def test_an_entry_over_the_size_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fuserc.runtime import kernel_cache
+
+    cache = KernelCache(tmp_path)
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    cache.write(key, {"a": b"x" * 4096})
+    monkeypatch.setattr(kernel_cache, "MAX_ENTRY_BYTES", 1024)
+    monkeypatch.setattr(kernel_cache.read_private, "__defaults__", (1024, None))
+    with pytest.raises(Unusable, match="too large"):
+        cache.read(key)
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, f"{os.getpid()} builder-host region abc123\\n".encode(), 0)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_wait_for_a_lock_is_bounded_and_says_what_it_waits_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another process of the user holds a key's lock and never lets go: the
+    waiter names it (pid, host, kernel, lock file) and builds the kernel
+    itself once the bound has passed."""
+    from fuserc.runtime import kernel_cache
+
+    cache = KernelCache(tmp_path)
+    key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
+    cache.key_lock(key).release()  # the lock file exists
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache.lock_path(key))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(kernel_cache, "LOCK_NOTE_S", 0.1)
+        monkeypatch.setattr(kernel_cache, "LOCK_WAIT_S", 0.5)
+        got = cache.fetch(key, lambda: ({"a": b"7"}, 7), lambda s: int(s["a"]))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (got.value, got.how) == (7, "built")
+    err = capsys.readouterr().err
+    lock = cache.lock_path(key)
+    assert f"fuserc: waiting for the build of region abc123 by process {holder.pid} on builder-host (lock {lock})" in err, err
+    assert "gave up waiting" in err and "building the kernel here" in err

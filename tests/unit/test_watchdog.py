@@ -91,7 +91,7 @@ def test_stragglers_waiting_for_a_stopped_rank_are_not_named() -> None:
         3: _rec(3, 8, "timing run 1", {AG: 1}, TEAMS),
     }
     verdict = wd.stragglers(records, 4, 1000.0, 2.0)
-    assert verdict.lines == ["rank 1 did not arrive: no heartbeat for 9.0 s (stopped, or stuck outside Python); still at run 1 of @main, the others are at timing run 1"]
+    assert verdict.lines == ["rank 1 did not arrive: no heartbeat for 9.0 s (stopped, or stuck outside Python); last recorded at run 1 of @main, the others are at timing run 1"]
     assert verdict.waiting == [0, 2, 3] and verdict.stopped == [1]
     records[0] = _rec(0, 6, "timing run 1", {AG: 1}, TEAMS)  # behind the stopped rank too: it holds the job up as well
     assert wd.stragglers(records, 4, 1000.0, 2.0).lines[0].startswith("rank 0 did not arrive: still at timing run 1")
@@ -183,6 +183,56 @@ def _until_ended(dog: wd.Watchdog, ended: list[int], section: str | None = "run 
         while not ended and time.monotonic() < deadline:
             time.sleep(0.05)
     dog.stop()
+
+
+@pytest.fixture
+def quick_beats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeats every 50 ms and a stall of 2 s (the least `stale_s`), for
+    a watchdog whose timeout stays the default."""
+    monkeypatch.setattr(wd.Watchdog, "interval", property(lambda self: 0.05))
+    monkeypatch.setattr(wd, "STALL_S", 0.5)
+
+
+def test_a_stopped_peer_ends_the_job_long_before_the_timeout(tmp_path: Path, quick_beats: None) -> None:
+    """Under the default timeout (600 s) a rank whose heartbeat stopped ends
+    the job once the section and the silence have lasted `stall_s`."""
+    ended: list[int] = []
+    out = io.StringIO()
+    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, wd.Board(tmp_path, 0), end_job=ended.append, out=out)
+    assert dog.stall_s == 2.0
+    wd.Board(tmp_path, 1).write(_rec(1, 0, "starting", {}, {}) | {"time": time.time() - 30})
+    start = time.monotonic()
+    _until_ended(dog, ended)
+    assert ended == [1] and time.monotonic() - start < 10
+    text = out.getvalue()
+    assert text.startswith("error: watchdog: run 1 of @main waits for a rank whose heartbeat stopped 2 s ago"), text
+    assert "rank 1 did not arrive: no heartbeat for" in text
+
+
+def test_long_work_with_a_heartbeat_is_not_cut(tmp_path: Path, quick_beats: None) -> None:
+    """A peer in a long kernel or collective keeps its heartbeat (its thread
+    runs): a section lasting past `stall_s` does not end the job."""
+    ended: list[int] = []
+    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, wd.Board(tmp_path, 0), end_job=ended.append, out=io.StringIO())
+    peer = wd.Board(tmp_path, 1)
+    dog.start()
+    with dog.section("run 1 of @main"):
+        end = time.monotonic() + 3.5
+        while time.monotonic() < end:
+            peer.write(_rec(1, 1, "run 1 of @main", {}, {}) | {"time": time.time()})
+            time.sleep(0.05)
+    dog.stop()
+    assert ended == []
+
+
+def test_a_rank_whose_launcher_died_says_so_once_and_ends(tmp_path: Path) -> None:
+    out = io.StringIO()
+    dog = wd.Watchdog(1, 2, 5.0, wd.Board(tmp_path, 1), out=out, launcher_pid=os.getppid())
+    assert not dog.orphaned()
+    dog.launcher_pid = os.getppid() + 1_000_000  # no longer the parent: it died, this rank was adopted
+    other = wd.Watchdog(0, 2, 5.0, wd.Board(tmp_path, 0), out=out, launcher_pid=dog.launcher_pid)
+    assert dog.orphaned() and other.orphaned()
+    assert out.getvalue() == f"error: the job's launcher (process {dog.launcher_pid}) ended: its ranks end too (rank 1 at starting)\n"
 
 
 def test_no_expiry_within_time_or_when_off() -> None:
