@@ -321,6 +321,18 @@ def _alltoall(pl: Planner, op: hir.AlltoallOp) -> Run:
     return run
 
 
+@prepares(hir.AlltoallvOp)
+def _alltoallv(pl: Planner, op: hir.AlltoallvOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+    send, recv = pl.slot(op.send_counts), pl.slot(op.recv_counts)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        env[token] = b.alltoallv(env[inp], env[send], env[out], env[recv], team)
+
+    return run
+
+
 @prepares(hir.SendOp)
 def _send(pl: Planner, op: hir.SendOp) -> Run:
     token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
