@@ -467,15 +467,17 @@ def alltoallv_offsets(
 ) -> tuple[list[int], list[int]]:
     """The first row sent to, and received from, each team position of a
     hir.alltoallv, after checking its counts against its buffers' rows."""
+    from fuserc.diagnostics import Diagnostic
+
     if any(c < 0 for c in send):
-        raise RuntimeError(f"hir.alltoallv: negative send counts {list(send)} on rank {rank}")
+        raise Diagnostic(f"hir.alltoallv: negative send counts {list(send)} on rank {rank}")
     if sum(send) > in_rows:
-        raise RuntimeError(
+        raise Diagnostic(
             f"hir.alltoallv: send counts {list(send)} on rank {rank} add up to {sum(send)} rows, "
             f"more than the input's {in_rows}"
         )
     if sum(recv) > out_rows:
-        raise RuntimeError(
+        raise Diagnostic(
             f"hir.alltoallv: rank {rank} receives {sum(recv)} rows (counts {list(recv)}), more than the "
             f"output's bound of {out_rows} rows"
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
 from fuserc.runtime.cpu import CpuBackend
 from fuserc.runtime.evaluator import Program
@@ -46,5 +47,6 @@ def test_rows_to_self(prog: Program) -> None:
     ],
 )
 def test_counts_that_do_not_fit(prog: Program, count: int, why: str) -> None:
-    with pytest.raises(RuntimeError, match=why):
+    with pytest.raises(Diagnostic, match=why) as e:
         prog.run([torch.zeros(5, 2), torch.tensor([count])])
+    assert e.value.render().startswith("alltoallv.mlir:5:3: error: hir.alltoallv: ")
