@@ -1,15 +1,18 @@
 """`hir.alltoallv` in-process on one rank (a team of one): the rows kept,
 the counts received, and the run-time diagnostics of counts that do not
-fit the buffers (multi-rank exchanges: tests/e2e/test_alltoallv.py)."""
+fit the buffers (multi-rank exchanges: tests/e2e/test_alltoallv.py). On
+the backend $FUSERC_TEST_BACKEND names (cpu by default; cuda on a GPU)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
-from fuserc.runtime.cpu import CpuBackend
+from fuserc.runtime.backend import make_backend
 from fuserc.runtime.evaluator import Program
 from fuserc.runtime.mpi_env import mpi_env
 
@@ -26,7 +29,7 @@ func.func @main(%x: tensor<5x2xf32>, %sc: tensor<1xi64>) -> (tensor<4x2xf32>, te
 
 @pytest.fixture
 def prog():
-    p = Program.load(parse(TEXT, "alltoallv.mlir"), "main", CpuBackend(mpi_env()))
+    p = Program.load(parse(TEXT, "alltoallv.mlir"), "main", make_backend(os.environ.get("FUSERC_TEST_BACKEND", "cpu"), mpi_env()))
     yield p
     p.close()
 
