@@ -13,6 +13,7 @@ from fuserc.dialects.hir_comm import (  # noqa: F401
     AllgatherOp,
     AllreduceOp,
     AlltoallOp,
+    AlltoallvOp,
     BarrierOp,
     BroadcastOp,
     CommunicationOp,
@@ -142,7 +143,7 @@ def set_global_type(func_op: FuncOp, i: int, t: TensorType, result: bool = False
 
 COMMUNICATION_OPS: tuple[type[CommunicationOp], ...] = (
     AllgatherOp, BroadcastOp, ScatterOp, GatherOp, ReduceOp,
-    AllreduceOp, ReduceScatterOp, AlltoallOp, SendOp, RecvOp, BarrierOp,
+    AllreduceOp, ReduceScatterOp, AlltoallOp, AlltoallvOp, SendOp, RecvOp, BarrierOp,
 )  # fmt: skip
 """Team communications: each has `team`, `backend` and returns a token."""
 

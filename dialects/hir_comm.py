@@ -338,6 +338,61 @@ class AlltoallOp(CommunicationOp):
 
 
 @irdl_op_definition
+class AlltoallvOp(CommunicationOp):
+    """An all-to-all with uneven splits known only at run time (expert
+    parallelism's dispatch and combine). `%in`'s rows (dim 0) are sorted by
+    destination: the first `%send_counts[0]` go to position 0, the next
+    `%send_counts[1]` to position 1, ... (their sum at most `%in`'s rows; the
+    rest is not sent). The counts are exchanged first; `%recv_counts[j]` is
+    then the rows position j sent here, and `%out` holds them packed in team
+    order from row 0 (rows past their sum keep their values). `%out`'s rows
+    are an upper bound: more rows received is a run-time error."""
+
+    name = "hir.alltoallv"
+    input = operand_def(_TENSOR)
+    send_counts = operand_def(_TENSOR)
+    output = operand_def(_TENSOR)
+    recv_counts = operand_def(_TENSOR)
+
+    assembly_format = "$input `,` $send_counts `,` $output `,` $recv_counts " + _TEAM_BACKEND
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        send_counts: SSAValue | Operation,
+        output: SSAValue | Operation,
+        recv_counts: SSAValue | Operation,
+        team: Sequence[int],
+        backend: str,
+    ):
+        super().__init__(
+            operands=[input, send_counts, output, recv_counts],
+            properties=self._props(team, backend),
+            result_types=[TokenType()],
+        )
+
+    def verify_team_op(self) -> None:
+        _check_choice(self.backend, BACKENDS, "backend")
+        _same_elements([self.input, self.output])
+        n = len(self.team)
+        for what, counts in (("send_counts", self.send_counts), ("recv_counts", self.recv_counts)):
+            t = counts.type
+            assert isinstance(t, TensorType)
+            if t.element_type != i64 or shape_of(counts) != (n,):
+                raise VerifyException(f"{what} must be tensor<{n}xi64> (rows per team position), got {t}")
+        a, b = _check_rank_ge1(self.input, "input"), _check_rank_ge1(self.output, "output")
+        if a[1:] != b[1:]:
+            raise VerifyException(
+                f"input shape {list(a)} and output shape {list(b)} must agree past dim 0 (rows of one shape)"
+            )
+
+    def communicated(self) -> SSAValue | None:
+        """The larger of the data buffers: the rows sent or the bound on
+        those received (counts are data-dependent, so traffic is bounded)."""
+        return max((self.input, self.output), key=lambda v: math.prod(shape_of(v)))
+
+
+@irdl_op_definition
 class SendOp(CommunicationOp):
     """`%buf` to the member at team position `%peer`."""
 

@@ -114,6 +114,8 @@ class Line:
     def bytes_text(self) -> str:
         if isinstance(self.op, hir.SendOp):
             return f"({_int(self.each * self.runs)})"
+        if isinstance(self.op, hir.AlltoallvOp):  # sized by counts known at run time
+            return f"<={_int(self.nbytes)}"
         return _int(self.nbytes)
 
     def as_dict(self) -> dict[str, Any]:

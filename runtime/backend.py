@@ -21,6 +21,7 @@ Conventions shared by every backend:
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
@@ -239,6 +240,12 @@ class Backend(ABC):
     def alltoall(self, inp: Array, out: Array, team: Team) -> Work: ...
 
     @abstractmethod
+    def alltoallv(self, inp: Array, send_counts: Array, out: Array, recv_counts: Array, team: Team) -> Work:
+        """hir.alltoallv: the counts are exchanged first (the host reads
+        them: the exchange of rows is sized by them), written into
+        `recv_counts`, then the rows move (`alltoallv_offsets`)."""
+
+    @abstractmethod
     def send(self, buf: Array, peer: int, team: Team) -> Work: ...
 
     @abstractmethod
@@ -453,3 +460,25 @@ def cuda_unavailable() -> str | None:
             return f"a module it needs is missing ({e.name})"
         return "this version of fuserc has no cuda backend"
     return cuda.unavailable_reason()
+
+
+def alltoallv_offsets(
+    send: Sequence[int], recv: Sequence[int], in_rows: int, out_rows: int, rank: int
+) -> tuple[list[int], list[int]]:
+    """The first row sent to, and received from, each team position of a
+    hir.alltoallv, after checking its counts against its buffers' rows."""
+    from fuserc.diagnostics import Diagnostic
+
+    if any(c < 0 for c in send):
+        raise Diagnostic(f"hir.alltoallv: negative send counts {list(send)} on rank {rank}")
+    if sum(send) > in_rows:
+        raise Diagnostic(
+            f"hir.alltoallv: send counts {list(send)} on rank {rank} add up to {sum(send)} rows, "
+            f"more than the input's {in_rows}"
+        )
+    if sum(recv) > out_rows:
+        raise Diagnostic(
+            f"hir.alltoallv: rank {rank} receives {sum(recv)} rows (counts {list(recv)}), more than the "
+            f"output's bound of {out_rows} rows"
+        )
+    return list(itertools.accumulate(send, initial=0))[:-1], list(itertools.accumulate(recv, initial=0))[:-1]

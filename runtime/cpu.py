@@ -24,6 +24,7 @@ runs here keeps within a node what must, and moves the rest by send/recv.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from xdsl.ir import Block, SSAValue
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
-from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work
+from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work, alltoallv_offsets
 from fuserc.runtime.mpi_env import NO_WINDOWS, MpiEnv
 from fuserc.runtime.spans import overlaps, same_view, span
 
@@ -323,6 +324,33 @@ class CpuBackend(Backend):
         work = self._start([inp], [out])
         src = self._readable(inp, work, copy=_aliased(inp, out))
         work.requests.append(self._comm(team).Ialltoall(_words(src), _words(self._writable(out, work))))
+        return work
+
+    def alltoallv(
+        self, inp: torch.Tensor, send_counts: torch.Tensor, out: torch.Tensor, recv_counts: torch.Tensor, team: Team
+    ) -> Work:
+        comm = self._comm(team)
+        self._order(reads=[send_counts], writes=[recv_counts])
+        send = [int(c) for c in send_counts.tolist()]
+        got = np.zeros(len(team), np.int64)
+        comm.Alltoall(np.asarray(send, np.int64), got)  # the counts first: they size the exchange of rows
+        recv_counts.copy_(torch.from_numpy(got))
+        recv = got.tolist()
+        sdispl, rdispl = alltoallv_offsets(send, recv, inp.shape[0], out.shape[0], self.rank)
+        work = self._start([inp], [out])
+        src = self._readable(inp, work, copy=_aliased(inp, out))
+        if out.is_contiguous():
+            dst = out
+        else:  # staged with its values: rows past those received keep theirs
+            dst = out.clone(memory_format=torch.contiguous_format)
+            work.finalize.append(lambda: out.copy_(dst))
+        work.keep.append(dst)
+        row = math.prod(inp.shape[1:])  # elements (words) per row
+
+        def spec(t: torch.Tensor, counts: list[int], displs: list[int]) -> list[Any]:
+            return [_words(t), ([c * row for c in counts], [d * row for d in displs])]
+
+        work.requests.append(comm.Ialltoallv(spec(src, send, sdispl), spec(dst, recv, rdispl)))
         return work
 
     def send(self, buf: torch.Tensor, peer: int, team: Team) -> Work:

@@ -29,6 +29,7 @@ run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -40,7 +41,7 @@ from xdsl.ir import Block
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
-from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work
+from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work, alltoallv_offsets
 from fuserc.runtime.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
@@ -579,6 +580,34 @@ class CudaBackend(Backend):
         event = self.comms.exchange(sends, recvs, team, self._current.cupy)
         self._unstage(dst, out)
         return self._work(event, src, dst)
+
+    def alltoallv(
+        self, inp: torch.Tensor, send_counts: torch.Tensor, out: torch.Tensor, recv_counts: torch.Tensor, team: Team
+    ) -> Work:
+        """The counts by one NCCL group of 8-byte sends, read on the host (a
+        wait for the device: no graph repeats it), then the rows by another."""
+        self._begin()
+        size, pos = len(team), self._position(team)
+        sc = send_counts.to(device=out.device, dtype=torch.int64).contiguous()
+        rc = torch.empty(size, dtype=torch.int64, device=out.device)
+        self._memcpy(rc.data_ptr() + pos * 8, sc.data_ptr() + pos * 8, 8)
+        peers = [p for p in range(size) if p != pos]
+        sends = [(p, sc.data_ptr() + p * 8, 8) for p in peers]
+        recvs = [(p, rc.data_ptr() + p * 8, 8) for p in peers]
+        self.comms.exchange(sends, recvs, team, self._current.cupy).synchronize()
+        self._block("a hir.alltoallv, whose counts the host reads every run")
+        send, recv = sc.cpu().tolist(), rc.cpu().tolist()
+        recv_counts.copy_(rc)
+        sdispl, rdispl = alltoallv_offsets(send, recv, inp.shape[0], out.shape[0], self.rank)
+        dst = out if out.is_contiguous() else out.clone(memory_format=torch.contiguous_format)
+        src = self._staged_in(inp, dst)
+        row = math.prod(src.shape[1:]) * src.element_size()  # bytes per row
+        self._memcpy(dst.data_ptr() + rdispl[pos] * row, src.data_ptr() + sdispl[pos] * row, send[pos] * row)
+        sends = [(p, src.data_ptr() + sdispl[p] * row, send[p] * row) for p in peers if send[p]]
+        recvs = [(p, dst.data_ptr() + rdispl[p] * row, recv[p] * row) for p in peers if recv[p]]
+        event = self.comms.exchange(sends, recvs, team, self._current.cupy)
+        self._unstage(dst, out)
+        return self._work(event, src, dst, sc, rc)
 
     def send(self, buf: torch.Tensor, peer: int, team: Team) -> Work:
         self._activate(self._current)

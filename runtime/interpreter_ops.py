@@ -11,7 +11,7 @@ from typing import Any
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
-from fuserc.diagnostics import error_at
+from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
 from fuserc.dialects.interfaces import torch_dtype
 from fuserc.runtime.backend import reduce_op_name
@@ -317,6 +317,21 @@ def _alltoall(pl: Planner, op: hir.AlltoallOp) -> Run:
     def run(it: Interpreter) -> None:
         env = it.env
         env[token] = b.alltoall(env[inp], env[out], team)
+
+    return run
+
+
+@prepares(hir.AlltoallvOp)
+def _alltoallv(pl: Planner, op: hir.AlltoallvOp) -> Run:
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+    send, recv = pl.slot(op.send_counts), pl.slot(op.recv_counts)
+
+    def run(it: Interpreter) -> None:
+        env = it.env
+        try:
+            env[token] = b.alltoallv(env[inp], env[send], env[out], env[recv], team)
+        except Diagnostic as e:  # counts that do not fit: said at the op
+            raise (error_at(op, e.message) if e.loc is None else e) from None
 
     return run
 

@@ -673,7 +673,7 @@ class LayoutBackend(Backend):
     def _work(self, *_: Any) -> Work:
         return Work()
 
-    allgather = broadcast = scatter = gather = reduce = allreduce = reduce_scatter = alltoall = send = recv = _work  # type: ignore[assignment]
+    allgather = broadcast = scatter = gather = reduce = allreduce = reduce_scatter = alltoall = alltoallv = send = recv = _work  # type: ignore[assignment]
     put = get = team_barrier = put_block = get_block = _work  # type: ignore[assignment]
 
     def wait(self, work: Work) -> None:

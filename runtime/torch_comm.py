@@ -226,6 +226,32 @@ class TorchComm:
         works = dist.batch_isend_irecv(ops) if ops else []
         return _Req(None, lambda: [w.wait() for w in works])
 
+    def Alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
+        self.Ialltoall(send, recv).Wait()
+
+    def Ialltoallv(self, send: list[Any], recv: list[Any]) -> _Req:
+        """mpi4py's `[buffer, (counts, displacements)]` in elements of the
+        buffers' dtype; pairwise sends and receives of the non-empty blocks."""
+        import torch.distributed as dist
+
+        (sbuf, (scounts, sdispl)), (rbuf, (rcounts, rdispl)) = send, recv
+        size = sbuf.itemsize
+        src, dst = _b(sbuf), _b(rbuf)
+
+        def block(t: torch.Tensor, d: int, c: int) -> torch.Tensor:
+            return t[d * size : (d + c) * size]
+
+        me = self._rank
+        block(dst, rdispl[me], rcounts[me]).copy_(block(src, sdispl[me], scounts[me]))
+        ops = []
+        for r in range(len(self.ranks)):
+            if r != me and scounts[r]:
+                ops.append(dist.P2POp(dist.isend, block(src, sdispl[r], scounts[r]), self._g(r), group=self.group))
+            if r != me and rcounts[r]:
+                ops.append(dist.P2POp(dist.irecv, block(dst, rdispl[r], rcounts[r]), self._g(r), group=self.group))
+        works = dist.batch_isend_irecv(ops) if ops else []
+        return _Req(None, lambda: [w.wait() for w in works])
+
     # ---- teams --------------------------------------------------------------
     def team(self, team: Sequence[int]) -> TorchComm | None:
         """A communicator of `team` (world ranks); None on non-members.

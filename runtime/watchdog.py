@@ -337,7 +337,7 @@ def stragglers(records: dict[int, dict[str, Any]], size: int, now: float, stale_
 
 _TEAM_ARG: dict[str, int] = {
     "allgather": 2, "broadcast": 2, "scatter": 3, "gather": 3, "reduce": 4, "allreduce": 3,
-    "reduce_scatter": 3, "alltoall": 2, "team_barrier": 0,
+    "reduce_scatter": 3, "alltoall": 2, "alltoallv": 4, "team_barrier": 0,
 }  # fmt: skip
 """Backend communications over a team, and the position of their `team`
 argument; `send`/`recv` (peer at 1, team at 2) count per pair of ranks."""

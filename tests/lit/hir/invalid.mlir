@@ -532,3 +532,23 @@ func.func @f(%a: tensor<8xf32>, %o: tensor<8xf32>) attributes {hir.host} {
   }
   func.return
 }
+
+// -----
+
+func.func @f(%x: tensor<6x2xf32>, %sc: tensor<2xi64>) {
+  %y = hir.alloc "f/y" : tensor<12x3xf32>
+  %rc = hir.alloc "f/rc" : tensor<2xi64>
+  // expected-error @+1 {{'hir.alltoallv' op input shape [6, 2] and output shape [12, 3] must agree past dim 0 (rows of one shape)}}
+  %t = hir.alltoallv %x, %sc, %y, %rc team = [0, 1] backend = mpi : (tensor<6x2xf32>, tensor<2xi64>, tensor<12x3xf32>, tensor<2xi64>) -> !hir.token
+  func.return
+}
+
+// -----
+
+func.func @f(%x: tensor<6x2xf32>, %sc: tensor<4xi64>) {
+  %y = hir.alloc "f/y" : tensor<12x2xf32>
+  %rc = hir.alloc "f/rc" : tensor<2xi64>
+  // expected-error @+1 {{'hir.alltoallv' op send_counts must be tensor<2xi64> (rows per team position), got tensor<4xi64>}}
+  %t = hir.alltoallv %x, %sc, %y, %rc team = [0, 1] backend = mpi : (tensor<6x2xf32>, tensor<4xi64>, tensor<12x2xf32>, tensor<2xi64>) -> !hir.token
+  func.return
+}

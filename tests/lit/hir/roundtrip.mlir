@@ -294,3 +294,16 @@ func.func @peer_to_peer(%i: index) {
   %t1 = hir.get %h, %i, %b backend = nccl : (!hir.handle, index, tensor<16x8xf32>) -> !hir.token
   func.return
 }
+
+// CHECK-LABEL: func.func @alltoallv(%x: tensor<12x8xf32>, %sc: tensor<4xi64>) {
+// CHECK-NEXT: %y = hir.alloc "alltoallv/0/y" : tensor<24x8xf32>
+// CHECK-NEXT: %rc = hir.alloc "alltoallv/1/rc" : tensor<4xi64>
+// CHECK-NEXT: %t = hir.alltoallv %x, %sc, %y, %rc team = [0, 1, 2, 3] backend = nccl : (tensor<12x8xf32>, tensor<4xi64>, tensor<24x8xf32>, tensor<4xi64>) -> !hir.token
+// CHECK-NEXT: hir.wait %t : !hir.token
+func.func @alltoallv(%x: tensor<12x8xf32>, %sc: tensor<4xi64>) {
+  %y = hir.alloc "alltoallv/0/y" : tensor<24x8xf32>
+  %rc = hir.alloc "alltoallv/1/rc" : tensor<4xi64>
+  %t = hir.alltoallv %x, %sc, %y, %rc team = [0, 1, 2, 3] backend = nccl : (tensor<12x8xf32>, tensor<4xi64>, tensor<24x8xf32>, tensor<4xi64>) -> !hir.token
+  hir.wait %t : !hir.token
+  func.return
+}
