@@ -95,8 +95,8 @@ def _rows_of_64(n: int) -> tuple[int, int]:
 
 PROGRAMS: dict[str, tuple[Callable[[int], str], str]] = {
     "partial to one device": (lambda n: partial_to_one(_rows_of_64(n)), "default"),
-    "partial to one, autodiff": (lambda n: partial_to_one(_rows_of_64(n)), "autodiff,default"),
-    "mixed precision, autodiff": (lambda n: mixed_precision(_rows_of_64(n)), "autodiff,default"),
+    "partial to one (autodiff)": (lambda n: partial_to_one(_rows_of_64(n)), "autodiff,default"),
+    "mixed precision (autodiff)": (lambda n: mixed_precision(_rows_of_64(n)), "autodiff,default"),
 }
 """Whole programs timed, each (its text for N devices, its pipeline)."""
 
