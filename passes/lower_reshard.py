@@ -31,8 +31,9 @@ launches the inverse copy into the result. make-resharding-contiguous makes
 communicated dimensions outermost, so staging is the fallback.
 
 **Two meshes** (steps send_recv, gather, scatter, reduce):
-- partial on a one-team mesh to a mesh of one device: `hir.reduce` to it (to
-  the team's first device, then a send, when it is not on the mesh); a
+- partial, split nowhere, to a mesh of one device: `hir.reduce` over one
+  team (the device's own, or the first team's first device, then a send,
+  when it is not on the mesh): every team holds all the summands; a
   partial sum moved as it is: send/recv of each summand to the device at the
   same coordinates; any other partial is first reduced on A (allreduce);
 - A of one device, B replicated on several: `hir.broadcast` in place in a
@@ -521,7 +522,7 @@ class _Reshard:
         if a.interleaved_dims() and a.dims == b.dims and not a.partial:
             return self.summands(src, a, b, site)  # whole buffers, device by device
         if a.partial:
-            if not a.device_types() and ma.team_count(a.partial) == 1 and mb.size == 1:
+            if not a.device_types() and mb.size == 1:
                 return self.reduce_to_one(src, a, b, site, aux)
             reduced = a.with_partial(None)
             self.mark("partial->-")
@@ -538,12 +539,16 @@ class _Reshard:
         return self.transfer(src, holders, b, mb, site)
 
     def reduce_to_one(self, src: SSAValue, a: Sharding, b: Sharding, site: str, aux: str) -> SSAValue:
-        """Partial on a one-team mesh to a mesh of one device: hir.reduce to
-        it (or to the team's first device, then a send)."""
+        """Partial, split nowhere, to a mesh of one device: hir.reduce to it
+        (or to a team's first device, then a send). Every team over the
+        partial axis holds all the summands (the value is replicated over
+        the other axes), so one team reduces, the destination's where it
+        is on the mesh: one collective whatever the mesh's size, not one
+        allreduce per team."""
         em, ma, mb = self.em, self.mesh(a.mesh), self.mesh(b.mesh)
         assert a.partial is not None
-        team = ma.teams(a.partial)[0]
         dest = mb.devices[0]
+        team = ma.team(dest if ma.has(dest) else ma.at(0), a.partial)
         root = dest if dest in team else team[0]
         if len(team) == 1:  # one summand: it is the sum
             return src if root == dest else self.transfer(src, {root: tuple((0, e) for e in self.shape)}, b, mb, site)

@@ -380,6 +380,25 @@ def _sharding_text(op: Operation) -> str:
     return f"operands {ins} and result {sharding_of(op.results[0])}"
 
 
+class _Buffers(dict[SSAValue, SSAValue]):
+    """Each fusion value's hir buffer (or view), indexed back by the
+    buffer each lives in (`held_in`)."""
+
+    def __init__(self, root: Callable[[SSAValue], SSAValue]):
+        super().__init__()
+        self._root = root
+        self._by_root: dict[SSAValue, list[SSAValue]] = {}
+
+    def __setitem__(self, value: SSAValue, buf: SSAValue) -> None:
+        super().__setitem__(value, buf)
+        self._by_root.setdefault(self._root(buf), []).append(value)
+
+    def held_in(self, buf: SSAValue) -> list[SSAValue]:
+        """The values ever given a view of `buf` (one given another buffer
+        since stays listed: check its current one)."""
+        return self._by_root.get(buf, [])
+
+
 @dataclass
 class _FunctionLowering:
     """The lowering state of one function."""
@@ -388,7 +407,9 @@ class _FunctionLowering:
     backend: str
     meshes: dict[str, Mesh]
     resharding: Resharding
-    values: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    values: _Buffers = field(init=False)
+    position: dict[Operation, int] = field(default_factory=dict)
+    """The place of each op of the function in the order it is lowered."""
     local_types: dict[tuple[Attribute, str], TensorType] = field(default_factory=dict)
     """(global type, mesh) -> local type: programs repeat their types."""
     local_ops: set[tuple] = field(default_factory=set)
@@ -396,6 +417,7 @@ class _FunctionLowering:
 
     def __post_init__(self) -> None:
         self.em = Emitter(self.func.sym_name.data, self.backend)
+        self.values = _Buffers(self.em.root)
 
     # ---- helpers ------------------------------------------------------------
     def mesh(self, op: Operation, value: SSAValue | Attribute) -> Mesh:
@@ -463,6 +485,7 @@ class _FunctionLowering:
             new.name_hint = old.name_hint
             self.values[old] = new
         ops = self.hoist_epilogues(launch_regions.hoist(list(func.body.block.ops), self.resharding, self.op_devices))
+        self.position = {op: k for k, op in enumerate(ops)}
         returned: list[SSAValue] = []
         i = 0
         while i < len(ops):
@@ -599,7 +622,7 @@ class _FunctionLowering:
             assert nxt is not None
             other = next(v for v in nxt.operands if v is not op.results[0])
             acc = self.values[other]
-        if acc is not None and self.last_read(other, acc, ops[i + 2 :]):
+        if acc is not None and self.last_read(other, acc, i + 2):
             out = acc  # the sum is written over its last addend (no copy of it into a new buffer first)
         else:
             out = self.result_buffer(last.results[0], i + (nxt is not None), tag)
@@ -616,16 +639,17 @@ class _FunctionLowering:
         self.values[last.results[0]] = out
         return i + 1 + (nxt is not None)
 
-    def last_read(self, value: SSAValue, buf: SSAValue, later: Sequence[Operation]) -> bool:
+    def last_read(self, value: SSAValue, buf: SSAValue, start: int) -> bool:
         """Whether `buf`, the buffer of `value` (which has one use, here), is
-        an allocation that no value read by the `later` ops lives in (a
-        permute or set that moves nothing makes a value of its operand's
-        buffer)."""
+        an allocation that no value read by the ops from position `start` on
+        lives in (a permute or set that moves nothing makes a value of its
+        operand's buffer). The values in `buf` come from `values`' index by
+        buffer, so the question costs their uses, not the function."""
         if len(list(value.uses)) != 1 or not isinstance(buf.owner, hir.AllocOp):
             return False
-        rest = set(later)
         return not any(
-            v is not value and self.em.root(b) is buf and any(u.operation in rest for u in v.uses) for v, b in self.values.items()
+            v is not value and self.em.root(self.values[v]) is buf and any(self.position.get(u.operation, -1) >= start for u in v.uses)
+            for v in self.values.held_in(buf)
         )
 
     def gemm_operand(self, v: SSAValue, tag: tuple[int, ...], transposed: bool = False) -> SSAValue:
@@ -675,23 +699,25 @@ class _FunctionLowering:
         and V, then the bias gradients, then their sum), where the adds
         would each read and write a whole activation (0.05 ms each at
         4096 x 8192 on an H200) instead of riding in the next GEMM."""
-        out = list(ops)
-        at = {r: k for k, o in enumerate(out) for r in o.results}
-        for gemm in [o for o in ops if isinstance(o, (MatmulOp, LinearOp))]:
-            i = out.index(gemm)
-            user = gemm.results[0].get_user_of_unique_use()
-            if user is None or user.name != "fusion.add" or user not in out:
+        key = {o: float(k) for k, o in enumerate(ops)}  # the place in the order; a moved add goes to its GEMM's + 0.5
+        kept = [0]  # kept[k]: how many of ops[:k] an add may not move across
+        for o in ops:
+            kept.append(kept[-1] + (not isinstance(o, FusionOp) or bool(self.resharding(o))))
+        for i, gemm in enumerate(ops):
+            if not isinstance(gemm, (MatmulOp, LinearOp)):
                 continue
-            j = out.index(user)
+            user = gemm.results[0].get_user_of_unique_use()
+            if user is None or user.name != "fusion.add" or user not in key:
+                continue
+            j = int(key[user])  # an add moves once, up to its own GEMM: its place is still its first
             if j <= i + 1 or self.epilogue_kind(gemm, user) != "acc":
                 continue
-            if any(at.get(v, -1) > i for v in user.operands if v is not gemm.results[0]):
+            if any(key.get(v.owner, -1.0) > i for v in user.operands if v is not gemm.results[0]):  # type: ignore[arg-type]
                 continue  # its other operand is made after the GEMM
-            if any(not isinstance(o, FusionOp) or self.resharding(o) for o in out[i + 1 : j]):
+            if kept[j] - kept[i + 1]:
                 continue
-            out.insert(i + 1, out.pop(j))
-            at = {r: k for k, o in enumerate(out) for r in o.results}
-        return out
+            key[user] = i + 0.5
+        return sorted(ops, key=key.__getitem__)
 
     def lower_permute(self, op: PermuteOp, index: int, tag: tuple[int, ...]) -> int:
         """A permute is a relabelling of its operand's buffer when the

@@ -90,12 +90,27 @@ class Buffer:
     def after(self, other: Buffer) -> bool:
         """Whether, in every walk, every use of `other` is complete before
         any use of this one starts."""
+        return self.follows(other.last)
+
+    def follows(self, last: dict[int, dict[Stream, int]]) -> bool:
+        """`after` against the last uses of a set of buffers (`merge_last`):
+        the test only grows stricter with a later tick, so the latest per
+        walk and stream stands for them all, and a buffer is checked
+        against a block in one step, not one per buffer."""
         for walk, firsts in self.first.items():
-            for t, tick in other.last.get(walk, {}).items():
+            for t, tick in last.get(walk, {}).items():
                 for s, u in firsts.items():
                     if (u.tick <= tick) if t == s else (u.clock.get(t, 0) < tick):
                         return False
         return True
+
+
+def merge_last(into: dict[int, dict[Stream, int]], b: Buffer) -> None:
+    """Adds `b`'s last uses to the latest ones of a set (`Buffer.follows`)."""
+    for walk, ticks in b.last.items():
+        mine = into.setdefault(walk, {})
+        for t, tick in ticks.items():
+            mine[t] = max(mine.get(t, 0), tick)
 
 
 @dataclass(eq=False)
@@ -104,6 +119,8 @@ class MemoryBlock:
 
     bytes: int
     buffers: list[Buffer]
+    last: dict[int, dict[Stream, int]] = field(default_factory=dict)
+    """The latest use of its buffers per walk and stream (`merge_last`)."""
 
 
 @dataclass
@@ -323,13 +340,15 @@ def check_storage(func: FuncOp) -> None:
             f'hir.alloc "{allocs[0].site}" storage {allocs[0].storage}: the program\'s device order cannot be told ({why})', location_of(allocs[0])
         )
     seen: dict[int, list[Buffer]] = {}
+    latest: dict[int, dict[int, dict[Stream, int]]] = {}  # per storage number (`merge_last`)
     for op in allocs:
         b = buffers.get(op)
         if b is None:
             continue
         if b.pinned:
             raise Diagnostic(f'hir.alloc "{op.site}" storage {op.storage}: its buffer cannot share memory ({b.pinned})', location_of(op))
-        for o in seen.get(op.storage or 0, []):
+        last = latest.setdefault(op.storage or 0, {})
+        for o in [] if b.follows(last) else seen.get(op.storage or 0, []):
             if not (b.after(o) or o.after(b)):
                 raise Diagnostic(
                     f'hir.alloc "{op.site}" storage {op.storage}: in use on the device at the same time as '
@@ -337,6 +356,7 @@ def check_storage(func: FuncOp) -> None:
                     location_of(op),
                 )
         seen.setdefault(op.storage or 0, []).append(b)
+        merge_last(last, b)
 
 
 def _any_candidate(func: FuncOp) -> bool:
@@ -373,7 +393,7 @@ def _pack(planned: list[Buffer], waste: float) -> list[MemoryBlock]:
     size, else the largest smaller one (which grows), else a new one."""
     blocks: list[MemoryBlock] = []
     for b in planned:
-        fits = [k for k in blocks if all(b.after(o) for o in k.buffers)]
+        fits = [k for k in blocks if b.follows(k.last)]
         roomy = [k for k in fits if b.bytes <= k.bytes <= waste * b.bytes]
         smaller = [k for k in fits if k.bytes < b.bytes]
         if roomy:
@@ -385,6 +405,7 @@ def _pack(planned: list[Buffer], waste: float) -> list[MemoryBlock]:
             k = MemoryBlock(b.bytes, [])
             blocks.append(k)
         k.buffers.append(b)
+        merge_last(k.last, b)
     return blocks
 
 

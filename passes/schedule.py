@@ -83,12 +83,31 @@ def written_later(buffer: SSAValue, after: Operation, ignore: Collection[Operati
     """Whether an op of `after`'s block after it (not in `ignore`) writes
     `buffer` (its root) other than by deallocating it: a buffer peers pull
     from in this run must keep its contents until the block's closing
-    fence."""
-    target, op = _root(buffer), after.next_op
-    while op is not None:
-        if op not in ignore and not isinstance(op, hir.DeallocOp) and not op.has_trait(IsTerminator) and target in _written(op):
+    fence. Only the ops using the buffer or its views can write it: those
+    are found through its uses, and the block is walked from `after` in
+    both directions only until each is placed, so a query costs the
+    buffer's uses and their distance from `after`, not the block."""
+    target, block = _root(buffer), after.parent_block()
+    writers: set[Operation] = set()
+    values = [target]
+    while values:
+        v = values.pop()
+        for use in v.uses:
+            o = use.operation
+            if isinstance(o, hir.VIEW_OPS) and o.operands[0] is v:
+                values.extend(o.results)
+            while o is not None and o.parent_block() is not block:
+                o = o.parent_op()
+            if o is None or o is after or o in ignore or isinstance(o, hir.DeallocOp) or o.has_trait(IsTerminator):
+                continue
+            if target in _written(o):
+                writers.add(o)
+    forward, backward = after.next_op, after.prev_op
+    while writers and forward is not None:
+        if forward in writers:
             return True
-        op = op.next_op
+        writers.discard(backward)
+        forward, backward = forward.next_op, backward.prev_op if backward is not None else None
     return False
 
 

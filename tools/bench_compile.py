@@ -2,6 +2,7 @@
 """Compile time of `fuserc opt -p default`, per op, as programs grow.
 
     python tools/bench_compile.py [--ops 100,1000,10000] [--ranks 4] [--json FILE]
+        [--program blocks|chain] [--pipeline default|autodiff,default]
 
 For each size, one generated program (`generate`) of about that many fusion
 ops on a 1-D mesh of `--ranks` devices: blocks of a sequence-parallel MLP
@@ -11,6 +12,9 @@ alltoall, and back). Each is parsed, run through the default pipeline and
 printed in this process, as `fuserc opt -p default` does, and timed in CPU
 time (time.process_time) per phase: parsing (with the verification of
 the input), each pass, the verification after each pass, printing.
+`--program chain` times instead one chain of ops (`chain`: elementwise
+ops with a GEMM every tenth), and `--pipeline autodiff,default` compiles
+its forward and backward too (three functions: main, main_fwd, main_bwd).
 
 Printed per size: the total, the time per op, and that figure over the
 per-op time of the smallest size of the same run (the baseline: 1.00 is
@@ -63,6 +67,33 @@ def generate(ops: int, ranks: int = 4) -> str:
     return "\n".join(lines)
 
 
+def chain(ops: int, ranks: int = 4) -> str:
+    """A chain of `ops` fusion ops, each using the one before: a GEMM with a
+    column-split weight every tenth op (the first), elementwise ops
+    between; rows split over the mesh, an f32 sum as the result (a loss,
+    for autodiff)."""
+    m, h = 16 * ranks, 8 * ranks
+    rows = f"tensor<{m}x{h}xf32, #fusion.sharding<@tp, [DIDx, -]>>"
+    w = f"tensor<{h}x{h}xf32, #fusion.sharding<@tp, [-, DIDx]>>"
+    t = f"tensor<{m}x{h}xf32>"
+    loss = "tensor<f32, #fusion.sharding<@tp, []>>"
+    unary = ("gelu", "tanh", "relu", "neg", "sigmoid", "silu", "tanh", "neg", "gelu")
+    lines = [f"fusion.mesh @tp shape = [{ranks}]", f"func.func @main(%x: {rows}, %w: {w}) -> {loss} {{"]
+    cur, ty = "%x", rows
+    for i in range(max(1, ops - 1)):
+        if i % 10 == 0:
+            lines.append(f"  %v{i} = fusion.matmul {cur}, %w : ({ty}, {w}) -> {t}")
+        else:
+            lines.append(f"  %v{i} = fusion.{unary[i % 10 - 1]} {cur} : ({ty}) -> {t}")
+        cur, ty = f"%v{i}", t
+    lines += [f"  %loss = fusion.sum {cur} dims = [0, 1] : ({t}) -> {loss}", f"  func.return %loss : {loss}", "}", ""]
+    return "\n".join(lines)
+
+
+GENERATORS = {"blocks": generate, "chain": chain}
+"""--program: the generated programs."""
+
+
 @dataclass
 class Result:
     ops: int
@@ -77,8 +108,8 @@ class Result:
         return self.total / self.ops * 1e6
 
 
-def compile_once(text: str) -> Result:
-    """Parse, the default pipeline pass by pass, print: CPU time of each."""
+def compile_once(text: str, spec: str = "default") -> Result:
+    """Parse, the pipeline `spec` pass by pass, print: CPU time of each."""
     from fuserc import ir
     from fuserc import pipeline as pl
     from fuserc.dialects.fusion import FusionOp
@@ -91,7 +122,7 @@ def compile_once(text: str) -> Result:
         phases["parse+verify"] = time.process_time() - t0
         count = sum(1 for op in module.walk() if isinstance(op, FusionOp))
         phases["verify after passes"] = 0.0
-        for p in pl.build("default"):
+        for p in pl.build(spec):
             t0 = time.process_time()
             p.apply(ctx, module)
             t1 = time.process_time()
@@ -104,23 +135,38 @@ def compile_once(text: str) -> Result:
     return Result(count, phases)
 
 
+def print_phase_growth(results: list[Result]) -> None:
+    """Each phase's CPU time per op over its own at the smallest size (1.00:
+    the phase grows linearly; a phase walking the whole function per op
+    doubles its figure with each doubling of the program)."""
+    base = results[0]
+    print("time per op of each phase over the smallest size's:")
+    print(f"{'phase':<28}" + "".join(f"{r.ops:>9}" for r in results))
+    for name in base.phases:
+        first = base.phases[name] / base.ops
+        print(f"{name:<28}" + "".join(f"{r.phases[name] / r.ops / first:>9.2f}" if first > 0 else f"{'-':>9}" for r in results))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="100,1000,10000", help="program sizes, comma-separated")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="compile each size this many times; keep each phase's least time")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--program", choices=sorted(GENERATORS), default="blocks", help="the generated program (module docstring)")
+    parser.add_argument("--pipeline", default="default", help="the pass pipeline: default or autodiff,default")
     parser.add_argument("--check-linear", type=float, default=0.0, metavar="R")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.ops.split(",")]
-    compile_once(generate(12, args.ranks))  # warm caches and lazy imports
+    make = GENERATORS[args.program]
+    compile_once(make(12, args.ranks), args.pipeline)  # warm caches and lazy imports
     results = []
     for n in sizes:
-        text = generate(n, args.ranks)
-        runs = [compile_once(text) for _ in range(max(1, args.repeat))]
+        text = make(n, args.ranks)
+        runs = [compile_once(text, args.pipeline) for _ in range(max(1, args.repeat))]
         results.append(Result(runs[0].ops, {k: min(r.phases[k] for r in runs) for k in runs[0].phases}))
     base = results[0].per_op_us
-    print(f"fuserc opt -p default, CPU time, {args.ranks} ranks (baseline: {results[0].ops} ops per op)")
+    print(f"fuserc opt -p {args.pipeline}, CPU time, {args.ranks} ranks, program {args.program} (baseline: {results[0].ops} ops per op)")
     print(f"{'ops':>7} {'total s':>9} {'us/op':>9} {'vs base':>8}")
     for r in results:
         print(f"{r.ops:>7} {r.total:>9.3f} {r.per_op_us:>9.1f} {r.per_op_us / base:>8.2f}")
@@ -129,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'phase':<28}" + "".join(f"{r.ops:>9}" for r in results))
     for name in names:
         print(f"{name:<28}" + "".join(f"{r.phases[name] / r.total:>9.0%}" for r in results))
+    print_phase_growth(results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{**asdict(r), "total": r.total, "per_op_us": r.per_op_us} for r in results], f, indent=1)

@@ -40,3 +40,33 @@ def test_generated_program_sizes() -> None:
     text = generate(1000)
     assert text.count("fusion.matmul") == 2 * 83 and text.count("fusion.set") == 2 * 83
     assert text.count(" = fusion.") == 996
+
+
+def test_chain_under_autodiff(tmp_path: Path) -> None:
+    """The chain program under `autodiff,default`: the autodiff pass is a
+    phase of its own, and each phase's growth per op is printed."""
+    out = tmp_path / "chain.json"
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), "--ops", "100,200", "--program", "chain", "--pipeline", "autodiff,default", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "fuserc opt -p autodiff,default, CPU time" in proc.stdout and "program chain" in proc.stdout
+    growth = proc.stdout.split("time per op of each phase over the smallest size's:")[1]
+    for phase in ("autodiff", "propagate-shardings", "lower-to-host-ir", "stream-pipeline", "plan-memory"):
+        assert phase in growth, proc.stdout
+    assert [r["ops"] for r in json.loads(out.read_text())] == [100, 200]
+
+
+def test_chain_program() -> None:
+    """A GEMM every tenth op, the others elementwise, each using the one
+    before, then the loss."""
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        from bench_compile import chain
+    finally:
+        sys.path.pop(0)
+    text = chain(1000)
+    assert text.count(" = fusion.") == 1000 and text.count("fusion.matmul") == 100 and text.count("fusion.sum") == 1
+    lines = [line for line in text.splitlines() if " = fusion." in line]
+    assert all(f"%v{i - 1}" in lines[i] for i in range(1, 999))
