@@ -79,9 +79,9 @@ class Buffer:
         last = self.last.setdefault(walk, {})
         last[at.stream] = max(last.get(at.stream, 0), at.tick)
 
-    def after(self, other: Buffer) -> bool:
-        """Whether, in every walk, every use of `other` is complete before
-        any use of this one starts."""
+    def after(self, other: Buffer | MemoryBlock) -> bool:
+        """Whether, in every walk, every use of `other` (of every buffer of
+        a block) is complete before any use of this one starts."""
         for walk, firsts in self.first.items():
             for t, tick in other.last.get(walk, {}).items():
                 for s, u in firsts.items():
@@ -96,6 +96,17 @@ class MemoryBlock:
 
     bytes: int
     buffers: list[Buffer]
+    last: dict[int, dict[Stream, int]] = field(default_factory=dict)
+    """Per walk and stream, the latest of its buffers' last uses: a buffer
+    comes after all of them when it comes after these (`Buffer.after`),
+    checked at once however many buffers the block holds."""
+
+    def add(self, b: Buffer) -> None:
+        self.buffers.append(b)
+        for walk, ticks in b.last.items():
+            mine = self.last.setdefault(walk, {})
+            for t, tick in ticks.items():
+                mine[t] = max(mine.get(t, tick), tick)
 
 
 @dataclass
@@ -370,7 +381,7 @@ def plan(func: FuncOp) -> tuple[list[MemoryBlock], list[Buffer], str]:
     planned = sorted((b for b in buffers.values() if not b.pinned and b.first_seq >= 0), key=lambda b: b.first_seq)
     blocks: list[MemoryBlock] = []
     for b in planned:
-        fits = [k for k in blocks if all(b.after(o) for o in k.buffers)]
+        fits = [k for k in blocks if b.after(k)]
         roomy = [k for k in fits if k.bytes >= b.bytes]
         if roomy:
             k = min(roomy, key=lambda k: k.bytes)
@@ -380,7 +391,7 @@ def plan(func: FuncOp) -> tuple[list[MemoryBlock], list[Buffer], str]:
         else:
             k = MemoryBlock(b.bytes, [])
             blocks.append(k)
-        k.buffers.append(b)
+        k.add(b)
     left = [b for b in buffers.values() if b.pinned or b.first_seq < 0]
     return sorted(blocks, key=lambda k: -k.bytes), left, ""
 
