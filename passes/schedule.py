@@ -79,14 +79,36 @@ def _written(op: Operation) -> set[SSAValue]:
     return out
 
 
+def _touching(roots: Collection[SSAValue], block: Block) -> set[Operation]:
+    """The ops of `block` that touch (`_touched`) a buffer of `roots`,
+    found from the buffers' uses and their views', not by walking the
+    block: a buffer has a few users, a block of a large program thousands
+    of ops."""
+    out: set[Operation] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            op: Operation | None = use.operation
+            if isinstance(op, hir.VIEW_OPS) and use.index == 0:
+                stack.extend(op.results)  # a view's root is its operand's
+            while op is not None and op.parent is not block:
+                op = op.parent_op()
+            if op is not None:
+                out.add(op)
+    return out
+
+
 def written_later(buffer: SSAValue, after: Operation, ignore: Collection[Operation] = ()) -> bool:
     """Whether an op of `after`'s block after it (not in `ignore`) writes
     `buffer` (its root) other than by deallocating it: a buffer peers pull
     from in this run must keep its contents until the block's closing
     fence."""
     target, op = _root(buffer), after.next_op
+    block = after.parent
+    users = _touching([target], block) if block is not None else set()
     while op is not None:
-        if op not in ignore and not isinstance(op, hir.DeallocOp) and not op.has_trait(IsTerminator) and target in _written(op):
+        if op in users and op not in ignore and not isinstance(op, hir.DeallocOp) and not op.has_trait(IsTerminator) and target in _written(op):
             return True
         op = op.next_op
     return False
@@ -635,7 +657,8 @@ def fold_sums(block: Block) -> int:
             nxt = nxt.next_op
         if reader is None or out in reader.outs or _keeps_its_kernel(reader) or out not in reader.ins:
             continue
-        if any(_touched(o) & roots and not isinstance(o, hir.DeallocOp) for o in _after(reader)):
+        users = _touching(roots, block)
+        if any(o in users and not isinstance(o, hir.DeallocOp) for o in _after(reader)):
             continue  # read or written later: the sum is needed as it is
         reader = _fold(op, reader)
         for f in reversed(frees):
