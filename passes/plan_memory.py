@@ -325,21 +325,23 @@ def check_storage(func: FuncOp) -> None:
         raise Diagnostic(
             f'hir.alloc "{allocs[0].site}" storage {allocs[0].storage}: the program\'s device order cannot be told ({why})', location_of(allocs[0])
         )
-    seen: dict[int, list[Buffer]] = {}
+    seen: dict[int, MemoryBlock] = {}
     for op in allocs:
         b = buffers.get(op)
         if b is None:
             continue
         if b.pinned:
             raise Diagnostic(f'hir.alloc "{op.site}" storage {op.storage}: its buffer cannot share memory ({b.pinned})', location_of(op))
-        for o in seen.get(op.storage or 0, []):
-            if not (b.after(o) or o.after(b)):
-                raise Diagnostic(
-                    f'hir.alloc "{op.site}" storage {op.storage}: in use on the device at the same time as '
-                    f'"{o.alloc.site}" (storage {op.storage}), so they cannot share memory',
-                    location_of(op),
-                )
-        seen.setdefault(op.storage or 0, []).append(b)
+        held = seen.setdefault(op.storage or 0, MemoryBlock(0, []))
+        if not b.after(held):  # (after all of them at once: the usual case, checked without a pass over them)
+            for o in held.buffers:
+                if not (b.after(o) or o.after(b)):
+                    raise Diagnostic(
+                        f'hir.alloc "{op.site}" storage {op.storage}: in use on the device at the same time as '
+                        f'"{o.alloc.site}" (storage {op.storage}), so they cannot share memory',
+                        location_of(op),
+                    )
+        held.add(b)
 
 
 def _any_candidate(func: FuncOp) -> bool:
