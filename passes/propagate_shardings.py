@@ -41,7 +41,8 @@ they are.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -126,6 +127,9 @@ class _FunctionPropagation:
                 self.fixed[v] = s
         self.known: dict[SSAValue, Sharding] = dict(self.fixed)
         self.returned = {v for o in self.ops if isinstance(o, ReturnOp) for v in o.operands}
+        self.origin: dict[SSAValue, Operation] = {}
+        """The op whose rule decided a propagated value (its producer going
+        forward, the consumer that decided it going backward)."""
 
     def mesh_of(self, name: str) -> Mesh | None:
         return lookup_mesh(self.func, name)
@@ -144,24 +148,14 @@ class _FunctionPropagation:
                 self.check_partial(op)
         self.write_types()
 
-    def solve(
-        self, pins: Mapping[SSAValue, Sharding], within: tuple[list[Operation], list[SSAValue]] | None = None
-    ) -> dict[SSAValue, Sharding]:
+    def solve(self, pins: Mapping[SSAValue, Sharding]) -> dict[SSAValue, Sharding]:
         """Forward and backward rules until nothing changes, from what the
-        user wrote and `pins`, then what is left replicated. `within` (ops,
-        values): decide only those values, through those ops, keeping the
-        others as they are (a component of the search)."""
-        if within is None:
-            self.known = {**self.fixed, **pins}
-            ops, values = self.ops, self.values
-        else:
-            ops, values = within
-            free = set(values)
-            self.known = {v: s for v, s in self.known.items() if v not in free or v in self.fixed}
-            self.known.update(pins)
-        while self.forward(ops) | self.backward(ops):
+        user wrote and `pins`, then what is left replicated."""
+        self.known = {**self.fixed, **pins}
+        self.origin = {}
+        while self.forward(self.ops) | self.backward(self.ops):
             pass
-        self.fill_unconnected(values)
+        self.fill_unconnected(self.values)
         return self.known
 
     def searched(self, known: dict[SSAValue, Sharding]) -> dict[SSAValue, Sharding]:
@@ -173,27 +167,12 @@ class _FunctionPropagation:
         meshes = {m.sym_name.data: m.model for m in self.mesh_ops}
         cost = search.PlanCost(meshes, self.mesh_ops)
         fusion_ops = [o for o in self.ops if isinstance(o, FusionOp)]
-        budget = search.Budget()
         made: dict[SSAValue, set[Sharding]] = {}  # reshards of values outside the components so far
         groups = search.components(fusion_ops, search.free_values(self.values, self.fixed))
         grouped = {o for ops, _ in groups for o in ops}
         cost.reshards([o for o in fusion_ops if o not in grouped], known, made)  # what the user fixed
         for ops, values in groups:
-
-            def solve(pins: Mapping[SSAValue, Sharding], ops=ops, values=values) -> dict[SSAValue, Sharding] | None:
-                saved = self.known
-                try:
-                    trial = dict(self.solve(pins, (ops, values)))
-                    for op in ops:
-                        self.check_meshes(op)
-                    return trial
-                except Diagnostic:
-                    return None
-                finally:
-                    self.known = saved
-
-            self.known = known
-            known = search.improve(ops, set(values), self.returned, known, solve, cost, budget, made)
+            search.improve(ops, set(values), self.returned, known, self.repropagate, cost, made)
             inside = set(values)
             mine: dict[SSAValue, set[Sharding]] = {}
             cost.reshards(ops, known, mine)
@@ -202,6 +181,75 @@ class _FunctionPropagation:
                     made.setdefault(v, set()).update(placements)
         self.known = known
         return known
+
+    REDECIDE = 4
+    """How often one trial may change a value before it is taken as a loop
+    of rules (the trial fails)."""
+
+    def repropagate(
+        self, known: Mapping[SSAValue, Sharding], movable: Container[SSAValue], value: SSAValue, placement: Sharding
+    ) -> dict[SSAValue, Sharding] | None:
+        """The values whose shardings change when `value` is pinned to
+        `placement` (it included), as propagation would decide them: each
+        value the rules decided is decided again by the same op's rule (its
+        producer's forward rule, or the backward rule of the consumer that
+        decided it) from its neighbours' new shardings, as far as anything
+        changes; only values in `movable` change (not what the user wrote,
+        what the search pinned, nor a function's results). Its work
+        is the ops around the changed values, not the function. None when
+        the pin puts an op across meshes or the rules do not settle."""
+        new: dict[SSAValue, Sharding] = {value: placement}
+        times: dict[SSAValue, int] = {}
+        work = [value]
+
+        def get(v: SSAValue) -> Sharding:
+            return new[v] if v in new else known[v]
+
+        def decide(v: SSAValue, s: Sharding) -> bool:
+            if v not in movable or v is value or get(v) == s:
+                return True
+            times[v] = times.get(v, 0) + 1
+            if times[v] > self.REDECIDE:
+                return False
+            new[v] = s
+            work.append(v)
+            return True
+
+        while work:
+            u = work.pop()
+            for use in u.uses:
+                op = use.operation
+                if not isinstance(op, FusionOp) or self.origin.get(op.results[0]) is not op:
+                    continue
+                s = rules.forward(op, [get(v) for v in op.operands], self.mesh_of)
+                if s is None:
+                    continue
+                if s.partial and op.results[0] in self.returned:
+                    s = s.with_partial(None)
+                if not decide(op.results[0], s):
+                    return None
+                for r, more in zip(op.results[1:], op.more_shardings(s)):
+                    if self.origin.get(r) is op and not decide(r, more):
+                        return None
+            op = u.owner
+            if isinstance(op, FusionOp) and u is op.results[0]:
+                mine = [v for v in op.operands if self.origin.get(v) is op]
+                if mine:
+                    for v, s in zip(op.operands, rules.required_operands(op, get(u), self.mesh_of)):
+                        if v in mine and not decide(v, s if self._may_be_partial(v, s) else s.with_partial(None)):
+                            return None
+        saved = self.known
+        self.known = ChainMap(new, known)  # type: ignore[assignment]
+        try:
+            for v in new:
+                for op in {use.operation for use in v.uses} | ({v.owner} if isinstance(v.owner, FusionOp) else set()):
+                    if isinstance(op, FusionOp):
+                        self.check_meshes(op)
+        except Diagnostic:
+            return None
+        finally:
+            self.known = saved
+        return new
 
     def forward(self, ops: list[Operation]) -> bool:
         changed = False
@@ -214,8 +262,11 @@ class _FunctionPropagation:
             if s.partial and op.results[0] in self.returned:
                 s = s.with_partial(None)
             self.known[op.results[0]] = s
+            self.origin[op.results[0]] = op
             for r, more in zip(op.results[1:], op.more_shardings(s)):  # they lie as the first result
-                self.known.setdefault(r, more)
+                if r not in self.known:
+                    self.known[r] = more
+                    self.origin[r] = op
             changed = True
         return changed
 
@@ -230,6 +281,7 @@ class _FunctionPropagation:
             for v, s in zip(op.operands, rules.required_operands(op, res, self.mesh_of)):
                 if v not in self.known:
                     self.known[v] = s if self._may_be_partial(v, s) else s.with_partial(None)
+                    self.origin[v] = op
                     changed = True
         return changed
 

@@ -79,6 +79,26 @@ def _written(op: Operation) -> set[SSAValue]:
     return out
 
 
+def _touching(roots: Collection[SSAValue], block: Block) -> set[Operation]:
+    """The ops of `block` that touch (`_touched`) a buffer of `roots`,
+    found from the buffers' uses and their views', not by walking the
+    block: a buffer has a few users, a block of a large program thousands
+    of ops."""
+    out: set[Operation] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            op: Operation | None = use.operation
+            if isinstance(op, hir.VIEW_OPS) and use.index == 0:
+                stack.extend(op.results)  # a view's root is its operand's
+            while op is not None and op.parent is not block:
+                op = op.parent_op()
+            if op is not None:
+                out.add(op)
+    return out
+
+
 def written_later(buffer: SSAValue, after: Operation, ignore: Collection[Operation] = ()) -> bool:
     """Whether an op of `after`'s block after it (not in `ignore`) writes
     `buffer` (its root) other than by deallocating it: a buffer peers pull
@@ -88,20 +108,11 @@ def written_later(buffer: SSAValue, after: Operation, ignore: Collection[Operati
     both directions only until each is placed, so a query costs the
     buffer's uses and their distance from `after`, not the block."""
     target, block = _root(buffer), after.parent_block()
-    writers: set[Operation] = set()
-    values = [target]
-    while values:
-        v = values.pop()
-        for use in v.uses:
-            o = use.operation
-            if isinstance(o, hir.VIEW_OPS) and o.operands[0] is v:
-                values.extend(o.results)
-            while o is not None and o.parent_block() is not block:
-                o = o.parent_op()
-            if o is None or o is after or o in ignore or isinstance(o, hir.DeallocOp) or o.has_trait(IsTerminator):
-                continue
-            if target in _written(o):
-                writers.add(o)
+    writers = {
+        o
+        for o in (_touching([target], block) if block is not None else ())
+        if o is not after and o not in ignore and not isinstance(o, hir.DeallocOp) and not o.has_trait(IsTerminator) and target in _written(o)
+    }
     forward, backward = after.next_op, after.prev_op
     while writers and forward is not None:
         if forward in writers:
@@ -654,7 +665,8 @@ def fold_sums(block: Block) -> int:
             nxt = nxt.next_op
         if reader is None or out in reader.outs or _keeps_its_kernel(reader) or out not in reader.ins:
             continue
-        if any(_touched(o) & roots and not isinstance(o, hir.DeallocOp) for o in _after(reader)):
+        users = _touching(roots, block)
+        if any(o in users and not isinstance(o, hir.DeallocOp) for o in _after(reader)):
             continue  # read or written later: the sum is needed as it is
         reader = _fold(op, reader)
         for f in reversed(frees):

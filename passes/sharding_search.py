@@ -13,21 +13,25 @@ GSPMD/Shardy's and XLA's SPMD partitioner's are.
 So propagate-shardings ends with a local search over the values it decided
 (never over what the user wrote): at every place where the propagated plan
 communicates, it tries pinning the value there to the placement its
-producer computes locally, or to the one its consumer needs, propagates the
-rest again around the pin, and keeps the pin when the whole function then
-communicates fewer bytes. `PlanCost` prices a function's plan exactly as
+producer computes locally, or to the one its consumer needs, propagates
+again from the pin as far as any decision changes (each value re-decided by
+the rule that decided it), and keeps the pin when the ops around the
+changes then communicate fewer bytes. `PlanCost` prices a plan exactly as
 make-resharding-contiguous will split it (the expanded forms of norms and of
 a linear with a bias included, bf16 and f32 sizes told apart), counting one
 reshard of a value to a placement once however many ops read it (as that
 pass shares equal reshards). The search is greedy (first improvement, in
-program order) and bounded (`MAX_TRIALS` propagations per function), so it
-is deterministic and its compile time grows with the places that
-communicate, not with the program.
+program order: after a pin it goes back to the first op the pin touched)
+and deterministic; it runs until no candidate pays, and a trial costs the
+ops its pin reaches, not the function, so its compile time grows with the
+program, not with the program times the places that communicate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import heapq
+from collections import ChainMap
+from collections.abc import Callable, Container, Mapping, Sequence
 
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -39,14 +43,6 @@ from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, shape_of, sharding_o
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import Meshes, element_bytes, plan_cost, plan_reshard
 from fuserc.sharding import Mesh, Sharding, Split
-
-MAX_TRIALS = 400
-"""Propagations the search may try per component."""
-
-WORK = 200_000
-"""Op visits (a trial visits the ops of its component once to propagate,
-once to price) the search may spend per function: a bound on its compile
-time, whatever the program."""
 
 Assignment = Mapping[SSAValue, Sharding]
 
@@ -65,6 +61,8 @@ class PlanCost:
         self.meshes = meshes
         self.mesh_ops = list(mesh_ops)
         self._ops: dict[tuple, tuple[float, tuple[_Want, ...]] | None] = {}
+        self._kinds: dict[Operation, int] = {}
+        self._kind_ids: dict[tuple, int] = {}
 
     def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
@@ -110,13 +108,11 @@ class PlanCost:
             src, dst = operands[0], results[0]
             return self.reshard_bytes(op.operands[0], src, dst), ()
         avail = tuple(frozenset(made.get(v, ())) if made else frozenset() for v in op.operands)
-        key = (
-            op.name,
-            tuple(op.properties.items()),
-            tuple((v.type, s) for v, s in zip(op.operands, operands)),
-            tuple((r.type, s) for r, s in zip(op.results, results)),
-            avail,
-        )
+        kind = self._kinds.get(op)
+        if kind is None:  # the op's name, properties and types, hashed once
+            static = (op.name, tuple(op.properties.items()), tuple(v.type for v in (*op.operands, *op.results)))
+            kind = self._kinds[op] = self._kind_ids.setdefault(static, len(self._kind_ids))
+        key = (kind, tuple(operands), tuple(results), avail)
         found = self._ops.get(key, False)
         if found is False:  # the search asks again and again for the same few ops
             if rules.computes_locally(op, operands, results[0], self.mesh_of):
@@ -174,23 +170,12 @@ class PlanCost:
         return own, tuple(wants)
 
 
-Solve = Callable[[Mapping[SSAValue, Sharding]], "dict[SSAValue, Sharding] | None"]
-"""Propagation with some values pinned: every value's sharding, or None when
-the pins make propagation fail."""
-
-
-class Budget:
-    """What is left of a function's search work (`WORK` op visits)."""
-
-    def __init__(self, work: int = WORK):
-        self.left = work
-
-    def spend(self, ops: int) -> bool:
-        """Take `ops` visits; False (nothing taken) when they do not fit."""
-        if ops > self.left:
-            return False
-        self.left -= ops
-        return True
+Repropagate = Callable[
+    [Mapping[SSAValue, Sharding], Container[SSAValue], SSAValue, Sharding], "dict[SSAValue, Sharding] | None"
+]
+"""Propagation around one more pin (known, the values it may change, the
+pinned value, its placement): the values that change, or None when the pin
+makes propagation fail (propagate_shardings' `repropagate`)."""
 
 
 def components(ops: Sequence[FusionOp], free: set[SSAValue]) -> list[tuple[list[Operation], list[SSAValue]]]:
@@ -230,76 +215,96 @@ def improve(
     free: set[SSAValue],
     returned: set[SSAValue],
     known: dict[SSAValue, Sharding],
-    solve: Solve,
+    repropagate: Repropagate,
     cost: PlanCost,
-    budget: Budget | None = None,
     made: Mapping[SSAValue, set[Sharding]] | None = None,
-) -> dict[SSAValue, Sharding]:
-    """The assignment after the search (module docstring) over `ops`; `free`
-    holds the values the search may pin (those the user did not annotate);
-    `made`: reshards of values outside that earlier components make. A
-    function's results keep what propagation gave them: they are its
-    interface (the shards a caller receives), not the plan's to change."""
-    budget = budget or Budget()
-    if not budget.spend(len(ops)):
-        return known
-    best = cost.total(ops, known, made)
-    if best == 0.0:
-        return known
-    pins: dict[SSAValue, Sharding] = {v: known[v] for v in free & returned}
-    free = free - returned
-    tried: set[tuple[SSAValue, Sharding]] = set()
-    trials = 0
-    improved = True
-    while improved and trials < MAX_TRIALS:
-        improved = False
-        for value, placement in _candidates(ops, free, returned, known, cost):
-            if (value, placement) in tried or value in pins:
+) -> None:
+    """Change `known` to the assignment after the search (module docstring)
+    over `ops`; `free` holds the values the search may pin (those the user
+    did not annotate); `made`: reshards of values outside that earlier
+    components make. A function's results keep what propagation gave them:
+    they are its interface (the shards a caller receives), not the plan's
+    to change.
+
+    Each trial re-propagates and prices only the ops around what its pin
+    changes, so the search's work grows with the places that communicate
+    and the reach of each change, not with their product; it runs until no
+    candidate improves (no budget cuts a large program short)."""
+    if cost.total(ops, known, made) == 0.0:
+        return
+    index = {op: i for i, op in enumerate(ops)}
+    movable = free - returned
+    tried: dict[SSAValue, set[Sharding]] = {}
+    heap = list(range(len(ops)))
+    queued = set(heap)
+    while heap:
+        i = heapq.heappop(heap)
+        queued.discard(i)
+        for value, placement in _candidates(ops[i], movable, returned, known, cost):
+            if value not in movable or placement in tried.get(value, ()):
                 continue
-            if trials >= MAX_TRIALS or not budget.spend(2 * len(ops)):
-                return known
-            tried.add((value, placement))
-            trials += 1
-            trial = solve({**pins, value: placement})
-            if trial is not None:
-                total = cost.total(ops, trial, made)
-                if total < best * (1 - 1e-9):
-                    pins[value] = placement
-                    known, best, improved = trial, total, True
-                    tried.clear()  # what failed before may pay now
-                    break
-    return known
+            tried.setdefault(value, set()).add(placement)
+            new = repropagate(known, movable, value, placement)
+            if new is None:
+                continue
+            around = _around(new, index)
+            if cost.total(around, ChainMap(new, known), made) < cost.total(around, known, made) * (1 - 1e-9):
+                known.update(new)
+                movable.discard(value)  # pinned
+                for op in around:  # what failed there before may pay now
+                    for v in (*op.operands, *op.results):
+                        tried.pop(v, None)
+                    if index[op] not in queued:
+                        queued.add(index[op])
+                        heapq.heappush(heap, index[op])
+                break
+
+
+def _around(changed: Mapping[SSAValue, Sharding], index: Mapping[Operation, int]) -> list[Operation]:
+    """The ops of the component whose price a change of `changed` can
+    move, in program order: those touching a changed value, and every
+    other reader of their operands (one reshard of a value serves all its
+    readers)."""
+    touched: set[Operation] = set()
+    for v in changed:
+        if v.owner in index:
+            touched.add(v.owner)  # type: ignore[arg-type]
+        touched.update(u.operation for u in v.uses if u.operation in index)
+    out = set(touched)
+    for op in touched:
+        for a in op.operands:
+            out.update(u.operation for u in a.uses if u.operation in index)
+    return sorted(out, key=index.__getitem__)
 
 
 def _candidates(
-    ops: Sequence[Operation], free: set[SSAValue], returned: set[SSAValue], known: Assignment, cost: PlanCost
+    op: Operation, free: set[SSAValue], returned: set[SSAValue], known: Assignment, cost: PlanCost
 ) -> list[tuple[SSAValue, Sharding]]:
-    """Where the plan communicates: an op's result pinned to what the op
+    """Where `op` communicates in the plan: its result pinned to what it
     computes locally (reduce or gather later, at its consumers), and an
-    operand pinned to what its consumer needs (reduce or gather earlier,
-    at its producer)."""
+    operand pinned to what it needs (reduce or gather earlier, at its
+    producer)."""
+    part = cost.op_part(op, known)
+    if not isinstance(op, FusionOp) or not op.results or part is None:
+        return []
+    own, wants = part
+    if own == 0.0 and not wants:
+        return []
     out: list[tuple[SSAValue, Sharding]] = []
-    for op in ops:
-        part = cost.op_part(op, known)
-        if not isinstance(op, FusionOp) or not op.results or part is None:
-            continue
-        own, wants = part
-        if own == 0.0 and not wants:
-            continue
-        res = op.results[0]
-        if res in free and not isinstance(op, SetOp):
-            local = rules.local_result(op, [known[v] for v in op.operands], cost.mesh_of)
-            if local is not None and local != known[res].placement() and not (local.partial and res in returned):
-                if not local.errors(shape_of(res), cost.mesh_of(local.mesh)):
-                    out.append((res, local))
-        for k, placement, _ in wants:
-            v = op.operands[k]
-            if v in free and not (placement.partial and v in returned):
-                out.append((v, placement))
-            if v in free:  # a partial sum reduce-scattered where it is made, not reduced whole
-                out.extend((v, p) for p in _scattered(known[v], shape_of(v), cost.mesh_of(known[v].mesh)))
-        if isinstance(op, SetOp) and op.operands[0] in free:
-            out.append((op.operands[0], known[res].placement()))
+    res = op.results[0]
+    if res in free and not isinstance(op, SetOp):
+        local = rules.local_result(op, [known[v] for v in op.operands], cost.mesh_of)
+        if local is not None and local != known[res].placement() and not (local.partial and res in returned):
+            if not local.errors(shape_of(res), cost.mesh_of(local.mesh)):
+                out.append((res, local))
+    for k, placement, _ in wants:
+        v = op.operands[k]
+        if v in free and not (placement.partial and v in returned):
+            out.append((v, placement))
+        if v in free:  # a partial sum reduce-scattered where it is made, not reduced whole
+            out.extend((v, p) for p in _scattered(known[v], shape_of(v), cost.mesh_of(known[v].mesh)))
+    if isinstance(op, SetOp) and op.operands[0] in free:
+        out.append((op.operands[0], known[res].placement()))
     return out
 
 

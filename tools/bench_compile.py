@@ -22,15 +22,31 @@ linear growth); then each phase's share. With `--repeat N` each phase's
 time is its least over N compiles (a shared machine's noise only adds). `--check-linear R` exits 1 when
 a larger size's per-op time exceeds R times the baseline's (not used by
 the tests: timings are not asserted there).
+
+    python tools/bench_compile.py --model-layers 1,2,4,12,24,48 --ranks-list 2,4,8
+
+The model mode: the L-layer GPT of examples/python/train_gpt.py
+(examples/python/gpt_model.py; bf16, hidden 4096, tokens 8192 unless
+given) through `fuserc opt -p autodiff,default`, per L and rank count: the
+communication report's bytes per rank of @main_fwd and @main_bwd in units
+of one [tokens, hidden] bf16 tensor, beside the linear expectation (the
+1-layer model plus L - 1 times what the second layer adds) and their
+ratio, the share overlapped, the CPU time of `fuserc opt` as a process
+(imports included) and of each phase in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 def generate(ops: int, ranks: int = 4) -> str:
@@ -110,6 +126,13 @@ class Result:
 
 def compile_once(text: str, spec: str = "default") -> Result:
     """Parse, the pipeline `spec` pass by pass, print: CPU time of each."""
+    return Result(*run_timed(text, spec)[1:])
+
+
+def run_timed(text: str, pipeline: str) -> tuple[Any, int, dict[str, float]]:
+    """(module, its fusion ops, CPU seconds per phase) of parsing `text`,
+    running `pipeline` pass by pass (each followed by verification, as
+    fuserc opt does) and printing the result."""
     from fuserc import ir
     from fuserc import pipeline as pl
     from fuserc.dialects.fusion import FusionOp
@@ -122,7 +145,7 @@ def compile_once(text: str, spec: str = "default") -> Result:
         phases["parse+verify"] = time.process_time() - t0
         count = sum(1 for op in module.walk() if isinstance(op, FusionOp))
         phases["verify after passes"] = 0.0
-        for p in pl.build(spec):
+        for p in pl.build(pipeline):
             t0 = time.process_time()
             p.apply(ctx, module)
             t1 = time.process_time()
@@ -132,7 +155,88 @@ def compile_once(text: str, spec: str = "default") -> Result:
         t0 = time.process_time()
         ir.to_text(module)
         phases["print"] = time.process_time() - t0
-    return Result(count, phases)
+    return module, count, phases
+
+
+# ---- the L-layer GPT of examples/python/train_gpt.py ----------------------
+MODEL_PIPELINE = "autodiff,default"
+
+
+@dataclass
+class ModelRow:
+    layers: int
+    ranks: int
+    fwd: float  # bytes per rank of @main_fwd
+    bwd: float
+    overlapped: float  # of both
+    phases: dict[str, float] = field(default_factory=dict)  # CPU seconds in this process
+    process_cpu: float = 0.0  # `fuserc opt` as a process: user + system CPU, imports included
+
+    @property
+    def total(self) -> float:
+        return self.fwd + self.bwd
+
+
+def model_text(layers: int, ranks: int, model: argparse.Namespace) -> str:
+    """examples/python/gpt_model.py's program of `layers` layers on `ranks` devices."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "python"))
+    try:
+        from gpt_model import build
+    finally:
+        sys.path.pop(0)
+    a = argparse.Namespace(**{**vars(model), "layers": layers, "dropout": 0.0, "dtype": "bf16"})
+    return build(a, ranks)[0].to_mlir()
+
+
+def process_cpu(path: Path, pipeline: str) -> float:
+    """User + system CPU seconds of `fuserc opt PATH -p PIPELINE` in its own process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "fuserc", "opt", str(path), "-p", pipeline, "-o", os.devnull], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def model_row(layers: int, ranks: int, model: argparse.Namespace, tmp: Path) -> ModelRow:
+    from fuserc.comm_report import report
+
+    text = model_text(layers, ranks, model)
+    module, _, phases = run_timed(text, MODEL_PIPELINE)
+    rep = report(module)
+    fwd, bwd = (rep.function(f).per_rank[0] for f in ("main_fwd", "main_bwd"))
+    path = tmp / f"model{layers}x{ranks}.mlir"
+    path.write_text(text)
+    return ModelRow(layers, ranks, float(fwd.nbytes), float(bwd.nbytes), float(fwd.overlapped + bwd.overlapped), phases, process_cpu(path, MODEL_PIPELINE))
+
+
+def model_main(args: argparse.Namespace) -> int:
+    """Plan and compile time of the L-layer model per L and rank count:
+    units of [tokens, hidden] bf16 beside the linear expectation (the
+    1-layer model plus L - 1 times the 2-layer model's extra), and CPU time."""
+    import tempfile
+
+    layers = [int(s) for s in args.model_layers.split(",")]
+    unit = args.tokens * args.hidden * 2
+    rows: list[ModelRow] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in [int(s) for s in str(args.ranks_list or args.ranks).split(",")]:
+            one, two = (model_row(n, d, args, Path(tmp)) for n in (1, 2))
+            per_layer = two.total - one.total
+            print(f"{MODEL_PIPELINE} of the GPT model (hidden {args.hidden}, tokens {args.tokens}, bf16) at d = {d}: "
+                  f"units of {args.tokens}x{args.hidden}xbf16 per rank; linear = 1 layer + (L - 1) x {per_layer / unit:.3f}")  # fmt: skip
+            names = [k for k in one.phases]
+            print(f"{'L':>3} {'fwd':>8} {'bwd':>8} {'total':>8} {'linear':>8} {'ratio':>6} {'ovl %':>6} {'cpu s':>7} {'in-proc':>8}  "
+                  + " ".join(f"{n[:12]:>12}" for n in names))  # fmt: skip
+            for n in layers:
+                r = {1: one, 2: two}.get(n) or model_row(n, d, args, Path(tmp))
+                rows.append(r)
+                linear = one.total + (n - 1) * per_layer
+                print(f"{n:>3} {r.fwd / unit:>8.2f} {r.bwd / unit:>8.2f} {r.total / unit:>8.2f} {linear / unit:>8.2f} "
+                      f"{r.total / linear:>6.3f} {100 * r.overlapped / r.total:>6.1f} {r.process_cpu:>7.2f} {sum(r.phases.values()):>8.2f}  "
+                      + " ".join(f"{r.phases[k]:>12.3f}" for k in names), flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{**asdict(r), "total": r.total} for r in rows], f, indent=1)
+    return 0
 
 
 def print_phase_growth(results: list[Result]) -> None:
@@ -156,7 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--program", choices=sorted(GENERATORS), default="blocks", help="the generated program (module docstring)")
     parser.add_argument("--pipeline", default="default", help="the pass pipeline: default or autodiff,default")
     parser.add_argument("--check-linear", type=float, default=0.0, metavar="R")
+    model = parser.add_argument_group("the GPT model of examples/python/train_gpt.py (instead of --ops)")
+    model.add_argument("--model-layers", help="layer counts, comma-separated, e.g. 1,2,4,12,24,48")
+    model.add_argument("--ranks-list", help="rank counts for the model, comma-separated (default: --ranks)")
+    model.add_argument("--tokens", type=int, default=8192)
+    model.add_argument("--hidden", type=int, default=4096)
+    model.add_argument("--heads", type=int, default=32)
+    model.add_argument("--ffn", type=int, default=16384)
+    model.add_argument("--vocab", type=int, default=32768)
     args = parser.parse_args(argv)
+    if args.model_layers:
+        return model_main(args)
     sizes = [int(s) for s in args.ops.split(",")]
     make = GENERATORS[args.program]
     compile_once(make(12, args.ranks), args.pipeline)  # warm caches and lazy imports

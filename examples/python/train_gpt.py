@@ -33,72 +33,14 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fuserc.torch  # noqa: E402
-from fuserc.api import FusionDefinition, Mesh, Tensor, shard_tensor  # noqa: E402
+from fuserc.api import shard_tensor  # noqa: E402
 from gpt_layer import reference as layer_reference  # noqa: E402
+from gpt_model import build, shapes  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 TOLERANCE = {"f32": 1e-3, "bf16": 5e-2}
 """The largest relative difference of the loss curves by default: bf16's
 against the reference in f32 (a bf16 step rounds to 8 bits of mantissa)."""
-
-LAYER_SHARDINGS = [
-    ["-"], ["-"],  # ln1 weight, bias
-    ["DIDx", "-"], ["DIDx"], ["DIDx", "-"], ["DIDx"], ["DIDx", "-"], ["DIDx"],  # q, k, v: heads split
-    ["-", "DIDx"], ["-"],  # output projection: row parallel
-    ["-"], ["-"],  # ln2
-    ["DIDx", "-"], ["DIDx"], ["-", "DIDx"], ["-"],  # MLP: column then row parallel
-]  # fmt: skip
-
-
-def shapes(a: argparse.Namespace) -> list[tuple[list[int], list[str]]]:
-    """(global shape, sharding) of every parameter, in argument order."""
-    h, f, v, t = a.hidden, a.ffn, a.vocab, a.tokens
-    layer = [[h], [h], [h, h], [h], [h, h], [h], [h, h], [h], [h, h], [h], [h], [h], [f, h], [f], [h, f], [h]]
-    out = [([v, h], ["DIDx", "-"]), ([t, h], ["DIDx", "-"])]  # token and position embeddings
-    for _ in range(a.layers):
-        out += list(zip(layer, LAYER_SHARDINGS))
-    out += [([h], ["-"]), ([h], ["-"]), ([v, h], ["DIDx", "-"])]  # final layer_norm, LM head
-    return out
-
-
-def build(a: argparse.Namespace, devices: int) -> tuple[FusionDefinition, Mesh]:
-    """ids, labels, (dropout seed,) then the parameters -> the mean loss."""
-    fd = FusionDefinition()
-    mesh = fd.sched.mesh("tp", [devices])
-    ops, t, hd = fd.ops, a.tokens, a.hidden // a.heads
-    ids = fd.define_tensor([t], "i64")
-    labels = fd.define_tensor([t], "i64")
-    seed = fd.define_tensor([], "i64") if a.dropout > 0 else None
-    params = []
-    for shape, sharding in shapes(a):
-        p = fd.define_tensor(shape, a.dtype)
-        fd.sched.shard(p, "tp", sharding)
-        params.append(p)
-    emb, pos, *rest = params
-    x = ops.embedding(ids, emb) + pos
-    fd.sched.shard(x, "tp", ["DIDx", "-"])  # sequence parallel between the layers
-
-    def drop(u: Tensor) -> Tensor:
-        return ops.dropout(u, seed, p=a.dropout) if seed is not None else u
-
-    def heads_of(u: Tensor) -> Tensor:  # [T, H] -> [1, heads, T, hd]
-        return ops.permute(ops.reshape(u, shape=[1, t, a.heads, hd]), dims=[0, 2, 1, 3])
-
-    for i in range(a.layers):
-        ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2 = rest[16 * i : 16 * i + 16]
-        n = ops.layer_norm(x, ln1_w, ln1_b, dims=1, eps=1e-5)
-        q, k, v = (heads_of(ops.linear(n, w, b)) for w, b in ((wq, bq), (wk, bk), (wv, bv)))
-        o = ops.reshape(ops.permute(ops.sdpa(q, k, v, causal=True), dims=[0, 2, 1, 3]), shape=[t, a.hidden])
-        x = x + drop(ops.linear(o, wo, bo))
-        fd.sched.shard(x, "tp", ["DIDx", "-"])
-        c = ops.layer_norm(x, ln2_w, ln2_b, dims=1, eps=1e-5)
-        x = x + drop(ops.linear(ops.gelu(ops.linear(c, w1, b1)), w2, b2))
-        fd.sched.shard(x, "tp", ["DIDx", "-"])
-    lnf_w, lnf_b, head = rest[16 * a.layers :]
-    logits = ops.linear(ops.layer_norm(x, lnf_w, lnf_b, dims=1, eps=1e-5), head)
-    fd.sched.shard(logits, "tp", ["-", "DIDx"])  # vocabulary parallel: never gathered
-    fd.add_output(ops.cross_entropy(logits, labels))
-    return fd, mesh
 
 
 def reference_loss(ids: torch.Tensor, labels: torch.Tensor, params: list[torch.Tensor], a: argparse.Namespace) -> torch.Tensor:

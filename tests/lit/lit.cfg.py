@@ -18,3 +18,5 @@ for var in ("PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV"):
 fuserc = shutil.which("fuserc") or f"{sys.executable} -m fuserc"
 config.substitutions.append(("%fuserc", fuserc))
 config.substitutions.append(("%examples", os.path.join(os.path.dirname(__file__), "..", "..", "examples")))
+_beside = os.path.join(os.path.dirname(shutil.which("fuserc") or ""), "python3")
+config.substitutions.append(("%python", _beside if os.path.exists(_beside) else sys.executable))  # fuserc's python

@@ -70,3 +70,24 @@ def test_chain_program() -> None:
     assert text.count(" = fusion.") == 1000 and text.count("fusion.matmul") == 100 and text.count("fusion.sum") == 1
     lines = [line for line in text.splitlines() if " = fusion." in line]
     assert all(f"%v{i - 1}" in lines[i] for i in range(1, 999))
+
+
+def test_model_mode(tmp_path: Path) -> None:
+    """The model mode on a small GPT (1 to 3 layers at d = 2): a row per
+    layer count with the report's bytes beside the linear expectation and
+    the time of every pass; the plan is linear (3 layers = 1 + 2 x the
+    second layer's extra)."""
+    out = tmp_path / "model.json"
+    small = ["--tokens", "32", "--hidden", "64", "--heads", "4", "--ffn", "128", "--vocab", "256"]
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), "--model-layers", "1,2,3", "--ranks", "2", *small, "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "autodiff,default of the GPT model (hidden 64, tokens 32, bf16) at d = 2" in proc.stdout
+    rows = json.loads(out.read_text())
+    assert [(r["layers"], r["ranks"]) for r in rows] == [(1, 2), (2, 2), (3, 2)]
+    one, two, three = (r["total"] for r in rows)
+    assert one > 0 and three == one + 2 * (two - one)
+    for r in rows:
+        assert r["process_cpu"] > 0 and {"autodiff", "propagate-shardings", "plan-memory"} <= set(r["phases"])
