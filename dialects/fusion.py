@@ -114,16 +114,16 @@ class FusionOp(IRDLOperation):
     - ROWWISE: the op is a normalization of each row along its last dim
       that the cuda backend's row kernels compute in one pass when it is a
       launch region of its own ('softmax', 'log_softmax',
-      'cross_entropy': runtime/cuda_rows.py);
+      'cross_entropy': runtime/kernels/cuda_rows.py);
     - RESULTS: result names in order (`name?` optional); results after the
       first have the types `more_results` gives and the shardings
       `more_shardings` derives from the first's;
     - ALONE: the op is a launch region of its own, run by a kernel of its
-      own on both backends (attention: runtime/attention.py);
+      own on both backends (attention: runtime/kernels/attention.py);
     - `torch_alone()`, `torch_out(args, out)`: PyTorch's own kernel for
       the op (its `reference` writing `out`) outruns Inductor's where the
       op is a launch region by itself, which the cuda backend then runs
-      with it (runtime/torch_regions.py).
+      with it (runtime/kernels/torch_regions.py).
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()

@@ -456,7 +456,7 @@ class GroupedMatmulOp(FusionOp):
         return OpMap(ops, 3, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        from fuserc.runtime.grouped_gemm import experts_block
+        from fuserc.runtime.kernels.grouped_gemm import experts_block
 
         a, b, offs = args
         if self.stacked():
@@ -471,7 +471,7 @@ class GroupedMatmulOp(FusionOp):
             raise error_at(self, e.message) from None
 
     def torch_alone(self) -> bool:
-        """Its region runs op by op with PyTorch (runtime/torch_regions.py):
+        """Its region runs op by op with PyTorch (runtime/kernels/torch_regions.py):
         a traced kernel would bake in the group ends it reads."""
         return True
 

@@ -288,7 +288,7 @@ class RmsNormOp(NormOp):
 class AttentionOp(FusionOp):
     """What sdpa and its derivative share: q, k, v, `scale`, `causal`; a
     launch of its own, run by PyTorch's attention kernels (`ALONE`,
-    runtime/attention.py)."""
+    runtime/kernels/attention.py)."""
 
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("scale", "float"), ("causal", "bool"))
     DEFAULTS: ClassVar[dict[str, Any]] = {"causal": False}
@@ -368,7 +368,7 @@ class SdpaOp(AttentionOp):
         return OpMap((q, k, v), 4, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        from fuserc.runtime import attention
+        from fuserc.runtime.kernels import attention
 
         out, lse = attention.forward(*args, *self.options())
         return (out, lse) if len(self.results) > 1 else out
@@ -454,7 +454,7 @@ class SdpaGradOp(AttentionOp):
         return OpMap((four, four, four, four, _heads_map(3), four), 4, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        from fuserc.runtime import attention
+        from fuserc.runtime.kernels import attention
 
         q, k, v, out, lse, g = args
         return attention.backward(g, q, k, v, out, lse, *self.options())

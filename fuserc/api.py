@@ -570,7 +570,7 @@ class FusionDefinition:
         local=False, gather=True)`. `algorithm` sets stream-pipeline's
         option (auto|collective|ring|none), as `-p` does on the CLI."""
         from fuserc.pipeline import with_option
-        from fuserc.runtime.program import compile_text
+        from fuserc.runtime.evaluator.program import compile_text
 
         if algorithm is not None:
             pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
@@ -671,7 +671,7 @@ def job_size() -> int:
     mpiexec or torchrun; 1 for a process started alone), to make a mesh as
     large as the job. Collective the first time: it starts the job's
     communicator, as compiling does."""
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     return mpi_env().size
 

@@ -120,7 +120,7 @@ class _Group(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # type: ignore[override]
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        from fuserc.runtime.job import launcher_rank
+        from fuserc.runtime.job.job import launcher_rank
 
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -158,8 +158,8 @@ def entry() -> None:
     process ends without Python's teardown of torch (`quick_exit`: a second
     or more after the results are out). `main` itself returns by raising
     SystemExit, as click's commands do, for callers in one process."""
-    from fuserc.runtime.job import follow_launcher, launcher_size
-    from fuserc.runtime.mpi_env import ENDS_PROCESS, quick_exit
+    from fuserc.runtime.job.job import follow_launcher, launcher_size
+    from fuserc.runtime.job.mpi_env import ENDS_PROCESS, quick_exit
 
     follow_launcher()  # first, before the imports of seconds: a launcher that dies meanwhile ends this rank too
     ENDS_PROCESS[0] = True
@@ -395,7 +395,7 @@ def cache() -> None:
 @cache.command("info")
 def cache_info() -> None:
     """Where the cache is and what it holds."""
-    from fuserc.runtime.kernel_cache import KernelCache
+    from fuserc.runtime.kernels.kernel_cache import KernelCache
 
     info = KernelCache().info()
     click.echo(f"cache: {info['root']}" + ("" if info["exists"] else " (empty: not created yet)"))
@@ -413,7 +413,7 @@ def cache_info() -> None:
 @cache.command("clear")
 def cache_clear() -> None:
     """Remove every cached kernel (and the compilers' working files)."""
-    from fuserc.runtime.kernel_cache import KernelCache, Untrusted
+    from fuserc.runtime.kernels.kernel_cache import KernelCache, Untrusted
 
     kc = KernelCache()
     count = len(kc.entries())

@@ -9,7 +9,7 @@ Every rank compiles the same program, takes its shards of the global inputs,
 and runs the host program; rank 0 gathers the results for --save-outputs and
 --check. Any failure on any rank ends the job with one copy of its message,
 and the watchdog ends a job whose run or collective does not complete
-(runtime/job.py, runtime/watchdog.py).
+(runtime/job/job.py, runtime/job/watchdog.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # torch and numpy load only when a program runs
 WARMUP = 6
 """Untimed runs before --iters by default: on cuda, runs 2-6 are the trial
 that chooses between replaying a captured graph and running op by op
-(runtime/graphs.py), so the timed runs are the chosen way's."""
+(runtime/evaluator/graphs.py), so the timed runs are the chosen way's."""
 
 @click.command(short_help="Compile FILE (or - for stdin) and run it, one process per rank.")
 @click.argument("file")
@@ -91,8 +91,8 @@ def run(
         check_output_dir(trace_path, "'--trace'")
     from fuserc.diagnostics import Diagnostic
     from fuserc.pipeline import PipelineSpecError, build
-    from fuserc.runtime import job as jobs
-    from fuserc.runtime.watchdog import timeout_from
+    from fuserc.runtime.job import job as jobs
+    from fuserc.runtime.job.watchdog import timeout_from
 
     try:
         timeout = timeout_from(watchdog_s)
@@ -106,7 +106,7 @@ def run(
         sys.exit(2)
     except Exception:  # noqa: BLE001 - a pass that is not available: reported when compiling
         pass
-    from fuserc.runtime.mpi_env import load_launcher, mpi_env, mpi_launch_problem
+    from fuserc.runtime.job.mpi_env import load_launcher, mpi_env, mpi_launch_problem
 
     problem = mpi_launch_problem()
     if problem is not None:  # every process is alone: rank 0 by the launcher's word says why
@@ -209,11 +209,11 @@ def read_shared_source(job: Any, path: str) -> tuple[str, str]:
 def _run(o: _Options, job: Any) -> int:
     """The body of `fuserc run` on one rank; returns the exit code."""
     from fuserc.diagnostics import Diagnostic
-    from fuserc.runtime import io
-    from fuserc.runtime.backend import cuda_unavailable, make_backend
-    from fuserc.runtime.mpi_env import ENDS_PROCESS
-    from fuserc.runtime.program import CompiledProgram, compile_module
-    from fuserc.runtime.startup import Startup, Stopwatch, process_age
+    from fuserc.runtime.job import io
+    from fuserc.runtime.backends.backend import cuda_unavailable, make_backend
+    from fuserc.runtime.job.mpi_env import ENDS_PROCESS
+    from fuserc.runtime.evaluator.program import CompiledProgram, compile_module
+    from fuserc.runtime.job.startup import Startup, Stopwatch, process_age
 
     env = job.env
     fallback = None
@@ -221,7 +221,7 @@ def _run(o: _Options, job: Any) -> int:
     startup.add("imports", process_age() or 0.0)  # the process's start to here (Python, torch, the launcher's start)
     clock = Stopwatch()
     if o.backend in ("auto", "cuda"):  # the GPU's context is made while the passes run
-        from fuserc.runtime.cuda import open_device_early
+        from fuserc.runtime.backends.cuda import open_device_early
 
         open_device_early()
     with job.agreed("compiling"):
@@ -243,8 +243,8 @@ def _run(o: _Options, job: Any) -> int:
             _cpu_cost_note(compiled, o.entry, env.size)
         startup.add("imports", clock.lap())
     if kind == "cuda":  # Inductor's import goes on while CUDA and NCCL start
-        from fuserc.runtime.cuda import import_compiler_early
-        from fuserc.runtime.evaluator import find_host_program
+        from fuserc.runtime.backends.cuda import import_compiler_early
+        from fuserc.runtime.evaluator.evaluator import find_host_program
 
         with contextlib.suppress(Diagnostic):  # the program's load says what is wrong with it
             import_compiler_early(find_host_program(compiled.host, compiled.entry))
@@ -307,7 +307,7 @@ def _run(o: _Options, job: Any) -> int:
 def _report_startup(runs: "_Runs", startup: Any, steady: float) -> None:
     """`--time`: this rank's phases with its program's first run, gathered;
     rank 0 prints the job's (the slowest rank per phase) on stderr."""
-    from fuserc.runtime.startup import combined
+    from fuserc.runtime.job.startup import combined
 
     program = runs.program
     first = program.program.startup
@@ -406,7 +406,7 @@ def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence[
 def _traced(runs: _Runs, path: str, body: Any) -> Any:
     """Run `body` (one run of the program) traced; write the trace of every
     rank to `path` (collective). Returns what `body` returns."""
-    from fuserc.runtime.trace import tracing, write_trace
+    from fuserc.runtime.evaluator.trace import tracing, write_trace
 
     program = runs.program
     with tracing(program.program) as tracer:

@@ -22,7 +22,7 @@ caller drops them before the next backward (`zero_grad()`, which sets them
 to None): torch's AccumulateGrad makes them the parameters' `.grad` as
 they are; a gradient still held at the next backward (accumulated over
 micro-batches) becomes the caller's alone, and from then on the
-backward's gradients are copies (runtime/graphs.py, `Loans`).
+backward's gradients are copies (runtime/evaluator/graphs.py, `Loans`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def function(
         from fuserc.pipeline import with_option
 
         pipeline = with_option(pipeline, "stream-pipeline", "algorithm", algorithm)
-    from fuserc.runtime.kernel_builds import BACKGROUND, builds_mode
+    from fuserc.runtime.kernels.kernel_builds import BACKGROUND, builds_mode
 
     background = builds_mode(BACKGROUND, kernel_builds) == BACKGROUND
     return Function(text, where, entry, pipeline, backend, save, time, background, autodiff)
@@ -101,7 +101,7 @@ def device(kind: str | None = None) -> torch.device:
         raise Diagnostic(f"fuserc.torch.device: kind must be 'cpu' or 'cuda', got {kind!r}")
     if not torch.cuda.is_available():
         raise Diagnostic(f"fuserc.torch.device('cuda'): this torch ({torch.__version__}) sees no CUDA device")
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     return torch.device("cuda", mpi_env().gpu(torch.cuda.device_count()))
 
@@ -123,7 +123,7 @@ class _Loaded:
     that hold buffers of the forward's graph."""
 
     def program(self, name: str) -> Any:
-        from fuserc.runtime.evaluator import Program, memory_pool
+        from fuserc.runtime.evaluator.evaluator import Program, memory_pool
 
         if self.pool is None:
             self.pool = memory_pool(self.compiled.host, self.backend)
@@ -148,7 +148,7 @@ class Function:
         background: bool = False,
         autodiff: str = "",
     ):
-        from fuserc.runtime.startup import Startup
+        from fuserc.runtime.job.startup import Startup
 
         self.text, self.where, self.entry = text, where, entry
         self.pipeline, self.backend, self.save = pipeline, backend, save
@@ -169,10 +169,10 @@ class Function:
         found = self._loaded.get(kind)
         if found is not None:
             return found
-        from fuserc.runtime.backend import shared_backend
-        from fuserc.runtime.mpi_env import mpi_env
-        from fuserc.runtime.program import compile_module
-        from fuserc.runtime.startup import Stopwatch
+        from fuserc.runtime.backends.backend import shared_backend
+        from fuserc.runtime.job.mpi_env import mpi_env
+        from fuserc.runtime.evaluator.program import compile_module
+        from fuserc.runtime.job.startup import Stopwatch
 
         clock = Stopwatch()
         be = shared_backend(kind, mpi_env())
@@ -253,7 +253,7 @@ def _run(
 def _prepare_kernels(loaded: _Loaded, *programs: Any) -> None:
     """The programs' generated kernels, built (or loaded) together; the
     time goes to the Function's startup."""
-    from fuserc.runtime.startup import KERNELS
+    from fuserc.runtime.job.startup import KERNELS
 
     before = KERNELS.copy()
     loaded.backend.prepare_kernels(*programs, background=loaded.background)

@@ -5,7 +5,7 @@ Everything is estimated from a `Machine`: GEMM throughput per element type,
 and the latency and bandwidth of two links, copy-engine peer copies (CUDA IPC
 `hir.get`) and NCCL collectives. The numbers are documented defaults for one
 node of H200s (NVLink); a JSON file overrides any of them, so a measured node
-(`python -m fuserc.runtime.links`, run on the GPUs) is described exactly:
+(`python -m fuserc.runtime.backends.links`, run on the GPUs) is described exactly:
 
     $FUSERC_LINKS, else ~/.cache/fuserc/links.json
     {"copy_engine_gbps": 350, "nccl_latency_us": 20, "gemm_tflops": {"bf16": 750}, ...}

@@ -1,6 +1,6 @@
 """Launch regions: which local ops lower-to-host-ir computes in one
 `hir.launch` (one generated kernel, or as few as Inductor makes of the
-region's graph on cuda: runtime/cuda_regions.py).
+region's graph on cuda: runtime/kernels/cuda_regions.py).
 
 A region is a run of consecutive local ops of one set of devices that are
 not GEMMs, layout ops or reshards (elementwise ops, reductions,

@@ -16,7 +16,7 @@ after its own barrier):
 
 - GEMM alone at the per-GPU shape: the limit (AG: [M,K]x[K,N]; RS:
   [M,K/d]x[K/d,N], d = ranks), torch.matmul;
-- fuserc: the program below compiled with runtime/program.py and run by
+- fuserc: the program below compiled with runtime/evaluator/program.py and run by
   the host evaluator, timed by the backend's timer (CUDA events on cuda);
 - PyTorch eager over NCCL: all_gather_into_tensor then matmul (AG);
   matmul then reduce_scatter_tensor (RS);
@@ -456,9 +456,9 @@ class Bench:
     def __init__(self, args: argparse.Namespace):
         import torch
 
-        from fuserc.runtime.backend import make_backend
-        from fuserc.runtime.job import same_on_all_ranks
-        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.backends.backend import make_backend
+        from fuserc.runtime.job.job import same_on_all_ranks
+        from fuserc.runtime.job.mpi_env import mpi_env
 
         self.args = args
         self.env = mpi_env()
@@ -555,7 +555,7 @@ class Bench:
         return times
 
     def fuserc(self, pattern: str, shape: Shape, x: Any, w: Any, chunks: int) -> tuple[list[float], Any, str, str]:
-        from fuserc.runtime.program import compile_text
+        from fuserc.runtime.evaluator.program import compile_text
 
         text = program_text(pattern, shape, self.d, chunks)
         program = compile_text(text, pipeline=self.args.pipeline, backend=self.backend, filename=f"bench_{pattern}_{shape}.mlir")
@@ -679,7 +679,7 @@ def torch_launched() -> bool:
     under torchrun, or without mpi4py."""
     import importlib.util
 
-    from fuserc.runtime.mpi_env import TORCHRUN_VARS
+    from fuserc.runtime.job.mpi_env import TORCHRUN_VARS
 
     return all(v in os.environ for v in TORCHRUN_VARS) or importlib.util.find_spec("mpi4py") is None
 
@@ -868,10 +868,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     except Exception as e:  # noqa: BLE001 - a malformed pipeline is bad usage
         p.error(failure_reason(e))
-    from fuserc.runtime.job import launcher_rank, run_guarded
+    from fuserc.runtime.job.job import launcher_rank, run_guarded
 
     if args.backend == "cuda":  # the default: without a GPU, one line (every rank finds the same)
-        from fuserc.runtime.backend import cuda_unavailable
+        from fuserc.runtime.backends.backend import cuda_unavailable
 
         reason = cuda_unavailable()
         if reason is not None:

@@ -17,7 +17,7 @@ sequence (the limit: the same FLOPs in one call):
   `fuserc.torch.function`: parity with sdpa is the target;
 - `ring d=D`: the D-rank ring schedule of passes/ring_attention.py (zigzag
   layout, `ring_attention.step`) run rank after rank on this one device:
-  every step's attention on its blocks (runtime/attention.py's kernels,
+  every step's attention on its blocks (runtime/kernels/attention.py's kernels,
   with their log-sum-exp) and the log-sum-exp merge into f32 accumulators;
   the backward every step's `sdpa_grad` on its blocks from the merged
   statistic, summed into dq, dk, dv. Target: >= 0.9 of sdpa. Its results
@@ -53,7 +53,7 @@ from bench_local import program_step  # noqa: E402
 from bench_torch import device_ms  # noqa: E402
 
 from fuserc.passes.ring_attention import FULL, step as ring_step  # noqa: E402
-from fuserc.runtime import attention  # noqa: E402
+from fuserc.runtime.kernels import attention  # noqa: E402
 
 Tensors = tuple[torch.Tensor, ...]
 

@@ -334,7 +334,7 @@ class Job:
         import torch.distributed as dist
         from torch.distributed.device_mesh import DeviceMesh
 
-        from fuserc.runtime.mpi_env import mpi_env
+        from fuserc.runtime.job.mpi_env import mpi_env
 
         self.env = mpi_env()
         self.comm, self.rank, self.d = self.env.comm, self.env.rank, self.env.size
@@ -488,7 +488,7 @@ def fuserc_variant(shape: Shape, shards: list[torch.Tensor], job: Job, a: argpar
         with torch.no_grad():
             leaves[2] += a.perturb  # the first layer_norm's bias
     def release() -> None:  # how its programs' calls went (replayed or op by op), where its first call's time went, then close
-        from fuserc.runtime.startup import combined
+        from fuserc.runtime.job.startup import combined
 
         first = combined(job.comm.allgather(f.startup))  # (the slowest rank's phases, the kernels of all)
         if job.rank == 0:
@@ -843,7 +843,7 @@ def tool_main(name: str, p: argparse.ArgumentParser, resolve: Callable[[argparse
         a = resolve(a)
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
-    from fuserc.runtime.job import launcher_rank, run_guarded
+    from fuserc.runtime.job.job import launcher_rank, run_guarded
 
     if not a.small and not torch.cuda.is_available():
         if not launcher_rank():

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     files = a.files or default_files()
-    from fuserc.runtime.job import current, run_guarded
+    from fuserc.runtime.job.job import current, run_guarded
 
     run_guarded(lambda: check_all(current(), files, a.pipeline, a.backend, meshes))
     return 0
@@ -77,7 +77,7 @@ def input_bytes(text: str, path: str) -> int:
 def check_all(job: object, files: list[str], pipeline: str, backend: str, meshes: dict[str, tuple[int, ...]]) -> int:
     """Each file checked in turn in this job; the exit code (rank 0's)."""
     from fuserc.run_cli import run_file
-    from fuserc.runtime.backend import resolve_auto
+    from fuserc.runtime.backends.backend import resolve_auto
 
     env = job.env  # type: ignore[attr-defined]
     results = []

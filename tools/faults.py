@@ -14,7 +14,7 @@ collective), and with its launcher killed (SIGKILL) once the ranks run,
 and prints, for each, the time from the failure to the end of
 the job, the exit code, whether fuserc's own line named the failing rank,
 and what the user saw (fuserc's lines; the launcher's report after them is
-left out). The failures come from `$FUSERC_FAULT` (runtime/watchdog.py), at
+left out). The failures come from `$FUSERC_FAULT` (runtime/job/watchdog.py), at
 the rank's first communication, except the external SIGSTOP, sent by this
 script to the rank's process once its run has started.
 
@@ -47,7 +47,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuserc.runtime.peers import alive
+from fuserc.runtime.job.peers import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 MPI_ENV = {

@@ -747,7 +747,7 @@ ORPHAN_AFTER_S = 30.0
 
 FETCH = """
 import os, pickle, sys
-from fuserc.runtime.kernel_cache import KernelCache, kernel_key
+from fuserc.runtime.kernels.kernel_cache import KernelCache, kernel_key
 key = kernel_key("region", {"fuzz": 1}, "cpu", {"v": "1"})
 got = KernelCache(sys.argv[1]).fetch(key, lambda: ({"artifact": pickle.dumps("built")}, "built"), lambda s: pickle.loads(s["artifact"]))
 print(got.how, got.value)
@@ -791,7 +791,7 @@ def _as_other(ops: list[tuple[str, str, int, str | None]]) -> bool:
 
 def cache_attack(index: int, seed: int, base: Path, timeout: float) -> Result:
     """Attack `index` of the run seeded `seed`, in a fresh folder under `base`."""
-    from fuserc.runtime.kernel_cache import KernelCache, _encode, kernel_key
+    from fuserc.runtime.kernels.kernel_cache import KernelCache, _encode, kernel_key
 
     rng = random.Random(f"cache:{seed}:{index}")
     attack = ATTACKS[index % len(ATTACKS)] if index < len(ATTACKS) else rng.choice(ATTACKS)
@@ -879,7 +879,7 @@ def launcher_kill(index: int, seed: int) -> Result:
     sys.path.insert(0, str(ROOT / "tools"))
     import faults  # noqa: PLC0415 - a sibling tool
 
-    from fuserc.runtime.peers import alive
+    from fuserc.runtime.job.peers import alive
 
     rng = random.Random(f"launcher:{seed}:{index}")
     launcher = ("torchrun", "mpiexec")[index % 2]

@@ -88,7 +88,7 @@ setup() {
   if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
   fi
-  python3 -c "import fuserc.runtime.cuda as c, fuserc.passes, xdsl; print('fuserc from', fuserc.runtime.__file__); print('cuda backend:', c.unavailable_reason() or 'available')"
+  python3 -c "import fuserc.runtime.backends.cuda as c, fuserc.passes, xdsl; print('fuserc from', fuserc.runtime.__file__); print('cuda backend:', c.unavailable_reason() or 'available')"
 }
 export PYTHONPATH=$REPO:/tmp/site
 export -f setup
@@ -137,9 +137,9 @@ op by op, timed with CUDA events on the backend's stream."""
 import torch
 
 from fuserc.ir import parse
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.backends.cpu import launch_with_torch
+from fuserc.runtime.job.mpi_env import mpi_env
 
 be = make_backend("cuda", mpi_env())
 

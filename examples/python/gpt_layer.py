@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--print-ir", action="store_true")
     args = parser.parse_args()
 
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     devices = mpi_env().size
     fd = build(args.tokens, args.hidden, args.heads, args.ffn, devices, args.dtype)

@@ -118,7 +118,7 @@ def main() -> None:
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         usage_error(p, "--plot needs matplotlib (pip install matplotlib)")
 
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     env = mpi_env()
     rank, devices = env.rank, env.size
@@ -188,7 +188,7 @@ def train_against_pytorch(
 def usage_error(p: argparse.ArgumentParser, message: str) -> None:
     """Bad usage, before any work: said once per job (every rank finds it),
     exit 2 on every rank."""
-    from fuserc.runtime.job import launcher_rank
+    from fuserc.runtime.job.job import launcher_rank
 
     if launcher_rank() in (None, 0):
         p.print_usage(sys.stderr)

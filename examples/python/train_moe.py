@@ -139,7 +139,7 @@ def main() -> None:
     if a.plot and importlib.util.find_spec("matplotlib") is None:
         usage_error(p, "--plot needs matplotlib (pip install matplotlib)")
 
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     env = mpi_env()
     rank, devices = env.rank, env.size

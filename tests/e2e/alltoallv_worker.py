@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from fuserc.ir import parse
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.evaluator import Program
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.evaluator.evaluator import Program
+from fuserc.runtime.job.mpi_env import mpi_env
 
 ENV = mpi_env()
 RANK, SIZE = ENV.rank, ENV.size

@@ -31,9 +31,9 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu")
     args = parser.parse_args()
 
-    from fuserc.runtime.backend import make_backend
-    from fuserc.runtime.mpi_env import mpi_env
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.backends.backend import make_backend
+    from fuserc.runtime.job.mpi_env import mpi_env
+    from fuserc.runtime.evaluator.program import compile_text
 
     env = mpi_env()
     backend = make_backend(args.backend, env)

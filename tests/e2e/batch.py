@@ -12,7 +12,7 @@ than main, `@main_bwd` say)
 each pipeline's checked run as DIR/PIPELINE/in<i>.npy and out<i>.npy, as
 `fuserc run --save-outputs` does, for tests computing their own reference).
 For each case and pipeline every rank does what `fuserc run FILE -p SPEC
---check --iters 1 --warmup 0` does (runtime/program.py, runtime/io.py,
+--check --iters 1 --warmup 0` does (runtime/evaluator/program.py, runtime/job/io.py,
 fuserc.check.compare): compile, random global inputs from the seed, each rank's
 shards, a run on other inputs then the checked run (reusing the cached
 buffers), the results gathered to rank 0 and compared there with the
@@ -171,7 +171,7 @@ as `fuserc run -p PIPELINE --entry NAME` does."""
 def compile_case(text: str, name: str, spec: str, backend: Any) -> Any:
     """The program compiled by pipeline `spec` and loaded on this rank (a
     failure here is the same on every rank: nothing communicated yet)."""
-    from fuserc.runtime.program import CompiledProgram, compile_module
+    from fuserc.runtime.evaluator.program import CompiledProgram, compile_module
 
     pipeline, _, entry = spec.partition(ENTRY)
     return CompiledProgram(compile_module(text, name, entry or "main", pipeline), backend)
@@ -183,7 +183,7 @@ def run_case(program: Any, env: Any, seed: int, save: str | None = None) -> tupl
     the first run's data), checked against the reference, on rank 0
     ("", "" on the others). Raises _RunFailure when a run fails."""
     from fuserc.check import compare, precision_of
-    from fuserc.runtime import io
+    from fuserc.runtime.job import io
 
     try:
         first = program.random_inputs(seed + FIRST_RUN_SEED_OFFSET)
@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     args = parser.parse_args(argv)
 
-    from fuserc.runtime.backend import make_backend
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.backends.backend import make_backend
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     env = mpi_env()
     backend = make_backend(args.backend, env)

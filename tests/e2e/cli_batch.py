@@ -233,7 +233,7 @@ def run_one(argv: list[str], script: str | None, env: dict[str, str], timeout: f
 
 
 def main() -> int:
-    from fuserc.runtime.job import launcher_rank
+    from fuserc.runtime.job.job import launcher_rank
 
     rank = launcher_rank() or 0
     for run in json.loads(Path(sys.argv[1]).read_text()):

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fuserc.runtime import io
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.program import Compiled, CompiledProgram, compile_module
+from fuserc.runtime.job import io
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.program import Compiled, CompiledProgram, compile_module
 
 from fuserc.comm_report import report
 

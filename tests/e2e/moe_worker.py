@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
 
 import fuserc.torch  # noqa: E402
-from fuserc.runtime.mpi_env import mpi_env  # noqa: E402
+from fuserc.runtime.job.mpi_env import mpi_env  # noqa: E402
 from fuserc.api import Mesh, shard_tensor  # noqa: E402
 from moe_layer import SHARDINGS, definition, loop, params  # noqa: E402
 

@@ -257,7 +257,7 @@ def test_var_gradient_where_the_correction_reaches_the_count(n: int, correction:
     """var over N elements with a correction of N or more: the gradient is
     PyTorch's (NaN where x is at its mean, +-inf, or finite for a correction
     above N), compiled and run in this process, never a ZeroDivisionError."""
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     text = VAR.replace("N", str(n)).replace("C", str(correction))
     bwd = compile_text(text, "main_bwd", "autodiff{save=inputs},default", backend="cpu")

@@ -120,7 +120,7 @@ def test_usage_errors(args: list[str], message: str) -> None:
 
 
 def testcuda_unavailable_is_a_clean_error(tmp_path: Path) -> None:
-    from fuserc.runtime.backend import cuda_unavailable
+    from fuserc.runtime.backends.backend import cuda_unavailable
 
     if cuda_unavailable() is None:
         pytest.skip("the cuda backend can run here")

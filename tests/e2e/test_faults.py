@@ -50,7 +50,7 @@ def test_fault(launcher: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
 HEARTBEAT = """\
 import sys, threading, time
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.job.mpi_env import mpi_env
 env = mpi_env()
 beats = []
 def beat():

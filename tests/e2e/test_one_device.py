@@ -89,7 +89,7 @@ def test_python_api_without_a_mesh() -> None:
     """A FusionDefinition with no mesh, and `compile_text` of an unsharded
     program, compile and run on this one process."""
     from fuserc.api import FusionDefinition
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     fd = FusionDefinition()
     x = fd.define_tensor([8, 12], "f32")
@@ -108,7 +108,7 @@ def test_python_api_without_a_mesh() -> None:
 API_SCRIPT = """import sys
 import numpy as np
 from fuserc.api import FusionDefinition
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.job.mpi_env import mpi_env
 
 fd = FusionDefinition()
 x = fd.define_tensor([8, 12], "f32")

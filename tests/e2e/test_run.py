@@ -162,8 +162,8 @@ def test_seed_is_deterministic(ran: Ran) -> None:
     """--seed draws the same global arguments on every rank and every run,
     and each rank holds its shard of them; --print-host-ir prints once."""
     from fuserc.ir import parse
-    from fuserc.runtime.evaluator import find_host_program, signature
-    from fuserc.runtime.io import random_inputs
+    from fuserc.runtime.evaluator.evaluator import find_host_program, signature
+    from fuserc.runtime.job.io import random_inputs
 
     prog = ran.dir / "collectives_n2.mlir"
     first = ok(ran.procs["a"])

@@ -29,8 +29,8 @@ from harness import BACKEND, MPI_ENV, MPIEXEC
 
 from fuserc.dialects import hir
 from fuserc.ir import to_text
-from fuserc.runtime.evaluator import find_host_program
-from fuserc.runtime.program import compile_module
+from fuserc.runtime.evaluator.evaluator import find_host_program
+from fuserc.runtime.evaluator.program import compile_module
 
 HERE = Path(__file__).parent
 BATCH = HERE / "batch.py"

@@ -23,8 +23,8 @@ from cli_batch import CliRun, Ran, launches
 from harness import BACKEND, mpirun, ok
 
 from fuserc.ir import to_text
-from fuserc.runtime.cuda_comm import FENCE_ENV, FENCE_FORMS
-from fuserc.runtime.program import compile_module
+from fuserc.runtime.backends.cuda_comm import FENCE_ENV, FENCE_FORMS
+from fuserc.runtime.evaluator.program import compile_module
 
 LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -628,7 +628,7 @@ def test_examples_run_with_the_default_pipeline(example: str, ran: Ran) -> None:
 
 
 def test_links_helper_measures_a_node(tmp_path: Path) -> None:
-    """runtime/links.py writes a links file the cost model reads; auto's
+    """runtime/backends/links.py writes a links file the cost model reads; auto's
     reason names it."""
     from harness import mpirun_python
 

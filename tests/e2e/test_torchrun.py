@@ -89,8 +89,8 @@ import torch
 import torch.distributed as dist
 
 from fuserc.api import FusionDefinition
-from fuserc.runtime.job import launcher_rank, launcher_size
-from fuserc.runtime.mpi_env import TorchEnv, mpi_env
+from fuserc.runtime.job.job import launcher_rank, launcher_size
+from fuserc.runtime.job.mpi_env import TorchEnv, mpi_env
 
 if sys.argv[1] == "torchrun":
     dist.init_process_group("gloo")  # from torchrun's variables

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 import fuserc.torch
 from fuserc.api import FusionDefinition, Mesh, shard_tensor
-from fuserc.runtime.graphs import GRAPHS_ENV
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.evaluator.graphs import GRAPHS_ENV
+from fuserc.runtime.job.mpi_env import mpi_env
 
 ENV = mpi_env()
 RANK, SIZE = ENV.rank, ENV.size

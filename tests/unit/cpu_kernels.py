@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, apply_steps
+from fuserc.runtime.kernels.cuda_fusion import PREAMBLE, FusedPlan, apply_steps
 
 _C_TYPES = {"float32": "float", "float64": "double", "uint16": "unsigned short", "int64": "long long", "bool": "bool"}
 SHIMS = r"""

@@ -21,12 +21,12 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
 
 import bench  # noqa: E402
 
-from fuserc.runtime import io  # noqa: E402
-from fuserc.runtime.backend import make_backend  # noqa: E402
-from fuserc.runtime.graphs import GRAPHS_ENV  # noqa: E402
-from fuserc.runtime.mpi_env import mpi_env  # noqa: E402
-from fuserc.runtime.program import compile_text  # noqa: E402
-from fuserc.runtime.trace import tracing  # noqa: E402
+from fuserc.runtime.job import io  # noqa: E402
+from fuserc.runtime.backends.backend import make_backend  # noqa: E402
+from fuserc.runtime.evaluator.graphs import GRAPHS_ENV  # noqa: E402
+from fuserc.runtime.job.mpi_env import mpi_env  # noqa: E402
+from fuserc.runtime.evaluator.program import compile_text  # noqa: E402
+from fuserc.runtime.evaluator.trace import tracing  # noqa: E402
 
 LOWER = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
 RUNS = 7

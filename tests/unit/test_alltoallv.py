@@ -12,9 +12,9 @@ import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.evaluator import Program
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.evaluator.evaluator import Program
+from fuserc.runtime.job.mpi_env import mpi_env
 
 TEXT = """
 func.func @main(%x: tensor<5x2xf32>, %sc: tensor<1xi64>) -> (tensor<4x2xf32>, tensor<1xi64>) attributes {hir.host} {

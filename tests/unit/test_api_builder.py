@@ -140,7 +140,7 @@ def test_transformer_ops_build_round_trip_and_compute_as_torch() -> None:
     import torch
 
     from fuserc.ir import parse
-    from fuserc.runtime.reference import evaluate
+    from fuserc.runtime.evaluator.reference import evaluate
 
     fd, _ = _transformer_definition()
     fd.verify()
@@ -334,8 +334,8 @@ def test_shard_tensor_of_an_input_without_a_written_sharding() -> None:
     import torch
 
     from fuserc.api import shard_tensor
-    from fuserc.runtime.evaluator import find_host_program, signature
-    from fuserc.runtime.program import compile_module
+    from fuserc.runtime.evaluator.evaluator import find_host_program, signature
+    from fuserc.runtime.evaluator.program import compile_module
 
     fd = FusionDefinition()
     x, w, b = fd.define_tensor([8, 4]), fd.define_tensor([4, 6]), fd.define_tensor([6])

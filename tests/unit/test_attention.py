@@ -1,5 +1,5 @@
 """Attention with its saved log-sum-exp: `fusion.sdpa`'s second result and
-`fusion.sdpa_grad` (runtime/attention.py), against PyTorch's sdpa and its
+`fusion.sdpa_grad` (runtime/kernels/attention.py), against PyTorch's sdpa and its
 autograd in float64: the reference evaluator, the formulas of the math
 path, and on a GPU every fused backend PyTorch has (flash, memory-efficient,
 cuDNN), each forced in turn."""
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from fuserc.ir import parse
-from fuserc.runtime import attention
-from fuserc.runtime.reference import evaluate
+from fuserc.runtime.kernels import attention
+from fuserc.runtime.evaluator.reference import evaluate
 
 # (q, k, v shapes, causal, scale): grouped heads, a scale, q and k of other
 # lengths, v of another head_dim.

@@ -27,7 +27,7 @@ def test_help_lines_are_whole() -> None:
 
 
 def test_cache_folder_as_the_code_finds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fuserc.runtime.kernel_cache import cache_dir
+    from fuserc.runtime.kernels.kernel_cache import cache_dir
 
     monkeypatch.delenv("FUSERC_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

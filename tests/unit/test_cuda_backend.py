@@ -21,11 +21,11 @@ import torch
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
 from fuserc.ir import parse
-from fuserc.runtime import cuda
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.cuda_fusion import PREAMBLE, FusedPlan, plan_region, vector_source
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.backends import cuda
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.backends.cpu import launch_with_torch
+from fuserc.runtime.kernels.cuda_fusion import PREAMBLE, FusedPlan, plan_region, vector_source
+from fuserc.runtime.job.mpi_env import mpi_env
 from cpu_kernels import SHIMS, compile_plan, needs_gxx, run_on_cpu, words
 
 E2E = Path(__file__).parents[1] / "e2e"
@@ -188,9 +188,9 @@ def test_every_planned_region_of_the_transformer_programs_matches_torch(t: str, 
     GPUs with "Out shape is mismatched"."""
     import re
 
-    from fuserc.runtime.cpu import CpuBackend
-    from fuserc.runtime.cuda_fusion import plan_for
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.backends.cpu import CpuBackend
+    from fuserc.runtime.kernels.cuda_fusion import plan_for
+    from fuserc.runtime.evaluator.program import compile_text
     from ops_program import program as ops_program
 
     libs: dict[str, ctypes.CDLL] = {}
@@ -351,7 +351,7 @@ def backend():
 def test_every_op_on_one_gpu(backend) -> None:
     """The collectives program with a team of one, run three times (cached
     buffers and handles reused): each op's result."""
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     text = harness.expand((E2E / "programs" / "collectives.mlir.in").read_text(), 1)
     values = _collectives_inputs(np.random.default_rng(0))
@@ -387,7 +387,7 @@ def test_a_program_with_a_large_region_gets_kernels_for_its_small_ones_too(backe
     """Under kernels "auto" (the default) a program with a large region
     gets generated kernels for every region: none of its small ones runs op
     by op with torch (which would keep its runs from being replayed)."""
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     if backend.kernels != "auto":
         pytest.skip(f"$FUSERC_KERNELS={backend.kernels}")
@@ -414,10 +414,10 @@ func.func @main(%x: tensor<512x256xbf16>, %w: tensor<256x256xbf16>) -> tensor<51
 @needs_gpu
 def test_a_lone_gelu_between_gemms_runs_pytorchs_gelu(backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """The gelu between two GEMMs is a region of its own, run by PyTorch's
-    gelu kernel into its buffer (runtime/torch_regions.py), not Inductor's:
+    gelu kernel into its buffer (runtime/kernels/torch_regions.py), not Inductor's:
     each run calls it once; the result against the same ops in torch."""
     from fuserc.dialects.fusion_elementwise import GeluOp
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     calls = []
     gelu = GeluOp.torch_out
@@ -452,7 +452,7 @@ func.func @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %w: tensor<{n}
 @needs_gpu
 @pytest.mark.parametrize("t", ["f32", "f16", "bf16"])
 def test_gemms(backend, t: str) -> None:
-    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.evaluator.evaluator import Program
     from fuserc.dialects.interfaces import torch_dtype
     from xdsl.dialects.builtin import bf16, f16, f32
 
@@ -509,7 +509,7 @@ func.func @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %w: tensor<{n}
 def test_gemms_with_acc(backend, t: str) -> None:
     """GEMMs adding an accumulator: the output itself (a running sum over a
     loop), another buffer, with and without bias, batched operands."""
-    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.evaluator.evaluator import Program
     from fuserc.dialects.interfaces import torch_dtype
     from xdsl.dialects.builtin import bf16, f16, f32
 
@@ -558,7 +558,7 @@ def test_acc_in_place_is_one_gemm_kernel(backend, t: str) -> None:
 
 @needs_gpu
 def test_memory_is_flat_over_1000_runs(backend) -> None:
-    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.evaluator.evaluator import Program
 
     text = harness.expand((E2E / "programs" / "collectives.mlir.in").read_text(), 1)
     prog = Program.load(parse(text, "c.mlir"), "main", backend)
@@ -734,8 +734,8 @@ def test_large_peer_to_peer_under_mpiexec(kind: str, n: int, tmp_path: Path) -> 
 def test_trace_marks_are_cuda_events(backend) -> None:
     """A traced run on the GPU: spans from CUDA events, one per traced op,
     inside the run, on the stream each op was enqueued on."""
-    from fuserc.runtime.evaluator import Program
-    from fuserc.runtime.trace import tracing
+    from fuserc.runtime.evaluator.evaluator import Program
+    from fuserc.runtime.evaluator.trace import tracing
 
     text = harness.expand((E2E / "programs" / "collectives.mlir.in").read_text(), 1)
     prog = Program.load(parse(text, "c.mlir"), "main", backend)

@@ -9,8 +9,8 @@ import itertools
 
 import torch
 
-from fuserc.runtime.cuda_gemm import direct_out
-from fuserc.runtime.spans import overlaps
+from fuserc.runtime.kernels.cuda_gemm import direct_out
+from fuserc.runtime.kernels.spans import overlaps
 
 
 def _walk_overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

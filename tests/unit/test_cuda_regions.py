@@ -1,4 +1,4 @@
-"""The cuda backend's generated region kernels (runtime/cuda_regions.py),
+"""The cuda backend's generated region kernels (runtime/kernels/cuda_regions.py),
 checked on the CPU: every region of the transformer-ops program and of the
 GPT layer, forward and backward, traced into its FX graph and run from it
 (in place of the op-by-op launch) against the float64 reference evaluator;
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from fuserc.runtime import cuda_regions
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.program import compile_text
+from fuserc.runtime.kernels import cuda_regions
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.evaluator.program import compile_text
 
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -112,8 +112,8 @@ def test_a_region_op_by_op_holds_only_its_live_values(monkeypatch: pytest.Monkey
     not every value the region made); the result is torch's."""
     import weakref
 
-    from fuserc.runtime import reference
-    from fuserc.runtime.cpu import launch_with_torch
+    from fuserc.runtime.evaluator import reference
+    from fuserc.runtime.backends.cpu import launch_with_torch
 
     made: list[weakref.ref] = []
     alive_at: list[int] = []

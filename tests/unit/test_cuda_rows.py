@@ -1,4 +1,4 @@
-"""The cuda backend's row kernels (runtime/cuda_rows.py): softmax,
+"""The cuda backend's row kernels (runtime/kernels/cuda_rows.py): softmax,
 log_softmax and cross_entropy in one pass, against PyTorch at odd shapes
 (rows not a power of two, one-element rows, the longest row a program
 holds), f32 and bf16; on a machine without a GPU in Triton's interpreter.
@@ -26,7 +26,7 @@ SHAPES = [(37, 129), (1, 257), (300, 1), (3, 16384), (2, 3, 40)]
 def rows_mod() -> ModuleType:
     """The module, its kernels interpreted on the CPU where there is no GPU
     (imported again if it was imported before the interpreter was asked for)."""
-    from fuserc.runtime import cuda_rows
+    from fuserc.runtime.kernels import cuda_rows
 
     if not GPU and type(cuda_rows._rows_kernel).__name__ != "InterpretedFunction":
         cuda_rows = importlib.reload(cuda_rows)
@@ -97,9 +97,9 @@ def test_row_kernels_go_through_the_kernel_cache(rows_mod: ModuleType, tmp_path:
     from fuserc.dialects import hir
     from fuserc.ir import make_context, parse
     from fuserc.pipeline import run_pipeline
-    from fuserc.runtime import kernel_builds
-    from fuserc.runtime.kernel_cache import KernelCache
-    from fuserc.runtime.startup import KERNELS
+    from fuserc.runtime.kernels import kernel_builds
+    from fuserc.runtime.kernels.kernel_cache import KernelCache
+    from fuserc.runtime.job.startup import KERNELS
 
     monkeypatch.setenv("FUSERC_CACHE_DIR", str(tmp_path))
     text = """

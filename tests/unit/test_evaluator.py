@@ -13,11 +13,11 @@ import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
-from fuserc.runtime.alloc_cache import AllocationCache
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.evaluator import FAIL_RANK_ENV, InjectedFailure, Program
-from fuserc.runtime.mpi_env import MpiEnv, mpi_env
-from fuserc.runtime.program import compile_text
+from fuserc.runtime.evaluator.alloc_cache import AllocationCache
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.evaluator.evaluator import FAIL_RANK_ENV, InjectedFailure, Program
+from fuserc.runtime.job.mpi_env import MpiEnv, mpi_env
+from fuserc.runtime.evaluator.program import compile_text
 
 E2E = Path(__file__).parents[1] / "e2e"
 _spec = importlib.util.spec_from_file_location("e2e_harness", E2E / "harness.py")

@@ -14,11 +14,11 @@ import torch
 from fuserc.diagnostics import Diagnostic, Location
 from fuserc.dialects.fusion import ShardingAttr
 from fuserc.check import CHECK_TOLERANCES, ROUNDING_FACTOR, check_outputs, compare, input_notes, output_labels
-from fuserc.runtime import io
-from fuserc.runtime.backend import make_backend
-from fuserc.runtime.evaluator import ValueSpec
-from fuserc.runtime.job import describe, prefixed, who
-from fuserc.runtime.mpi_env import MpiEnv, mpi_env
+from fuserc.runtime.job import io
+from fuserc.runtime.backends.backend import make_backend
+from fuserc.runtime.evaluator.evaluator import ValueSpec
+from fuserc.runtime.job.job import describe, prefixed, who
+from fuserc.runtime.job.mpi_env import MpiEnv, mpi_env
 from fuserc.dialects.interfaces import element_type
 from fuserc.sharding import Mesh, Sharding
 from xdsl.dialects.builtin import TensorType
@@ -192,7 +192,7 @@ def test_random_inputs_lie_where_the_ops_are_defined() -> None:
     argument through a reshape, embedding ids, cross_entropy labels), so
     random inputs give finite results."""
     from fuserc.ir import parse
-    from fuserc.runtime.reference import evaluate
+    from fuserc.runtime.evaluator.reference import evaluate
 
     module = parse(DOMAINS)
     func = next(op for op in module.walk() if op.name == "func.func")
@@ -291,7 +291,7 @@ def test_check_outputs_runs_the_second_reference_only_when_needed() -> None:
 
     def reference(accumulate: object) -> list[torch.Tensor]:
         asked.append(accumulate)
-        from fuserc.runtime.reference import evaluate
+        from fuserc.runtime.evaluator.reference import evaluate
 
         return evaluate(func, [x], accumulate=accumulate)
 
@@ -396,8 +396,8 @@ def test_check_exit_code(op: str, exit_code: int, capsys: pytest.CaptureFixture[
     bf16 work is held to bf16's tolerance; a wrong program fails with 1."""
     from fuserc.ir import parse
     from fuserc.run_cli import _check
-    from fuserc.runtime.cpu import CpuBackend
-    from fuserc.runtime.program import Compiled, CompiledProgram
+    from fuserc.runtime.backends.cpu import CpuBackend
+    from fuserc.runtime.evaluator.program import Compiled, CompiledProgram
 
     compiled = Compiled(parse(CHECK_SOURCE, "s.mlir"), parse(CHECK_HOST.replace("OP", op), "h.mlir"), "main")
     prog = CompiledProgram(compiled, CpuBackend(mpi_env()))

@@ -19,10 +19,10 @@ import torch
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir, hir_comm
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.evaluator import FAIL_RANK_ENV, InjectedFailure
-from fuserc.runtime.mpi_env import MpiEnv, mpi_env
-from fuserc.runtime.trace import tracing
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.evaluator.evaluator import FAIL_RANK_ENV, InjectedFailure
+from fuserc.runtime.job.mpi_env import MpiEnv, mpi_env
+from fuserc.runtime.evaluator.trace import tracing
 
 # the loader, the collectives program and the fixture that closes loaded
 # programs are test_evaluator's (tests/unit is on sys.path under pytest)

@@ -1,4 +1,4 @@
-"""How a copy-engine fence is enqueued (runtime/cuda_comm.py FenceOps), on
+"""How a copy-engine fence is enqueued (runtime/backends/cuda_comm.py FenceOps), on
 fakes of the driver calls: the order of writes, waits and resets, and the
 choice between the fence kernel and stream memory operations."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime import cuda_comm
-from fuserc.runtime.cuda_comm import FENCE_ENV, FENCE_FORMS, KERNEL_FENCE_MEMBERS, FenceOps, fence_form
+from fuserc.runtime.backends import cuda_comm
+from fuserc.runtime.backends.cuda_comm import FENCE_ENV, FENCE_FORMS, KERNEL_FENCE_MEMBERS, FenceOps, fence_form
 
 
 def _ops(calls: list[tuple[Any, ...]]) -> FenceOps:

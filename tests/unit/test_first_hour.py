@@ -21,7 +21,7 @@ EXAMPLE = ROOT / "examples" / "sp_mlp.mlir"
 
 
 def _has_gpu() -> bool:
-    from fuserc.runtime.backend import cuda_unavailable
+    from fuserc.runtime.backends.backend import cuda_unavailable
 
     return cuda_unavailable() is None
 

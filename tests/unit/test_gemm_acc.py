@@ -12,10 +12,10 @@ import torch
 from xdsl.dialects.builtin import bf16, f32
 
 from fuserc.ir import parse
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.cuda_gemm import gemm_acc, linear_acc
-from fuserc.runtime.evaluator import Program
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.kernels.cuda_gemm import gemm_acc, linear_acc
+from fuserc.runtime.evaluator.evaluator import Program
+from fuserc.runtime.job.mpi_env import mpi_env
 from fuserc.dialects.interfaces import torch_dtype
 
 M, K, N = 6, 5, 4
@@ -187,7 +187,7 @@ def test_gemm_epilogues_against_torch(t: str) -> None:
     """The MLP's linear+bias+tanh-GELU and the residual add after its second
     linear run in the GEMMs' epilogues (hir.linear's activation and acc),
     against PyTorch; cuda where there is a GPU (cuBLASLt's epilogue)."""
-    from fuserc.runtime.program import compile_text
+    from fuserc.runtime.evaluator.program import compile_text
 
     prog = compile_text(EPILOGUES.format(t=t), backend="auto")
     host = prog.host_ir()

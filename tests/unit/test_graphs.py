@@ -1,4 +1,4 @@
-"""Runs replayed as captured graphs (runtime/graphs.py): when a program's
+"""Runs replayed as captured graphs (runtime/evaluator/graphs.py): when a program's
 run is captured, replayed, or run op by op (MPI singleton, in-process, on a
 cpu backend that pretends to capture: its "graph" runs the captured body
 again); the cuda backend's choice of fence flags per program (from its first
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from fuserc.runtime import cuda
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.cuda_comm import FENCE_SLOTS, INDEXED_FENCES, Communicators, SignalPad
-from fuserc.runtime.graphs import GRAPHS_ENV, SETTLED, graphs_enabled, graphs_mode, input_key
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.trace import tracing
+from fuserc.runtime.backends import cuda
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.backends.cuda_comm import FENCE_SLOTS, INDEXED_FENCES, Communicators, SignalPad
+from fuserc.runtime.evaluator.graphs import GRAPHS_ENV, SETTLED, graphs_enabled, graphs_mode, input_key
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.trace import tracing
 
 from test_evaluator import _close_programs, load  # noqa: F401  (the fixture closes loaded programs)
 from test_evaluator_speed import BLOCKS
@@ -443,7 +443,7 @@ def test_graphs_still_held_at_exit_are_released_first() -> None:
     """A program never closed (a fuserc.torch.function alive at exit) drops
     its graph in an exit handler, before the interpreter tears down what
     the graph's kernels use."""
-    from fuserc.runtime import graphs
+    from fuserc.runtime.evaluator import graphs
 
     prog = load(BLOCKS, _Pretend())
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
@@ -679,7 +679,7 @@ def test_cuda_copy_all_copies_every_pair() -> None:
     (run here on CPU tensors, which torch's copies take too)."""
     from types import SimpleNamespace
 
-    from fuserc.runtime.cuda import BATCHED_BELOW, CudaBackend
+    from fuserc.runtime.backends.cuda import BATCHED_BELOW, CudaBackend
 
     srcs = [torch.randn(4), torch.randn(BATCHED_BELOW // 4 + 1), torch.randn(3, 2).t(), torch.arange(5)]
     dsts = [torch.empty(s.shape, dtype=s.dtype) for s in srcs]

@@ -1,5 +1,5 @@
 """A program's generated kernels through the kernel cache, on the CPU
-(runtime/kernel_builds.py, runtime/cuda_regions.py): the dry run finds the
+(runtime/kernels/kernel_builds.py, runtime/kernels/cuda_regions.py): the dry run finds the
 launches a run makes (with their layouts, views and aliases); the kernels
 (Inductor's C++ ones here, Triton on a GPU: the same path) are built in
 parallel by this process and a build worker, are right, and are loaded by
@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import torch
 
-from fuserc.runtime import cuda_regions, kernel_builds
-from fuserc.runtime.cpu import CpuBackend, launch_with_torch
-from fuserc.runtime.kernel_cache import KernelCache, kernel_key, versions
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.program import compile_text
-from fuserc.runtime.startup import KERNELS
+from fuserc.runtime.kernels import cuda_regions, kernel_builds
+from fuserc.runtime.backends.cpu import CpuBackend, launch_with_torch
+from fuserc.runtime.kernels.kernel_cache import KernelCache, kernel_key, versions
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.program import compile_text
+from fuserc.runtime.job.startup import KERNELS
 
 ROOT = Path(__file__).parents[2]
 CPU = torch.device("cpu")
@@ -127,10 +127,10 @@ def test_the_dry_run_finds_every_launch(text: str) -> None:
 
 def test_regions_pytorch_runs_get_no_generated_kernel() -> None:
     """A region of one attention op and layout views runs PyTorch's
-    attention kernels on either backend (runtime/attention.py), a lone erf
-    gelu PyTorch's gelu on cuda (runtime/torch_regions.py): no kernel is
+    attention kernels on either backend (runtime/kernels/attention.py), a lone erf
+    gelu PyTorch's gelu on cuda (runtime/kernels/torch_regions.py): no kernel is
     built for them, only for the regions the backend runs with one."""
-    from fuserc.runtime import torch_regions
+    from fuserc.runtime.kernels import torch_regions
 
     program = _program(_gpt())
     launches = kernel_builds.needed_launches(program.program)
@@ -143,14 +143,14 @@ def test_regions_pytorch_runs_get_no_generated_kernel() -> None:
 
 EARLY = """
 import sys
-from fuserc.runtime import kernel_builds
-from fuserc.runtime.program import compile_text
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.mpi_env import mpi_env
+from fuserc.runtime.kernels import kernel_builds
+from fuserc.runtime.evaluator.program import compile_text
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.job.mpi_env import mpi_env
 program = compile_text(open(sys.argv[1]).read(), pipeline=sys.argv[2], backend=CpuBackend(mpi_env()))
 assert "torch._inductor.compile_fx" not in sys.modules
-from fuserc.runtime import mpi_env as env_module
-from fuserc.runtime.cuda import import_compiler_early  # what `fuserc run` and the cuda backend's `loaded` call
+from fuserc.runtime.job import mpi_env as env_module
+from fuserc.runtime.backends.cuda import import_compiler_early  # what `fuserc run` and the cuda backend's `loaded` call
 env_module.ENDS_PROCESS[0] = sys.argv[3] == "command"
 import_compiler_early(program.program.func)
 for thread in kernel_builds._EARLY:
@@ -209,7 +209,7 @@ def test_kernels_mode_chooses_the_programs_that_get_kernels(mode: str) -> None:
     count (`launch_numels`, from the host IR's types) agrees with the run's
     tensors."""
     from fuserc.dialects import hir
-    from fuserc.runtime import cuda_regions
+    from fuserc.runtime.kernels import cuda_regions
 
     for text, big in ((_gpt(), False), (BIG, True)):
         program = _program(text)
@@ -231,7 +231,7 @@ def test_kernels_mode_chooses_the_programs_that_get_kernels(mode: str) -> None:
 
 def test_a_kernels_mode_not_known_is_a_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
     from fuserc.diagnostics import Diagnostic
-    from fuserc.runtime import cuda_regions
+    from fuserc.runtime.kernels import cuda_regions
 
     monkeypatch.setenv("FUSERC_KERNELS", "triton")
     with pytest.raises(Diagnostic, match="FUSERC_KERNELS must be one of auto, inductor, cupy, got 'triton'"):
@@ -347,9 +347,9 @@ RACER = """
 import json, os, sys, time
 import torch
 from fuserc.ir import make_context, parse
-from fuserc.runtime import kernel_builds
-from fuserc.runtime.cuda_regions import RegionJob
-from fuserc.runtime.startup import KERNELS
+from fuserc.runtime.kernels import kernel_builds
+from fuserc.runtime.kernels.cuda_regions import RegionJob
+from fuserc.runtime.job.startup import KERNELS
 
 text, go = sys.argv[1], sys.argv[2]
 body = next(op for op in parse(open(text).read(), "strided.mlir", make_context()).walk() if op.name == "hir.launch").body.block
@@ -463,7 +463,8 @@ def test_the_gpu_opened_early_is_the_launchers_local_rank(env: dict[str, str], l
     backend picks it; under the command only (a caller's process keeps its
     own CUDA start), nothing under a launcher that does not say, and a
     machine without a CUDA driver (this one) is no error."""
-    from fuserc.runtime import cuda, job, mpi_env
+    from fuserc.runtime.backends import cuda
+    from fuserc.runtime.job import job, mpi_env
 
     for name in (*job.LOCAL_RANK_ENVS, *job.SIZE_ENVS):
         monkeypatch.delenv(name, raising=False)
@@ -577,10 +578,10 @@ ENDING = """
 import atexit, sys, time
 atexit.register(time.sleep, 1.0)  # a teardown that takes time after fuserc's exit handlers (CUDA's on a GPU)
 import torch
-from fuserc.runtime import kernel_builds, kernel_worker
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.program import compile_text
+from fuserc.runtime.kernels import kernel_builds, kernel_worker
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.program import compile_text
 program = compile_text(open(sys.argv[1]).read(), backend=CpuBackend(mpi_env()))
 background = kernel_builds.prepare([program.program], torch.device("cpu"), background=True, workers=1)
 assert background is not None

@@ -1,4 +1,4 @@
-"""The kernel cache's store (runtime/kernel_cache.py): keys that are stable
+"""The kernel cache's store (runtime/kernels/kernel_cache.py): keys that are stable
 and change with each thing a kernel depends on, entries written whole and
 checked when read, one builder per key among racing processes, and
 `fuserc cache info|clear`. The kernels themselves (Inductor's, on the CPU)
@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from fuserc.cli import main
-from fuserc.runtime.kernel_cache import THREADS_ENV, KernelCache, NotKept, Unusable, kernel_key
+from fuserc.runtime.kernels.kernel_cache import THREADS_ENV, KernelCache, NotKept, Unusable, kernel_key
 
 VERSIONS = {"fuserc": "0.1.0+abc", "torch": "2.13.0+def", "triton": "3.6.0", "python": "3.11"}
 FIELDS = {"ir": "{ ^bb0(%0: tensor<4xf32>): ... }", "layouts": [[[4], [1], "float32"]], "contexts": {}}
@@ -36,7 +36,7 @@ def test_key_is_stable_across_processes() -> None:
     key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
     assert key == kernel_key("region", dict(reversed(FIELDS.items())), DEVICE, dict(VERSIONS))
     code = (
-        "import json, sys; from fuserc.runtime.kernel_cache import kernel_key; "
+        "import json, sys; from fuserc.runtime.kernels.kernel_cache import kernel_key; "
         "a = json.loads(sys.argv[1]); print(kernel_key('region', a[0], a[1], a[2]).digest)"
     )
     out = subprocess.run(
@@ -65,7 +65,7 @@ def test_each_field_changes_the_key() -> None:
 
 
 def test_versions_of_this_process() -> None:
-    from fuserc.runtime.kernel_cache import versions
+    from fuserc.runtime.kernels.kernel_cache import versions
 
     v = versions()
     assert set(v) == {"fuserc", "torch", "triton", "python"}
@@ -132,7 +132,7 @@ def test_a_kernel_that_cannot_be_saved_is_used_and_says_why(tmp_path: Path) -> N
 
 RACER = """
 import json, os, sys, time
-from fuserc.runtime.kernel_cache import KernelCache, kernel_key
+from fuserc.runtime.kernels.kernel_cache import KernelCache, kernel_key
 
 root, log, go = sys.argv[1:4]
 key = kernel_key("region", {"ir": "race"}, "cpu", {"v": "1"})
@@ -190,7 +190,7 @@ def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_default_place(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from fuserc.runtime.kernel_cache import cache_dir
+    from fuserc.runtime.kernels.kernel_cache import cache_dir
 
     monkeypatch.delenv("FUSERC_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -270,7 +270,7 @@ class Evil:
 def planted_entry(key: Any, marker: Path, secret: bytes) -> bytes:
     """An entry whose artifact runs a command when unpickled, well formed
     and signed with `secret`."""
-    from fuserc.runtime.kernel_cache import _encode
+    from fuserc.runtime.kernels.kernel_cache import _encode
 
     return _encode(key, {"artifact": pickle.dumps(Evil(marker))}, 0.0, secret)
 
@@ -320,7 +320,7 @@ def test_a_folder_others_can_write_is_not_used_until_cleared(shared_tmp: Path) -
     for folder in (root, root / "kernels", cache.entry_path(key).parent):
         folder.chmod(0o777)
     marker = shared_tmp / "pwned"
-    from fuserc.runtime import kernel_cache
+    from fuserc.runtime.kernels import kernel_cache
 
     kernel_cache._TRUST.clear()
     as_other_user([(str(cache.entry_path(key)) + ".new", 0o644, planted_entry(key, marker, b"x" * 32))])
@@ -412,7 +412,7 @@ def test_special_files_planted_as_entries_are_refused_at_once(tmp_path: Path) ->
 
 
 def test_an_entry_over_the_size_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fuserc.runtime import kernel_cache
+    from fuserc.runtime.kernels import kernel_cache
 
     cache = KernelCache(tmp_path)
     key = kernel_key("region", FIELDS, DEVICE, VERSIONS)
@@ -437,7 +437,7 @@ def test_a_wait_for_a_lock_is_bounded_and_says_what_it_waits_on(tmp_path: Path, 
     """Another process of the user holds a key's lock and never lets go: the
     waiter names it (pid, host, kernel, lock file) and builds the kernel
     itself once the bound has passed."""
-    from fuserc.runtime import kernel_cache
+    from fuserc.runtime.kernels import kernel_cache
 
     cache = KernelCache(tmp_path)
     key = kernel_key("region", FIELDS, DEVICE, VERSIONS)

@@ -18,8 +18,8 @@ from fuserc.dialects.fusion import FusionOp
 from fuserc.dialects.fusion_ops import POINTWISE_OPS
 from fuserc.dialects.interfaces import EvalContext, TorchMath, torch_dtype
 from fuserc.ir import parse
-from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.cuda_fusion import plan_region
+from fuserc.runtime.backends.cpu import launch_with_torch
+from fuserc.runtime.kernels.cuda_fusion import plan_region
 
 SPECIAL = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 1e-30, -1e30, float("inf"), float("-inf"), float("nan")])
 """Values each formula is also checked on (NaN propagates as in torch)."""

@@ -1,5 +1,5 @@
 """A region's kernel is keyed by what it computes, not by where it sits
-(runtime/cuda_regions.py `region_text`): identical layers share their
+(runtime/kernels/cuda_regions.py `region_text`): identical layers share their
 kernels, so an L-layer model builds about as many as a 1-layer one. The
 keys are computed on the CPU from the dry run's launches, without building."""
 
@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from fuserc.ir import make_context
-from fuserc.runtime import kernel_builds, torch_regions
-from fuserc.runtime.backend import shared_backend
-from fuserc.runtime.cpu import launch_with_torch
-from fuserc.runtime.cuda_regions import RegionJob, region_text
-from fuserc.runtime.evaluator import Program
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.program import compile_module
+from fuserc.runtime.kernels import kernel_builds, torch_regions
+from fuserc.runtime.backends.backend import shared_backend
+from fuserc.runtime.backends.cpu import launch_with_torch
+from fuserc.runtime.kernels.cuda_regions import RegionJob, region_text
+from fuserc.runtime.evaluator.evaluator import Program
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.program import compile_module
 
 ROOT = Path(__file__).parents[2]
 CPU = torch.device("cpu")

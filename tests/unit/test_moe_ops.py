@@ -14,8 +14,8 @@ import torch
 from fuserc.api import FusionDefinition
 from fuserc.diagnostics import Diagnostic
 from fuserc.ir import parse
-from fuserc.runtime.grouped_gemm import grouped_matmul
-from fuserc.runtime.reference import evaluate
+from fuserc.runtime.kernels.grouped_gemm import grouped_matmul
+from fuserc.runtime.evaluator.reference import evaluate
 
 OPS = """
 func.func @main(%x: tensor<6x5xf32>, %i: tensor<6x2xi64>, %src: tensor<6x2xf32>, %ids: tensor<9xi64>, %rows: tensor<9xi64>, %m: tensor<9x5xf32>)
@@ -153,8 +153,8 @@ def test_grouped_gemm_regions_run_with_torch_and_views() -> None:
     from fuserc.dialects.fusion_moe import GroupedMatmulOp
     from fuserc.ir import make_context
     from fuserc.pipeline import run_pipeline
-    from fuserc.runtime import torch_regions
-    from fuserc.runtime.cpu import launch_with_torch
+    from fuserc.runtime.kernels import torch_regions
+    from fuserc.runtime.backends.cpu import launch_with_torch
 
     ctx = make_context()
     text = (Path(__file__).parents[2] / "examples" / "moe_layer.mlir").read_text()
@@ -177,7 +177,7 @@ def test_grouped_gemm_regions_run_with_torch_and_views() -> None:
 def test_grouped_mm_layouts() -> None:
     """torch._grouped_mm's operands: row- or column-major matrices with
     16-byte strides (a transposed weight qualifies, a 4-wide bf16 row not)."""
-    from fuserc.runtime.grouped_gemm import _aligned
+    from fuserc.runtime.kernels.grouped_gemm import _aligned
 
     w = torch.zeros(4, 16, 32, dtype=torch.bfloat16)
     assert _aligned(w) and _aligned(w.transpose(1, 2)) and _aligned(torch.zeros(64, 32).t())
@@ -187,7 +187,7 @@ def test_grouped_mm_layouts() -> None:
 def test_experts_block_sums_to_the_whole() -> None:
     """Each device's block of experts: the [T, N] rows of its experts (the
     blocks sum to the whole product) and its [E/d, K, N] weight gradients."""
-    from fuserc.runtime.grouped_gemm import experts_block
+    from fuserc.runtime.kernels.grouped_gemm import experts_block
 
     gen = torch.Generator().manual_seed(5)
     a, b = torch.randn(12, 4, generator=gen, dtype=torch.float64), torch.randn(4, 4, 3, generator=gen, dtype=torch.float64)

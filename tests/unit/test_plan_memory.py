@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from fuserc.dialects import hir
 from fuserc.passes.plan_memory import PlanMemory, memory_plan, plan
-from fuserc.runtime.evaluator import Program
+from fuserc.runtime.evaluator.evaluator import Program
 from xdsl.context import Context
 
 import fuserc.torch
@@ -98,7 +98,7 @@ def test_the_layers_of_a_backward_reuse_one_layers_blocks() -> None:
     import argparse
 
     from fuserc.passes.plan_memory import host_funcs
-    from fuserc.runtime.program import compile_module
+    from fuserc.runtime.evaluator.program import compile_module
 
     sys.path.insert(0, str(ROOT / "examples" / "python"))
     try:

@@ -13,7 +13,7 @@ import torch
 from fuserc import ir
 from fuserc.dialects import hir
 from fuserc.dialects.hir_core import Ranks, format_runs, rank_runs
-from fuserc.runtime.program import compile_module
+from fuserc.runtime.evaluator.program import compile_module
 
 from test_evaluator_speed import _Rank1Of2, load
 

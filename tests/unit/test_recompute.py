@@ -20,7 +20,7 @@ from fuserc.ir import make_context, parse
 from fuserc.passes.plan_memory import host_funcs, memory_plan
 from fuserc.passes.reshard_util import element_bytes
 from fuserc.pipeline import run_pipeline
-from fuserc.runtime.program import compile_module
+from fuserc.runtime.evaluator.program import compile_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "python"))

@@ -16,9 +16,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import fusion
 from fuserc.ir import parse
-from fuserc.runtime import reference
+from fuserc.runtime.evaluator import reference
 from fuserc.dialects.interfaces import element_type, torch_dtype
-from fuserc.runtime.reference import evaluate, reference_op
+from fuserc.runtime.evaluator.reference import evaluate, reference_op
 
 Shape = tuple[int, ...]
 Tensors = list[torch.Tensor]
@@ -423,7 +423,7 @@ def test_a_sharded_region_run_with_torch_moves_its_indices_to_the_device_once() 
     run otherwise), and the values are the block's global indices."""
     from fuserc.dialects import hir
     from fuserc.dialects.interfaces import EvalContext
-    from fuserc.runtime.cpu import launch_with_torch
+    from fuserc.runtime.backends.cpu import launch_with_torch
 
     module = parse(
         "func.func @f(%o: tensor<2x6xi64>) attributes {hir.host} {\n"

@@ -1,4 +1,4 @@
-"""Where the time to a first result goes (runtime/startup.py): the report's
+"""Where the time to a first result goes (runtime/job/startup.py): the report's
 phases, the job's figures from every rank's, and
 `fuserc.torch.function(..., time=True)` on its first call and backward.
 `fuserc run --time` is in tests/e2e/test_run.py."""
@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from fuserc.runtime.startup import PHASES, KernelCounts, Startup, combined, process_age
+from fuserc.runtime.job.startup import PHASES, KernelCounts, Startup, combined, process_age
 
 
 def test_the_report_and_the_jobs_figures() -> None:
@@ -58,8 +58,8 @@ def test_function_reports_its_first_call(capsys: pytest.CaptureFixture[str]) -> 
 QUICK_EXIT_SCRIPT = """
 import atexit, os, sys, threading, time
 from mpi4py import MPI
-from fuserc.runtime import mpi_env
-from fuserc.runtime.mpi_env import quick_exit
+from fuserc.runtime.job import mpi_env
+from fuserc.runtime.job.mpi_env import quick_exit
 real_end = mpi_env._end_process
 def end(code, c_exit):  # what quick_exit left done when the process ends
     sys.__stderr__.write(f"finalized={MPI.Is_finalized()} worker_done={done}\\n"); sys.__stderr__.flush()
@@ -95,7 +95,7 @@ def test_quick_exit_keeps_what_a_normal_exit_does(tmp_path) -> None:
 
 RANKS_EXIT_SCRIPT = """
 from mpi4py import MPI
-from fuserc.runtime.mpi_env import quick_exit
+from fuserc.runtime.job.mpi_env import quick_exit
 MPI.COMM_WORLD.Barrier()
 quick_exit(0)
 """
@@ -154,7 +154,7 @@ def test_quick_exit_ends_a_process_whose_exit_steps_never_return(tmp_path) -> No
     script = tmp_path / "stuck.py"
     script.write_text(
         "import atexit, threading\n"
-        "from fuserc.runtime import mpi_env\n"
+        "from fuserc.runtime.job import mpi_env\n"
         "mpi_env.EXIT_GRACE_S = 1.0\n"
         "def stuck_handler():\n"
         "    threading.Event().wait()\n"

@@ -158,8 +158,8 @@ def test_every_import_of_every_tool_resolves() -> None:
 def test_the_import_check_finds_a_stale_import() -> None:
     """tools/gpu_check.sh once imported `abort_job` from a module that no
     longer had it."""
-    assert unresolved("from fuserc.runtime.mpi_env import abort_job, mpi_env") == [
-        "from fuserc.runtime.mpi_env import abort_job: fuserc.runtime.mpi_env has no abort_job"
+    assert unresolved("from fuserc.runtime.job.mpi_env import abort_job, mpi_env") == [
+        "from fuserc.runtime.job.mpi_env import abort_job: fuserc.runtime.job.mpi_env has no abort_job"
     ]
     assert unresolved("def f():\n    import fuserc.runtime.nothing\n")[0].startswith("import fuserc.runtime.nothing")
     assert unresolved("from cupy.cuda import nccl\nfrom fuserc.run_cli import run_file") == []

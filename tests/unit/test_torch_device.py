@@ -9,11 +9,11 @@ import torch
 
 import fuserc.torch
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.job.mpi_env import MpiEnv
 
 
 def test_the_gpu_is_the_node_rank_modulo_the_gpus_seen() -> None:
-    """The cuda backend's rule (runtime/cuda.py takes `env.gpu`): ranks 0-7
+    """The cuda backend's rule (runtime/backends/cuda.py takes `env.gpu`): ranks 0-7
     of a node over 4 visible GPUs share them two by two."""
     assert [MpiEnv.gpu(SimpleNamespace(node_rank=r), 4) for r in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""Launch regions run by PyTorch's own kernels (runtime/torch_regions.py):
+"""Launch regions run by PyTorch's own kernels (runtime/kernels/torch_regions.py):
 which regions (a lone op with the `torch_alone` fact, attention), and the
 lone erf gelu written into its output buffer, against torch's gelu (on CPU
 tensors here; the cuda backend launches the same aten kernel on the GPU)."""
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from fuserc.dialects import hir
 from fuserc.ir import parse
-from fuserc.runtime import torch_regions
+from fuserc.runtime.kernels import torch_regions
 
 T = "tensor<8x16xbf16>"
 

@@ -16,10 +16,10 @@ import pytest
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
 from fuserc.ir import parse
-from fuserc.runtime.cpu import CpuBackend
-from fuserc.runtime.evaluator import Program
-from fuserc.runtime.mpi_env import mpi_env
-from fuserc.runtime.trace import (
+from fuserc.runtime.backends.cpu import CpuBackend
+from fuserc.runtime.evaluator.evaluator import Program
+from fuserc.runtime.job.mpi_env import mpi_env
+from fuserc.runtime.evaluator.trace import (
     CATEGORIES,
     Tracer,
     category_of,

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from fuserc.runtime import peers
-from fuserc.runtime.job import Job
-from fuserc.runtime import watchdog as wd
+from fuserc.runtime.job import peers
+from fuserc.runtime.job.job import Job
+from fuserc.runtime.job import watchdog as wd
 
 
 def test_timeout_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -396,7 +396,7 @@ def test_sigterm_ends_a_blocked_process_at_once(tmp_path: Path) -> None:
     the watchdog's thread, with 143."""
     script = (
         "import os, signal, sys, threading, time\n"
-        "from fuserc.runtime import watchdog as wd\n"
+        "from fuserc.runtime.job import watchdog as wd\n"
         "dog = wd.Watchdog(0, 1, 60.0, own_signals=True)\n"
         "dog.start()\n"
         "print('ready', flush=True)\n"

@@ -14,18 +14,18 @@ Failure handling). Four cases:
   run, in a collective) prints its message (one line; the traceback only
   with `--debug` or `$FUSERC_DEBUG=1`) and ends the job through the
   launcher's `abort`. Ranks failing the same way print one copy: each
-  message is claimed on the job's board (runtime/watchdog.py) before it
+  message is claimed on the job's board (runtime/job/watchdog.py) before it
   is printed.
 - **A rank does not arrive.** The watchdog ends the job and names it.
 - **A rank ends without a word** (it exits with an error code, crashes, is
   killed). A rank of its node names it with how it ended
-  (runtime/watchdog.py); a survivor's own failure that follows (a lost
+  (runtime/job/watchdog.py); a survivor's own failure that follows (a lost
   connection) is not printed (`fail`).
 - **The launcher dies** (torchrun's agent or MPI's proxy killed). Its ranks
   end too (`follow_launcher`): the kernel sends each SIGTERM when its parent
   dies, and the watchdog sees the parent gone.
 
-The launcher (mpiexec: runtime/mpi_env.py; torchrun: TorchEnv in the same module) provides
+The launcher (mpiexec: runtime/job/mpi_env.py; torchrun: TorchEnv in the same module) provides
 `Launcher`: rank, size, `broadcast`, `allgather`, `barrier_within(seconds)`
 (a barrier that gives up after the time) and `abort(code)`. Nothing here
 uses MPI directly.
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime.watchdog import Board, Watchdog
+from fuserc.runtime.job.watchdog import Board, Watchdog
 
 DEBUG_ENV = "FUSERC_DEBUG"
 PEER_GRACE_S = 0.5
@@ -144,10 +144,10 @@ _LAUNCHER: list[int | None] = []
 
 
 def _start_sentinel(board: Board, size: int) -> None:
-    """Start the node's sentinel (runtime/peers.py), which names a rank that
+    """Start the node's sentinel (runtime/job/peers.py), which names a rank that
     ends without a word under MPI's launchers."""
-    from fuserc.runtime.kernel_worker import worker_env
-    from fuserc.runtime.peers import start_sentinel
+    from fuserc.runtime.kernels.kernel_worker import worker_env
+    from fuserc.runtime.job.peers import start_sentinel
 
     local = _first_int(LOCAL_SIZE_ENVS) or size
     start_sentinel(board.path, local, worker_env())
@@ -237,7 +237,7 @@ class Job:
         environment until it is up), then the launcher's bootstrap (after
         `prepare`, its local work: imports) and the job's board.
         `own_process`: the process is fuserc's (`fuserc run`, a tool), so
-        the watchdog may take SIGTERM (runtime/watchdog.py)."""
+        the watchdog may take SIGTERM (runtime/job/watchdog.py)."""
         dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout, own_signals=own_process)
         dog.launcher_pid = follow_launcher()
         dog.start()
@@ -362,8 +362,8 @@ def current() -> Job:
     bootstrap, with the watchdog's timeout from the environment)."""
     global _CURRENT
     if _CURRENT is None:
-        from fuserc.runtime.mpi_env import load_launcher, mpi_env
-        from fuserc.runtime.watchdog import timeout_from
+        from fuserc.runtime.job.mpi_env import load_launcher, mpi_env
+        from fuserc.runtime.job.watchdog import timeout_from
 
         _CURRENT = Job.start(mpi_env, timeout_from(None), debug_from_env(), own_process=True, prepare=load_launcher)
     return _CURRENT

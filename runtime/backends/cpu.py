@@ -36,9 +36,9 @@ from xdsl.ir import Block, SSAValue
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
-from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work, alltoallv_offsets
-from fuserc.runtime.mpi_env import NO_WINDOWS, MpiEnv
-from fuserc.runtime.spans import overlaps, same_view, span
+from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work, alltoallv_offsets
+from fuserc.runtime.job.mpi_env import NO_WINDOWS, MpiEnv
+from fuserc.runtime.kernels.spans import overlaps, same_view, span
 
 _WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -123,7 +123,7 @@ def launch_with_torch(
     bf16 tensors made 6.9 GB of f32 values; tracing it for its kernel ran
     them all at once). With `views`, permutes and reshapes are views of
     their operands (a grouped GEMM reads its permuted weight in place)."""
-    from fuserc.runtime.reference import reference_results
+    from fuserc.runtime.evaluator.reference import reference_results
 
     env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
     last = _last_uses(body)
@@ -247,7 +247,7 @@ class CpuBackend(Backend):
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
-        from fuserc.runtime.attention import run_region
+        from fuserc.runtime.kernels.attention import run_region
 
         self._order(reads=list(ins), writes=list(outs))
         if not run_region(body, ins, outs):

@@ -42,7 +42,7 @@ captured graph repeats them: SignalPad. Any
 NCCL collective after `hir.wait` on a put orders it too. Handles are made
 with the team synchronized (the handle exchange is an allgather) and
 released after a device synchronization and a team barrier, and a run that
-shares memory ends with a host barrier (runtime/evaluator.py), so no copy
+shares memory ends with a host barrier (runtime/evaluator/evaluator.py), so no copy
 of one run overlaps the next or a freed buffer.
 """
 
@@ -59,8 +59,8 @@ from typing import Any
 import torch
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime.backend import Handle, ReduceOp, Team
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.backends.backend import Handle, ReduceOp, Team
+from fuserc.runtime.job.mpi_env import MpiEnv
 
 NO_MULTICAST_ENV: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",

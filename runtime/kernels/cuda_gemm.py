@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from fuserc.runtime.cuda_fusion import as_cupy
-from fuserc.runtime.spans import overlaps, same_view, span
+from fuserc.runtime.kernels.cuda_fusion import as_cupy
+from fuserc.runtime.kernels.spans import overlaps, same_view, span
 
 GEMM_ENV = "FUSERC_CUDA_GEMM"
 GEMM_CHOICES = ("auto", "torch", "cupy")

@@ -1,6 +1,6 @@
 """Launch regions that PyTorch's own kernels run instead of generated ones.
 
-- A lone attention op (`ALONE`): runtime/attention.py, on both backends.
+- A lone attention op (`ALONE`): runtime/kernels/attention.py, on both backends.
 - A lone op whose `torch_alone()` fact says PyTorch's kernel outruns
   Inductor's (the erf gelu: the GPT layer's MLP activation, a region of
   its own between the MLP's two GEMM pipelines): the op's `torch_out`
@@ -32,8 +32,8 @@ import torch
 from xdsl.ir import Block, BlockArgument, SSAValue
 
 from fuserc.dialects.fusion import FusionOp, SliceOp
-from fuserc.runtime import attention
-from fuserc.runtime.backend import Contexts
+from fuserc.runtime.kernels import attention
+from fuserc.runtime.backends.backend import Contexts
 
 
 def lone_op(body: Block) -> FusionOp | None:
@@ -101,7 +101,7 @@ def _copy_slices(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.
     cuts = slices_of(body)
     if cuts is None:
         return False
-    from fuserc.runtime.cuda_regions import aliases_of
+    from fuserc.runtime.kernels.cuda_regions import aliases_of
 
     if aliases_of((*ins, *outs)) != tuple(range(len(ins) + len(outs))):
         return False  # an output shares memory with another operand: op by op
@@ -121,7 +121,7 @@ def run_region(
     if attention.run_region(body, ins, outs) or _copy_slices(body, ins, outs):
         return True
     if eager_region(body):
-        from fuserc.runtime.cpu import launch_with_torch
+        from fuserc.runtime.backends.cpu import launch_with_torch
 
         launch_with_torch(body, ins, outs, contexts, views=True)
         return True

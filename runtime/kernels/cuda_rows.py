@@ -9,7 +9,7 @@ bandwidth on an H100 for a bf16 softmax of 8192 columns; a persistent
 kernel that holds the row in registers (one program per row, the row read
 once, the result written once) reaches the copy's bandwidth. Rows longer
 than `MAX_COLS` (which would spill registers) and layouts other than
-contiguous rows stay with Inductor (runtime/cuda_regions.py).
+contiguous rows stay with Inductor (runtime/kernels/cuda_regions.py).
 
 With `TRITON_INTERPRET=1` set before this module is imported, the kernels
 run on CPU tensors in Triton's interpreter: how the tests check them on a
@@ -27,7 +27,7 @@ import triton.language as tl
 from xdsl.ir import Block, BlockArgument
 
 from fuserc.dialects.fusion import FusionOp
-from fuserc.runtime.cuda_regions import Layout, layout_of
+from fuserc.runtime.kernels.cuda_regions import Layout, layout_of
 
 MAX_COLS = 16384
 """The longest row a program holds in registers (16 warps, 32 values a thread)."""
@@ -147,7 +147,7 @@ def run_rows(body: Block, ins: Any, outs: Any) -> bool | None:
     """Run the region with its row kernel; False when it has none, None
     when its kernel is being built in the background. The first launch of
     each mode and layouts in this process goes through the kernel cache
-    (runtime/kernel_builds.py): one process of the machine compiles the
+    (runtime/kernels/kernel_builds.py): one process of the machine compiles the
     kernel into the cache's Triton folder, the others load it from there."""
     found = _found(body, ins, outs)
     if found is None:
@@ -156,7 +156,7 @@ def run_rows(body: Block, ins: Any, outs: Any) -> bool | None:
     ready_key = (mode, layouts)
     ready = _READY.get(ready_key)
     if ready is None:
-        from fuserc.runtime.kernel_builds import building, first_launch
+        from fuserc.runtime.kernels.kernel_builds import building, first_launch
 
         if building(ready_key):
             return None
@@ -189,8 +189,8 @@ class RowsJob:
 
     @property
     def key(self) -> Any:
-        from fuserc.runtime.kernel_builds import device_id, layout_fields
-        from fuserc.runtime.kernel_cache import kernel_key
+        from fuserc.runtime.kernels.kernel_builds import device_id, layout_fields
+        from fuserc.runtime.kernels.kernel_cache import kernel_key
 
         fields = {"mode": self.mode, "layouts": layout_fields(self.layouts)}
         return kernel_key(self.kind, fields, device_id(self.device, index=False))

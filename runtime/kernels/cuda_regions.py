@@ -14,17 +14,17 @@ than a generator of our own: it is the code generator torch.compile uses,
 so a region runs at torch.compile's speed by construction, and what it
 learns (autotuning, new fusions) fuserc gets with it. The price is the
 build time of a region's kernels: each is built once per machine and kept
-in fuserc's kernel cache (runtime/kernel_cache.py: the artifact of
+in fuserc's kernel cache (runtime/kernels/kernel_cache.py: the artifact of
 `torch._inductor.standalone_compile`, loaded again without tracing or
 compiling), and a program's are built in parallel before its first run
-(runtime/kernel_builds.py).
+(runtime/kernels/kernel_builds.py).
 
 A region whose trace or compile fails is remembered and runs op by op
 (`None`). Which programs get generated kernels is `kernels_mode`'s choice
 (`$FUSERC_KERNELS`): by default ("auto") those with a region that has an
 operand of `SMALL_REGION` elements or more (`program_generates`), and then
 every region of them; a program of small regions only runs the CuPy
-elementwise kernels of runtime/cuda_fusion.py and op-by-op torch for the
+elementwise kernels of runtime/kernels/cuda_fusion.py and op-by-op torch for the
 rest. A small region's kernels are bound by their launches, which
 Inductor's kernel saves a few microseconds of, while loading Inductor to
 run them costs seconds at each start (its import: 2-2.6 s on an H200
@@ -54,7 +54,7 @@ import torch
 from xdsl.ir import Block, SSAValue
 from xdsl.printer import Printer
 
-from fuserc.runtime.kernel_cache import NotKept, Sections
+from fuserc.runtime.kernels.kernel_cache import NotKept, Sections
 
 KERNELS_ENV = "FUSERC_KERNELS"
 KERNELS = ("auto", "inductor", "cupy")
@@ -97,9 +97,9 @@ def generates(mode: str, numels: Iterable[int | None]) -> bool:
 def program_generates(mode: str, func: Any) -> bool:
     """Whether the regions of `func` (a host program) get generated kernels
     under `mode`: one of them needs them (`generates`; not those that run
-    PyTorch's kernels: runtime/torch_regions.py)."""
+    PyTorch's kernels: runtime/kernels/torch_regions.py)."""
     from fuserc.dialects import hir
-    from fuserc.runtime.torch_regions import runs_region
+    from fuserc.runtime.kernels.torch_regions import runs_region
 
     return mode != "cupy" and any(
         isinstance(op, hir.LaunchOp) and not runs_region(op.body.block) and generates(mode, launch_numels(op)) for op in func.walk()
@@ -181,7 +181,7 @@ def trace_region(
     unless they are `scratch` (the caller's to overwrite: no copies)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from fuserc.runtime.cpu import launch_with_torch
+    from fuserc.runtime.backends.cpu import launch_with_torch
 
     n = len(ins)
     operands = [*ins, *outs]
@@ -372,7 +372,7 @@ class _Canonical(Printer):
 @dataclass
 class RegionJob:
     """The kernel of one region at one set of layouts, for the kernel
-    cache (runtime/kernel_builds.py)."""
+    cache (runtime/kernels/kernel_builds.py)."""
 
     body: Block
     layouts: tuple[Layout, ...]
@@ -385,8 +385,8 @@ class RegionJob:
 
     @property
     def key(self) -> Any:
-        from fuserc.runtime.kernel_builds import device_id, layout_fields
-        from fuserc.runtime.kernel_cache import kernel_key
+        from fuserc.runtime.kernels.kernel_builds import device_id, layout_fields
+        from fuserc.runtime.kernels.kernel_cache import kernel_key
 
         found = getattr(self, "_key", None)
         if found is None:
@@ -437,7 +437,7 @@ class RegionJob:
 
 
 def build_spec(spec: dict[str, Any], device: torch.device) -> tuple[Sections | NotKept, Any]:
-    """A worker's build of a `RegionJob.spec()` (runtime/kernel_worker.py)."""
+    """A worker's build of a `RegionJob.spec()` (runtime/kernels/kernel_worker.py)."""
     from fuserc.ir import make_context
     from xdsl.parser import Parser
 
@@ -467,7 +467,7 @@ def run_region(
     and it has none for this layout yet: a CUDA graph capture cannot
     compile), None when its kernel is being built in the background. A
     region not built yet is fetched from the kernel cache
-    (runtime/kernel_builds.py), or built, at its first run."""
+    (runtime/kernels/kernel_builds.py), or built, at its first run."""
     operands = (*ins, *outs)
     aliases = aliases_of(operands)
     if aliases is None:
@@ -475,7 +475,7 @@ def run_region(
     key = (body, tuple(layout_of(t) for t in operands), aliases)
     fn = _COMPILED.get(key, False)
     if fn is False:
-        from fuserc.runtime.kernel_builds import building, fetch
+        from fuserc.runtime.kernels.kernel_builds import building, fetch
 
         if building(key):
             return None

@@ -1,5 +1,5 @@
 """What each hir op does when the evaluator runs it: one handler per op class,
-registered with `prepares` (runtime/interpreter.py runs them).
+registered with `prepares` (runtime/evaluator/interpreter.py runs them).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from xdsl.ir import Operation
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.backend import reduce_op_name
-from fuserc.runtime.interpreter import (
+from fuserc.runtime.backends.backend import reduce_op_name
+from fuserc.runtime.evaluator.interpreter import (
     Interpreter,
     Planner,
     Run,
@@ -25,7 +25,7 @@ from fuserc.runtime.interpreter import (
     prepares,
     team_position,
 )
-from fuserc.runtime.reference import block_context
+from fuserc.runtime.evaluator.reference import block_context
 
 def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
     """2*M*N*K of a matmul/linear: K is the contracted extent."""

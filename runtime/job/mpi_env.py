@@ -4,10 +4,10 @@ Rank r of the world is device id r. `MpiEnv` is the job as this process
 sees it under mpiexec (mpi4py's `MPI.COMM_WORLD`); `TorchEnv` under torchrun
 (torch.distributed over gloo, chosen when torchrun's variables are set or
 mpi4py is not installed). Both give the runtime one communicator interface
-(mpi4py's names; runtime/torch_comm.py provides them on torch.distributed),
+(mpi4py's names; runtime/backends/torch_comm.py provides them on torch.distributed),
 the few launcher facts the backends need (reduction operators, in-place
 marker, waiting, team communicators, node grouping), and what
-runtime/job.py and runtime/watchdog.py need of a launcher (a broadcast, an
+runtime/job/job.py and runtime/job/watchdog.py need of a launcher (a broadcast, an
 allgather, a barrier that gives up after a time, ending the whole job).
 """
 
@@ -175,13 +175,13 @@ class MpiEnv:
         and receive. `auto` is resolved (`backend.resolve_auto`) only there,
         where it matters."""
         if not self.shares_memory:
-            from fuserc.runtime.backend import resolve_auto
+            from fuserc.runtime.backends.backend import resolve_auto
 
             if resolve_auto(backend) == "cpu":
                 return list(range(self.size))
         return self.nodes()
 
-    # ---- what runtime/job.py and runtime/watchdog.py need -----------------------
+    # ---- what runtime/job/job.py and runtime/job/watchdog.py need -----------------------
     def broadcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root) if self.size > 1 else obj
 
@@ -229,13 +229,13 @@ class TorchEnv(MpiEnv):
     only acts on once continued (torchrun's SIGKILL comes 30 s later)."""
 
     def reduce_op(self, name: str) -> Any:
-        from fuserc.runtime.torch_comm import reduce_op
+        from fuserc.runtime.backends.torch_comm import reduce_op
 
         return reduce_op(name)
 
     @property
     def in_place(self) -> Any:
-        from fuserc.runtime.torch_comm import IN_PLACE
+        from fuserc.runtime.backends.torch_comm import IN_PLACE
 
         return IN_PLACE
 
@@ -252,7 +252,7 @@ class TorchEnv(MpiEnv):
     @property
     def node_comm(self) -> Any:
         if self._node_comm is None:
-            from fuserc.runtime.torch_comm import host_name
+            from fuserc.runtime.backends.torch_comm import host_name
 
             hosts = self.comm.allgather(host_name())
             teams = {h: [r for r, x in enumerate(hosts) if x == h] for h in dict.fromkeys(hosts)}
@@ -292,7 +292,7 @@ def load_launcher() -> None:
     torchrun, torch (seconds of local work, which the watchdog's section of
     the bootstrap should not count; MPI's import is its bootstrap)."""
     if all(v in os.environ for v in TORCHRUN_VARS) or not _mpi_importable():
-        import fuserc.runtime.torch_comm  # noqa: F401
+        import fuserc.runtime.backends.torch_comm  # noqa: F401
 
 
 def _mpi_importable() -> bool:
@@ -393,7 +393,7 @@ def _comm(comm: Any) -> Any:
 
 
 def _torch_env() -> TorchEnv:
-    from fuserc.runtime.torch_comm import init_world
+    from fuserc.runtime.backends.torch_comm import init_world
 
     launched_by: str | None = "torchrun"
     if _torch_world_started():

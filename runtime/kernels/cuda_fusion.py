@@ -33,7 +33,7 @@ from fuserc.dialects import fusion, hir
 from fuserc.dialects.fusion import FusionOp, shape_of
 from fuserc.dialects.fusion_layout import VIEW_OPS
 from fuserc.dialects.interfaces import Math, torch_dtype
-from fuserc.runtime.spans import overlaps, same_view
+from fuserc.runtime.kernels.spans import overlaps, same_view
 
 # --------------------------------------------------------------------------
 # Types

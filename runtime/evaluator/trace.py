@@ -37,11 +37,11 @@ from xdsl.ir import Operation
 
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
-from fuserc.runtime.backend import Backend, Stream, Work
+from fuserc.runtime.backends.backend import Backend, Stream, Work
 
 if TYPE_CHECKING:
-    from fuserc.runtime.evaluator import Program
-    from fuserc.runtime.mpi_env import MpiEnv
+    from fuserc.runtime.evaluator.evaluator import Program
+    from fuserc.runtime.job.mpi_env import MpiEnv
 
 COMPUTE = "compute"
 COMMUNICATION = "communication"

@@ -1,8 +1,8 @@
 """Build workers: processes that build generated kernels into the kernel
-cache for runtime/kernel_builds.py (`Pool` starts and feeds them, and
+cache for runtime/kernels/kernel_builds.py (`Pool` starts and feeds them, and
 stops those still running at exit), each started as
 
-    python -m fuserc.runtime.kernel_worker DEVICE CACHE_DIR
+    python -m fuserc.runtime.kernels.kernel_worker DEVICE CACHE_DIR
 
 and holds each key's lock while its worker builds. Messages are pickles,
 each after its length (8 bytes, little-endian): the worker says
@@ -28,16 +28,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fuserc.runtime.kernel_cache import THREADS_ENV
+from fuserc.runtime.kernels.kernel_cache import THREADS_ENV
 
 if TYPE_CHECKING:
     import torch
 
-    from fuserc.runtime.kernel_builds import Job
-    from fuserc.runtime.kernel_cache import KernelCache, KeyLock
+    from fuserc.runtime.kernels.kernel_builds import Job
+    from fuserc.runtime.kernels.kernel_cache import KernelCache, KeyLock
 
 
-# ---- the side that runs them (runtime/kernel_builds.py) -------------------------------
+# ---- the side that runs them (runtime/kernels/kernel_builds.py) -------------------------------
 
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "MPI_LOCALRANKID", "FUSERC_FAULT", "FUSERC_FAIL_RANK")
@@ -58,7 +58,7 @@ class _Worker:
     def __init__(self, device: torch.device, cache: KernelCache):
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fuserc.runtime.kernel_worker", str(device), str(cache.root)],
+            [sys.executable, "-m", "fuserc.runtime.kernels.kernel_worker", str(device), str(cache.root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -237,13 +237,13 @@ def main() -> None:
     os.dup2(2, 1)
     import torch
 
-    from fuserc.runtime.kernel_cache import KernelCache
+    from fuserc.runtime.kernels.kernel_cache import KernelCache
 
     device = torch.device(sys.argv[1])
     if device.type == "cuda":
         torch.cuda.set_device(device)
     cache = KernelCache(sys.argv[2])
-    from fuserc.runtime import cuda_regions  # noqa: F401  (imported before saying ready)
+    from fuserc.runtime.kernels import cuda_regions  # noqa: F401  (imported before saying ready)
 
     _send(out, {"ready": True})
     while (request := _receive(0)) is not None:
@@ -254,15 +254,15 @@ def _build(request: dict[str, Any], cache: Any, device: Any) -> str | None:
     """Build one kernel and write its entry; the error's text, or None."""
     import time
 
-    from fuserc.runtime.kernel_cache import NotKept
+    from fuserc.runtime.kernels.kernel_cache import NotKept
 
     start = time.perf_counter()
     spec = request["spec"]
     try:
         if spec["kind"] == "rows":
-            from fuserc.runtime.cuda_rows import build_spec
+            from fuserc.runtime.kernels.cuda_rows import build_spec
         else:
-            from fuserc.runtime.cuda_regions import build_spec
+            from fuserc.runtime.kernels.cuda_regions import build_spec
         with cache.working_dirs():
             sections, _ = build_spec(spec, device)
         if isinstance(sections, NotKept):

@@ -22,9 +22,9 @@ from xdsl.traits import SymbolTable
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import fusion, hir
-from fuserc.runtime.backend import Backend, shared_backend
-from fuserc.runtime.evaluator import Program, find_host_program, matmul_flops, mesh_ranks, require_ranks
-from fuserc.runtime.mpi_env import MpiEnv, mpi_env
+from fuserc.runtime.backends.backend import Backend, shared_backend
+from fuserc.runtime.evaluator.evaluator import Program, find_host_program, matmul_flops, mesh_ranks, require_ranks
+from fuserc.runtime.job.mpi_env import MpiEnv, mpi_env
 
 
 @dataclass
@@ -153,7 +153,7 @@ class CompiledProgram:
         place and results stay there (DLPack for CuPy): nothing travels
         through host memory, and the run is ordered after the work on
         torch's current stream, which waits for it in turn (no host wait)."""
-        from fuserc.runtime import io
+        from fuserc.runtime.job import io
 
         if len(inputs) != len(self.params):
             raise Diagnostic(f"@{self.compiled.entry} takes {len(self.params)} inputs, got {len(inputs)}")
@@ -182,7 +182,7 @@ class CompiledProgram:
     def random_inputs(self, seed: int) -> list[torch.Tensor]:
         """Global inputs drawn from `seed` (the same on every rank), each in
         the range the ops using it need (`io.input_domains`)."""
-        from fuserc.runtime import io
+        from fuserc.runtime.job import io
 
         func = self.compiled.source_function()
         domains = io.input_domains(func) if func is not None else None
@@ -190,8 +190,8 @@ class CompiledProgram:
 
     def reference(self, inputs: Sequence[torch.Tensor], accumulate: torch.dtype | None = torch.float64) -> list[torch.Tensor]:
         """The fusion function run unsharded, in float64 by default, in its
-        own element types with `accumulate=None` (runtime/reference.py)."""
-        from fuserc.runtime.reference import evaluate
+        own element types with `accumulate=None` (runtime/evaluator/reference.py)."""
+        from fuserc.runtime.evaluator.reference import evaluate
 
         func = self.compiled.source_function()
         if func is None:
@@ -238,7 +238,7 @@ def _to_kind(value: Any, kind: str, inputs: Sequence[torch.Tensor]) -> Any:
         return None
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
     if kind == "numpy":
-        from fuserc.runtime.io import to_numpy
+        from fuserc.runtime.job.io import to_numpy
 
         return to_numpy(t)
     device = inputs[0].device if inputs else torch.device("cpu")

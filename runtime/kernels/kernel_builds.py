@@ -1,5 +1,5 @@
 """A program's generated kernels, fetched from the kernel cache or built
-before its first run, in parallel (runtime/kernel_cache.py is the cache).
+before its first run, in parallel (runtime/kernels/kernel_cache.py is the cache).
 
 At a program's first run on the cuda backend (`prepare`, before any op):
 1. The launches the run will make are found by running the program on a
@@ -7,13 +7,13 @@ At a program's first run on the cuda backend (`prepare`, before any op):
    memory), no device work, no communication; each `hir.launch` is
    recorded with its operands. The interpreter's views are torch's on
    either backend, so the layouts are the run's.
-2. Each launch becomes a job: a row kernel (runtime/cuda_rows.py) or a
-   region's Inductor kernels (runtime/cuda_regions.py), with its key.
+2. Each launch becomes a job: a row kernel (runtime/kernels/cuda_rows.py) or a
+   region's Inductor kernels (runtime/kernels/cuda_regions.py), with its key.
    Launches with the same key (the same region text at the same layouts)
    share one kernel.
 3. Jobs whose entry is in the cache are loaded. The others are built, each
    by the process that takes its key's lock: this one, or a worker process
-   it starts (runtime/kernel_worker.py, `FUSERC_BUILD_WORKERS`), which
+   it starts (runtime/kernels/kernel_worker.py, `FUSERC_BUILD_WORKERS`), which
    writes the entry that this process then loads. The ranks of a machine
    start at different jobs, so that kernels they share (row kernels, and
    Triton's compiled kernels in the cache's Triton folder) are built once.
@@ -46,10 +46,10 @@ from typing import Any, Protocol
 import torch
 from xdsl.ir import Block
 
-from fuserc.runtime.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
-from fuserc.runtime.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, Unusable
-from fuserc.runtime.kernel_worker import Pool, at_exit_first
-from fuserc.runtime.startup import KERNELS as COUNTS
+from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, Stream, Team, Work
+from fuserc.runtime.kernels.kernel_cache import Fetched, KernelCache, KernelKey, KeyLock, NotKept, Sections, Unusable
+from fuserc.runtime.kernels.kernel_worker import Pool, at_exit_first
+from fuserc.runtime.job.startup import KERNELS as COUNTS
 
 WORKERS_ENV = "FUSERC_BUILD_WORKERS"
 MAX_WORKERS = 2
@@ -369,7 +369,7 @@ def _stop_at_exit() -> None:
 def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]]:
     """The launches of the programs' runs (`needed_launches`) in those that
     get generated kernels under kernels `mode` (cuda_regions.program_generates)."""
-    from fuserc.runtime.cuda_regions import program_generates
+    from fuserc.runtime.kernels.cuda_regions import program_generates
 
     return [launch for program in programs if program_generates(mode, program.func) for launch in needed_launches(program)]
 
@@ -377,16 +377,16 @@ def launches_with_kernels(programs: Sequence[Any], mode: str) -> list[tuple[Bloc
 def group_jobs(launches: Sequence[tuple[Block, tuple[Any, ...], tuple[Any, ...], Contexts | None]], device: torch.device) -> list[list[Job]]:
     """The jobs of the launches not installed yet, grouped by key: those
     the cuda backend runs with a generated kernel (not those PyTorch's
-    kernels run: runtime/torch_regions.py)."""
-    from fuserc.runtime.cuda_regions import RegionJob, aliases_of, layout_of
-    from fuserc.runtime.torch_regions import runs_region
+    kernels run: runtime/kernels/torch_regions.py)."""
+    from fuserc.runtime.kernels.cuda_regions import RegionJob, aliases_of, layout_of
+    from fuserc.runtime.kernels.torch_regions import runs_region
 
     rows_job = _rows_jobs(device)
     groups: dict[str, list[Job]] = {}
     seen: set[Hashable] = set()
     for body, ins, outs, contexts in launches:
         if runs_region(body):
-            continue  # PyTorch's kernels run it (runtime/torch_regions.py), as the cuda backend launches it
+            continue  # PyTorch's kernels run it (runtime/kernels/torch_regions.py), as the cuda backend launches it
         job: Job | None = rows_job(body, ins, outs, device) if rows_job else None
         if job is None:
             aliases = aliases_of((*ins, *outs))
@@ -407,7 +407,7 @@ def _rows_jobs(device: torch.device) -> Callable[..., Job | None] | None:
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return None
     try:
-        from fuserc.runtime.cuda_rows import rows_job
+        from fuserc.runtime.kernels.cuda_rows import rows_job
     except ImportError:
         return None
     return rows_job
@@ -621,7 +621,7 @@ def needed_launches(program: Any) -> list[tuple[Block, tuple[Any, ...], tuple[An
     """Every `hir.launch` a run of `program` makes on this rank, in order,
     with its operands as meta tensors (their layouts are the run's) and
     its contexts: the program run on a `LayoutBackend`."""
-    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.evaluator.evaluator import Program
 
     backend = LayoutBackend(program.backend.env)
     dry = Program(program.module, program.func, backend)

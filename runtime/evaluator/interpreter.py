@@ -1,6 +1,6 @@
 """Planning and interpreting a host program: each op's `Step` made once per
 program (`Planner`), each block one straight-line function of its steps, and
-the `Interpreter` that runs them (the op handlers: runtime/interpreter_ops.py).
+the `Interpreter` that runs them (the op handlers: runtime/evaluator/interpreter_ops.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from xdsl.ir import Block, Operation, SSAValue
 from fuserc.diagnostics import Diagnostic, error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
-from fuserc.runtime.backend import Array, Handle
+from fuserc.runtime.backends.backend import Array, Handle
 from fuserc.sharding import Mesh
 
 if TYPE_CHECKING:
-    from fuserc.runtime.evaluator import Program
+    from fuserc.runtime.evaluator.evaluator import Program
     from xdsl.dialects.builtin import ModuleOp
 
 FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
@@ -412,4 +412,4 @@ def buffer_shape(v: SSAValue) -> tuple[int, ...]:
 
 
 
-from fuserc.runtime import interpreter_ops  # noqa: E402,F401  (registers the op handlers)
+from fuserc.runtime.evaluator import interpreter_ops  # noqa: E402,F401  (registers the op handlers)

@@ -22,7 +22,7 @@ Timing (`--iters`) and trace marks (`--trace`) are CUDA events on the
 streams, read after a synchronization.
 
 Runs can be captured as CUDA graphs and replayed (`capture`, `replay`; when,
-in runtime/graphs.py). `begin_run`/`end_run` bracket each run op by op: they
+in runtime/evaluator/graphs.py). `begin_run`/`end_run` bracket each run op by op: they
 number its cuda_ipc fences (so each uses flags of its own, the same every
 run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 """
@@ -41,8 +41,8 @@ from xdsl.ir import Block
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
-from fuserc.runtime.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work, alltoallv_offsets
-from fuserc.runtime.cuda_comm import (
+from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work, alltoallv_offsets
+from fuserc.runtime.backends.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
     CudaHandle,
@@ -50,8 +50,8 @@ from fuserc.runtime.cuda_comm import (
     disable_multicast,
     nbytes,
 )
-from fuserc.runtime.cuda_regions import generates, kernels_mode, program_generates
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.kernels.cuda_regions import generates, kernels_mode, program_generates
+from fuserc.runtime.job.mpi_env import MpiEnv
 
 disable_multicast()
 
@@ -109,16 +109,16 @@ def import_compiler_early(func: Any, mode: str | None = None) -> bool:
     """Whether the regions of `func` (a host program about to run on this
     backend) get generated kernels under kernels `mode` ($FUSERC_KERNELS by
     default; cuda_regions.program_generates); if so, Inductor's modules are
-    imported in a thread from now on (runtime/kernel_builds.py
+    imported in a thread from now on (runtime/kernels/kernel_builds.py
     `import_early`, once), in a process the `fuserc` command owns only: a
     caller's own thread could be importing Inductor at the same time
     (torch.compile). `fuserc run` calls it before the backend starts, so
     that the import goes on while CUDA starts."""
-    from fuserc.runtime.mpi_env import ENDS_PROCESS
+    from fuserc.runtime.job.mpi_env import ENDS_PROCESS
 
     gets = program_generates(kernels_mode() if mode is None else mode, func)
     if gets and ENDS_PROCESS[0]:
-        from fuserc.runtime.kernel_builds import import_early
+        from fuserc.runtime.kernels.kernel_builds import import_early
 
         import_early()
     return gets
@@ -135,8 +135,8 @@ def open_device_early() -> threading.Thread | None:
     only."""
     import ctypes
 
-    from fuserc.runtime.job import launcher_local_rank
-    from fuserc.runtime.mpi_env import ENDS_PROCESS
+    from fuserc.runtime.job.job import launcher_local_rank
+    from fuserc.runtime.job.mpi_env import ENDS_PROCESS
 
     local = launcher_local_rank()
     if local is None or not ENDS_PROCESS[0]:
@@ -172,7 +172,7 @@ class CudaBackend(Backend):
         super().__init__(env)
         import cupy
 
-        from fuserc.runtime.cuda_gemm import GemmChooser
+        from fuserc.runtime.kernels.cuda_gemm import GemmChooser
 
         node = env.node_comm  # collective: every rank builds its backend at the same point
         local_rank = env.node_rank
@@ -233,10 +233,10 @@ class CudaBackend(Backend):
 
     def prepare_kernels(self, *programs: Any, background: bool = False) -> None:
         """The programs' region and row kernels, from the kernel cache or
-        built in parallel (runtime/kernel_builds.py), before their first
+        built in parallel (runtime/kernels/kernel_builds.py), before their first
         runs, or in the `background` of their runs."""
         if self.kernels != "cupy":
-            from fuserc.runtime.kernel_builds import prepare
+            from fuserc.runtime.kernels.kernel_builds import prepare
 
             found = prepare(programs, torch.device("cuda", self.device), self.local_rank, self.local_size, mode=self.kernels, background=background)
             if found is not None:
@@ -366,7 +366,7 @@ class CudaBackend(Backend):
         if acc is None:
             self.gemm.matmul(a, b, out, tune=not self._capturing)
         else:
-            from fuserc.runtime.cuda_gemm import gemm_acc
+            from fuserc.runtime.kernels.cuda_gemm import gemm_acc
 
             gemm_acc(a, b, out, acc)
 
@@ -383,8 +383,8 @@ class CudaBackend(Backend):
         through addmm, and a tanh GELU with it through cuBLASLt's
         `_addmm_activation`), on 2-D views of x and out; with `acc`, `acc`
         is in the epilogue instead and a bias is added after."""
-        from fuserc.runtime.cpu import epilogue
-        from fuserc.runtime.cuda_gemm import direct_out, linear_acc
+        from fuserc.runtime.backends.cpu import epilogue
+        from fuserc.runtime.kernels.cuda_gemm import direct_out, linear_acc
 
         self._begin()
         if acc is not None:
@@ -407,12 +407,12 @@ class CudaBackend(Backend):
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None
     ) -> bool:
         """Run a region with generated kernels: a row kernel for a lone
-        softmax, log_softmax or cross_entropy (runtime/cuda_rows.py), else
-        Inductor's (runtime/cuda_regions.py); False when neither has one,
+        softmax, log_softmax or cross_entropy (runtime/kernels/cuda_rows.py), else
+        Inductor's (runtime/kernels/cuda_regions.py); False when neither has one,
         or its kernel is being built in the background (then no run is
         captured as a graph until it is in)."""
-        from fuserc.runtime.cuda_regions import run_region
-        from fuserc.runtime.cuda_rows import run_rows
+        from fuserc.runtime.kernels.cuda_regions import run_region
+        from fuserc.runtime.kernels.cuda_rows import run_rows
 
         ran = run_rows(body, ins, outs)
         if ran is False:
@@ -424,9 +424,9 @@ class CudaBackend(Backend):
     def launch(
         self, body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> None:
-        from fuserc.runtime import torch_regions
-        from fuserc.runtime.cpu import launch_with_torch
-        from fuserc.runtime.cuda_fusion import plan_for, run_plan
+        from fuserc.runtime.kernels import torch_regions
+        from fuserc.runtime.backends.cpu import launch_with_torch
+        from fuserc.runtime.kernels.cuda_fusion import plan_for, run_plan
 
         self._begin()
         if torch_regions.run_region(body, ins, outs, contexts):  # attention, or a lone op PyTorch's kernel runs faster
@@ -453,7 +453,7 @@ class CudaBackend(Backend):
     def _staged_in(self, t: torch.Tensor, *outs: torch.Tensor | None) -> torch.Tensor:
         """`t` as a contiguous buffer that no output overlaps (a copy on the
         current stream when needed)."""
-        from fuserc.runtime.spans import overlaps
+        from fuserc.runtime.kernels.spans import overlaps
 
         if t.is_contiguous() and not any(o is not None and overlaps(t, o) for o in outs):
             return t
@@ -894,7 +894,7 @@ class CudaBackend(Backend):
 
 def _graphs_unavailable() -> str | None:
     """Why runs cannot be captured as CUDA graphs here (None when they can)."""
-    from fuserc.runtime.graphs import GRAPHS_ENV, graphs_enabled
+    from fuserc.runtime.evaluator.graphs import GRAPHS_ENV, graphs_enabled
 
     if not graphs_enabled():
         return f"{GRAPHS_ENV}=0"

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime.evaluator import ValueSpec
-from fuserc.runtime.job import LOCAL_SIZE_ENVS
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.evaluator.evaluator import ValueSpec
+from fuserc.runtime.job.job import LOCAL_SIZE_ENVS
+from fuserc.runtime.job.mpi_env import MpiEnv
 from fuserc.sharding import Mesh, global_slots, shard_array
 
 _FILE_DTYPES: dict[torch.dtype, np.dtype] = {

@@ -30,7 +30,7 @@ torchrun, whose SIGTERM a stopped process ignores, the reporter first kills
 the stopped ranks of its node itself).
 
 The same thread watches the processes of the other ranks of its node
-(runtime/peers.py): a rank that ends without having said why is named,
+(runtime/job/peers.py): a rank that ends without having said why is named,
 with how it ended, by the first of them to see it, and the job ends.
 
 The watchdog starts before the launcher's bootstrap (rank and size from
@@ -38,7 +38,7 @@ the launcher's environment) and needs of the launcher only `broadcast(obj)`
 (to agree on the board's folder, once) and `abort(code)` (from any thread;
 until the bootstrap is done it exits instead, and the launcher ends the
 other ranks), so a launcher other than mpiexec (torchrun: torch.distributed's
-store and process group) plugs in by providing these (runtime/job.py's
+store and process group) plugs in by providing these (runtime/job/job.py's
 `Launcher`). The board is a local folder (`tempfile.gettempdir()`), which every rank of
 one node shares; for a job over several nodes, `$FUSERC_JOB_DIR` names a
 folder on a shared file system, else ranks on other nodes are reported as
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TextIO
 
-from fuserc.runtime.peers import Peer, Peers, alive, clean_exit, how, identity, parent, start_time
+from fuserc.runtime.job.peers import Peer, Peers, alive, clean_exit, how, identity, parent, start_time
 
 WATCHDOG_ENV = "FUSERC_WATCHDOG"
 DEFAULT_TIMEOUT_S = 600.0
@@ -352,7 +352,7 @@ class Watchdog:
     job ends by exiting: the launcher ends the other ranks).
 
     Its thread also watches the processes of the other ranks of this node
-    (runtime/peers.py): a rank that ends without having said why (it exited
+    (runtime/job/peers.py): a rank that ends without having said why (it exited
     with an error code, crashed, was killed) is named, with how it ended,
     by one of them, and the job ends. With `own_signals` (a process that is
     fuserc's own: `fuserc run`, the tools) the thread also takes SIGTERM, so
@@ -380,12 +380,12 @@ class Watchdog:
     _thread: threading.Thread | None = None
     _wake: tuple[int, int] | None = None
     sentinel: bool = False
-    """The node's sentinel (runtime/peers.py) names a rank that ended
+    """The node's sentinel (runtime/job/peers.py) names a rank that ended
     without a word (under MPI's launchers, which kill the other ranks before
     they can); this rank only marks on the board that it saw it end."""
     launcher_pid: int | None = None
     """The launcher's process (the parent of this rank), watched: a rank
-    whose launcher died ends (runtime/job.py also asks the kernel to
+    whose launcher died ends (runtime/job/job.py also asks the kernel to
     SIGTERM it then)."""
     _fired: bool = False
     _written: float = 0.0
@@ -658,7 +658,7 @@ class Watchdog:
                 if rec is None or rec.get("ending") or self.board is None or self.board.claimed("watchdog"):
                     continue  # it said why (or was ended by the watchdog); its launcher ends the job
                 if self.sentinel:
-                    pass  # the node's sentinel says it (runtime/peers.py): it outlives MPICH's cleanup
+                    pass  # the node's sentinel says it (runtime/job/peers.py): it outlives MPICH's cleanup
                 elif self.board.claim(f"ended-{p.rank}"):
                     where = f" (last at {rec['label']})" if rec.get("label") else ""
                     self._write(f"error: rank {p.rank} ended: {how(p.status)}{where}")

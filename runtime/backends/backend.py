@@ -1,6 +1,6 @@
 """The backend interface: what the host evaluator asks of a device.
 
-The evaluator (runtime/evaluator.py) is one implementation for every
+The evaluator (runtime/evaluator/evaluator.py) is one implementation for every
 backend; everything device-specific sits behind this small interface:
 arrays and views, compute launches, communications over teams of ranks,
 streams and events, shared memory handles, and timing.
@@ -33,7 +33,7 @@ from xdsl.ir import Block, Operation
 
 from fuserc.dialects.interfaces import EvalContext
 
-from fuserc.runtime.mpi_env import MpiEnv
+from fuserc.runtime.job.mpi_env import MpiEnv
 
 Array = Any
 Contexts = Mapping[Operation, EvalContext]
@@ -93,7 +93,7 @@ class Backend(ABC):
     def prepare_kernels(self, *programs: Any, background: bool = False) -> None:
         """Before the programs' first runs: make the generated kernels their
         runs will launch (the cuda backend's, from the kernel cache or built
-        in parallel: runtime/kernel_builds.py), or start making them in the
+        in parallel: runtime/kernels/kernel_builds.py), or start making them in the
         `background` of the runs. Nothing by default."""
 
     def wait_for_kernels(self, timeout: float | None = None) -> bool:
@@ -324,7 +324,7 @@ class Backend(ABC):
         """All ranks of the job meet (host-side)."""
         self.env.comm.Barrier()
 
-    # ---- runs and graphs (runtime/graphs.py) ----------------------------------
+    # ---- runs and graphs (runtime/evaluator/graphs.py) ----------------------------------
     graphs_unavailable: str | None = "this backend runs every op as the host reaches it"
     """Why this backend cannot capture a run as a graph (None when it can)."""
 
@@ -368,7 +368,7 @@ class Backend(ABC):
     def timer_stop(self, mark: Any) -> float:
         """Seconds of device time since `mark` (synchronizes)."""
 
-    # ---- tracing (runtime/trace.py) ------------------------------------------
+    # ---- tracing (runtime/evaluator/trace.py) ------------------------------------------
     # The defaults read the host clock, which times an op on a backend that
     # runs each op when the host reaches it (cpu). A backend that enqueues
     # work asynchronously overrides all three with device-side marks.
@@ -414,12 +414,12 @@ def make_backend(kind: str, env: MpiEnv) -> Backend:
     if kind in ("auto", "cuda"):
         reason = cuda_unavailable()
         if reason is None:
-            from fuserc.runtime.cuda import CudaBackend  # type: ignore[import-not-found]
+            from fuserc.runtime.backends.cuda import CudaBackend  # type: ignore[import-not-found]
 
             return CudaBackend(env)
         if kind == "cuda":
             raise Diagnostic(f"the cuda backend cannot run here: {reason}")
-    from fuserc.runtime.cpu import CpuBackend
+    from fuserc.runtime.backends.cpu import CpuBackend
 
     return CpuBackend(env)
 
@@ -454,9 +454,9 @@ def cuda_unavailable() -> str | None:
     import importlib
 
     try:
-        cuda = importlib.import_module("fuserc.runtime.cuda")
+        cuda = importlib.import_module("fuserc.runtime.backends.cuda")
     except ModuleNotFoundError as e:
-        if e.name != "fuserc.runtime.cuda":
+        if e.name != "fuserc.runtime.backends.cuda":
             return f"a module it needs is missing ({e.name})"
         return "this version of fuserc has no cuda backend"
     return cuda.unavailable_reason()

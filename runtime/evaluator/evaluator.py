@@ -42,9 +42,9 @@ from fuserc.diagnostics import error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.alloc_cache import AllocationCache, CacheEntry, MemoryPool
-from fuserc.runtime.backend import Array, Backend, Handle, Team
-from fuserc.runtime.graphs import (
+from fuserc.runtime.evaluator.alloc_cache import AllocationCache, CacheEntry, MemoryPool
+from fuserc.runtime.backends.backend import Array, Backend, Handle, Team
+from fuserc.runtime.evaluator.graphs import (
     CAPTURE,
     GRAPH,
     OPS,
@@ -54,7 +54,7 @@ from fuserc.runtime.graphs import (
     Loans,
     Replays,
 )
-from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, InjectedFailure re-exported)
+from fuserc.runtime.evaluator.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, InjectedFailure re-exported)
     FAIL_RANK_ENV,
     InjectedFailure,
     Interpreter,
@@ -63,9 +63,9 @@ from fuserc.runtime.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, Injected
     fail_rank,
     module_meshes,
 )
-from fuserc.runtime.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
-from fuserc.runtime.reference import function_to_run
-from fuserc.runtime.startup import KERNELS, Startup
+from fuserc.runtime.evaluator.interpreter_ops import matmul_flops  # noqa: F401  (re-exported)
+from fuserc.runtime.evaluator.reference import function_to_run
+from fuserc.runtime.job.startup import KERNELS, Startup
 from fuserc.sharding import Mesh, Sharding
 
 _OWNERS = itertools.count()
@@ -188,10 +188,10 @@ class Program:
         self._lent: list[Any] = []  # cache buffers a run op by op lent (`_hand_out`), written again by the next run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
         self.loans = Loans()  # results of replays handed out as the graph's buffers (`run_prepared(loan=True)`)
-        self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/startup.py)
+        self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/job/startup.py)
         self.background_kernels = False
         """Whether its generated kernels are made in the background of its
-        first runs rather than before them (runtime/kernel_builds.py)."""
+        first runs rather than before them (runtime/kernels/kernel_builds.py)."""
         backend.loaded(func)
 
     @staticmethod
@@ -255,7 +255,7 @@ class Program:
         stream-ordered baselines are measured; a program that shares
         buffers must then end with a fence (stream-pipeline's do). Runs
         with the same inputs are replayed as a captured graph where the
-        backend can (runtime/graphs.py), unless `graphs` is False. With
+        backend can (runtime/evaluator/graphs.py), unless `graphs` is False. With
         `owned_results` the results are the caller's, so that the next run
         cannot overwrite what the caller holds: run op by op, the buffers of
         allocation sites that are results are made for this run on the
@@ -602,7 +602,7 @@ def require_ranks(anchor: Operation, needed: int, why: str, size: int, mesh: Mes
     """A diagnostic at `anchor` when a job of `size` ranks is too small:
     how to start one large enough (with the launchers installed), and how
     to fit `mesh` (the one that needs the most ranks) to this job."""
-    from fuserc.runtime.mpi_env import launch_commands
+    from fuserc.runtime.job.mpi_env import launch_commands
 
     loc = location_of(anchor)
     if needed > size and loc is not None and loc.file.startswith("<FusionDefinition"):  # fuserc.api's: a Python script

@@ -1,7 +1,7 @@
 """Measure what stream-pipeline's cost model needs to know of a node, once,
 and cache it as the links file it reads (passes/cost_model.py):
 
-    mpiexec -n 4 python -m fuserc.runtime.links [--backend cuda] [--out PATH]
+    mpiexec -n 4 python -m fuserc.runtime.backends.links [--backend cuda] [--out PATH]
 
 writes ~/.cache/fuserc/links.json (or PATH) from rank 0. Measured, through
 the Backend interface (so on the GPUs with the cuda backend): GEMM peak
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from fuserc.runtime.backend import Backend
+from fuserc.runtime.backends.backend import Backend
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
@@ -144,9 +144,9 @@ def measure(backend: Backend, big: int = 8192, small: int = 1024, nbytes: int = 
 
 def main(argv: list[str] | None = None) -> int:
     from fuserc.passes.cost_model import DEFAULT_LINKS_PATH
-    from fuserc.runtime import job as jobs
+    from fuserc.runtime.job import job as jobs
 
-    parser = argparse.ArgumentParser(prog="python -m fuserc.runtime.links", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fuserc.runtime.backends.links", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--out", default=str(DEFAULT_LINKS_PATH), help="the links file to write (rank 0)")
     parser.add_argument("--gemm", type=int, default=8192, help="the large GEMM size (n x n x n)")
@@ -159,9 +159,9 @@ def _measure_and_write(args: argparse.Namespace) -> int:
     """Every rank measures; rank 0 writes the links file. A backend that
     cannot run here is one message (from rank 0), not one per rank."""
     from fuserc.diagnostics import Diagnostic
-    from fuserc.runtime import job as jobs
-    from fuserc.runtime.backend import make_backend
-    from fuserc.runtime.mpi_env import mpi_env
+    from fuserc.runtime.job import job as jobs
+    from fuserc.runtime.backends.backend import make_backend
+    from fuserc.runtime.job.mpi_env import mpi_env
 
     env = mpi_env()
     with jobs.same_on_all_ranks("starting the backend"):

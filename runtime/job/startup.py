@@ -21,7 +21,7 @@ PHASES = ("imports", "passes", "backend", "communicators", "kernels", "first run
 
 @dataclass
 class KernelCounts:
-    """Generated kernels fetched, by how (runtime/kernel_cache.py's
+    """Generated kernels fetched, by how (runtime/kernels/kernel_cache.py's
     `Fetched.how`), and the seconds spent on them."""
 
     loaded: int = 0  # from the cache
@@ -67,7 +67,7 @@ class KernelCounts:
 
 
 KERNELS = KernelCounts()
-"""Every generated kernel this process fetched (runtime/kernel_builds.py)."""
+"""Every generated kernel this process fetched (runtime/kernels/kernel_builds.py)."""
 
 
 @dataclass

@@ -4,7 +4,7 @@ A rank that exits, crashes or is killed cannot say so itself, and its
 launcher's report of it comes late or names someone else (torchrun prints
 it after a 30-line ChildFailedError report; MPICH's Hydra often names a
 rank it killed itself). Its peers on the same node can see it: each rank's
-watchdog thread (runtime/watchdog.py) holds a pidfd of every other rank's
+watchdog thread (runtime/job/watchdog.py) holds a pidfd of every other rank's
 process on its node (their pids are on the job's board), which becomes
 readable the moment the process ends. How it ended is read from the
 zombie's `/proc/PID/stat` (its exit code field) while the launcher has not
@@ -14,7 +14,7 @@ reaped it yet, and from the pidfd itself afterwards (`PIDFD_GET_INFO` with
 Under MPI's launchers a watching rank rarely gets to say anything: MPICH's
 Hydra kills every other rank with SIGKILL within a millisecond of one
 ending. So the lowest rank of each node also starts the node's *sentinel*
-(`start_sentinel`; `python -m fuserc.runtime.peers`), a small process in a
+(`start_sentinel`; `python -m fuserc.runtime.job.peers`), a small process in a
 session of its own, which Hydra does not kill and whose standard error
 Hydra forwards until it ends: it watches the node's ranks and prints the
 line naming the one that ended first (unless a rank said why already),
@@ -238,7 +238,7 @@ def start_sentinel(board: Path, local_ranks: int, env: dict[str, str]) -> subpro
     the launcher's variables (it is no rank). None when it cannot start."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "fuserc.runtime.peers", str(board), str(local_ranks), str(os.getpid())],
+            [sys.executable, "-m", "fuserc.runtime.job.peers", str(board), str(local_ranks), str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             env=env,
