@@ -222,7 +222,9 @@ def test_every_planned_region_of_the_transformer_programs_matches_torch(t: str, 
                 prog = compile_text(text, entry, f"autodiff{{save={save}}},default", "cpu")
                 prog.execute(prog.random_inputs(1))
                 prog.close()
-    assert len(set(checked)) >= 6, checked
+    # distinct kernels: regions that compute the same thing share one (their
+    # values' names are not part of the key), so bf16's program has 5
+    assert len(set(checked)) >= 5 and len(checked) >= 6, checked
 
 
 SUM4 = """
