@@ -1,4 +1,4 @@
-"""Run by test_alltoallv.py under mpiexec (or torchrun): `hir.alltoallv`
+"""Run by test_alltoallv_job.py under mpiexec (or torchrun): `hir.alltoallv`
 with counts known only at run time, against the exchange computed with
 NumPy from every rank's counts and rows (the same seed on every rank).
 Each case prints `CASE <name> ok` or `CASE <name> FAILED: <why>` on rank 0.

@@ -1,6 +1,6 @@
 """`hir.alltoallv` in-process on one rank (a team of one): the rows kept,
 the counts received, and the run-time diagnostics of counts that do not
-fit the buffers (multi-rank exchanges: tests/e2e/test_alltoallv.py). On
+fit the buffers (multi-rank exchanges: tests/e2e/test_alltoallv_job.py). On
 the backend $FUSERC_TEST_BACKEND names (cpu by default; cuda on a GPU)."""
 
 from __future__ import annotations
