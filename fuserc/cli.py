@@ -327,7 +327,8 @@ def check_output_dir(output: str, option: str = "'-o' / '--output'") -> None:
     found before any work (`opt -o`, `run --trace`)."""
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder):
-        raise click.BadParameter(f"folder '{folder}' does not exist", param_hint=option)
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise click.BadParameter(f"folder '{folder}' {what}", param_hint=option)
 
 
 def _process(
