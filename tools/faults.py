@@ -153,8 +153,11 @@ LAUNCHERS = {
 }
 
 
-def command(launcher: str, args: argparse.Namespace) -> list[str]:
-    """`fuserc run` of the program on N ranks under `launcher`."""
+def command(launcher: str, args: argparse.Namespace, iters: int = 1000) -> list[str]:
+    """`fuserc run` of the program on N ranks under `launcher`, `iters`
+    timed runs (a fault from outside needs a job that is still running
+    when the rank's record says so: more than a loaded machine finishes
+    before the record is read)."""
     if launcher == "torchrun":
         start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.n), "-m", "fuserc"]
     else:
@@ -162,7 +165,7 @@ def command(launcher: str, args: argparse.Namespace) -> list[str]:
         start = [args.mpiexec, *keep, "-n", str(args.n), sys.executable, "-m", "fuserc"]
     mesh = ["--mesh", f"tp={args.n}"] if args.program == DEFAULT_PROGRAM else []
     return [*start, "run", str(args.program), *mesh, "--backend", args.backend, "--watchdog", str(args.watchdog),
-            "--iters", "1000", "--warmup", "0"]  # fmt: skip
+            "--iters", str(iters), "--warmup", "0"]  # fmt: skip
 
 
 def scenario(kind: str, launcher: str, args: argparse.Namespace) -> Outcome:
@@ -171,7 +174,7 @@ def scenario(kind: str, launcher: str, args: argparse.Namespace) -> Outcome:
     env = {**os.environ, **MPI_ENV, "FAULTS_MARK": marker}
     if kind not in EXTERNAL:
         env["FUSERC_FAULT"] = f"{args.rank}:{kind}"
-    proc = subprocess.Popen(command(launcher, args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(command(launcher, args, 100_000 if kind in EXTERNAL else 1000), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     lines: list[tuple[float, str]] = []  # (when, line) of stderr
     reader = threading.Thread(target=lambda: lines.extend((time.time(), line.rstrip("\n")) for line in proc.stderr), daemon=True)
     reader.start()
