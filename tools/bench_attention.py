@@ -18,7 +18,9 @@ sequence (the limit: the same FLOPs in one call):
 - `ring d=D`: the D-rank ring schedule of passes/ring_attention.py (zigzag
   layout, `ring_attention.step`) run rank after rank on this one device:
   every step's attention on its blocks (runtime/kernels/attention.py's kernels,
-  with their log-sum-exp) and the log-sum-exp merge into f32 accumulators;
+  with their log-sum-exp) and the log-sum-exp merge into f32 accumulators
+  (on a GPU, the merge's two launches each one Inductor-built kernel, as
+  fuserc builds its regions);
   the backward every step's `sdpa_grad` on its blocks from the merged
   statistic, summed into dq, dk, dv. Target: >= 0.9 of sdpa. Its results
   are checked (exit 1 beyond tolerance);
@@ -111,19 +113,45 @@ def part(t: torch.Tensor, which: int) -> torch.Tensor:
     return t if which == FULL else t.chunk(2, dim=2)[which]
 
 
+def merge_out(ao: torch.Tensor, al: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+    """The output's log-sum-exp merge in place, the formula of
+    passes/ring_attention.py's first merge launch (the log-sum-exp's is the
+    second: `merge_lse`)."""
+    new = torch.logaddexp(al, lse)
+    ao.copy_(ao * torch.exp(al - new).unsqueeze(-1) + o.float() * torch.exp(lse - new).unsqueeze(-1))
+
+
+def merge_lse(al: torch.Tensor, lse: torch.Tensor) -> None:
+    al.copy_(torch.logaddexp(al, lse))
+
+
+MERGES: dict[str, Callable[..., None]] = {}
+"""The merge launches as this device runs them: on cuda each one kernel
+built by Inductor, as fuserc's regions are (runtime/kernels/kernel_builds.py),
+elsewhere op by op."""
+
+
+def merges(cuda: bool) -> tuple[Callable[..., None], Callable[..., None]]:
+    if not cuda:
+        return merge_out, merge_lse
+    if not MERGES:
+        MERGES.update(out=torch.compile(merge_out, dynamic=False), lse=torch.compile(merge_lse, dynamic=False))
+    return MERGES["out"], MERGES["lse"]
+
+
 def ring_forward(r: Ring) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Every rank's (output in f32, log-sum-exp), merged step by step."""
     acc_o: list[torch.Tensor | None] = [None] * r.d
     acc_l: list[torch.Tensor | None] = [None] * r.d
+    out_merge, lse_merge = merges(r.q[0].is_cuda)
     for p, s, qp, kp, causal in r.pieces():
         o, lse = attention.forward(part(r.q[p], qp), part(r.k[s], kp), part(r.v[s], kp), causal, None)
         if acc_o[p] is None:
             acc_o[p], acc_l[p] = o.float(), lse.float()
             continue
         ao, al = part(acc_o[p], qp), part(acc_l[p], qp)  # type: ignore[arg-type]
-        new = torch.logaddexp(al, lse)
-        ao.mul_(torch.exp(al - new).unsqueeze(-1)).add_(o.float() * torch.exp(lse - new).unsqueeze(-1))
-        al.copy_(new)
+        out_merge(ao, al, o, lse)
+        lse_merge(al, lse)
     return acc_o, acc_l  # type: ignore[return-value]
 
 

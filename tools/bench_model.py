@@ -239,6 +239,8 @@ class Variant:
     ready: Callable[[], bool] = lambda: True
     """Whether what the first step left running is done (fuserc's kernels)."""
     kernels: Callable[[], str] = lambda: "n/a"
+    runs: Callable[[], str] = lambda: ""
+    """How fuserc's programs ran (replayed as graphs or op by op, and why)."""
     compile_s: Callable[[float, float], float | None] = lambda first, step: None
     close: Callable[[], None] = lambda: None
     opt: Any = None
@@ -281,7 +283,10 @@ def fuserc_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor,
     def compile_s(first: float, step: float) -> float:
         return sum(v for k, v in f.startup.seconds.items() if k in ("passes", "kernels"))
 
-    return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), kernels=kernels, compile_s=compile_s, close=f.close)
+    def runs() -> str:
+        return "; ".join(f"@{name}: {how}" for name, how in f.runs().items())
+
+    return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), kernels=kernels, runs=runs, compile_s=compile_s, close=f.close)
 
 
 def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, options: dict[str, Any] | None) -> Variant:
@@ -319,6 +324,7 @@ class Result:
     first_step_s: float | None = None
     compile_s: float | None = None
     kernels: str = "n/a"
+    runs: str = ""
     loss: float | None = None
     building_step_ms: float | None = None
     building_steps: int = 0
@@ -381,6 +387,7 @@ def measure(make: Callable[[], Variant], s: Shape, job: Job, a: argparse.Namespa
         r.tokens_per_s = s.tokens / (r.step_ms / 1e3)
         r.compile_s = v.compile_s(r.first_step_s, r.step_ms / 1e3)
         r.kernels = v.kernels()
+        r.runs = v.runs()
     finally:
         v.close()
         for p in v.params:
@@ -439,6 +446,8 @@ def line(res: ShapeResult, key: str, title: str, d: int) -> str:
         f"first step {r.first_step_s:.1f} s, compile {num_text(r.compile_s, '.1f')} s, kernels {r.kernels}, "
         f"loss {r.loss:.4f} (vs eager {num_text(res.loss_diff.get(key), '.1e')})"
     )
+    if r.runs:
+        out += f"; programs: {r.runs}"
     if key == "fuserc" and r.full_speed_at_s is not None:
         out += f"; {r.building_steps} step(s) while its kernels built ({num_text(r.building_step_ms, '.1f')} ms each), full speed from {r.full_speed_at_s:.1f} s"
     if key != "fuserc":

@@ -359,6 +359,11 @@ class Backend(ABC):
         """Seconds from mark `start` to mark `end` (waits for `end`)."""
         return float(end) - float(start)
 
+    def host_clock(self) -> float:
+        """Seconds on the host's clock: how long the host takes to issue a
+        run, against the device's `span` of it."""
+        return time.perf_counter()
+
     # ---- timing -------------------------------------------------------------
     @abstractmethod
     def timer_start(self) -> Any:

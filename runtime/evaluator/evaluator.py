@@ -288,7 +288,7 @@ class Program:
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
         key = replays.key(inputs, plain=graphs and self.tracer is None and not fail_now)
-        action, timed = replays.next(key)
+        action, timed = replays.next(key, ready=self.runs >= 1 and b.wait_for_kernels(0))
         self._owning = owned_results and action == OPS  # a capture's results are the graph's
         temp_handles: list[Handle] = []
         loaned: list[int] = []
@@ -311,9 +311,10 @@ class Program:
                     replays.sample(GRAPH, start, b.mark(join=True))
             else:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
+                issued = b.host_clock()
                 results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
                 if start is not None:
-                    replays.sample(OPS, start, b.mark(join=True))
+                    replays.sample(OPS, start, b.mark(join=True), b.host_clock() - issued)
             if synchronize or temp_handles:
                 self.backend.synchronize()
             if copy_outputs:

@@ -15,6 +15,14 @@ chosen per shape (cuda_gemm.py):
   memory handles) and tells what in it a graph could not repeat
   (`Backend.end_run`: a region run op by op with torch, a fence whose flag
   values change every run, a buffer shared for one run only);
+- the next run op by op once the generated kernels are in is gauged: if the
+  host issued it in less than DEVICE_BOUND (0.9) of the device's time for it,
+  the device is the bottleneck and a graph could only spare host time the
+  device never waits for (in a training step the host runs ahead of it),
+  while the graph's memory pool would hold the run's buffers between runs
+  and each staged input a copy: such a program always runs op by op (a
+  whole model's forward and backward). Else that run is also the trial's
+  first;
 - runs 2 to 6 (with the same inputs: the same addresses, shapes, strides
   and dtypes, since a graph reads them where they were) are the trial: run
   2 timed op by op, run 3 captured and replayed untimed (a graph's first
@@ -113,6 +121,15 @@ TRIAL = (OPS, GRAPH, GRAPH, OPS)
 that a drift of the device's speed over the trial (a GPU heating up under
 long GEMMs) weighs on both ways alike when their means are compared."""
 
+DEVICE_BOUND = 0.9
+"""A run op by op whose host issued it in less than this share of the
+device's time for it keeps the device busy by itself (see the module):
+from an idle device the host's head start is its lead. At 0.5, the
+12-layer model's forward on one H200 (the host ahead, 25.5 ms op by op from
+an idle device, 24.1 ms replayed) was still tried and kept as a graph, and
+its backward too: 95.7 ms a step with 30.5 GiB reserved, against 93.2 ms
+and 6.7 GiB at the peak op by op (eager PyTorch: 89.6 ms, 7.6 GiB)."""
+
 STALL = 2.0
 """A trial run this many times as long as the other run of its way stalled
 (a kernel build in the background, the host descheduled): not the
@@ -173,6 +190,10 @@ class Replays:
         self._retrial = False
         """Replays measured slower while inputs were staged: the trial is
         run again once they settle (runs go op by op until then)."""
+        self.judged = always
+        """Whether a run op by op was gauged (`DEVICE_BOUND`)."""
+        self._gauge: tuple[float | None, Mark, Mark] | None = None
+        self._gauge_warm = False  # the gauged run had the trial's inputs: it counts as the trial's first
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or
@@ -211,9 +232,11 @@ class Replays:
                     self.prefer_graph = None
                     self.samples = {OPS: [], GRAPH: []}
 
-    def next(self, key: InputKey | None) -> tuple[str, bool]:
+    def next(self, key: InputKey | None, ready: bool = True) -> tuple[str, bool]:
         """What a run with `key` does (REPLAY, CAPTURE or OPS), and whether
-        it is one of the trial's timed runs."""
+        it is timed (gauged, or one of the trial's runs); `ready`: the run
+        is past the program's first and its generated kernels are in (a
+        run may be gauged)."""
         self._decide()
         if key is None or self.off is not None:
             return OPS, False
@@ -224,6 +247,9 @@ class Replays:
             return OPS, False
         if self.prefer_graph is not None:  # decided (or always): replay
             return (REPLAY, False) if self.captured is not None else (CAPTURE if warm else OPS, False)
+        if not self.judged:  # gauged where a graph could repeat the last run
+            self._gauge_warm = warm
+            return OPS, ready and not self.blockers
         wanted = TRIAL[len(self.samples[OPS]) + len(self.samples[GRAPH])]
         if wanted == OPS:
             return OPS, warm  # a first run with new inputs warms up untimed
@@ -231,12 +257,33 @@ class Replays:
             return REPLAY, True
         return (CAPTURE if warm else OPS), False  # the capture's replay is untimed (the module says why)
 
-    def sample(self, kind: str, start: Mark, end: Mark) -> None:
+    def sample(self, kind: str, start: Mark, end: Mark, host: float | None = None) -> None:
+        """A timed run from mark `start` to `end`; `host`: the seconds the
+        host took to issue it (runs op by op)."""
+        if kind == OPS and not self.judged:
+            self._gauge = (host, start, end)
+            if not self._gauge_warm:
+                return
         self.samples[kind].append((start, end))
+
+    def _judge(self) -> None:
+        """The gauged run's verdict: a device-bound program runs op by op."""
+        assert self._gauge is not None
+        host, start, end = self._gauge
+        self._gauge, self.judged = None, True
+        device = self._span(start, end)
+        if host is not None and host < DEVICE_BOUND * device:
+            self.prefer_graph = False
+            self.verdict = f"the host issued a run in {host * 1e3:.3f} ms, the device ran it in {device * 1e3:.3f} ms"
+            self.off = f"the device is the bottleneck ({self.verdict})"
+            self.samples = {OPS: [], GRAPH: []}
+            self.drop()
 
     def _decide(self) -> None:
         """Once the trial's runs are timed: keep the faster way (`_typical`
         of each) for every later run of the program."""
+        if self._gauge is not None:
+            self._judge()
         ops, graph = self.samples[OPS], self.samples[GRAPH]
         if self.prefer_graph is not None or len(ops) + len(graph) < len(TRIAL):
             return

@@ -100,7 +100,8 @@ def block_context(op: Operation, rank: int, mesh_of: Callable[[str], Mesh | None
         for d, extent in enumerate(gshape):
             if any(not sp.is_stream for sp in s.dims[d]) or s.has_outer_stream():
                 idx = s.dim_indices(d, extent, mesh, rank)
-                ctx.indices[(key, d)] = torch.tensor(idx, dtype=torch.int64)
+                if list(idx) != list(range(extent)):  # a block that is the whole dim (an axis of one device) needs none
+                    ctx.indices[(key, d)] = torch.tensor(idx, dtype=torch.int64)
         assert tuple(_tensor_type(value).get_shape()) == s.local_shape(gshape, mesh)
     return ctx
 

@@ -14,7 +14,8 @@ backward computes no forward again.
   forward and a backward may even choose differently. The kernels read
   q, k, v, the output and its cotangent strided (the heads of a [B, S, H,
   D] buffer, as a projection's output lies): no layout copies. Grouped
-  heads are expanded for backends without them.
+  heads are expanded for backends without them (`_native_gqa`: a backend
+  of the running torch that takes them as they are, checked once).
 - On the CPU, PyTorch's flash attention for CPU (the kernel of its sdpa
   there) and its backward.
 - Elsewhere (no fused backend applies), `math_forward`/`math_backward`:
@@ -129,6 +130,45 @@ def _cpu_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     return q.device.type == "cpu" and choice(q, k, v, causal, scale) == FLASH
 
 
+def _fused_forward(backend: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> Tensors:
+    """One fused backend's forward on k, v as given: (out, lse [B, H, Sq])."""
+    if backend == FLASH:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+        return out, lse
+    if backend == EFFICIENT:
+        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)[:2]
+        return out, lse[:, :, : q.shape[2]]
+    out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+    return out, lse.reshape(q.shape[:3])
+
+
+def _fused_backward(
+    backend: int, g: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    causal: bool, scale: float | None,
+) -> Tensors:
+    """One fused backend's backward on k, v as given: (dq, dk, dv)."""
+    lse = lse.float()
+    sq, sk = q.shape[2], k.shape[2]
+    none = torch.empty((), dtype=torch.int64, device=q.device)  # dropout's seed and offset: no dropout
+    if backend == FLASH:
+        return tuple(torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            g, q, k, v, out, lse, None, None, sq, sk, 0.0, causal, none, none, scale=scale
+        ))  # fmt: skip
+    if backend == EFFICIENT:
+        # Rows past the last are read too: +inf makes their weights exp(s - inf) = 0.
+        padded = torch.full(
+            (*lse.shape[:2], -(-sq // LSE_ALIGN) * LSE_ALIGN), float("inf"), dtype=torch.float32, device=lse.device
+        )
+        padded[:, :, :sq].copy_(lse)
+        return tuple(torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            g, q, k, v, None, out, padded, none, none, 0.0, [True, True, True, False], causal, scale=scale
+        )[:3])  # fmt: skip
+    stats = lse if _cudnn_stats_rank(q) == 3 else lse.unsqueeze(-1)
+    return tuple(torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        g, q, k, v, out, stats, none, none, None, None, None, sq, sk, 0.0, causal, scale=scale
+    ))  # fmt: skip
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> Tensors:
     """(out [B, H, Sq, Dv], lse [B, H, Sq] in the statistics type)."""
     if _cpu_flash(q, k, v, causal, scale):
@@ -137,26 +177,42 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     if q.device.type != "cuda":
         return math_forward(q, k, v, causal, scale)
     backend = choice(q, k, v, causal, scale)
-    groups = _grouped(q, k)
-    if backend == FLASH:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
-            q, _expand(k, groups), _expand(v, groups), 0.0, causal, False, scale=scale
-        )[:2]
-        return out, lse
-    if backend == EFFICIENT:
-        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, _expand(k, groups), _expand(v, groups), None, True, 0.0, causal, scale=scale
-        )[:2]
-        return out, lse[:, :, : q.shape[2]]
-    if backend == CUDNN:
-        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            q, _expand(k, groups), _expand(v, groups), None, True, 0.0, causal, False, scale=scale
-        )[:2]
-        return out, lse.reshape(q.shape[:3])
-    return math_forward(q, k, v, causal, scale)
+    if backend not in (FLASH, EFFICIENT, CUDNN):
+        return math_forward(q, k, v, causal, scale)
+    groups = 1 if _native_gqa(q, backend) else _grouped(q, k)
+    return _fused_forward(backend, q, _expand(k, groups), _expand(v, groups), causal, scale)
 
 
 _STATS_RANK: dict[tuple[torch.device, torch.dtype], int] = {}
+_GQA: dict[tuple[torch.device, torch.dtype, int], bool] = {}
+
+
+def _native_gqa(q: torch.Tensor, backend: int) -> bool:
+    """Whether this torch's `backend` takes fewer key/value heads than query
+    heads as they are, forward and backward, with the results of the
+    expanded heads (found once, on a small case): expanding them copies each
+    key/value head to its group of query heads, and sums the gradients back,
+    every call."""
+    key = (q.device, q.dtype, backend)
+    if key not in _GQA:
+        gen = torch.Generator(device=q.device).manual_seed(0)
+        d = q.shape[-1]
+        t, g = (torch.randn((1, 4, 128, d), generator=gen, device=q.device).to(q.dtype) for _ in range(2))
+        kv = torch.randn((1, 2, 128, d), generator=gen, device=q.device).to(q.dtype)
+
+        def run(k: torch.Tensor) -> Tensors:
+            out, lse = _fused_forward(backend, t, k, k, True, None)
+            return (out, *_fused_backward(backend, g, t, k, k, out, lse, True, None))
+
+        try:
+            native, wide = run(kv), run(_expand(kv, 2))
+            wide = (*wide[:2], _fold(wide[2], 2), _fold(wide[3], 2))
+            _GQA[key] = all(
+                a.shape == b.shape and bool(torch.allclose(a.float(), b.float(), atol=2e-2, rtol=2e-2)) for a, b in zip(native, wide)
+            )
+        except RuntimeError:
+            _GQA[key] = False
+    return _GQA[key]
 
 
 def _cudnn_stats_rank(q: torch.Tensor) -> int:
@@ -184,31 +240,10 @@ def backward(
     if q.device.type != "cuda":
         return math_backward(g, q, k, v, out, lse, causal, scale)
     backend = choice(q, k, v, causal, scale)
-    groups = _grouped(q, k)
-    ke, ve = _expand(k, groups), _expand(v, groups)
-    lse = lse.float()
-    sq, sk = q.shape[2], k.shape[2]
-    none = torch.empty((), dtype=torch.int64, device=q.device)  # dropout's seed and offset: no dropout
-    if backend == FLASH:
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-            g, q, ke, ve, out, lse, None, None, sq, sk, 0.0, causal, none, none, scale=scale
-        )
-    elif backend == EFFICIENT:
-        # Rows past the last are read too: +inf makes their weights exp(s - inf) = 0.
-        padded = torch.full(
-            (*lse.shape[:2], -(-sq // LSE_ALIGN) * LSE_ALIGN), float("inf"), dtype=torch.float32, device=lse.device
-        )
-        padded[:, :, :sq].copy_(lse)
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-            g, q, ke, ve, None, out, padded, none, none, 0.0, [True, True, True, False], causal, scale=scale
-        )[:3]
-    elif backend == CUDNN:
-        stats = lse if _cudnn_stats_rank(q) == 3 else lse.unsqueeze(-1)
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            g, q, ke, ve, out, stats, none, none, None, None, None, sq, sk, 0.0, causal, scale=scale
-        )
-    else:
+    if backend not in (FLASH, EFFICIENT, CUDNN):
         return math_backward(g, q, k, v, out, lse, causal, scale)
+    groups = 1 if _native_gqa(q, backend) else _grouped(q, k)  # natively: the kernel sums the groups' gradients
+    dq, dk, dv = _fused_backward(backend, g, q, _expand(k, groups), _expand(v, groups), out, lse, causal, scale)
     return dq, _fold(dk, groups), _fold(dv, groups)
 
 

@@ -217,22 +217,26 @@ def lift_constants(graph: Any) -> list[torch.Tensor]:
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     last = placeholders[-1] if placeholders else None
     constants: list[torch.Tensor] = []
+    lifted: dict[str, Any] = {}  # target -> its placeholder: a constant read by several nodes is one input
     for node in list(graph.graph.nodes):
         if node.op != "get_attr":
             continue
-        value = getattr(graph, node.target)
-        if not isinstance(value, torch.Tensor):
-            continue
-        if last is None:
-            with graph.graph.inserting_before(next(iter(graph.graph.nodes))):
-                last = graph.graph.placeholder(f"constant{len(constants)}")
-        else:
-            with graph.graph.inserting_after(last):
-                last = graph.graph.placeholder(f"constant{len(constants)}")
-        node.replace_all_uses_with(last)
+        if node.target not in lifted:
+            value = getattr(graph, node.target, None)
+            if not isinstance(value, torch.Tensor):
+                continue
+            if last is None:
+                with graph.graph.inserting_before(next(iter(graph.graph.nodes))):
+                    last = graph.graph.placeholder(f"constant{len(constants)}")
+            else:
+                with graph.graph.inserting_after(last):
+                    last = graph.graph.placeholder(f"constant{len(constants)}")
+            lifted[node.target] = last
+            constants.append(value)
+        node.replace_all_uses_with(lifted[node.target])
         graph.graph.erase_node(node)
-        delattr(graph, node.target)
-        constants.append(value)
+    for target in lifted:
+        delattr(graph, target)
     graph.recompile()
     return constants
 

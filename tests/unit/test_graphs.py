@@ -42,12 +42,18 @@ func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.shardi
 class _Pretend(CpuBackend):
     """The cpu backend with pretend graphs: `capture` runs the body (and
     keeps it as the graph), `replay` runs it again; a run op by op takes
-    `ops_s` seconds and a replay `graph_s` (what `span` reports)."""
+    `ops_s` seconds and a replay `graph_s` (what `span` reports), and the
+    host issues a run op by op in `host_s` (`host_clock`; by default as
+    long as the device takes: the host is the bottleneck)."""
 
     graphs_unavailable = None
 
-    def __init__(self, blockers: tuple[str, ...] = (), fail: bool = False, ops_s: float = 2.0, graph_s: float = 1.0):
+    def __init__(
+        self, blockers: tuple[str, ...] = (), fail: bool = False, ops_s: float = 2.0, graph_s: float = 1.0, host_s: float | None = None
+    ):
         super().__init__(mpi_env())
+        self.host_s = ops_s if host_s is None else host_s
+        self.clock = 0.0
         self.log: list[str] = []
         self.extra = list(blockers)
         self.fail = fail
@@ -60,6 +66,10 @@ class _Pretend(CpuBackend):
     def begin_run(self, owner: Any) -> None:
         self.log.append("begin")
         self._last = "ops"
+        self.clock += self.host_s
+
+    def host_clock(self) -> float:
+        return self.clock
 
     def end_run(self) -> list[str]:
         self.log.append("end")
@@ -130,6 +140,35 @@ def test_replays_kept_when_measured_faster() -> None:
     assert (r.captures, r.replays, r.prefer_graph) == (1, 4, True)
     assert r.mode() == "replayed as a graph (1.000 ms replayed, 2.000 ms op by op; 1 capture(s), 4 replays)"
     assert prog.runs == 8
+
+
+def test_a_program_the_device_is_busy_with_runs_op_by_op() -> None:
+    """Run 2 is gauged: the host issued it in 0.4 ms, the device ran it in 2
+    ms (a whole model's step: the host runs ahead), so no graph is ever
+    captured, whose pool and staged inputs would cost memory and which could
+    spare only host time the device never waits for."""
+    prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=0.4e-3))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 6) == [OP_BY_OP, TIMED_OPS] + [OP_BY_OP] * 4
+    r = prog.replays
+    assert (r.captures, r.replays, r.prefer_graph) == (0, 0, False)
+    assert r.mode() == "op by op: the device is the bottleneck (the host issued a run in 0.400 ms, the device ran it in 2.000 ms)"
+
+
+def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -> None:
+    """No run is gauged while kernels build in the background (the host then
+    runs their regions op by op); a gauged run with new inputs is not the
+    trial's first, which then starts anew."""
+    backend = _Pretend(ops_s=2e-3, graph_s=1e-3)
+    building = [True]
+    backend.wait_for_kernels = lambda timeout=None: not (building and building.pop())  # type: ignore[method-assign]
+    prog = load(BLOCKS, backend)
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    (y,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 2) == [OP_BY_OP, OP_BY_OP]  # run 2: kernels still building
+    assert _runs(prog, y, 1) == [TIMED_OPS] and prog.replays.judged is False  # gauged; another input
+    assert _runs(prog, y, 1) == [TIMED_OPS] and prog.replays.judged  # host-bound: the trial's first run
+    assert len(prog.replays.samples["ops"]) == 1
 
 
 def test_the_first_replay_of_a_capture_is_not_timed() -> None:
@@ -239,11 +278,12 @@ def test_a_trial_lost_while_staging_is_run_again_once_inputs_settle() -> None:
     its copy): runs go op by op, and once the input settles the trial runs
     again, this time on a graph that reads it in place."""
     backend = _Pretend()
-    backend.timeline = [1e-3, 2e-3, 2e-3, 1e-3, 2e-3, 1e-3, 1e-3, 2e-3]  # ms: ops, graph, graph, ops; again
+    backend.timeline = [1e-3, 1e-3, 2e-3, 2e-3, 1e-3, 2e-3, 1e-3, 1e-3, 2e-3]  # ms: gauged; ops, graph, graph, ops; again
     prog = load(BLOCKS, backend)
     moving = [prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(7)]
     logs = [_runs(prog, x, 1)[0] for x in moving]
-    assert logs == [OP_BY_OP, OP_BY_OP, TIMED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS] and prog.replays.staged == {0}
+    # run 2 (an input moved: not the trial's) is gauged, the trial starts at run 3
+    assert logs == [OP_BY_OP, TIMED_OPS, TIMED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS] and prog.replays.staged == {0}
     z = prog.prepare_inputs([torch.randn(4, 2)])[0]
     assert _runs(prog, z, 3) == [OP_BY_OP] * 3
     assert prog.replays.mode() == (
