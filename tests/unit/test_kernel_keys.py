@@ -133,3 +133,20 @@ def test_kernels_are_built_costliest_first(monkeypatch: pytest.MonkeyPatch, tmp_
     costs = [kernel_builds.fallback_cost(g) for g in queued]
     assert len(queued) == len(groups) and costs == sorted(costs, reverse=True) and costs[0] > costs[-1]
     assert len(queued[0]) == 2 and "fusion.erf" in {op.name for op in queued[0][0].body.ops}
+
+
+def test_a_block_that_is_the_whole_tensor_needs_no_global_indices() -> None:
+    """At d = 1 the embedding's table is one block, the whole vocabulary: its
+    region traces to a plain lookup, with no search of the block's global
+    indices and no constant (which torch 2.11's standalone_compile failed
+    on: the embedding region then ran op by op, and kept its program from
+    being replayed as a CUDA graph)."""
+    from fuserc.runtime.kernels.cuda_regions import _on, trace_region
+
+    launches = [launch for launch in _model_launches(1) if "fusion.embedding" in {op.name for op in launch[0].ops}]
+    assert launches
+    body, ins, outs, contexts = launches[0]
+    assert all(c.is_whole(1) for c in contexts.values())
+    graph = trace_region(body, [t.clone() for t in ins], [t.clone() for t in outs], _on(contexts, CPU))
+    targets = {str(n.target) for n in graph.graph.nodes}
+    assert not any("searchsorted" in t for t in targets) and not [n for n in graph.graph.nodes if n.op == "get_attr"]
