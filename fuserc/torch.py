@@ -118,6 +118,7 @@ class _Loaded:
     background: bool = False  # generated kernels built in the background of the first runs
     programs: dict[str, Any] = field(default_factory=dict)  # entry -> runtime.evaluator.Program
     pool: Any = None  # runtime.alloc_cache.MemoryPool: the programs run one after another on one stream
+    gauges: Any = None  # runtime.evaluator.graphs.Gauges: the forward and backward, judged together
     lent: "weakref.WeakSet[_Saved]" = field(default_factory=weakref.WeakSet)
     """The saved tensors of forwards whose backward has not run yet and
     that hold buffers of the forward's graph."""
@@ -130,6 +131,12 @@ class _Loaded:
         if name not in self.programs:
             p = self.programs[name] = Program.load(self.compiled.host, name, self.backend, self.pool)
             p.background_kernels = self.background
+            if name.endswith(("_fwd", "_bwd")):  # one after the other in a training step: judged together
+                from fuserc.runtime.evaluator.graphs import Gauges
+
+                if self.gauges is None:
+                    self.gauges = Gauges([f"{name[:-4]}_fwd", f"{name[:-4]}_bwd"])
+                self.gauges.join(name, p.replays)
         return self.programs[name]
 
 

@@ -21,8 +21,10 @@ chosen per shape (cuda_gemm.py):
   device never waits for (in a training step the host runs ahead of it),
   while the graph's memory pool would hold the run's buffers between runs
   and each staged input a copy: such a program always runs op by op (a
-  whole model's forward and backward). Else that run is also the trial's
-  first;
+  whole model's forward and backward). Programs that run one after the
+  other in a step (`fuserc.torch`'s forward and its backward: `Gauges`) are
+  judged together, by their sums, as the host's lead carries over from one
+  to the next. Else that run is also the trial's first;
 - runs 2 to 6 (with the same inputs: the same addresses, shapes, strides
   and dtypes, since a graph reads them where they were) are the trial: run
   2 timed op by op, run 3 captured and replayed untimed (a graph's first
@@ -191,9 +193,12 @@ class Replays:
         """Replays measured slower while inputs were staged: the trial is
         run again once they settle (runs go op by op until then)."""
         self.judged = always
-        """Whether a run op by op was gauged (`DEVICE_BOUND`)."""
+        """Whether a run op by op was gauged and judged (`DEVICE_BOUND`)."""
+        self.gauges: Gauges | None = None
+        """The programs judged with this one (None: alone)."""
         self._gauge: tuple[float | None, Mark, Mark] | None = None
         self._gauge_warm = False  # the gauged run had the trial's inputs: it counts as the trial's first
+        self._waiting = False  # gauged, waiting for the others of `gauges` to be gauged too
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or
@@ -249,7 +254,7 @@ class Replays:
             return (REPLAY, False) if self.captured is not None else (CAPTURE if warm else OPS, False)
         if not self.judged:  # gauged where a graph could repeat the last run
             self._gauge_warm = warm
-            return OPS, ready and not self.blockers
+            return OPS, ready and not self.blockers and not self._waiting
         wanted = TRIAL[len(self.samples[OPS]) + len(self.samples[GRAPH])]
         if wanted == OPS:
             return OPS, warm  # a first run with new inputs warms up untimed
@@ -267,15 +272,26 @@ class Replays:
         self.samples[kind].append((start, end))
 
     def _judge(self) -> None:
-        """The gauged run's verdict: a device-bound program runs op by op."""
+        """The gauged run's verdict (with the others of `gauges`, once all
+        are gauged): a device-bound program runs op by op."""
         assert self._gauge is not None
         host, start, end = self._gauge
-        self._gauge, self.judged = None, True
+        self._gauge = None
         device = self._span(start, end)
+        if self.gauges is None:
+            self.verdict_on(host, device, f"the host issued a run in {_ms(host)}, the device ran it in {_ms(device)}")
+        else:
+            self._waiting = True
+            self.gauges.note(self, host, device)
+
+    def verdict_on(self, host: float | None, device: float, figures: str) -> None:
+        """Judged on these gauged times: op by op from now on where the
+        device is the bottleneck, else on to the trial."""
+        self.judged, self._waiting = True, False
         if host is not None and host < DEVICE_BOUND * device:
             self.prefer_graph = False
-            self.verdict = f"the host issued a run in {host * 1e3:.3f} ms, the device ran it in {device * 1e3:.3f} ms"
-            self.off = f"the device is the bottleneck ({self.verdict})"
+            self.verdict = figures
+            self.off = f"the device is the bottleneck ({figures})"
             self.samples = {OPS: [], GRAPH: []}
             self.drop()
 
@@ -334,6 +350,40 @@ class Replays:
         self.captured = None
         self.candidate = None
         self._seen = None
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+class Gauges:
+    """Programs that run one after the other, as a training step runs a
+    forward then its backward: each is judged (`DEVICE_BOUND`) on the sums
+    of all their gauged runs, once every one is gauged, since the host's
+    lead over the device carries over from one program to the next (a
+    backward whose host nearly keeps up with its device alone still never
+    starves it after a forward the device is busy with)."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self._members: dict[int, tuple[str, Replays]] = {}
+        self._figures: dict[int, tuple[float | None, float]] = {}
+
+    def join(self, name: str, replays: Replays) -> None:
+        self._members[id(replays)] = (name, replays)
+        replays.gauges = self
+
+    def note(self, replays: Replays, host: float | None, device: float) -> None:
+        self._figures[id(replays)] = (host, device)
+        if len(self._figures) < len(self.names) or len(self._members) < len(self.names):
+            return
+        hosts = [h for h, _ in self._figures.values()]
+        host = None if any(h is None for h in hosts) else sum(hosts)  # type: ignore[arg-type]
+        device = sum(d for _, d in self._figures.values())
+        names = " and ".join(f"@{n}" for n, _ in self._members.values())
+        figures = f"the host issued {names} in {_ms(host)}, the device ran them in {_ms(device)}"
+        for _, member in self._members.values():
+            member.verdict_on(host, device, figures)
 
 
 _HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()

@@ -155,6 +155,30 @@ def test_a_program_the_device_is_busy_with_runs_op_by_op() -> None:
     assert r.mode() == "op by op: the device is the bottleneck (the host issued a run in 0.400 ms, the device ran it in 2.000 ms)"
 
 
+def test_a_forward_and_its_backward_are_judged_together() -> None:
+    """The backward alone looks host-bound (1.9 ms to issue, 2 ms on the
+    device), but after a forward the device is busy with (0.4 ms against
+    2) the host is ahead over the pair: neither is captured. Each waits,
+    op by op, until both are gauged."""
+    from fuserc.runtime.evaluator.graphs import Gauges
+
+    fwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=0.4e-3))
+    bwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
+    gauges = Gauges(["main_fwd", "main_bwd"])
+    gauges.join("main_fwd", fwd.replays)
+    gauges.join("main_bwd", bwd.replays)
+    (x,) = fwd.prepare_inputs([torch.randn(4, 2)])
+    (y,) = bwd.prepare_inputs([torch.randn(4, 2)])
+    logs = [(_runs(fwd, x, 1)[0], _runs(bwd, y, 1)[0]) for _ in range(5)]
+    assert logs[1] == (TIMED_OPS, TIMED_OPS) and all(step == (OP_BY_OP, OP_BY_OP) for i, step in enumerate(logs) if i != 1)
+    for r in (fwd.replays, bwd.replays):
+        assert (r.captures, r.prefer_graph) == (0, False)
+        assert r.mode() == "op by op: the device is the bottleneck (the host issued @main_fwd and @main_bwd in 2.300 ms, the device ran them in 4.000 ms)"
+    alone = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
+    (z,) = alone.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(alone, z, 6) == TRIAL  # judged alone, the backward would be tried as a graph
+
+
 def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -> None:
     """No run is gauged while kernels build in the background (the host then
     runs their regions op by op); a gauged run with new inputs is not the
