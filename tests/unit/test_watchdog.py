@@ -21,6 +21,7 @@ import pytest
 
 from fuserc.runtime.job import peers
 from fuserc.runtime.job.job import Job
+from fuserc.runtime.job import board as jb
 from fuserc.runtime.job import watchdog as wd
 
 
@@ -55,7 +56,7 @@ def test_stragglers_behind_on_a_collective_not_those_waiting() -> None:
         2: _rec(2, 9, "run 5 of @main", {AG: 5, RS: 5}, TEAMS),
         3: _rec(3, 9, "run 5 of @main", {AG: 5, RS: 4}, TEAMS),
     }
-    culprits, waiting, unknown, _ = wd.stragglers(records, 4, 1000.0, 2.0)
+    culprits, waiting, unknown, _ = jb.stragglers(records, 4, 1000.0, 2.0)
     assert culprits == [f"rank 1 did not arrive: not at {AG} #5 of run 5 of @main, where ranks 0, 2, 3 are"]
     assert waiting == [0, 2, 3] and unknown == []
 
@@ -66,7 +67,7 @@ def test_stragglers_stopped_earlier_section_and_unknown() -> None:
         1: _rec(1, 9, "run 5 of @main", {AG: 5}, TEAMS, age=7.0),  # stopped inside the collective
         2: _rec(2, 8, "gathering the results", {AG: 5}, TEAMS),
     }
-    culprits, waiting, unknown, _ = wd.stragglers(records, 4, 1000.0, 2.0)
+    culprits, waiting, unknown, _ = jb.stragglers(records, 4, 1000.0, 2.0)
     assert culprits == [
         "rank 1 did not arrive: no heartbeat for 7.0 s (stopped, or stuck outside Python)",
         "rank 2 did not arrive: still at gathering the results, the others are at run 5 of @main",
@@ -76,7 +77,7 @@ def test_stragglers_stopped_earlier_section_and_unknown() -> None:
 
 def test_stragglers_everyone_arrived() -> None:
     records = {q: _rec(q, 3, "run 1 of @main", {AG: 1}, TEAMS) for q in range(4)}
-    assert wd.stragglers(records, 4, 1000.0, 2.0) == ([], [0, 1, 2, 3], [], [])
+    assert jb.stragglers(records, 4, 1000.0, 2.0) == ([], [0, 1, 2, 3], [], [])
 
 
 def test_stragglers_waiting_for_a_stopped_rank_are_not_named() -> None:
@@ -90,18 +91,18 @@ def test_stragglers_waiting_for_a_stopped_rank_are_not_named() -> None:
         2: _rec(2, 8, "timing run 1", {AG: 1}, TEAMS),
         3: _rec(3, 8, "timing run 1", {AG: 1}, TEAMS),
     }
-    verdict = wd.stragglers(records, 4, 1000.0, 2.0)
+    verdict = jb.stragglers(records, 4, 1000.0, 2.0)
     assert verdict.lines == ["rank 1 did not arrive: no heartbeat for 9.0 s (stopped, or stuck outside Python); last recorded at run 1 of @main, the others are at timing run 1"]
     assert verdict.waiting == [0, 2, 3] and verdict.stopped == [1]
     records[0] = _rec(0, 6, "timing run 1", {AG: 1}, TEAMS)  # behind the stopped rank too: it holds the job up as well
-    assert wd.stragglers(records, 4, 1000.0, 2.0).lines[0].startswith("rank 0 did not arrive: still at timing run 1")
+    assert jb.stragglers(records, 4, 1000.0, 2.0).lines[0].startswith("rank 0 did not arrive: still at timing run 1")
 
 
 def test_stragglers_of_a_step_one_rank_does_alone() -> None:
     """Rank 0 reads the program from a pipe while the others wait for it:
     every rank is in the section, and rank 0 is the one that holds it."""
     records = {q: _rec(q, 2, "reading the program from standard input", {}, {}) | {"doer": 0} for q in range(3)}
-    verdict = wd.stragglers(records, 3, 1000.0, 2.0)
+    verdict = jb.stragglers(records, 3, 1000.0, 2.0)
     assert verdict.lines == ["rank 0 did not arrive: it does this step alone and has not finished it"]
     assert verdict.waiting == [1, 2]
 
@@ -116,7 +117,7 @@ def test_send_recv_pairs() -> None:
         1: _rec(1, 4, "run 1 of @main", {key: 3}, teams),
         2: _rec(2, 4, "run 1 of @main", {key: 2}, teams),
     }
-    culprits = wd.stragglers(records, 3, 1000.0, 2.0).lines
+    culprits = jb.stragglers(records, 3, 1000.0, 2.0).lines
     assert culprits == [f"rank 2 did not arrive: not at {key} #3 of run 1 of @main, where rank 1 is"]
 
 
@@ -132,10 +133,10 @@ class _Env:
 
 
 def test_board_claims_and_cleanup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(wd.JOB_DIR_ENV, str(tmp_path))
-    board = wd.Board.create(_Env(tmp_path))
+    monkeypatch.setenv(jb.JOB_DIR_ENV, str(tmp_path))
+    board = jb.Board.create(_Env(tmp_path))
     assert board is not None and board.path.parent == tmp_path
-    other = wd.Board(board.path, 1)
+    other = jb.Board(board.path, 1)
     board.write({"rank": 0, "pid": os.getpid()})
     other.write({"rank": 1, "pid": os.getpid()})
     assert sorted(board.read()) == [0, 1]
@@ -147,14 +148,14 @@ def test_board_claims_and_cleanup(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_sweep_removes_boards_of_dead_jobs(tmp_path: Path) -> None:
-    dead, live, fresh = (tmp_path / f"{wd.BOARD_PREFIX}{n}" for n in ("dead", "live", "fresh"))
+    dead, live, fresh = (tmp_path / f"{jb.BOARD_PREFIX}{n}" for n in ("dead", "live", "fresh"))
     for folder, pid in ((dead, 2**22 + 12345), (live, os.getpid()), (fresh, 2**22 + 12345)):
         folder.mkdir()
         (folder / "rank0.json").write_text(f'{{"rank": 0, "pid": {pid}}}')
-    old = time.time() - 2 * wd.SWEEP_AFTER_S
+    old = time.time() - 2 * jb.SWEEP_AFTER_S
     os.utime(dead, (old, old))
     os.utime(live, (old, old))
-    wd.sweep(tmp_path)
+    jb.sweep(tmp_path)
     assert not dead.exists() and live.exists() and fresh.exists()
 
 
@@ -163,9 +164,9 @@ def test_expiry_reports_once_and_ends_the_job(tmp_path: Path) -> None:
     ends the job through the launcher; the others only end it."""
     ended: list[int] = []
     out = io.StringIO()
-    board = wd.Board(tmp_path, 0)
+    board = jb.Board(tmp_path, 0)
     dog = wd.Watchdog(0, 2, 0.2, board, end_job=ended.append, out=out)
-    wd.Board(tmp_path, 1).write(_rec(1, 0, "starting", {}, {}) | {"time": time.time()})
+    jb.Board(tmp_path, 1).write(_rec(1, 0, "starting", {}, {}) | {"time": time.time()})
     _until_ended(dog, ended)
     assert ended == [1]
     text = out.getvalue()
@@ -198,9 +199,9 @@ def test_a_stopped_peer_ends_the_job_long_before_the_timeout(tmp_path: Path, qui
     the job once the section and the silence have lasted `stall_s`."""
     ended: list[int] = []
     out = io.StringIO()
-    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, wd.Board(tmp_path, 0), end_job=ended.append, out=out)
+    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, jb.Board(tmp_path, 0), end_job=ended.append, out=out)
     assert dog.stall_s == 2.0
-    wd.Board(tmp_path, 1).write(_rec(1, 0, "starting", {}, {}) | {"time": time.time() - 30})
+    jb.Board(tmp_path, 1).write(_rec(1, 0, "starting", {}, {}) | {"time": time.time() - 30})
     start = time.monotonic()
     _until_ended(dog, ended)
     assert ended == [1] and time.monotonic() - start < 10
@@ -213,8 +214,8 @@ def test_long_work_with_a_heartbeat_is_not_cut(tmp_path: Path, quick_beats: None
     """A peer in a long kernel or collective keeps its heartbeat (its thread
     runs): a section lasting past `stall_s` does not end the job."""
     ended: list[int] = []
-    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, wd.Board(tmp_path, 0), end_job=ended.append, out=io.StringIO())
-    peer = wd.Board(tmp_path, 1)
+    dog = wd.Watchdog(0, 2, wd.DEFAULT_TIMEOUT_S, jb.Board(tmp_path, 0), end_job=ended.append, out=io.StringIO())
+    peer = jb.Board(tmp_path, 1)
     dog.start()
     with dog.section("run 1 of @main"):
         end = time.monotonic() + 3.5
@@ -227,10 +228,10 @@ def test_long_work_with_a_heartbeat_is_not_cut(tmp_path: Path, quick_beats: None
 
 def test_a_rank_whose_launcher_died_says_so_once_and_ends(tmp_path: Path) -> None:
     out = io.StringIO()
-    dog = wd.Watchdog(1, 2, 5.0, wd.Board(tmp_path, 1), out=out, launcher_pid=os.getppid())
+    dog = wd.Watchdog(1, 2, 5.0, jb.Board(tmp_path, 1), out=out, launcher_pid=os.getppid())
     assert not dog.orphaned()
     dog.launcher_pid = os.getppid() + 1_000_000  # no longer the parent: it died, this rank was adopted
-    other = wd.Watchdog(0, 2, 5.0, wd.Board(tmp_path, 0), out=out, launcher_pid=dog.launcher_pid)
+    other = wd.Watchdog(0, 2, 5.0, jb.Board(tmp_path, 0), out=out, launcher_pid=dog.launcher_pid)
     assert dog.orphaned() and other.orphaned()
     assert out.getvalue() == f"error: the job's launcher (process {dog.launcher_pid}) ended: its ranks end too (rank 1 at starting)\n"
 
@@ -325,10 +326,10 @@ def test_exit_status_of_a_peer_before_and_after_it_is_reaped() -> None:
     os.close(fd)
 
 
-def _peer_board(tmp_path: Path, child: subprocess.Popen[bytes], **extra: Any) -> wd.Board:
-    board = wd.Board(tmp_path, 0)
+def _peer_board(tmp_path: Path, child: subprocess.Popen[bytes], **extra: Any) -> jb.Board:
+    board = jb.Board(tmp_path, 0)
     rec = _rec(1, 3, "run 1 of @main", {}, {}) | {"time": time.time(), "pid": child.pid, "where": peers.identity(), "start": peers.start_time(child.pid)}
-    wd.Board(tmp_path, 1).write(rec | extra)
+    jb.Board(tmp_path, 1).write(rec | extra)
     return board
 
 
@@ -382,7 +383,7 @@ def test_the_reporter_ends_a_stopped_peer_the_launcher_cannot(tmp_path: Path) ->
     os.kill(child.pid, signal.SIGSTOP)
     board = _peer_board(tmp_path, child)
     rec = board.read()[1] | {"time": time.time() - 30}  # its heartbeat stopped
-    wd.Board(tmp_path, 1).write(rec)
+    jb.Board(tmp_path, 1).write(rec)
     ended: list[int] = []
     dog = wd.Watchdog(0, 2, 0.3, board, end_job=ended.append, out=io.StringIO(), end_stopped=True)
     _until_ended(dog, ended)
