@@ -133,12 +133,26 @@ def _passes_through(s: Operation) -> bool:
     )
 
 
+def _viewed(u: Operation) -> bool:
+    """`u` reads its operand in any order: an op that takes any order, a set
+    that moves nothing, or a permute read only by such ops (a view in turn:
+    the backward's permute of a permuted weight, permute(permute(w)), is the
+    weight itself, not two copies)."""
+    if _any_order(u) or _passes_through(u):
+        return True
+    if not isinstance(u, PermuteOp) or _streamed(u.results[0]) or ALLOC_ORDER in u.attributes:
+        return False
+    users = [w.operation for w in u.results[0].uses]
+    return bool(users) and all(_any_order(w) or _passes_through(w) for w in users)
+
+
 def _read_as_view(p: PermuteOp) -> None:
     """A permute read only by launched ops (or 2-D GEMMs, also through a
-    set that moves nothing) is a relabelling of its operand."""
+    set that moves nothing, or through a permute read so) is a relabelling
+    of its operand."""
     r, x = p.results[0], p.operands[0]
     users = [u.operation for u in r.uses]
-    if not users or _streamed(r) or _streamed(x) or not all(_any_order(u) or _passes_through(u) for u in users):
+    if not users or _streamed(r) or _streamed(x) or not all(_viewed(u) for u in users):
         return
     dims = p.keyword("dims")
     order = [dims.index(d) for d in alloc_order_of(x)]

@@ -170,3 +170,20 @@ func.func @stays(%x: tensor<64x32xf32>, %y: tensor<64x32xf32>) -> (tensor<64x32x
   %c = fusion.sum %e dims = [0] : (tensor<64x32xf32>) -> tensor<32xf32>
   func.return %d, %r, %c : tensor<64x32xf32>, tensor<64xf32>, tensor<32xf32>
 }
+
+// -----
+
+// A permute of a permute read by a launched op is a view of a view: the
+// backward of a grouped GEMM over a permuted weight reads the weight itself
+// (permute(permute(w))), no copy of it in a launch of its own.
+
+// CHECK-LABEL: func.func @permute_of_permute
+// CHECK-COUNT-1: hir.launch
+// CHECK-NOT: hir.launch
+// CHECK: fusion.exp
+func.func @permute_of_permute(%w: tensor<4x6x8xf32>) -> tensor<4x6x8xf32> {
+  %t = fusion.permute %w dims = [0, 2, 1] : (tensor<4x6x8xf32>) -> tensor<4x8x6xf32>
+  %b = fusion.permute %t dims = [0, 2, 1] : (tensor<4x8x6xf32>) -> tensor<4x6x8xf32>
+  %e = fusion.exp %b : (tensor<4x6x8xf32>) -> tensor<4x6x8xf32>
+  func.return %e : tensor<4x6x8xf32>
+}
