@@ -75,7 +75,7 @@ from fuserc.dialects.fusion import (
     SliceOp,
     tensor_type,
 )
-from fuserc.passes import launch_regions, local_layouts, lower_reshard, ring_attention
+from fuserc.passes import expert_parallel, launch_regions, local_layouts, lower_reshard, ring_attention
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
 from fuserc.passes.reshard_util import Resharding, mesh_table, signature
@@ -604,6 +604,8 @@ class _FunctionLowering:
             return self.lower_gemm(op, ops, i, tag)
         if (ring := ring_attention.ring_of(self, op)) is not None:
             return ring_attention.lower(self, op, i, ring)  # type: ignore[arg-type]
+        if (ex := expert_parallel.exchange_of(self, op)) is not None:
+            return expert_parallel.lower(self, op, i, ex)  # type: ignore[arg-type]
         chain = launch_regions.local_region(ops, i, self.resharding, self.op_devices)
         self.lower_launch(chain, i)
         return i + len(chain)

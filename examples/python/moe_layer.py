@@ -24,7 +24,7 @@ from fuserc.api import FusionDefinition, Tensor
 
 def layer(
     fd: FusionDefinition, x: Tensor, wr: Tensor, w1: Tensor, w3: Tensor, w2: Tensor,
-    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax",
+    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """(output [T, H], load-balancing loss) of tokens `x` [T, H]: router
     weight `wr` [E, H], experts' `w1`, `w3` [E, F, H] and `w2` [E, H, F]
@@ -33,7 +33,11 @@ def layer(
     (DeepSeek-V3) scores; the top k are normalized to sum to one. The
     router runs in f32 whatever x's type. The loss is E * sum_e f_e P_e,
     f_e the fraction of choices routed to e, P_e the mean score of e
-    (scores normalized per token)."""
+    (scores normalized per token). `slots`: the tokens go to their
+    experts by `dispatch` into [E, T, H] slots and come back by `combine`,
+    the form expert parallelism takes (experts split over devices, the
+    tokens over the same devices: all-to-alls); else by a sort of the
+    pairs (rows [T k, H] grouped by expert, the leaner form on one device)."""
     ops = fd.ops
     tokens, _ = x.shape
     experts = wr.shape[0]
@@ -43,11 +47,42 @@ def layer(
     scores = ops.softmax(logits, dim=1) if router == "softmax" else ops.sigmoid(logits)
     top, ids = ops.topk(scores, k=k, dim=1)
     weights = top / ops.sum(top, dims=[1], keepdim=True)
-    # dispatch: the (token, choice) pairs sorted by expert, each group's end
     flat = ops.reshape(ids, shape=[pairs])
+    counts = ops.bincount(flat, length=experts)
+    if shared:
+        s1, s3, s2 = shared
+        base = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2)
+    else:
+        base = ops.broadcast_in_dim(ops.constant(0.0, x.dtype), shape=list(x.shape), dims=[])
+    if slots:
+        y = base + _slots(ops, x, ids, weights, counts, w1, w3, w2)
+    else:
+        y = _sorted(ops, x, flat, weights, counts, w1, w3, w2, base)
+    # load-balancing loss
+    probs = scores if router == "softmax" else scores / ops.sum(scores, dims=[1], keepdim=True)
+    frac = ops.cast(counts, "f32") / float(pairs)
+    aux = ops.sum(frac * ops.mean(probs, dims=[0]), dims=[0]) * float(experts)
+    return y, aux
+
+
+def _slots(ops, x: Tensor, ids: Tensor, weights: Tensor, counts: Tensor, w1: Tensor, w3: Tensor, w2: Tensor) -> Tensor:
+    """The routed experts' weighted sum by dispatch and combine."""
+    tokens, k = ids.shape
+    xe = ops.dispatch(x, ids, experts=w1.shape[0])
+    h1 = ops.grouped_matmul(xe, ops.permute(w1, dims=[0, 2, 1]), counts)
+    h3 = ops.grouped_matmul(xe, ops.permute(w3, dims=[0, 2, 1]), counts)
+    ye = ops.grouped_matmul(ops.silu(h1) * h3, ops.permute(w2, dims=[0, 2, 1]), counts)
+    w = ops.reshape(weights, shape=[tokens, k, 1])
+    return ops.sum(ops.combine(ye, ids) * (w if x.dtype == "f32" else ops.cast(w, x.dtype)), dims=[1])
+
+
+def _sorted(ops, x: Tensor, flat: Tensor, weights: Tensor, counts: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, base: Tensor) -> Tensor:
+    """base plus the routed experts' weighted outputs, the pairs sorted by expert."""
+    tokens, _ = x.shape
+    pairs = flat.shape[0]
+    k = pairs // tokens
     order = ops.argsort(flat, dim=0)
     rows = ops.index_select(ops.reshape(ops.iota([tokens, k], dim=0), shape=[pairs]), order)
-    counts = ops.bincount(flat, length=experts)
     ends = ops.cumsum(counts, dim=0)
     xs = ops.index_select(x, rows)
     h1 = ops.grouped_matmul(xs, ops.permute(w1, dims=[0, 2, 1]), ends)
@@ -57,17 +92,7 @@ def layer(
     wsorted = ops.index_select(ops.reshape(weights, shape=[pairs]), order)
     wcol = ops.reshape(wsorted, shape=[pairs, 1])
     yw = ys * (wcol if x.dtype == "f32" else ops.cast(wcol, x.dtype))
-    if shared:
-        s1, s3, s2 = shared
-        base = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2)
-    else:
-        base = ops.broadcast_in_dim(ops.constant(0.0, x.dtype), shape=list(x.shape), dims=[])
-    y = ops.index_add(base, rows, yw)
-    # load-balancing loss
-    probs = scores if router == "softmax" else scores / ops.sum(scores, dims=[1], keepdim=True)
-    frac = ops.cast(counts, "f32") / float(pairs)
-    aux = ops.sum(frac * ops.mean(probs, dims=[0]), dims=[0]) * float(experts)
-    return y, aux
+    return ops.index_add(base, rows, yw)
 
 
 def loop(
@@ -115,18 +140,19 @@ def params(tokens: int, hidden: int, ffn: int, experts: int, shared: bool, skew:
 
 def definition(
     tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32",
-    devices: int = 1,
+    devices: int = 1, slots: bool | None = None,
 ) -> FusionDefinition:
     """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux);
     on `devices` > 1 the tokens of x and y are split over them (data
-    parallel) and so are the experts' weights (`[DIDx, -, -]`)."""
+    parallel) and so are the experts' weights (`[DIDx, -, -]`): expert
+    parallel, by dispatch and combine (`slots`, default: devices > 1)."""
     fd = FusionDefinition()
     x = fd.define_tensor([tokens, hidden], dtype)
     wr = fd.define_tensor([experts, hidden], dtype)
     w1, w3 = fd.define_tensor([experts, ffn, hidden], dtype), fd.define_tensor([experts, ffn, hidden], dtype)
     w2 = fd.define_tensor([experts, hidden, ffn], dtype)
     sh = [fd.define_tensor(s, dtype) for s in ([ffn, hidden], [ffn, hidden], [hidden, ffn])] if shared else []
-    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router)
+    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, devices > 1 if slots is None else slots)
     fd.add_output(y)
     fd.add_output(aux)
     if devices > 1:

@@ -39,7 +39,7 @@ def test_layer_against_the_pytorch_loop(n: int) -> None:
     cases = re.findall(r"^CASE (\S+) (ok|FAILED.*)$", proc.stdout, re.M)
     failed = [f"{name}: {what}" for name, what in cases if what != "ok"]
     assert not failed, "\n".join(failed) + "\n" + proc.stderr[-3000:]
-    assert len(cases) == (5 if n == 1 else 3) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(cases) == (6 if n == 1 else 3) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 2)]
