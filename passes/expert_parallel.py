@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects.builtin import i64
+from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Operation, SSAValue
 
 from fuserc.diagnostics import error_at
@@ -163,7 +163,12 @@ class _Emit:
         buffer of `rows` rows."""
         recv = self.alloc("rows_in", [rows, shape_of(send)[1]], send.type.element_type)  # type: ignore[attr-defined]
         got = self.alloc("rows_in_counts", [self.ex.size], i64)
-        self.communicate(lambda team: hir.AlltoallvOp(send, send_counts, recv, got, team, self.em.backend))
+        def make(team):
+            op = hir.AlltoallvOp(send, send_counts, recv, got, team, self.em.backend)
+            op.attributes[hir.MEAN_ROWS_ATTR] = IntegerAttr(self.tokens_l * self.k, i64)
+            return op
+
+        self.communicate(make)
         return recv
 
     def dispatch(self) -> None:
