@@ -562,7 +562,7 @@ def render(rep: CommReport) -> str:
             most = f" (at most {float(max(ratios)):.2f}: bound over mean)" if ratios else ""
             out.append(
                 "  alltoallv: <= the bound (its buffers; the totals count it), ~ the mean over the ranks; the imbalance "
-                f"(largest over mean rows per rank){most} depends on the routing, known at run time only"
+                f"(largest over mean rows per rank){most} depends on the routing: `fuserc run --trace` prints it"
             )
         if f.memory is not None and f.memory.buffers:
             out.append(_memory_text(f.memory))
