@@ -77,6 +77,9 @@ def exchange_of(low: _FunctionLowering, op: Operation) -> Exchange | None:
     ptype = splits[0].ptype
     if mesh.axis_size(ptype) == 1:
         return None
+    slots = op.results[0] if isinstance(op, DispatchOp) else op.input
+    if (sharding_of(slots).placement().dims[0] if sharding_of(slots) else ()) != splits:  # type: ignore[union-attr]
+        raise error_at(op, f"'{op.name}': tokens split as {s} but the experts' slots as {sharding_of(slots)}: expert parallelism splits both over one axis")
     if len(mesh.shape) > 1:
         raise error_at(
             op,

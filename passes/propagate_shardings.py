@@ -383,8 +383,8 @@ class _FunctionPropagation:
         slots = op.results[0] if isinstance(op, DispatchOp) else op.input
         experts = self.known[slots].placement().dims[0]
         mesh = self.mesh_of(self.known[op.ids].mesh)
-        if tokens == experts and (not tokens or mesh is None or len(mesh.shape) == 1):
-            return
+        if (tokens == experts or not experts) and (not tokens or mesh is None or len(mesh.shape) == 1):
+            return  # expert parallel, local, or (experts whole) on gathered tokens
         shown = ", ".join(str(self.known[v]) for v in op.operands)
         raise error_at(
             op,
