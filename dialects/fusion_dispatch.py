@@ -151,6 +151,8 @@ class PlaceRowsOp(FusionOp):
     dispatch's result. Rows past the counts' sum are not read."""
 
     name = "fusion.place_rows"
+    ALONE: ClassVar[bool] = True
+    """Run by PyTorch op by op (data-dependent rows: no traced kernel)."""
     OPERANDS: ClassVar[tuple[str, ...]] = ("rows", "counts")
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("slots", "int"),)
     ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64")
@@ -187,6 +189,8 @@ class PickRowsOp(FusionOp):
     (counts [P, E] as for place_rows), zeros past the counts' sum."""
 
     name = "fusion.pick_rows"
+    ALONE: ClassVar[bool] = True
+    """Run by PyTorch op by op (data-dependent rows: no traced kernel)."""
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "counts")
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("rows", "int"),)
     ELEMENTS: ClassVar[tuple[str, ...]] = ("num", "i64")

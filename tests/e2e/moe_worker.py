@@ -55,6 +55,7 @@ CASES = [
     Case("skewed-top1-empty", experts=8, k=1, skew=6.0, empty=True),
     Case("bf16-shared-top2", shared=True, dtype="bf16"),
     Case("slots-skewed-top2", experts=8, skew=6.0, empty=True, slots=True),
+    Case("slots-bf16-shared-top2", shared=True, dtype="bf16", slots=True),
 ]
 
 

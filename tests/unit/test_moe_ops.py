@@ -274,3 +274,25 @@ def test_slotted_grouped_matmul_multiplies_the_counted_rows() -> None:
         assert not y[e, c:].any()
     with pytest.raises(Diagnostic, match="row counts"):
         slotted(a, b, torch.tensor([7, 0, 0]))
+
+
+def test_expert_parallel_regions_run_op_by_op_with_torch() -> None:
+    """The launches of the data-dependent steps of dispatch and combine
+    (place_rows, pick_rows) and of the slotted grouped GEMMs are run by
+    PyTorch op by op on cuda too (a traced kernel would bake in the rows
+    of one run); the routing launches (sort, counts, packing) trace."""
+    from fuserc.dialects import hir
+    from fuserc.dialects.fusion_dispatch import PickRowsOp, PlaceRowsOp
+    from fuserc.dialects.fusion_moe import GroupedMatmulOp
+    from fuserc.ir import make_context
+    from fuserc.pipeline import run_pipeline
+    from fuserc.runtime.kernels import torch_regions
+
+    ctx = make_context()
+    text = (Path(__file__).parents[2] / "examples" / "moe_layer.mlir").read_text()
+    module = run_pipeline(parse(text, "moe_layer.mlir", ctx), "autodiff,default", ctx)
+    kinds = (PlaceRowsOp, PickRowsOp, GroupedMatmulOp)
+    launches = [o for o in module.walk() if isinstance(o, hir.LaunchOp)]
+    eager = [o for o in launches if any(isinstance(x, kinds) for x in o.body.block.ops)]
+    assert len([o for o in eager if any(isinstance(x, PlaceRowsOp) for x in o.body.block.ops)]) == 3  # @main, @main_fwd, @main_bwd (combine's transpose)
+    assert all(torch_regions.runs_region(o.body.block) and torch_regions.eager_region(o.body.block) for o in eager)
