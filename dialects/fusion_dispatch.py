@@ -10,8 +10,9 @@ experts' slots and back, the form expert parallelism is written in.
   each pair's row read back from its expert's slot (dispatch's transpose).
 
 The experts' GEMMs run on the slots by `grouped_matmul`'s batched form
-([E, T, K] x [E, K, N] with each expert's row count, `bincount(ids)`),
-which multiplies only the rows an expert holds.
+([E, T, K] x [E, K, N] with each expert's row count: dispatch's optional
+second result, `bincount(ids)`), which multiplies only the rows an expert
+holds.
 
 Sharding: the tokens of x and ids and the experts of the slots share one
 split (token dim MAP expert dim). Tokens split over a mesh axis, experts
@@ -26,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from xdsl.dialects.builtin import I64, IntegerAttr, TensorType
-from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def
+from xdsl.dialects.builtin import I64, IntegerAttr, TensorType, i64
+from xdsl.irdl import irdl_op_definition, operand_def, opt_result_def, prop_def, result_def
 
 from fuserc import shapes
 from fuserc.diagnostics import Diagnostic, error_at
@@ -55,15 +56,28 @@ class _RoutedOp(FusionOp):
 @irdl_op_definition
 class DispatchOp(_RoutedOp):
     """Each (token, choice) pair's row into its expert's slot (module
-    docstring): [T, H] or [T, k, H] with ids [T, k] -> [E, T, H]."""
+    docstring): [T, H] or [T, k, H] with ids [T, k] -> [E, T, H], and
+    optionally each expert's row count [E]."""
 
     name = "fusion.dispatch"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "ids")
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("experts", "int"),)
+    RESULTS: ClassVar[tuple[str, ...]] = ("result", "counts?")
     input = operand_def(TENSOR)
     ids = operand_def(TENSOR)
     result = result_def(TENSOR)
+    counts = opt_result_def(TENSOR)
     experts = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Any]]:
+        """The optional second result: each expert's row count [E] (i64),
+        split like the experts (what each rank received, with expert
+        parallelism: no collective of its own)."""
+        return [((first.get_shape()[0],), i64)]
+
+    def more_shardings(self, first: Any) -> list[Any]:
+        return [first.placement().with_dims([first.placement().dims[0]])]
 
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
@@ -90,7 +104,8 @@ class DispatchOp(_RoutedOp):
         from fuserc.runtime.kernels.dispatch import dispatch
 
         try:
-            return dispatch(args[0], args[1], self.keyword("experts"))
+            out, counts = dispatch(args[0], args[1], self.keyword("experts"))
+            return (out, counts) if len(self.results) == 2 else out
         except Diagnostic as e:
             raise error_at(self, e.message) from None
 

@@ -29,19 +29,20 @@ func.func @main(%x: tensor<16x8xf32, #tok>, %wr: tensor<4x8xf32, #rep>, %w1: ten
   %norm = fusion.sum %top dims = [1] keepdim = true : (tensor<16x2xf32>) -> tensor<16x1xf32>
   %weights = fusion.div %top, %norm : (tensor<16x2xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
   // dispatch: each (token, choice) pair's row into its expert's slot,
-  // [E, T, H], and each expert's row count
+  // [E, T, H], and each expert's row count (the pairs counted per expert
+  // again, for the load-balancing loss)
   %flat = fusion.reshape %ids : (tensor<16x2xi64>) -> tensor<32xi64>
   %counts = fusion.bincount %flat length = 4 : (tensor<32xi64>) -> tensor<4xi64>
-  %xe = fusion.dispatch %x, %ids experts = 4 : (tensor<16x8xf32, #tok>, tensor<16x2xi64>) -> tensor<4x16x8xf32>
+  %xe, %rows = fusion.dispatch %x, %ids experts = 4 : (tensor<16x8xf32, #tok>, tensor<16x2xi64>) -> (tensor<4x16x8xf32>, tensor<4xi64>)
   // the experts: SwiGLU, as grouped GEMMs on the rows each slot holds
   %w1t = fusion.permute %w1 dims = [0, 2, 1] : (tensor<4x12x8xf32, #ep>) -> tensor<4x8x12xf32>
   %w3t = fusion.permute %w3 dims = [0, 2, 1] : (tensor<4x12x8xf32, #ep>) -> tensor<4x8x12xf32>
   %w2t = fusion.permute %w2 dims = [0, 2, 1] : (tensor<4x8x12xf32, #ep>) -> tensor<4x12x8xf32>
-  %h1 = fusion.grouped_matmul %xe, %w1t, %counts : (tensor<4x16x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<4x16x12xf32>
-  %h3 = fusion.grouped_matmul %xe, %w3t, %counts : (tensor<4x16x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<4x16x12xf32>
+  %h1 = fusion.grouped_matmul %xe, %w1t, %rows : (tensor<4x16x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<4x16x12xf32>
+  %h3 = fusion.grouped_matmul %xe, %w3t, %rows : (tensor<4x16x8xf32>, tensor<4x8x12xf32>, tensor<4xi64>) -> tensor<4x16x12xf32>
   %g = fusion.silu %h1 : (tensor<4x16x12xf32>) -> tensor<4x16x12xf32>
   %act = fusion.mul %g, %h3 : (tensor<4x16x12xf32>, tensor<4x16x12xf32>) -> tensor<4x16x12xf32>
-  %ye = fusion.grouped_matmul %act, %w2t, %counts : (tensor<4x16x12xf32>, tensor<4x12x8xf32>, tensor<4xi64>) -> tensor<4x16x8xf32>
+  %ye = fusion.grouped_matmul %act, %w2t, %rows : (tensor<4x16x12xf32>, tensor<4x12x8xf32>, tensor<4xi64>) -> tensor<4x16x8xf32>
   // combine: each pair's result back at its token, weighted by its routing weight
   %yp = fusion.combine %ye, %ids : (tensor<4x16x8xf32>, tensor<16x2xi64>) -> tensor<16x2x8xf32>
   %wcol = fusion.reshape %weights : (tensor<16x2xf32>) -> tensor<16x2x1xf32>

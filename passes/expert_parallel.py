@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.dialects.builtin import IntegerAttr, UnitAttr, i64
 from xdsl.ir import Operation, SSAValue
 
 from fuserc.diagnostics import error_at
@@ -52,7 +52,7 @@ from fuserc.passes.reshard_util import inverse
 from fuserc.passes.ring_attention import Ring
 
 if TYPE_CHECKING:
-    from fuserc.passes.lower_to_host_ir import _FunctionLowering
+    from fuserc.passes.lower_to_host_ir import Emitter, _FunctionLowering
 
 
 Exchange = Ring
@@ -120,6 +120,12 @@ class _Emit:
 
     def alloc(self, suffix: str, shape: Sequence[int], elem: Any) -> SSAValue:
         return self.em.alloc(self.em.site(self.index, 0, f"ep/{suffix}"), shape, elem, self.all)
+
+    def landing(self, ins: Sequence[SSAValue], outs: Sequence[SSAValue], build) -> None:
+        """The launch that reads what an alltoallv received, marked so that
+        `defer_landings` moves it to where its result is first needed."""
+        self.launch(ins, outs, build)
+        self.em.items[-1][0].attributes[LANDING] = UnitAttr()
 
     def launch(self, ins: Sequence[SSAValue], outs: Sequence[SSAValue], build) -> None:
         def body(args):
@@ -197,7 +203,12 @@ class _Emit:
         received, (send, send_counts) = self.route(experts, [x], [("rows_out", [pairs, hidden], elem), ("rows_out_counts", [p], i64)], pack)
         recv = self.alltoallv(send, send_counts, min(tokens * k, e_l * tokens))
         out = self.low.result_buffer(op.results[0], self.index, self.all)
-        self.launch([recv, received], [out], lambda o, r, c: [o("place_rows", r, c, slots=tokens)])
+        if len(op.results) == 1:
+            self.landing([recv, received], [out], lambda o, r, c: [o("place_rows", r, c, slots=tokens)])
+        else:  # each local expert's rows: what it received from every position
+            counts = self.low.result_buffer(op.results[1], self.index, self.all)
+            self.landing([recv, received], [out, counts], lambda o, r, c: [o("place_rows", r, c, slots=tokens), o("sum", c, dims=[0])])
+            self.low.values[op.results[1]] = counts
         self.result(out)
 
     def combine(self) -> None:
@@ -217,8 +228,32 @@ class _Emit:
         def back(o, r, inv):
             return [o("reshape", o("index_select", r, inv, dim=0), shape=[self.tokens_l, k, hidden])]
 
-        self.launch([recv, unsort], [out], back)
+        self.landing([recv, unsort], [out], back)
         self.result(out)
+
+
+LANDING = "hir.ep_landing"
+"""Marks (during lowering only) the launch after a dispatch's or combine's
+alltoallv that reads the rows received."""
+
+
+def defer_landings(em: Emitter) -> None:
+    """Moves each marked landing launch down to right before the first later
+    op that uses its buffers (its result, or what it reads), and drops the
+    mark. The alltoallv's wait then goes with it (schedule), so that the
+    compute in between (the previous token chunk's grouped GEMMs, when a
+    layer dispatches its chunks first) runs beside the transfer."""
+    items = em.items
+    marked = [op for op, _ in items if LANDING in op.attributes]
+    for op in marked:
+        del op.attributes[LANDING]
+        i = next(k for k, (o, _) in enumerate(items) if o is op)
+        roots = {em.root(v) for v in op.operands}
+        j = i + 1
+        while j < len(items) and not any(em.root(v) in roots for o in items[j][0].walk() for v in o.operands):
+            j += 1
+        if j > i + 1:
+            items.insert(j - 1, items.pop(i))
 
 
 def lower(low: _FunctionLowering, op: DispatchOp | CombineOp, index: int, ex: Exchange) -> int:

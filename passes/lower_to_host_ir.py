@@ -503,6 +503,7 @@ class _FunctionLowering:
             else:
                 raise error_at(op, f"'{op.name}' cannot be lowered to host IR (only fusion ops and func.return)")
         keep = {self.em.root(v) for v in returned}
+        expert_parallel.defer_landings(self.em)
         place_deallocs(self.em, keep)
         body = wrap_rank_regions(self.em.items)
         block.add_ops(body)

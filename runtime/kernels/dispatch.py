@@ -12,9 +12,9 @@ import torch
 from fuserc.diagnostics import Diagnostic
 
 
-def _slots(ids: torch.Tensor, experts: int, slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(order, expert, slot): the pairs sorted by expert, and each sorted
-    pair's expert and row in its expert's slot."""
+def _slots(ids: torch.Tensor, experts: int, slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, expert, slot, counts): the pairs sorted by expert, each sorted
+    pair's expert and row in its expert's slot, the rows per expert."""
     flat = ids.reshape(-1)
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= experts):
         raise Diagnostic(f"expert ids must lie in [0, {experts}), got ids in [{int(flat.min())}, {int(flat.max())}]")
@@ -25,23 +25,24 @@ def _slots(ids: torch.Tensor, experts: int, slots: int) -> tuple[torch.Tensor, t
         raise Diagnostic(f"an expert is chosen {int(counts.max())} times by {slots} tokens: a token's ids must be distinct (as top-k's are)")
     starts = torch.cumsum(counts, 0) - counts
     slot = torch.arange(flat.numel(), device=flat.device) - starts[expert]
-    return order, expert, slot
+    return order, expert, slot, counts
 
 
-def dispatch(x: torch.Tensor, ids: torch.Tensor, experts: int) -> torch.Tensor:
-    """[T, H] or [T, k, H] rows with ids [T, k] -> [experts, T, H] slots."""
+def dispatch(x: torch.Tensor, ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, H] or [T, k, H] rows with ids [T, k] -> ([experts, T, H] slots,
+    the rows per expert)."""
     tokens, k = ids.shape
-    order, expert, slot = _slots(ids, experts, tokens)
+    order, expert, slot, counts = _slots(ids, experts, tokens)
     rows = x.reshape(tokens * k, x.shape[-1])[order] if x.dim() == 3 else x[order // k]
     out = x.new_zeros(experts, tokens, x.shape[-1])
     out[expert, slot] = rows
-    return out
+    return out, counts
 
 
 def combine(ye: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """[E, T, H] slots with ids [T, k] -> [T, k, H], each pair's row."""
     experts, tokens, hidden = ye.shape
-    order, expert, slot = _slots(ids, experts, tokens)
+    order, expert, slot, _ = _slots(ids, experts, tokens)
     out = ye.new_zeros(ids.numel(), hidden)
     out[order] = ye[expert, slot]
     return out.reshape(*ids.shape, hidden)

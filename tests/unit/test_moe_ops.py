@@ -232,7 +232,8 @@ def test_dispatch_combine_and_their_expert_parallel_steps() -> None:
     # expert 0 takes every token, 1 and 2 the rest, 3 none
     ids = torch.stack([torch.zeros(tokens, dtype=torch.int64), torch.randint(1, 3, (tokens,), generator=g)], 1)
     x = torch.randn(tokens, hidden, generator=g, dtype=torch.float64)
-    xe = dk.dispatch(x, ids, experts)
+    xe, counts_e = dk.dispatch(x, ids, experts)
+    assert counts_e.tolist() == torch.bincount(ids.flatten(), minlength=experts).tolist()
     for e in range(experts):
         tok = torch.nonzero((ids == e).any(1)).flatten()
         torch.testing.assert_close(xe[e, : len(tok)], x[tok])

@@ -1,5 +1,6 @@
 // RUN: %fuserc opt %examples/moe_layer.mlir -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D4
 // RUN: %fuserc opt %examples/moe_layer.mlir --mesh tp=2 -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D2
+// RUN: %python %examples/python/moe_layer.py --print --devices 4 --chunks 2 | %fuserc opt - -p default --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=CHUNKS
 // RUN: %fuserc opt -p default --split-input-file --verify-diagnostics %s
 
 // Expert parallelism (examples/moe_layer.mlir: 16 tokens, top 2 of 4
@@ -46,6 +47,16 @@
 // D2-NOT:   allgather
 // D2-NOT:   reduce_scatter
 // D2:       total per rank (2 ranks)
+
+// The layer of the Python builder in two token chunks (64 tokens, 8
+// experts, hidden 32) on 4 ranks: every chunk is dispatched first, and the
+// rows an alltoallv received are placed where first used, so each of the
+// four alltoallvs runs on the worker stream beside compute (the other
+// chunk's grouped GEMMs): overlap `kernel`, none left exposed.
+// CHUNKS-LABEL: @main:
+// CHUNKS-NOT:   allgather
+// CHUNKS-COUNT-4: alltoallv       f32    64x32   4  [0-3]      1  <=6144 ~1536  -              kernel
+// CHUNKS-NOT:   {{^ +[0-9]+ +alltoallv}}
 
 // Tokens on one axis of a 2-D mesh and experts on the other: refused.
 #tok = #fusion.sharding<@g, [DIDy, -]>
