@@ -109,13 +109,23 @@ class _Emit:
         k = self.op.operands.index(v)
         return self.low.relayout(buf, inverse(order), self.em.site(self.index, 0, f"ep/in{k}"), self.all)
 
-    def result(self, value: SSAValue) -> None:
+    def out_buffer(self, r: SSAValue) -> SSAValue:
+        """A buffer of result `r`'s local block in logical order (`result`
+        lays it out as the program wants it)."""
         from fuserc.passes.lower_to_host_ir import is_identity, order_of
 
-        r = self.op.results[0]
+        if is_identity(order_of(r)):
+            return self.low.result_buffer(r, self.index, self.all)
+        lt = self.low.local(self.op, r)
+        return self.alloc(f"out{r.index}", lt.get_shape(), lt.element_type)  # type: ignore[attr-defined]
+
+    def result(self, r: SSAValue, value: SSAValue) -> None:
+        """`value` (logical order, from `out_buffer`) as the buffer of `r`."""
+        from fuserc.passes.lower_to_host_ir import is_identity, order_of
+
         order = order_of(r)
         if not is_identity(order):
-            value = self.low.relayout(value, order, self.em.site(self.index, 0, "ep/out"), self.all)
+            value = self.low.relayout(value, order, self.em.site(self.index, r.index, "ep/out"), self.all)  # type: ignore[attr-defined]
         self.low.values[r] = value
 
     def alloc(self, suffix: str, shape: Sequence[int], elem: Any) -> SSAValue:
@@ -202,14 +212,14 @@ class _Emit:
         elem = x.type.element_type  # type: ignore[attr-defined]
         received, (send, send_counts) = self.route(experts, [x], [("rows_out", [pairs, hidden], elem), ("rows_out_counts", [p], i64)], pack)
         recv = self.alltoallv(send, send_counts, min(tokens * k, e_l * tokens))
-        out = self.low.result_buffer(op.results[0], self.index, self.all)
+        out = self.out_buffer(op.results[0])
         if len(op.results) == 1:
             self.landing([recv, received], [out], lambda o, r, c: [o("place_rows", r, c, slots=tokens)])
         else:  # each local expert's rows: what it received from every position
-            counts = self.low.result_buffer(op.results[1], self.index, self.all)
+            counts = self.out_buffer(op.results[1])
             self.landing([recv, received], [out, counts], lambda o, r, c: [o("place_rows", r, c, slots=tokens), o("sum", c, dims=[0])])
-            self.low.values[op.results[1]] = counts
-        self.result(out)
+            self.result(op.results[1], counts)
+        self.result(op.results[0], out)
 
     def combine(self) -> None:
         op = self.op
@@ -223,13 +233,13 @@ class _Emit:
         rows = shape_of(send)[0]
         self.launch([ye, received], [send, send_counts], lambda o, y, c: [o("pick_rows", y, c, rows=rows), o("sum", c, dims=[1])])
         recv = self.alltoallv(send, send_counts, pairs)
-        out = self.low.result_buffer(op.results[0], self.index, self.all)
+        out = self.out_buffer(op.results[0])
 
         def back(o, r, inv):
             return [o("reshape", o("index_select", r, inv, dim=0), shape=[self.tokens_l, k, hidden])]
 
         self.landing([recv, unsort], [out], back)
-        self.result(out)
+        self.result(op.results[0], out)
 
 
 LANDING = "hir.ep_landing"
