@@ -397,7 +397,10 @@ class GroupedMatmulOp(FusionOp):
       expert's GEMM on the tokens routed to it); rows past the last offset
       are zero;
     - a [K, T], b [T, N] -> [E, K, N]: group e's columns of a times its
-      rows of b (the experts' weight gradients).
+      rows of b (the experts' weight gradients);
+    - a [E, S, K], b [E, K, N] -> [E, S, N], the third operand each
+      expert's row count: the first counts[e] rows of a[e] times b[e], zero
+      rows after (the experts' slots that `fusion.dispatch` fills).
     On cuda, bf16 on sm90 or newer, the op is torch._grouped_mm itself;
     elsewhere one GEMM per group. Split experts are expert parallelism:
     each device multiplies the rows routed to its own experts, and the
@@ -419,6 +422,12 @@ class GroupedMatmulOp(FusionOp):
         a, b, offs = s
         if len(offs) != 1:
             raise shapes.ShapeError(f"fusion.grouped_matmul: offsets must have rank 1, got {list(offs)}")
+        if len(a) == 3 and len(b) == 3:
+            if a[0] != b[0] or a[2] != b[1] or offs[0] != a[0]:
+                raise shapes.ShapeError(
+                    f"fusion.grouped_matmul: [E, S, K] x [E, K, N] with E counts, got {list(a)} x {list(b)} with {offs[0]}"
+                )
+            return (a[0], a[1], b[2])
         if len(a) == 2 and len(b) == 3:
             if a[1] != b[1] or not b[0] or offs[0] % b[0]:  # (a block of the experts on local types: `verify_`)
                 raise shapes.ShapeError(
@@ -430,18 +439,22 @@ class GroupedMatmulOp(FusionOp):
                 raise shapes.ShapeError(f"fusion.grouped_matmul: [K, T] x [T, N], got {list(a)} x {list(b)}")
             return (offs[0], a[0], b[1])
         raise shapes.ShapeError(
-            f"fusion.grouped_matmul takes [T, K] x [E, K, N] or [K, T] x [T, N], got {list(a)} x {list(b)}"
+            f"fusion.grouped_matmul takes [T, K] x [E, K, N], [K, T] x [T, N] or [E, S, K] x [E, K, N], got {list(a)} x {list(b)}"
         )
 
     def verify_(self) -> None:
         super().verify_()
         e, offs = shape_of(self.rhs)[0], shape_of(self.offsets)[0]
-        if self.stacked() and e != offs and GLOBAL_ATTR not in self.attributes:
+        if self.stacked() and not self.slotted() and e != offs and GLOBAL_ATTR not in self.attributes:
             raise VerifyException(f"fusion.grouped_matmul: {e} experts' weights for {offs} offsets")
 
     def stacked(self) -> bool:
         """The first form: a stacked [E, K, N] right operand."""
         return len(shape_of(self.rhs)) == 3
+
+    def slotted(self) -> bool:
+        """The third form: [E, S, K] slots and each expert's row count."""
+        return len(shape_of(self.lhs)) == 3
 
     def sharding_map(self) -> OpMap:
         """[T, K] x [E, K, N]: rows and K gathered; split experts make a
@@ -449,6 +462,9 @@ class GroupedMatmulOp(FusionOp):
         elsewhere), N stays split. [K, T] x [T, N]: K and N stay split, the
         experts of the result are any block a device is asked for (its own
         experts' weight gradients)."""
+        if self.slotted():  # [E, S, K] x [E, K, N]: per expert, like a batched matmul
+            ops = ((Target(MAP, 0), Target(DROP), Target(CONTRACT)), (Target(MAP, 0), Target(CONTRACT), Target(MAP, 2)), (Target(MAP, 0),))
+            return OpMap(ops, 3, (1, 0), NONE, True)
         if self.stacked():
             ops = ((Target(DROP), Target(DROP)), (Target(CONTRACT), Target(DROP), Target(MAP, 1)), (Target(DROP),))
             return OpMap(ops, 2, (1, 0), NONE, True)
@@ -459,6 +475,13 @@ class GroupedMatmulOp(FusionOp):
         from fuserc.runtime.kernels.grouped_gemm import experts_block
 
         a, b, offs = args
+        if self.slotted():
+            from fuserc.runtime.kernels.grouped_gemm import slotted
+
+            try:
+                return slotted(a, b, offs)
+            except Diagnostic as e:
+                raise error_at(self, e.message) from None
         if self.stacked():
             count = b.shape[0]
             ids = ctx.global_index(1, 0, count)
@@ -479,6 +502,13 @@ class GroupedMatmulOp(FusionOp):
         """Grouped GEMMs again: for y = a b per group, a's cotangent is g b^T
         per group and b's is a^T g per group (the other form)."""
         offs = self.offsets
+        if self.slotted():  # b's: a^T g over each expert's counted rows only
+            e, rows = shape_of(self.lhs)[:2]
+            ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
+            slot = b.op("iota", dim=1, shape=[e, rows, 1], dtype="i64", placed_as=self.lhs)
+            held = b.op("lt", slot, b.op("reshape", offs, shape=[e, 1, 1]))
+            gheld = b.op("where", held, g, b.constant(0.0, like=g))
+            return [ga, b.op("matmul", b.op("permute", self.lhs, dims=[0, 2, 1]), gheld), None]
         if self.stacked():
             ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
             gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from xdsl.ir import Dialect
 
-from fuserc.dialects import fusion_contraction, fusion_elementwise, fusion_layout, fusion_moe, fusion_nn, fusion_reduction
+from fuserc.dialects import (
+    fusion_contraction, fusion_dispatch, fusion_elementwise, fusion_layout, fusion_moe, fusion_nn, fusion_reduction,
+)
 from fuserc.dialects.fusion import FusionOp, MeshOp, ShardingAttr
 
 TENSOR_OPS: tuple[type[FusionOp], ...] = (
@@ -15,6 +17,7 @@ TENSOR_OPS: tuple[type[FusionOp], ...] = (
     *fusion_layout.OPS,
     *fusion_nn.OPS,
     *fusion_moe.OPS,
+    *fusion_dispatch.OPS,
 )
 """Every tensor op of the dialect."""
 

@@ -14,6 +14,7 @@ from fuserc.dialects.hir_comm import (  # noqa: F401
     AllreduceOp,
     AlltoallOp,
     AlltoallvOp,
+    MEAN_ROWS_ATTR,
     BarrierOp,
     BroadcastOp,
     CommunicationOp,

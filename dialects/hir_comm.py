@@ -337,6 +337,12 @@ class AlltoallOp(CommunicationOp):
             )
 
 
+MEAN_ROWS_ATTR = "hir.mean_rows"
+"""On a `hir.alltoallv`: the rows each rank sends and receives on average
+over the team (dispatch and combine: every rank sends its tokens x k rows),
+which the communication report gives beside the bound."""
+
+
 @irdl_op_definition
 class AlltoallvOp(CommunicationOp):
     """An all-to-all with uneven splits known only at run time (expert
@@ -390,6 +396,15 @@ class AlltoallvOp(CommunicationOp):
         """The larger of the data buffers: the rows sent or the bound on
         those received (counts are data-dependent, so traffic is bounded)."""
         return max((self.input, self.output), key=lambda v: math.prod(shape_of(v)))
+
+    def mean_bytes(self) -> Fraction | None:
+        """Wire bytes per rank of the mean rows (`MEAN_ROWS_ATTR`), if known."""
+        rows = self.attributes.get(MEAN_ROWS_ATTR)
+        if not isinstance(rows, IntegerAttr):
+            return None
+        shape = shape_of(self.input)
+        row = buffer_bytes(self.input) // max(1, shape[0]) if shape[0] else 0
+        return self.wire_factor(len(self.team)) * rows.value.data * row
 
 
 @irdl_op_definition

@@ -114,8 +114,9 @@ class Line:
     def bytes_text(self) -> str:
         if isinstance(self.op, hir.SendOp):
             return f"({_int(self.each * self.runs)})"
-        if isinstance(self.op, hir.AlltoallvOp):  # sized by counts known at run time
-            return f"<={_int(self.nbytes)}"
+        if isinstance(self.op, hir.AlltoallvOp):  # sized by counts known at run time: the bound, ~ the mean
+            mean = self.op.mean_bytes()
+            return f"<={_int(self.nbytes)}" + (f" ~{_int(mean * self.runs)}" if mean is not None else "")
         return _int(self.nbytes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -556,6 +557,13 @@ def render(rep: CommReport) -> str:
         else:
             out.append("  no communication")
         out += _per_rank_text(f.per_rank, unit)
+        ratios = [ln.nbytes / (m * ln.runs) for ln in f.lines if isinstance(ln.op, hir.AlltoallvOp) and (m := ln.op.mean_bytes())]
+        if any(isinstance(ln.op, hir.AlltoallvOp) for ln in f.lines):
+            most = f" (at most {float(max(ratios)):.2f}: bound over mean)" if ratios else ""
+            out.append(
+                "  alltoallv: <= the bound (its buffers; the totals count it), ~ the mean over the ranks; the imbalance "
+                f"(largest over mean rows per rank){most} depends on the routing: `fuserc run --trace` prints it"
+            )
         if f.memory is not None and f.memory.buffers:
             out.append(_memory_text(f.memory))
         out += _flops_text(f.per_rank)

@@ -406,16 +406,18 @@ def _check(program: Any, globals_: Sequence["torch.Tensor"], gathered: Sequence[
 def _traced(runs: _Runs, path: str, body: Any) -> Any:
     """Run `body` (one run of the program) traced; write the trace of every
     rank to `path` (collective). Returns what `body` returns."""
-    from fuserc.runtime.evaluator.trace import tracing, write_trace
+    from fuserc.runtime.evaluator.trace import alltoallv_imbalance, tracing, write_trace
 
     program = runs.program
     with tracing(program.program) as tracer:
         out = body()
     meta = {"program": program.compiled.entry, "backend": program.backend.name}
     with runs.job.section("gathering the trace on rank 0"):
-        write_trace(path, tracer.events(), program.env, meta)
+        trace = write_trace(path, tracer.events(), program.env, meta)
     if program.env.rank == 0:
         click.echo(f"trace: {path}")
+        for line in alltoallv_imbalance(trace["traceEvents"] if trace else []):
+            click.echo(line)
     return out
 
 

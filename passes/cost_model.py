@@ -638,3 +638,33 @@ def choose(
     others = [e for e in ests if e != best]
     cmp = " < ".join(e.label() for e in [best, *others[:3]])
     return best, f"cost model ({m.source}): {cmp}"
+
+
+def moe_chunks(
+    m: Machine, tokens: int, hidden: int, ffn: int, k: int, ranks: int, elem: str, options: Sequence[int] = (1, 2, 4, 8)
+) -> tuple[int, dict[int, float]]:
+    """The number of token chunks an expert-parallel layer's dispatch,
+    SwiGLU experts and combine run in (`tokens` per rank), and the
+    estimated seconds of each option: each chunk's dispatch (an all-to-all
+    of its tokens x k rows, (d-1)/d of them leaving the rank) runs beside
+    the previous chunk's three grouped GEMMs (slowed while NCCL shares the
+    SMs), its combine beside the next chunk's GEMMs; every chunk pays its
+    collectives' latency and `chunk_us`. A chunking must beat one chunk by
+    the PAYS margin. Options that do not divide `tokens` are skipped."""
+    size = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8}.get(elem, 4)
+    times: dict[int, float] = {}
+    for s in options:
+        if tokens % s or (s > 1 and ranks == 1):
+            continue
+        rows = tokens // s * k
+        comm = 2 * m.nccl(0.0) + m.nccl(rows * hidden * size * (ranks - 1) / ranks)  # counts, then rows
+        gemm = 3 * m.gemm(2.0 * rows * hidden * ffn, elem)
+        if s == 1:
+            times[s] = 2 * comm + gemm
+            continue
+        step = max(comm, m.beside_nccl(gemm, comm))  # a chunk's GEMMs beside the next chunk's dispatch
+        times[s] = comm + (s - 1) * step + gemm + comm + s * m.chunk_us * 1e-6
+    best = min(times, key=lambda s: times[s])
+    if best != 1 and times[best] > PAYS * times[1]:
+        best = 1
+    return best, times

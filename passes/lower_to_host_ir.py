@@ -75,7 +75,7 @@ from fuserc.dialects.fusion import (
     SliceOp,
     tensor_type,
 )
-from fuserc.passes import launch_regions, local_layouts, lower_reshard, ring_attention
+from fuserc.passes import expert_parallel, launch_regions, local_layouts, lower_reshard, ring_attention
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
 from fuserc.passes.reshard_util import Resharding, mesh_table, signature
@@ -503,6 +503,7 @@ class _FunctionLowering:
             else:
                 raise error_at(op, f"'{op.name}' cannot be lowered to host IR (only fusion ops and func.return)")
         keep = {self.em.root(v) for v in returned}
+        expert_parallel.defer_landings(self.em)
         place_deallocs(self.em, keep)
         body = wrap_rank_regions(self.em.items)
         block.add_ops(body)
@@ -604,6 +605,8 @@ class _FunctionLowering:
             return self.lower_gemm(op, ops, i, tag)
         if (ring := ring_attention.ring_of(self, op)) is not None:
             return ring_attention.lower(self, op, i, ring)  # type: ignore[arg-type]
+        if (ex := expert_parallel.exchange_of(self, op)) is not None:
+            return expert_parallel.lower(self, op, i, ex)  # type: ignore[arg-type]
         chain = launch_regions.local_region(ops, i, self.resharding, self.op_devices)
         self.lower_launch(chain, i)
         return i + len(chain)

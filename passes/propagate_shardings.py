@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from fuserc.diagnostics import Diagnostic, error_at
+from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, sharding_of, with_sharding
 from fuserc.passes import sharding_rules as rules
@@ -146,6 +147,7 @@ class _FunctionPropagation:
             if isinstance(op, FusionOp):
                 self.check_meshes(op)
                 self.check_partial(op)
+                self.check_routed(op)
         self.write_types()
 
     def solve(self, pins: Mapping[SSAValue, Sharding]) -> dict[SSAValue, Sharding]:
@@ -369,6 +371,27 @@ class _FunctionPropagation:
             "only fusion.matmul, fusion.linear without bias and fusion.sum contract a "
             "dimension the mesh divides into one, and only linear ops carry one from "
             f"operands partial over {p} (operands: {shown})",
+        )
+
+    def check_routed(self, op: FusionOp) -> None:
+        """Dispatch and combine move tokens to their experts over one mesh
+        axis (passes/expert_parallel.py): their tokens and experts split
+        alike, on a mesh of one axis."""
+        if not isinstance(op, (DispatchOp, CombineOp)):
+            return
+        tokens = self.known[op.ids].placement().dims[0]
+        slots = op.results[0] if isinstance(op, DispatchOp) else op.input
+        experts = self.known[slots].placement().dims[0]
+        mesh = self.mesh_of(self.known[op.ids].mesh)
+        if (tokens == experts or not experts) and (not tokens or mesh is None or len(mesh.shape) == 1):
+            return  # expert parallel, local, or (experts whole) on gathered tokens
+        shown = ", ".join(str(self.known[v]) for v in op.operands)
+        raise error_at(
+            op,
+            f"'{op.name}' (operands {shown}, result {self.known[op.results[0]]}): expert parallelism splits "
+            "the tokens and the experts alike, over one axis of a 1-D mesh; with tokens on one axis of a 2-D "
+            "mesh and experts on the other, the experts' slots would hold the tokens of every slice, which no "
+            "lowering makes: split the experts over the tokens' axis",
         )
 
     def _describe(self, v: SSAValue) -> str:

@@ -12,7 +12,9 @@ collective of a function's block whose token has one wait in that block
 - it runs on a worker stream (`hir.stream_for 0 mod 1`), after an event of
   the main stream recorded where it starts (its input is ready there);
 - its wait sits right before the first later op that touches its buffers
-  (a read of its output, a write or deallocation of its input).
+  (a read of its output, a write or deallocation of its input; an
+  alltoallv's deallocations of its own buffers right after its wait go
+  down with it, as nothing else reads the rows it sent).
 A collective with no compute to overlap (no GEMM, kernel or copy would
 run between its start and its wait) is left as it is. Before that, the
 compute a collective needs is moved ahead of the compute it does not
@@ -42,7 +44,7 @@ from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
 from fuserc.passes.stream_sites import root as _root
 
-SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp)
+SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp, hir.AlltoallvOp)
 """Collectives whose start and wait move (not sends, puts or fences: their
 peers' order matters)."""
 
@@ -180,16 +182,35 @@ def overlap_collectives(block: Block) -> int:
             before.append(prev)
             prev = prev.prev_op
         before.reverse()
+        freed = _freed_after(comm, wait, buffers)
+        for f in freed:  # an alltoallv's own buffers, given back after its wait wherever it goes
+            f.detach()
         after = _sinks_past(wait, buffers, last)  # the ops its wait moves below
         nxt = after[-1].next_op if after else wait.next_op
         passed = [o for o in before if o not in allocs]
         if nxt is None or not any(_computes(o) for o in passed + after):
+            Rewriter.insert_op(freed, InsertPoint.after(wait))
             continue  # nothing to overlap with
         anchor = passed[0] if passed else comm
         lifted = before[before.index(anchor) + 1 :] if passed else []
         _move(comm, wait, [a for a in dict.fromkeys(allocs) if a in lifted], anchor, nxt)
+        Rewriter.insert_op(freed, InsertPoint.after(wait))
         moved += 1
     return moved
+
+
+def _freed_after(comm: Operation, wait: Operation, buffers: set[SSAValue]) -> list[Operation]:
+    """The deallocations right after an alltoallv's wait of buffers only it
+    used (its rows sent and the counts: expert parallelism's dispatch and
+    combine), which go below its wait with it rather than keep it there."""
+    if not isinstance(comm, hir.AlltoallvOp):
+        return []
+    out: list[Operation] = []
+    nxt = wait.next_op
+    while isinstance(nxt, hir.DeallocOp) and _root(nxt.buffer) in buffers:
+        out.append(nxt)
+        nxt = nxt.next_op
+    return out
 
 
 def _buffers(comm: Operation) -> set[SSAValue]:

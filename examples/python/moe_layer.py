@@ -24,7 +24,7 @@ from fuserc.api import FusionDefinition, Tensor
 
 def layer(
     fd: FusionDefinition, x: Tensor, wr: Tensor, w1: Tensor, w3: Tensor, w2: Tensor,
-    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax",
+    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False, chunks: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """(output [T, H], load-balancing loss) of tokens `x` [T, H]: router
     weight `wr` [E, H], experts' `w1`, `w3` [E, F, H] and `w2` [E, H, F]
@@ -33,7 +33,15 @@ def layer(
     (DeepSeek-V3) scores; the top k are normalized to sum to one. The
     router runs in f32 whatever x's type. The loss is E * sum_e f_e P_e,
     f_e the fraction of choices routed to e, P_e the mean score of e
-    (scores normalized per token)."""
+    (scores normalized per token). `slots`: the tokens go to their
+    experts by `dispatch` into [E, T, H] slots and come back by `combine`,
+    the form expert parallelism takes (experts split over devices, the
+    tokens over the same devices: all-to-alls); else by a sort of the
+    pairs (rows [T k, H] grouped by expert, the leaner form on one device).
+    `chunks` > 1 (with `slots`): the tokens are dispatched, multiplied and
+    combined in that many chunks (every chunks-th token, so that each
+    device's block is cut alike), so that a chunk's all-to-all runs beside
+    the previous chunk's grouped GEMMs."""
     ops = fd.ops
     tokens, _ = x.shape
     experts = wr.shape[0]
@@ -43,11 +51,78 @@ def layer(
     scores = ops.softmax(logits, dim=1) if router == "softmax" else ops.sigmoid(logits)
     top, ids = ops.topk(scores, k=k, dim=1)
     weights = top / ops.sum(top, dims=[1], keepdim=True)
-    # dispatch: the (token, choice) pairs sorted by expert, each group's end
     flat = ops.reshape(ids, shape=[pairs])
+    counts = ops.bincount(flat, length=experts)
+    if shared:
+        s1, s3, s2 = shared
+        base = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2)
+    else:
+        base = ops.broadcast_in_dim(ops.constant(0.0, x.dtype), shape=list(x.shape), dims=[])
+    if slots and chunks > 1:
+        y = base + _chunked(ops, x, ids, weights, w1, w3, w2, chunks)
+    elif slots:
+        y = base + _weighted(ops, _experts(ops, ids, _dispatch(ops, x, ids, experts), w1, w3, w2), weights)
+    else:
+        y = _sorted(ops, x, flat, weights, counts, w1, w3, w2, base)
+    # load-balancing loss
+    probs = scores if router == "softmax" else scores / ops.sum(scores, dims=[1], keepdim=True)
+    frac = ops.cast(counts, "f32") / float(pairs)
+    aux = ops.sum(frac * ops.mean(probs, dims=[0]), dims=[0]) * float(experts)
+    return y, aux
+
+
+def _experts(ops, ids: Tensor, dispatched: tuple[Tensor, Tensor], w1: Tensor, w3: Tensor, w2: Tensor) -> Tensor:
+    """Each pair's expert output [T, k, H]: SwiGLU on the slots and row
+    counts `dispatched` (by dispatch), read back by combine."""
+    xe, counts = dispatched
+    h1 = ops.grouped_matmul(xe, ops.permute(w1, dims=[0, 2, 1]), counts)
+    h3 = ops.grouped_matmul(xe, ops.permute(w3, dims=[0, 2, 1]), counts)
+    ye = ops.grouped_matmul(ops.silu(h1) * h3, ops.permute(w2, dims=[0, 2, 1]), counts)
+    return ops.combine(ye, ids)
+
+
+def _weighted(ops, yp: Tensor, weights: Tensor) -> Tensor:
+    """The pairs' outputs [T, k, H] summed per token, by their routing weights."""
+    tokens, k, _ = yp.shape
+    w = ops.reshape(weights, shape=[tokens, k, 1])
+    return ops.sum(yp * (w if yp.dtype == "f32" else ops.cast(w, yp.dtype)), dims=[1])
+
+
+def _dispatch(ops, x: Tensor, ids: Tensor, experts: int) -> tuple[Tensor, Tensor]:
+    """The experts' slots and each expert's row count."""
+    xe, counts = ops.dispatch(x, ids, experts=experts, counts=True)
+    return xe, counts
+
+
+def _chunked(ops, x: Tensor, ids: Tensor, weights: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, chunks: int) -> Tensor:
+    """The routed experts on every chunks-th token (chunk c: tokens c,
+    c + chunks, ...), the chunks' results laid back in token order. Every
+    chunk is dispatched first, then each chunk's experts and combine, then
+    the weighting: as the rows an all-to-all received are placed where
+    first used, the next chunk's dispatch runs beside this chunk's grouped
+    GEMMs, and this chunk's combine beside the next chunk's."""
+    tokens, k = ids.shape
+    rows = tokens // chunks
+
+    def chunk(t: Tensor, c: int) -> Tensor:
+        width = t.shape[1]
+        t3 = ops.reshape(t, shape=[rows, chunks, width])
+        return ops.reshape(ops.slice(t3, starts=[0, c, 0], limits=[rows, c + 1, width]), shape=[rows, width])
+
+    ids_c = [chunk(ids, c) for c in range(chunks)]
+    xe = [_dispatch(ops, chunk(x, c), ids_c[c], w1.shape[0]) for c in range(chunks)]
+    yp = [_experts(ops, ids_c[c], xe[c], w1, w3, w2) for c in range(chunks)]
+    outs = [ops.reshape(_weighted(ops, yp[c], chunk(weights, c)), shape=[rows, 1, x.shape[1]]) for c in range(chunks)]
+    return ops.reshape(ops.concat(*outs, dim=1), shape=[tokens, x.shape[1]])
+
+
+def _sorted(ops, x: Tensor, flat: Tensor, weights: Tensor, counts: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, base: Tensor) -> Tensor:
+    """base plus the routed experts' weighted outputs, the pairs sorted by expert."""
+    tokens, _ = x.shape
+    pairs = flat.shape[0]
+    k = pairs // tokens
     order = ops.argsort(flat, dim=0)
     rows = ops.index_select(ops.reshape(ops.iota([tokens, k], dim=0), shape=[pairs]), order)
-    counts = ops.bincount(flat, length=experts)
     ends = ops.cumsum(counts, dim=0)
     xs = ops.index_select(x, rows)
     h1 = ops.grouped_matmul(xs, ops.permute(w1, dims=[0, 2, 1]), ends)
@@ -57,17 +132,7 @@ def layer(
     wsorted = ops.index_select(ops.reshape(weights, shape=[pairs]), order)
     wcol = ops.reshape(wsorted, shape=[pairs, 1])
     yw = ys * (wcol if x.dtype == "f32" else ops.cast(wcol, x.dtype))
-    if shared:
-        s1, s3, s2 = shared
-        base = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2)
-    else:
-        base = ops.broadcast_in_dim(ops.constant(0.0, x.dtype), shape=list(x.shape), dims=[])
-    y = ops.index_add(base, rows, yw)
-    # load-balancing loss
-    probs = scores if router == "softmax" else scores / ops.sum(scores, dims=[1], keepdim=True)
-    frac = ops.cast(counts, "f32") / float(pairs)
-    aux = ops.sum(frac * ops.mean(probs, dims=[0]), dims=[0]) * float(experts)
-    return y, aux
+    return ops.index_add(base, rows, yw)
 
 
 def loop(
@@ -115,18 +180,26 @@ def params(tokens: int, hidden: int, ffn: int, experts: int, shared: bool, skew:
 
 def definition(
     tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32",
-    devices: int = 1,
+    devices: int = 1, slots: bool | None = None, chunks: int | None = None,
 ) -> FusionDefinition:
     """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux);
     on `devices` > 1 the tokens of x and y are split over them (data
-    parallel) and so are the experts' weights (`[DIDx, -, -]`)."""
+    parallel) and so are the experts' weights (`[DIDx, -, -]`): expert
+    parallel, by dispatch and combine (`slots`, default: devices > 1), in
+    `chunks` token chunks (default: the cost model's choice,
+    `cost_model.moe_chunks`)."""
     fd = FusionDefinition()
     x = fd.define_tensor([tokens, hidden], dtype)
     wr = fd.define_tensor([experts, hidden], dtype)
     w1, w3 = fd.define_tensor([experts, ffn, hidden], dtype), fd.define_tensor([experts, ffn, hidden], dtype)
     w2 = fd.define_tensor([experts, hidden, ffn], dtype)
     sh = [fd.define_tensor(s, dtype) for s in ([ffn, hidden], [ffn, hidden], [hidden, ffn])] if shared else []
-    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router)
+    slots = devices > 1 if slots is None else slots
+    if chunks is None:
+        from fuserc.passes.cost_model import Machine, moe_chunks
+
+        chunks = moe_chunks(Machine(), tokens // devices, hidden, ffn, k, devices, dtype)[0] if slots else 1
+    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, slots, chunks)
     fd.add_output(y)
     fd.add_output(aux)
     if devices > 1:
@@ -154,7 +227,13 @@ def main() -> None:
     p.add_argument("--top", type=int, default=2)
     p.add_argument("--shared", action="store_true")
     p.add_argument("--router", choices=("softmax", "sigmoid"), default="softmax")
+    p.add_argument("--devices", type=int, default=1, help="with --print: the experts and tokens split over this many")
+    p.add_argument("--chunks", type=int, default=None, help="token chunks (default: the cost model's choice)")
+    p.add_argument("--print", action="store_true", help="print the program (fusion IR) and exit")
     a = p.parse_args()
+    if a.print:
+        print(definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router, devices=a.devices, chunks=a.chunks).to_mlir())
+        return
     import fuserc.torch
 
     fd = definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router)

@@ -332,6 +332,8 @@ def _alltoallv(pl: Planner, op: hir.AlltoallvOp) -> Run:
             env[token] = b.alltoallv(env[inp], env[send], env[out], env[recv], team)
         except Diagnostic as e:  # counts that do not fit: said at the op
             raise (error_at(op, e.message) if e.loc is None else e) from None
+        if it.tracer is not None:  # the rows it received: `fuserc run --trace` gives the imbalance
+            it.tracer.received(op, env[recv])
 
     return run
 

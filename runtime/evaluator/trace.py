@@ -134,6 +134,13 @@ class Tracer:
         self._origin: Any = None
         self._streams: dict[int, tuple[Stream, int, str]] = {}  # id -> (stream, tid, name)
         self._spans: list[Span] = []
+        self._rows: dict[int, list[Any]] = {}
+        """id(hir.alltoallv) -> the counts it received, run by run (copies)."""
+
+    def received(self, op: Operation, counts: Any) -> None:
+        """The rows per team position an alltoallv received (read after the
+        run: a copy, as its buffer may be reused)."""
+        self._rows.setdefault(id(op), []).append(counts.clone())
 
     def start(self) -> None:
         self.backend.synchronize()  # the main stream is current and idle
@@ -185,9 +192,13 @@ class Tracer:
             out.append(_meta("thread_name", self.rank, tid, {"name": name}))
             out.append(_meta("thread_sort_index", self.rank, tid, {"sort_index": tid}))
         args: dict[int, dict[str, Any]] = {}
+        runs: dict[int, int] = {}
         for s in self._spans:
             if id(s.op) not in args:
                 args[id(s.op)] = op_args(s.op)
+            if id(s.op) in self._rows:  # an alltoallv: the rows it received at this run
+                n = runs[id(s.op)] = runs.get(id(s.op), -1) + 1
+                args[id(s.op)] = {**args[id(s.op)], "rows_received": int(self._rows[id(s.op)][n].sum())}
             t0 = seconds(self._origin, s.begin) * 1e6
             t1 = seconds(self._origin, s.end) * 1e6
             out.append(
@@ -240,13 +251,32 @@ def gather_trace(events: list[dict[str, Any]], env: "MpiEnv", metadata: dict[str
     return merge(per_rank, {"ranks": env.size, **(metadata or {})})
 
 
-def write_trace(path: str | Path, events: list[dict[str, Any]], env: "MpiEnv", metadata: dict[str, Any] | None = None) -> None:
+def alltoallv_imbalance(events: list[dict[str, Any]]) -> list[str]:
+    """One line per hir.alltoallv of a trace: the rows each rank received
+    (its n-th run on every rank is one exchange) and the imbalance, the
+    largest over the mean."""
+    per: dict[int, dict[int, int]] = {}
+    seen: dict[int, int] = {}
+    spans = [e for e in events if e.get("ph") == "X" and "rows_received" in e.get("args", {})]
+    for e in sorted(spans, key=lambda e: (e["pid"], e["ts"])):
+        k = seen[e["pid"]] = seen.get(e["pid"], -1) + 1
+        per.setdefault(k, {})[e["pid"]] = e["args"]["rows_received"]
+    out = []
+    for k, by_rank in sorted(per.items()):
+        rows = [by_rank[r] for r in sorted(by_rank)]
+        mean = sum(rows) / len(rows)
+        ratio = f"{max(rows) / mean:.2f}" if mean else "- (no rows)"
+        out.append(f"alltoallv {k + 1}: rows received per rank {rows}, imbalance (largest over mean) {ratio}")
+    return out
+
+
+def write_trace(path: str | Path, events: list[dict[str, Any]], env: "MpiEnv", metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Collective: gather every rank's events; rank 0 writes the JSON file
     (into a folder that exists: `fuserc run --trace` refuses one that does
-    not, as `fuserc opt -o` does)."""
+    not, as `fuserc opt -o` does) and returns the trace."""
     trace = gather_trace(events, env, metadata)
     if trace is None:
-        return
+        return None
     from fuserc.files import replacing
 
     try:
@@ -254,6 +284,7 @@ def write_trace(path: str | Path, events: list[dict[str, Any]], env: "MpiEnv", m
             f.write(json.dumps(trace).encode())
     except OSError as e:
         raise Diagnostic(f"cannot write the trace {path}: {e.strerror or e}") from None
+    return trace
 
 
 def load_trace(path: str | Path) -> list[dict[str, Any]]:

@@ -68,6 +68,26 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torc
     return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
 
 
+def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """[E, S, K] x [E, K, N] -> [E, S, N]: the first counts[e] rows of a[e]
+    times b[e], zero rows after (the third form of fusion.grouped_matmul).
+    On the fast path one batched torch._grouped_mm, masked after (no wait
+    for the host); elsewhere one GEMM per expert on its rows only."""
+    rows = a.shape[1]
+    if fast_path(a, b):
+        y = torch._grouped_mm(a, b)
+        held = torch.arange(rows, device=a.device).view(1, rows, 1) < counts.view(-1, 1, 1)
+        return y.masked_fill(~held, 0)
+    held = [int(c) for c in counts.tolist()]
+    if any(c < 0 or c > rows for c in held):
+        raise Diagnostic(f"fusion.grouped_matmul: row counts {held} must lie within [0, {rows}]")
+    y = a.new_zeros(a.shape[0], rows, b.shape[2])
+    for e, c in enumerate(held):
+        if c:
+            y[e, :c] = a[e, :c] @ b[e]
+    return y
+
+
 def experts_block(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
     """The grouped GEMM of experts first..first+count-1 of the global group
     ends `offs`: with a stacked b (those experts' weights), their rows of

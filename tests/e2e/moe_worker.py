@@ -44,6 +44,10 @@ class Case:
     skew: float = 0.0
     empty: bool = False
     """The case must leave some expert without tokens."""
+    slots: bool | None = None
+    """Dispatch and combine (default: on several ranks, expert parallel)."""
+    chunks: int | None = None
+    """Token chunks of dispatch and combine (default: the cost model's)."""
 
 
 CASES = [
@@ -52,6 +56,9 @@ CASES = [
     Case("skewed-top2", experts=8, skew=6.0, empty=True),
     Case("skewed-top1-empty", experts=8, k=1, skew=6.0, empty=True),
     Case("bf16-shared-top2", shared=True, dtype="bf16"),
+    Case("chunked-skewed-top2", experts=8, skew=6.0, empty=True, slots=True, chunks=2),
+    Case("slots-skewed-top2", experts=8, skew=6.0, empty=True, slots=True),
+    Case("slots-bf16-shared-top2", shared=True, dtype="bf16", slots=True),
 ]
 
 
@@ -78,7 +85,7 @@ def run(c: Case, device: torch.device) -> None:
         raise AssertionError(f"every expert has tokens: counts {counts.tolist()}")
     ct = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ((y * ct).sum() + 3.0 * aux).backward()
-    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE))
+    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE, c.slots, c.chunks))
     mesh = Mesh("ep", [SIZE])
 
     def local(t: torch.Tensor, s: list[str]) -> torch.Tensor:

@@ -4,7 +4,10 @@ loop over experts in float64 (moe_worker.py): top-1 and top-2, softmax
 and sigmoid routers, skewed routing with experts that get no tokens, a
 shared expert, bf16; all cases in one job per job size. On 2 and 4 ranks
 the tokens are split over the ranks and so are the experts' weights
-(`[DIDx, -, -]`)."""
+(`[DIDx, -, -]`): expert parallelism by dispatch and combine, all-to-alls
+forward and backward. On one rank the layer sorts its pairs, and two cases
+(`slots-*`) take the dispatch/combine form (in bf16, torch._grouped_mm's
+batched form on a GPU)."""
 
 from __future__ import annotations
 
@@ -24,9 +27,10 @@ ROOT = HERE.parents[1]
 DEVICE = "cuda" if BACKEND == "cuda" else "cpu"
 
 
-SPLIT_CASES = "sigmoid-shared,skewed-top1-empty,bf16-shared-top2"
+SPLIT_CASES = "sigmoid-shared,skewed-top1-empty,bf16-shared-top2,chunked-skewed-top2"
 """The cases run on several ranks (a shared expert, top-1 and top-2, empty
-experts, bf16), to keep the jobs short."""
+experts, bf16, the tokens in two chunks whose all-to-alls overlap the
+other chunk's GEMMs), to keep the jobs short."""
 
 
 @pytest.mark.parametrize("n", [1, 2, 4], ids=["n1", "n2", "n4"])
@@ -39,7 +43,7 @@ def test_layer_against_the_pytorch_loop(n: int) -> None:
     cases = re.findall(r"^CASE (\S+) (ok|FAILED.*)$", proc.stdout, re.M)
     failed = [f"{name}: {what}" for name, what in cases if what != "ok"]
     assert not failed, "\n".join(failed) + "\n" + proc.stderr[-3000:]
-    assert len(cases) == (5 if n == 1 else 3) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(cases) == (8 if n == 1 else 4) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 2)]

@@ -120,3 +120,41 @@ def test_trace_to_unwritable_path(ran: Ran) -> None:
     proc = ran.proc
     assert proc.returncode == 2
     assert "Invalid value for '--trace'" in proc.stderr and "is not a folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def moe_run(d: Path) -> CliRun:
+    """examples/moe_layer.mlir on 2 ranks, its inputs given (-i), traced."""
+    import numpy as np
+    import torch
+
+    g = torch.Generator().manual_seed(9)  # uneven: 20 and 12 pairs for the ranks' experts
+    shapes = [(16, 8), (4, 8), (4, 12, 8), (4, 12, 8), (4, 8, 12), (12, 8), (12, 8), (8, 12)]
+    args = []
+    for i, s in enumerate(shapes):
+        path = d / f"in{i}.npy"
+        np.save(path, torch.randn(s, generator=g).numpy())
+        args += ["-i", path]
+    return CliRun(2, [ROOT / "examples" / "moe_layer.mlir", "--mesh", "tp=2", *args, "--backend", "cpu", "--trace", d / "moe.json"])
+
+
+@launches(moe_run)
+def test_trace_gives_the_alltoallv_rows_and_imbalance(ran: Ran) -> None:
+    """Expert parallelism's dispatch and combine: the rows each rank
+    received, in the trace and printed with the imbalance, are those of
+    the routing (softmax top 2 of the inputs, in PyTorch): dispatch's the
+    pairs of each rank's experts, combine's each rank's own pairs."""
+    import numpy as np
+    import torch
+
+    proc = ok(ran.proc)
+    x, wr = (torch.from_numpy(np.load(ran.dir / f"in{i}.npy")).double() for i in (0, 1))
+    ids = torch.topk(torch.softmax(x @ wr.t(), dim=1), 2, dim=1).indices
+    per_rank = torch.bincount(ids.flatten() // 2, minlength=2).tolist()  # 2 experts per rank
+    assert per_rank[0] != per_rank[1]
+    want = [per_rank, [16, 16]]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("alltoallv ")]
+    assert len(lines) == 2, proc.stdout
+    for k, (line, rows) in enumerate(zip(lines, want), 1):
+        assert line == f"alltoallv {k}: rows received per rank {rows}, imbalance (largest over mean) {max(rows) / (sum(rows) / 2):.2f}"
+    got = [e["args"]["rows_received"] for e in sorted(_ops(_load(ran.dir / "moe.json")), key=lambda e: (e["pid"], e["ts"])) if e["name"] == "hir.alltoallv"]
+    assert got == [per_rank[0], 16, per_rank[1], 16]

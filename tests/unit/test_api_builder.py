@@ -250,6 +250,10 @@ def _calls(fd: FusionDefinition) -> dict[str, dict]:
         "index_select": {"input": x, "index": rows, "dim": 0},
         "index_add": {"input": x, "index": rows, "source": src, "dim": 0},
         "grouped_matmul": {"lhs": src, "rhs": t([3, 8, 5]), "offsets": ends},
+        "dispatch": {"input": x, "ids": t([4, 2], "i64"), "experts": 3},
+        "combine": {"input": t([3, 4, 8]), "ids": t([4, 2], "i64")},
+        "place_rows": {"rows": src, "counts": t([2, 3], "i64"), "slots": 4},
+        "pick_rows": {"input": t([3, 4, 8]), "counts": t([2, 3], "i64"), "rows": 6},
     }  # fmt: skip
     return calls
 

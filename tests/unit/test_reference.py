@@ -218,9 +218,9 @@ def check_case(case: Case, elem: str) -> None:
 
 
 def test_every_op_has_cases() -> None:
-    from fuserc.dialects import fusion_moe  # checked against torch in tests/unit/test_moe_ops.py
+    from fuserc.dialects import fusion_dispatch, fusion_moe  # checked against torch in tests/unit/test_moe_ops.py
 
-    covered = {case.op for case in CASES} | {fusion.CastOp} | MIXED_TYPE_OPS | set(fusion_moe.OPS)
+    covered = {case.op for case in CASES} | {fusion.CastOp} | MIXED_TYPE_OPS | set(fusion_moe.OPS) | set(fusion_dispatch.OPS)
     assert covered == set(fusion.TENSOR_OPS)
 
 
