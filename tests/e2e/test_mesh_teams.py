@@ -1,0 +1,107 @@
+"""Collectives within every slice of a multi-dimensional mesh, run on 8
+ranks (one mpiexec launch, tests/e2e/batch.py) against the float64
+reference: each is one op whose team has translates (`team = [0, 1, 2, 3]
+translated [2 step 4]`), every rank taking part in its own slice's team
+(the evaluator finds it, the backends make every slice's communicator by
+one split of the world). Meshes of equally spaced ids (default, or
+`devices = [0, 2, ...]`) get the translated form, on 2-D and 3-D meshes
+(a team over DIDy of [2, 2, 2] has two translates: one interleaving it,
+one beyond it); a mesh whose ids run backwards keeps one op per slice."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from batch import Outcome, launch_batches
+from harness import BACKEND, MPIEXEC
+
+from fuserc.ir import to_text
+from fuserc.runtime.evaluator.program import compile_module
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
+try:
+    from bench_mesh import mixed_precision, partial_to_one
+finally:
+    sys.path.pop(0)
+
+N = 8
+
+
+def _gather(mesh: str, axes: str, extent: str = "8x16") -> str:
+    """A tensor split over `axes` of `mesh`, made whole (allgathers over
+    each split axis, one after the other)."""
+    a = f"tensor<{extent}xf32, #fusion.sharding<@m, [{axes}]>>"
+    b = f"tensor<{extent}xf32, #fusion.sharding<@m, [-, -]>>"
+    return f"{mesh}\nfunc.func @main(%x: {a}) -> {b} {{\n  %y = fusion.set %x : ({a}) -> {b}\n  func.return %y : {b}\n}}\n"
+
+
+ALLTOALL = """fusion.mesh @g shape = [2, 4]
+func.func @main(%x: tensor<8x16xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x16xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>> {
+  %y = fusion.relu %x : (tensor<8x16xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x16xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
+  func.return %y : tensor<8x16xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
+}
+"""
+
+FWD_BWD = {"fwd": "default", "bwd": "autodiff,default --entry main_bwd"}
+LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
+
+CASES: dict[str, tuple[str, dict[str, str], str]] = {
+    # (program, pipelines, the team of its first collective as printed)
+    "mixed_2x4": (mixed_precision((2, 4)), FWD_BWD, "team = [0, 1, 2, 3] translated [2 step 4]"),
+    "mixed_4x2": (mixed_precision((4, 2)), FWD_BWD, "team = [0, 1] translated [4 step 2]"),
+    "partial_to_one_2x4": (partial_to_one((2, 4)), {"fwd": "default"}, "team = [0, 1, 2, 3] backend"),
+    "gather_columns_2x4": (_gather("fusion.mesh @m shape = [2, 4]", "DIDy, DIDx"), {"fwd": "default"}, "team = [0, 4] translated [4 step 1]"),
+    "gather_3d": (_gather("fusion.mesh @m shape = [2, 2, 2]", "DIDy, DIDx"), {"fwd": "default"}, "team = [0, 2] translated [2 step 4, 2 step 1]"),
+    "spaced_ids": (
+        _gather("fusion.mesh @m shape = [2, 2] devices = [1, 3, 5, 7]", "DIDy, DIDx"),
+        {"fwd": "default"},
+        "team = [1, 5] translated [2 step 2]",
+    ),
+    "backwards_ids": (
+        _gather("fusion.mesh @m shape = [2, 4] devices = [7, 6, 5, 4, 3, 2, 1, 0]", "DIDy, DIDx"),
+        {"fwd": "default"},
+        "team = [7, 6, 5, 4] backend",
+    ),
+    "alltoall_2x4": (
+        ALLTOALL,
+        {"collective": f"{LOWERING},stream-pipeline{{algorithm=collective}}", "none": f"{LOWERING},stream-pipeline{{algorithm=none}}"},
+        "team = [0, 4] translated [4 step 1]",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    if MPIEXEC is None:
+        pytest.skip("mpiexec is not installed")
+    work = [(name, text, pipes) for name, (text, pipes, _) in CASES.items()]
+    return launch_batches(N, work, tmp_path_factory.mktemp("teams"), BACKEND)
+
+
+ITEMS = [(name, pipe) for name, (_, pipes, _) in CASES.items() for pipe in pipes]
+
+
+@pytest.mark.parametrize("name,pipe", ITEMS, ids=[f"{a}-{b}" for a, b in ITEMS])
+def test_checked(name: str, pipe: str, results: dict[str, Outcome]) -> None:
+    """Each program, on 8 ranks, within --check's tolerance of the reference."""
+    r = results.get(f"{name}/{pipe}")
+    assert r is not None, "the batch reported nothing for this case"
+    assert r.status == "ok", f"{r.status}:\n{r.detail}\n\n{CASES[name][0]}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_op_for_every_slice(name: str) -> None:
+    """Slices that are translates of one another communicate by one op
+    over the whole mesh's region; others by one op per slice."""
+    text, pipes, team = CASES[name]
+    spec = next(iter(pipes.values())).split(" --entry ")[0]
+    host = to_text(compile_module(text, f"{name}.mlir", "main", spec).host)
+    assert team in host, host
+    comms = [ln for ln in host.splitlines() if " team = " in ln and "hir.team_index" not in ln]
+    if "translated" in team:
+        assert "hir.if_rank [0, 1, 2, 3]\n" not in host and all(" = [0, 4]" not in ln or "translated" in ln for ln in comms), host
+    if name == "backwards_ids":
+        assert not any("translated" in ln for ln in comms) and len(comms) == 4 + 2, host  # the rows' allgathers, then the columns'
