@@ -3,13 +3,16 @@ ranks (one mpiexec launch, tests/e2e/batch.py) against the float64
 reference: each is one op whose team has translates (`team = [0, 1, 2, 3]
 translated [2 step 4]`), every rank taking part in its own slice's team
 (the evaluator finds it, the backends make every slice's communicator by
-one split of the world). Meshes of equally spaced ids (default, or
+one split of the world), AllGather + GEMM and GEMM + ReduceScatter rings
+included, also across nodes that the rows lie on differently. Meshes of
+equally spaced ids (default, or
 `devices = [0, 2, ...]`) get the translated form, on 2-D and 3-D meshes
 (a team over DIDy of [2, 2, 2] has two translates: one interleaving it,
 one beyond it); a mesh whose ids run backwards keeps one op per slice."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +48,38 @@ func.func @main(%x: tensor<8x16xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> ten
 }
 """
 
+AG_GEMM = """fusion.mesh @g shape = [2, 4]
+func.func @main(%x: tensor<64x16xf32, #fusion.sharding<@g, [DIDx, -]>>, %w: tensor<16x8xf32, #fusion.sharding<@g, [-, -]>>) -> tensor<64x8xf32, #fusion.sharding<@g, [Stream(4), -]>> {
+  %y = fusion.matmul %x, %w : (tensor<64x16xf32, #fusion.sharding<@g, [DIDx, -]>>, tensor<16x8xf32, #fusion.sharding<@g, [-, -]>>) -> tensor<64x8xf32, #fusion.sharding<@g, [Stream(4), -]>>
+  func.return %y : tensor<64x8xf32, #fusion.sharding<@g, [Stream(4), -]>>
+}
+"""
+
+GEMM_RS = """fusion.mesh @g shape = [2, 4]
+func.func @main(%x: tensor<64x32xf32, #fusion.sharding<@g, [-, DIDx]>>, %w: tensor<32x8xf32, #fusion.sharding<@g, [DIDx, -]>>) -> tensor<64x8xf32, #fusion.sharding<@g, [DIDx, -]>> {
+  %y = fusion.matmul %x, %w : (tensor<64x32xf32, #fusion.sharding<@g, [-, DIDx]>>, tensor<32x8xf32, #fusion.sharding<@g, [DIDx, -]>>) -> tensor<64x8xf32, #fusion.sharding<@g, [DIDx, -]>>
+  func.return %y : tensor<64x8xf32, #fusion.sharding<@g, [DIDx, -]>>
+}
+"""
+
+RINGS = {
+    "ring": "default{algorithm=ring}",
+    "ring_pull": "default{algorithm=ring ring-form=pull}",
+    "ring_sum": "default{algorithm=ring ring-form=sum}",
+    "collective": "default{algorithm=collective}",
+}
+"""Pipelines of AllGather + GEMM and GEMM + ReduceScatter in every row of
+the mesh: one ring (or one collective per chunk) for all rows."""
+
+NODES_ENV = {"FUSERC_GPUS_PER_NODE": "3"}
+"""Nodes of 3 ranks: the rows' teams lie on nodes differently ([0..3]
+spans nodes 0 and 1, [4..7] nodes 1 and 2), so each translate's ring takes
+its own links."""
+
+ACROSS = ("ring", "ring_pull")
+"""The ring forms run again across nodes (send/recv between nodes, copies
+within one)."""
+
 FWD_BWD = {"fwd": "default", "bwd": "autodiff,default --entry main_bwd"}
 LOWERING = "propagate-shardings,make-resharding-contiguous,lower-to-host-ir"
 
@@ -65,6 +100,8 @@ CASES: dict[str, tuple[str, dict[str, str], str]] = {
         {"fwd": "default"},
         "team = [7, 6, 5, 4] backend",
     ),
+    "ag_gemm_2x4": (AG_GEMM, RINGS, "team = [0, 1, 2, 3] translated [2 step 4]"),
+    "gemm_rs_2x4": (GEMM_RS, RINGS, "team = [0, 1, 2, 3] translated [2 step 4]"),
     "alltoall_2x4": (
         ALLTOALL,
         {"collective": f"{LOWERING},stream-pipeline{{algorithm=collective}}", "none": f"{LOWERING},stream-pipeline{{algorithm=none}}"},
@@ -78,16 +115,26 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     if MPIEXEC is None:
         pytest.skip("mpiexec is not installed")
     work = [(name, text, pipes) for name, (text, pipes, _) in CASES.items()]
-    return launch_batches(N, work, tmp_path_factory.mktemp("teams"), BACKEND)
+    out = {f"one/{k}": v for k, v in launch_batches(N, work, tmp_path_factory.mktemp("teams"), BACKEND).items()}
+    os.environ.update(NODES_ENV)
+    try:
+        rings = [(name, CASES[name][0], {p: RINGS[p] for p in ACROSS}) for name in ("ag_gemm_2x4", "gemm_rs_2x4")]
+        out.update({f"nodes/{k}": v for k, v in launch_batches(N, rings, tmp_path_factory.mktemp("nodes"), BACKEND).items()})
+    finally:
+        for k in NODES_ENV:
+            os.environ.pop(k, None)
+    return out
 
 
-ITEMS = [(name, pipe) for name, (_, pipes, _) in CASES.items() for pipe in pipes]
+ITEMS = [("one", name, pipe) for name, (_, pipes, _) in CASES.items() for pipe in pipes]
+ITEMS += [("nodes", name, pipe) for name in ("ag_gemm_2x4", "gemm_rs_2x4") for pipe in ACROSS]
 
 
-@pytest.mark.parametrize("name,pipe", ITEMS, ids=[f"{a}-{b}" for a, b in ITEMS])
-def test_checked(name: str, pipe: str, results: dict[str, Outcome]) -> None:
-    """Each program, on 8 ranks, within --check's tolerance of the reference."""
-    r = results.get(f"{name}/{pipe}")
+@pytest.mark.parametrize("nodes,name,pipe", ITEMS, ids=[f"{a}-{b}-{c}" for a, b, c in ITEMS])
+def test_checked(nodes: str, name: str, pipe: str, results: dict[str, Outcome]) -> None:
+    """Each program, on 8 ranks (on one node, and the rings as nodes of 3
+    ranks), within --check's tolerance of the reference."""
+    r = results.get(f"{nodes}/{name}/{pipe}")
     assert r is not None, "the batch reported nothing for this case"
     assert r.status == "ok", f"{r.status}:\n{r.detail}\n\n{CASES[name][0]}"
 
