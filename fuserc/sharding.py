@@ -28,9 +28,9 @@ DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
 
 MAX_MESH_DEVICES = 1 << 22
 """The most devices a mesh may have (4,194,304): far beyond any job, small
-enough that a program lowered for it stays within a host's memory (host
-programs list every team). Checked arithmetically, before any list of
-devices is made."""
+enough that a program lowered for it stays within a host's memory (a mesh
+whose ids are not equally spaced has its teams listed). Checked
+arithmetically, before any list of devices is made."""
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ is that step; otherwise the steps of `reshard_util.plan_reshard`, each into a
 new buffer. Equal placements (Stream splits aside) are a `hir.copy`.
 
 **One mesh.** Each step is over one device type p, with one communication op
-per mesh slice (`Mesh.teams(p)`), each followed by its wait in the
-`hir.if_rank` of its team:
+for every mesh slice, its team the first slice's with translates to the
+others (`Mesh.translates(p)`, in the mesh's region), or, where the slices
+are not translates of one another, one op per slice (`Mesh.teams(p)`),
+each followed by its wait in the `hir.if_rank` of its team (`mesh_teams`):
 
 A step over a mesh axis of one device (teams of one) communicates nothing
 and copies nothing: the result is the operand's buffer.
@@ -359,8 +361,9 @@ class _Reshard:
         return f"partial->{p}"
 
     def step(self, step: Step, cur: SSAValue, s: Sharding, t: Sharding, site: str, aux: str) -> SSAValue:
-        """One collective on one mesh: one op per mesh slice (team), each in
-        the `hir.if_rank` of its team."""
+        """One collective on one mesh: one op for every mesh slice (a team
+        with translates), or one per slice, each in the `hir.if_rank` of
+        its team (`mesh_teams`)."""
         em = self.em
         mesh = self.mesh(t.mesh)
         assert step.ptype is not None
