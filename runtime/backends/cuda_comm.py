@@ -426,7 +426,7 @@ class Communicators:
         rank, world = self.env.rank, self.env.comm
         families = [t if isinstance(t, HirTeam) else HirTeam(t) for t in new]
         own = [f.of(rank) for f in families]  # this rank's team of each (a family: one of its translates)
-        for team in (t for t in own if t is not None):
+        for team in (m for f in families for m in f.teams()):  # every team on every rank: all refuse alike
             gpus = [self.gpu_of[r] for r in team]
             if len(set(gpus)) != len(gpus):
                 a, b = next((team[i], team[j]) for i in range(len(team)) for j in range(i) if gpus[i] == gpus[j])
