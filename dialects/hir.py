@@ -70,8 +70,10 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     EventType,
     HandleType,
     HirOp,
-    RankList,
     Ranks,
+    TeamList,
+    team_of,
+    team_props,
     RankSetAttr,
     StreamType,
     TokenType,
@@ -84,6 +86,7 @@ from fuserc.dialects.hir_core import (  # noqa: F401
     select_shape,
     verify_discardable,
 )
+from fuserc.dialects.hir_team import Team, Translate  # noqa: F401
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, TensorType, UnitAttr
 
 from fuserc.diagnostics import error_at

@@ -47,6 +47,7 @@ from fuserc.dialects.hir_core import (
     _same_elements,
     chunk_shape,
     rank_array,
+    team_props,
 )
 
 # --------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class CommunicationOp(TeamOp):
 
     @staticmethod
     def _props(team: Sequence[int], backend: str, op: str | None = None) -> dict[str, Attribute]:
-        props: dict[str, Attribute] = {"team": rank_array(team), "backend": StringAttr(backend)}
+        props: dict[str, Attribute] = {**team_props(team), "backend": StringAttr(backend)}
         if op is not None:
             props["op"] = StringAttr(op)
         return props
@@ -152,7 +153,7 @@ class ReducingOp(CommunicationOp):
         super().verify_team_op()
 
 
-_TEAM_BACKEND = "`team` `=` custom<RankList>($team) `backend` `=` custom<Word>($backend) attr-dict `:` functional-type(operands, results)"
+_TEAM_BACKEND = "`team` `=` custom<TeamList>($team, $translates) `backend` `=` custom<Word>($backend) attr-dict `:` functional-type(operands, results)"
 
 
 @irdl_op_definition
@@ -453,7 +454,7 @@ class BarrierOp(CommunicationOp):
 
     name = "hir.barrier"
 
-    assembly_format = "`team` `=` custom<RankList>($team) `backend` `=` custom<Word>($backend) attr-dict `:` type($token)"
+    assembly_format = "`team` `=` custom<TeamList>($team, $translates) `backend` `=` custom<Word>($backend) attr-dict `:` type($token)"
 
     def __init__(self, team: Sequence[int], backend: str):
         super().__init__(properties=self._props(team, backend), result_types=[TokenType()])
@@ -489,10 +490,10 @@ class ShareOp(TeamOp):
     buffer = operand_def(_TENSOR)
     handle = result_def(HandleType)
 
-    assembly_format = "$buffer `team` `=` custom<RankList>($team) attr-dict `:` type($buffer) `->` type($handle)"
+    assembly_format = "$buffer `team` `=` custom<TeamList>($team, $translates) attr-dict `:` type($buffer) `->` type($handle)"
 
     def __init__(self, buffer: SSAValue | Operation, team: Sequence[int]):
-        super().__init__(operands=[buffer], properties={"team": rank_array(team)}, result_types=[HandleType()])
+        super().__init__(operands=[buffer], properties=team_props(team), result_types=[HandleType()])
 
 
 class _PeerCopyOp(HirOp):

@@ -23,6 +23,7 @@ from xdsl.ir import (
     SSAValue,
 )
 from xdsl.irdl import (
+    opt_prop_def,
     irdl_op_definition,
     lazy_traits_def,
     operand_def,
@@ -49,9 +50,14 @@ from fuserc.dialects.hir_core import (
     RankSetAttr,
     Ranks,
     check_ranks,
+    format_runs,
     parse_runs,
     rank_array,
+    rank_runs,
+    team_of,
+    team_props,
 )
+from fuserc.dialects.hir_team import Team
 
 # --------------------------------------------------------------------------
 # Control
@@ -286,16 +292,33 @@ class ConstantOp(HirOp):
 
 
 class TeamOp(HirOp):
-    """Ops with a `team = [R, ...]` property."""
+    """Ops with a `team = [R, ...]` property, and optionally `translated
+    [N step S, ...]` (the `translates` property): one op for each team of
+    the family, each rank taking part in its own (`Team`)."""
 
     team_attr = prop_def(DenseArrayBase.constr(i64), prop_name="team")
+    translates_attr = opt_prop_def(DenseArrayBase.constr(i64), prop_name="translates")
 
     @property
-    def team(self) -> tuple[int, ...]:
-        return _ints(self.team_attr)
+    def team(self) -> Team:
+        """The team (a `Team`: the base's ranks, with its translates), made
+        once per pair of properties."""
+        attrs = (self.team_attr, self.translates_attr)
+        cached = self.__dict__.get("_team")
+        if cached is None or cached[0] is not attrs[0] or cached[1] is not attrs[1]:
+            cached = (*attrs, team_of(*attrs))
+            self.__dict__["_team"] = cached
+        return cached[2]
 
     def verify_op(self) -> None:
         check_ranks(self.team, "team")
+        if self.translates_attr is not None:
+            flat = _ints(self.translates_attr)
+            if not flat or len(flat) % 2:
+                raise VerifyException(f"translates must be (count, stride) pairs, got {list(flat)}")
+            why = self.team.check()
+            if why is not None:
+                raise VerifyException(f"the teams of team = {format_runs(rank_runs(self.team))}{self.team.translates_text()} are not disjoint: {why}")
         self.verify_team_op()
 
     def verify_team_op(self) -> None:
@@ -310,10 +333,10 @@ class TeamIndexOp(TeamOp):
     name = "hir.team_index"
     result = result_def(_INDEX)
 
-    assembly_format = "`team` `=` custom<RankList>($team) attr-dict `:` type($result)"
+    assembly_format = "`team` `=` custom<TeamList>($team, $translates) attr-dict `:` type($result)"
 
     def __init__(self, team: Sequence[int]):
-        super().__init__(properties={"team": rank_array(team)}, result_types=[_INDEX])
+        super().__init__(properties=team_props(team), result_types=[_INDEX])
 
 
 @irdl_op_definition
@@ -324,10 +347,10 @@ class TeamRankOp(TeamOp):
     position = operand_def(_INDEX)
     result = result_def(_INDEX)
 
-    assembly_format = "$position `team` `=` custom<RankList>($team) attr-dict `:` type($result)"
+    assembly_format = "$position `team` `=` custom<TeamList>($team, $translates) attr-dict `:` type($result)"
 
     def __init__(self, position: SSAValue | Operation, team: Sequence[int]):
-        super().__init__(operands=[position], properties={"team": rank_array(team)}, result_types=[_INDEX])
+        super().__init__(operands=[position], properties=team_props(team), result_types=[_INDEX])
 
     def verify_team_op(self) -> None:
         _check_position(self.position, len(self.team), "position")

@@ -50,6 +50,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc.dialects.fusion import element_type_of
+from fuserc.dialects.hir_team import Team
 from fuserc.sharding import MAX_MESH_DEVICES
 
 BACKENDS: tuple[str, ...] = ("nccl", "cuda_ipc", "mpi")
@@ -302,21 +303,52 @@ class RankSetAttr(ParametrizedAttribute):
 
 
 @irdl_custom_directive
-class RankList(CustomDirective):
-    """`[0, 1, 2]` (runs of RANGE_MIN ranks or more as `A to B (step S)?`)
-    for an array of i64 (a team or a rank list)."""
+class TeamList(CustomDirective):
+    """A team: `[R, ...]` (runs of RANGE_MIN ranks or more as `A to B
+    (step S)?`) for the `team` array of i64, then optionally `translated
+    [N step S, ...]` (the `translates` property, `array<i64: N, S, ...>`):
+    the team and its translates, one team per offset (`Team`)."""
 
-    ranks: AttributeVariable
+    team: AttributeVariable
+    translates: AttributeVariable
 
     def parse(self, parser: Parser, state: ParsingState) -> bool:
-        self.ranks.set(state, rank_array(_expand(parse_runs(parser))))
+        self.team.set(state, rank_array(_expand(parse_runs(parser))))
+        if parser.parse_optional_keyword("translated"):
+
+            def factor() -> tuple[int, int]:
+                count = parser.parse_integer(allow_boolean=False)
+                parser.parse_keyword("step")
+                return count, parser.parse_integer(allow_boolean=False)
+
+            pairs = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, factor)
+            self.translates.set(state, rank_array([v for pair in pairs for v in pair]))
         return True
 
     def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
         state.print_whitespace(printer)
-        attr = self.ranks.get(op)
+        attr = self.team.get(op)
         assert isinstance(attr, DenseArrayBase)
         printer.print_string(format_runs(rank_runs(_ints(attr))))
+        translates = self.translates.get(op)
+        if isinstance(translates, DenseArrayBase):
+            printer.print_string(team_of(attr, translates).translates_text())
+
+
+def team_of(team: DenseArrayBase, translates: DenseArrayBase | None) -> Team:
+    """The `Team` of a `team` property and an optional `translates` one
+    (flat (count, stride) pairs)."""
+    flat = _ints(translates) if translates is not None else ()
+    return Team(_ints(team), [tuple(flat[i : i + 2]) for i in range(0, len(flat) - 1, 2)])  # type: ignore[misc]
+
+
+def team_props(team: Sequence[int]) -> dict[str, Attribute]:
+    """The `team` property (and `translates` for a `Team` that has them)."""
+    props: dict[str, Attribute] = {"team": rank_array(team)}
+    translates = getattr(team, "translates", ())
+    if translates:
+        props["translates"] = rank_array([v for pair in translates for v in pair])
+    return props
 
 
 @irdl_custom_directive
@@ -430,7 +462,7 @@ def _check_position(v: SSAValue, size: int, what: str) -> None:
 class HirOp(IRDLOperation):
     """Base of the hir ops: every tensor operand and result is a local buffer."""
 
-    custom_directives = (RankList, Word)
+    custom_directives = (TeamList, Word)
 
     def verify_(self) -> None:
         for v in (*self.operands, *self.results):

@@ -366,7 +366,7 @@ class _Classes:
             self.key[op] = key
             self.members[key].append(op)
             if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
-                self.ranks[op] = frozenset(op.team if isinstance(op, hir.TeamOp) else op.ranks)
+                self.ranks[op] = frozenset(op.team.members() if isinstance(op, hir.TeamOp) else op.ranks)
             for region in op.regions:
                 for b in region.blocks:
                     self._visit(b, key)
@@ -407,6 +407,12 @@ def _counted(op: Operation) -> Fraction:
     return Fraction(0) if isinstance(op, hir.SendOp) else op.wire_bytes()  # type: ignore[attr-defined]
 
 
+def _teams(op: Operation) -> int:
+    """How many teams run `op` (a team with translates: one per translate)."""
+    team = op.team if isinstance(op, hir.CommunicationOp) else op.shared_team()  # type: ignore[attr-defined]
+    return team.count if team is not None else 1
+
+
 def _covered(ops: Sequence[Operation]) -> list[int] | None:
     """The ranks of the teams of `ops` (a peer copy's: its hir.share's)."""
     out: set[int] = set()
@@ -414,7 +420,7 @@ def _covered(ops: Sequence[Operation]) -> list[int] | None:
         team = op.team if isinstance(op, hir.CommunicationOp) else op.shared_team()  # type: ignore[attr-defined]
         if team is None:
             return None
-        out.update(team)
+        out.update(team.members())  # a family's: every team of it
     return sorted(out)
 
 
@@ -448,7 +454,7 @@ def function_report(func: FuncOp) -> FunctionReport:
                 dtype, shape, team, each = _static(op)
                 mark = op.attributes.get(RESHARD_ATTR)
                 reshard = mark.data if isinstance(mark, StringAttr) else ""
-                line = lines[key] = Line(0, op, _kind(op), dtype, shape, team, n, each, reshard, teams=len(ops), covered=_covered(ops))
+                line = lines[key] = Line(0, op, _kind(op), dtype, shape, team, n, each, reshard, teams=sum(_teams(o) for o in ops), covered=_covered(ops))
             line.runs = max(line.runs, n)
             line.ranks += group
             for how, k in beside[key].items():

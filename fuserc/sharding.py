@@ -28,9 +28,9 @@ DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
 
 MAX_MESH_DEVICES = 1 << 22
 """The most devices a mesh may have (4,194,304): far beyond any job, small
-enough that a program lowered for it stays within a host's memory (host
-programs list every team). Checked arithmetically, before any list of
-devices is made."""
+enough that a program lowered for it stays within a host's memory (a mesh
+whose ids are not equally spaced has its teams listed). Checked
+arithmetically, before any list of devices is made."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,25 @@ class Mesh:
     def team_count(self, ptype: str) -> int:
         """How many teams (mesh slices) there are over `ptype`."""
         return self.size // self.axis_size(ptype)
+
+    def translates(self, ptype: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None:
+        """The teams over `ptype` as one team and its translates, `(first
+        slice's devices, ((count, stride), ...))`: the devices of slice
+        (i_a) are the first's plus `sum(i_a * stride_a)` over the other
+        mesh axes a. None where the ids are not increasing and equally
+        spaced (the slices are then not translates of one another). Time
+        and memory of one team, whatever the mesh."""
+        if self.ids:
+            first, step = self.ids[0], (self.ids[1] - self.ids[0] if len(self.ids) > 1 else 1)
+            if step < 1 or self.ids != tuple(range(first, first + step * len(self.ids), step)):
+                return None
+        else:
+            first, step = 0, 1
+        axis = self.axis_of(ptype)
+        stride, n = self._strides[axis], self.shape[axis]
+        base = tuple(range(first, first + step * n * stride, step * stride))
+        others = tuple((self.shape[a], step * self._strides[a]) for a in range(self.rank) if a != axis and self.shape[a] > 1)
+        return base, others
 
     def teams(self, ptype: str) -> list[tuple[int, ...]]:
         """All teams over `ptype`, one per slice of the mesh, in device

@@ -237,15 +237,34 @@ class Machine:
             return self.nodes[rank]
         return rank // max(1, self.gpus_per_node)
 
+    def _node_patterns(self, team: Sequence[int]) -> list[Sequence[int]]:
+        """Teams whose ranks lie on nodes as those of every team of `team`'s
+        family do (a team with translates: `hir.Team`). With nodes of
+        `gpus_per_node` ranks, a translate lies as the base shifted by its
+        offset modulo that: at most that many shifts, whatever the family's
+        size; with the job's own nodes, each team."""
+        translates = getattr(team, "translates", ())
+        if not translates:
+            return [team]
+        if self.nodes:
+            return list(team.teams())  # type: ignore[attr-defined]
+        g = max(1, self.gpus_per_node)
+        shifts = {0}
+        for n, s in translates:
+            shifts = {(r + i * s) % g for r in shifts for i in range(min(n, g))}
+        return [tuple(r + k for r in team) for k in sorted(shifts)]
+
     def one_node(self, team: Sequence[int]) -> bool:
-        return len({self.node_of(r) for r in team}) == 1
+        """Whether the team (each team of its family) is on one node."""
+        return all(len({self.node_of(r) for r in t}) == 1 for t in self._node_patterns(team))
 
     def ring_links(self, team: Sequence[int]) -> tuple[bool, ...]:
         """Per ring offset o = 1 .. d - 1: whether some rank's transfer from
-        position p + o crosses nodes (every rank waits for that step)."""
+        position p + o crosses nodes (every rank waits for that step), in
+        any team of the family."""
         d = len(team)
-        nodes = [self.node_of(r) for r in team]
-        return tuple(any(nodes[p] != nodes[(p + o) % d] for p in range(d)) for o in range(1, d))
+        patterns = [[self.node_of(r) for r in t] for t in self._node_patterns(team)]
+        return tuple(any(nodes[p] != nodes[(p + o) % d] for nodes in patterns for p in range(d)) for o in range(1, d))
 
 
 def load_machine(path: str | os.PathLike[str] | None = None) -> Machine:

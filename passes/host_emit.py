@@ -160,7 +160,8 @@ or the links file's `gpus_per_node`)."""
 
 
 class Ring:
-    """The transfers of a ring over `team`. Within one node: the one-sided
+    """The transfers of a ring over `team` (of each team of its family,
+    where it has translates). Within one node: the one-sided
     copy (a copy-engine `hir.get`/`hir.put` through a shared handle) as
     given. Across nodes: step by step (`offset` known), each rank whose
     peer is on its node makes the one-sided copy, the others a NCCL
@@ -171,11 +172,13 @@ class Ring:
         self.team = team
         self.node_of = node_of
         self.pos = pos
-        self.nodes = [node_of(r) for r in team]
+        # every team of a family (a team with translates): each may lie on nodes its own way
+        self.members = list(team.teams()) if getattr(team, "translates", ()) else [tuple(team)]
+        self.member_nodes = [[node_of(r) for r in t] for t in self.members]
 
     @property
     def spans_nodes(self) -> bool:
-        return len(set(self.nodes)) > 1
+        return any(len(set(nodes)) > 1 for nodes in self.member_nodes)
 
     @property
     def d(self) -> int:
@@ -183,10 +186,13 @@ class Ring:
 
     def node_teams(self) -> list[tuple[int, ...]]:
         """The ranks of the team on each node, in team order."""
-        out: dict[int, list[int]] = {}
-        for r, n in zip(self.team, self.nodes):
-            out.setdefault(n, []).append(r)
-        return [tuple(v) for v in out.values()]
+        teams: list[tuple[int, ...]] = []
+        for members, nodes in zip(self.members, self.member_nodes):
+            out: dict[int, list[int]] = {}
+            for r, n in zip(members, nodes):
+                out.setdefault(n, []).append(r)
+            teams.extend(tuple(v) for v in out.values())
+        return teams
 
     def fence(self, b: Emitter) -> None:
         """A copy-engine fence: over the team on one node, else one per node
@@ -217,11 +223,12 @@ class Ring:
             return
         d = self.d
         roles: dict[tuple[bool, bool, bool], list[int]] = {}
-        for p, rank in enumerate(self.team):
-            recv_local = self.nodes[p] == self.nodes[(p + offset) % d]
-            send_local = self.nodes[p] == self.nodes[(p - offset) % d]
-            role = (recv_local if pull else send_local, not send_local, not recv_local)
-            roles.setdefault(role, []).append(rank)
+        for members, nodes in zip(self.members, self.member_nodes):
+            for p, rank in enumerate(members):
+                recv_local = nodes[p] == nodes[(p + offset) % d]
+                send_local = nodes[p] == nodes[(p - offset) % d]
+                role = (recv_local if pull else send_local, not send_local, not recv_local)
+                roles.setdefault(role, []).append(rank)
         for (local, sends, recvs), ranks in roles.items():
 
             def body(e: Emitter, local: bool = local, sends: bool = sends, recvs: bool = recvs) -> None:

@@ -7,8 +7,10 @@ is that step; otherwise the steps of `reshard_util.plan_reshard`, each into a
 new buffer. Equal placements (Stream splits aside) are a `hir.copy`.
 
 **One mesh.** Each step is over one device type p, with one communication op
-per mesh slice (`Mesh.teams(p)`), each followed by its wait in the
-`hir.if_rank` of its team:
+for every mesh slice, its team the first slice's with translates to the
+others (`Mesh.translates(p)`, in the mesh's region), or, where the slices
+are not translates of one another, one op per slice (`Mesh.teams(p)`),
+each followed by its wait in the `hir.if_rank` of its team (`mesh_teams`):
 
 A step over a mesh axis of one device (teams of one) communicates nothing
 and copies nothing: the result is the operand's buffer.
@@ -359,29 +361,30 @@ class _Reshard:
         return f"partial->{p}"
 
     def step(self, step: Step, cur: SSAValue, s: Sharding, t: Sharding, site: str, aux: str) -> SSAValue:
-        """One collective on one mesh: one op per mesh slice (team), each in
-        the `hir.if_rank` of its team."""
+        """One collective on one mesh: one op for every mesh slice (a team
+        with translates), or one per slice, each in the `hir.if_rank` of
+        its team (`mesh_teams`)."""
         em = self.em
         mesh = self.mesh(t.mesh)
         assert step.ptype is not None
         n = mesh.axis_size(step.ptype)
         if n == 1:  # teams of one device: the blocks are the buffers, unchanged
             return cur
-        teams = mesh.teams(step.ptype)
+        teams = mesh_teams(mesh, step.ptype)
         self.mark(self.marker(step))
         out = self.alloc(site, self.local(t), mesh.devices)
         if step.kind == LOCAL_SLICE:
             dim = next(d for d in range(s.rank) if s.dims[d] != t.dims[d])
             chunks = math.prod(sp.factor for sp in t.dims[dim] if sp.is_stream)
-            for team in teams:
-                pos = em.team_index(team, team)
+            for team, tag in teams:
+                pos = em.team_index(team, tag)
                 if chunks == 1:
-                    em.copy(em.chunk(cur, pos, dim, n, team), out, team)
+                    em.copy(em.chunk(cur, pos, dim, n, tag), out, tag)
                     continue
                 # Interleaved (`Stream(S)*p`): block `pos` of each of the S
                 # chunks, through views splitting dim into (S, extent / S).
-                src, dst = (em.view(v, _split_dim(shape_of(v), dim, chunks), team) for v in (cur, out))
-                em.copy(em.chunk(src, pos, dim + 1, n, team), dst, team)
+                src, dst = (em.view(v, _split_dim(shape_of(v), dim, chunks), tag) for v in (cur, out))
+                em.copy(em.chunk(src, pos, dim + 1, n, tag), dst, tag)
         elif step.kind == ALLGATHER and step.gather_dim in s.interleaved_dims():
             chunks = math.prod(sp.factor for sp in s.dims[step.gather_dim] if sp.is_stream)
             self.collective_chunks(step, cur, out, step.gather_dim, chunks, teams)
@@ -392,35 +395,35 @@ class _Reshard:
         return out
 
     def whole(
-        self, step: Step, cur: SSAValue, out: SSAValue, operand: Sharding, n: int, teams: list[tuple[int, ...]], aux: str, devices: tuple[int, ...]
+        self, step: Step, cur: SSAValue, out: SSAValue, operand: Sharding, n: int, teams: Teams, aux: str, devices: tuple[int, ...]
     ) -> None:
         """One collective on whole buffers, its blocks stacked along dim 0."""
         em, backend = self.em, self.em.backend
         if step.kind == ALLGATHER:
             assert step.gather_dim is not None
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
-            for team in teams:
-                self.communicate(step, operand, hir.AllgatherOp(cur, buf, team, backend), team)
+            for team, tag in teams:
+                self.communicate(step, operand, hir.AllgatherOp(cur, buf, team, backend), tag)
             finish()
         elif step.kind == ALLTOALL:
             assert step.gather_dim is not None and step.scatter_dim is not None
             send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
             buf, finish = blocks_out(em, out, step.gather_dim, n, f"{aux}/out", devices)
-            for team in teams:
-                self.communicate(step, operand, hir.AlltoallOp(send, buf, team, backend), team)
+            for team, tag in teams:
+                self.communicate(step, operand, hir.AlltoallOp(send, buf, team, backend), tag)
             finish()
         elif step.kind == ALLREDUCE:
-            for team in teams:
-                self.communicate(step, operand, hir.AllreduceOp(cur, out, team, "sum", backend), team)
+            for team, tag in teams:
+                self.communicate(step, operand, hir.AllreduceOp(cur, out, team, "sum", backend), tag)
         elif step.kind == REDUCE_SCATTER:
             assert step.scatter_dim is not None
             send = blocks_in(em, cur, step.scatter_dim, n, f"{aux}/in", devices)
-            for team in teams:
-                self.communicate(step, operand, hir.ReduceScatterOp(send, out, team, "sum", backend), team)
+            for team, tag in teams:
+                self.communicate(step, operand, hir.ReduceScatterOp(send, out, team, "sum", backend), tag)
         else:
             raise ReshardError(f"step {step.kind} does not stay on one mesh")
 
-    def communicate(self, step: Step, operand: Sharding, op: Operation, team: tuple[int, ...]) -> None:
+    def communicate(self, step: Step, operand: Sharding, op: Operation, tag: tuple[int, ...]) -> None:
         """`op` and its wait, marked with the Stream split it runs under: a
         split on a dimension it communicates along on dim 0 of its operands
         (the stacked blocks), whatever that dimension's place in the
@@ -439,7 +442,7 @@ class _Reshard:
         elif mark is None and step.kind in (ALLREDUCE, REDUCE_SCATTER) and (sd := operand.stream_dim()) is not None:
             if step.kind == ALLREDUCE or 0 < sd[0] != step.scatter_dim:
                 em.marks = {**marks, STREAM_ATTR: ArrayAttr([IntegerAttr(sd[0], i64), IntegerAttr(sd[1], i64)])}
-        em.communicate(op, team)
+        em.communicate(op, tag)
         em.marks = marks
 
     def streamed(self, s: Sharding) -> Sharding:
@@ -465,7 +468,7 @@ class _Reshard:
             return None
         return sd, shape_of(out)[sd]
 
-    def collective_chunks(self, step: Step, cur: SSAValue, out: SSAValue, dim: int, chunks: int, teams: list[tuple[int, ...]]) -> None:
+    def collective_chunks(self, step: Step, cur: SSAValue, out: SSAValue, dim: int, chunks: int, teams: Teams) -> None:
         """One collective per chunk along `dim` (`hir.for %c = 0 to S`; the
         loop stream-pipeline runs on rotating streams): chunk c of the
         buffer into chunk c of the result, each seen without the dimensions
@@ -479,7 +482,7 @@ class _Reshard:
         for v, comm_dim in zip((cur, out), ends):
             if not _outermost(_chunk_shape(shape_of(v), dim, chunks), comm_dim):
                 raise ReshardError(f"the dimension {comm_dim} it communicates along is not outermost in memory in a chunk")
-        for team in teams:
+        for team, tag in teams:
             loop = hir.ForOp(0, chunks)
             c = loop.induction_var
             c.name_hint = "c"
@@ -508,7 +511,7 @@ class _Reshard:
             assert terminator is not None
             for o in (*body, comm, hir.WaitOp(comm.results[0])):
                 block.insert_op_before(o, terminator)
-            em.emit(loop, team)
+            em.emit(loop, tag)
 
     # ---- two meshes ---------------------------------------------------------------
     def cross_mesh(self, src: SSAValue, a: Sharding, b: Sharding, site: str, aux: str) -> SSAValue:
@@ -706,6 +709,22 @@ class _Reshard:
             em.emit(hir.WaitOp(token), tag)
         for stage, view in after:
             em.copy(stage, view, tag)
+
+
+Teams = list[tuple[hir.Team, tuple[int, ...]]]
+"""The teams of one collective over a mesh axis, each with the ranks whose
+`hir.if_rank` runs it."""
+
+
+def mesh_teams(mesh: Mesh, ptype: str) -> Teams:
+    """The teams over `ptype`: one team and its translates, run in the
+    region of the whole mesh, where the slices are translates of one another
+    (one op serves every slice, whatever their number); otherwise one team
+    per slice, each in its own region."""
+    family = mesh.translates(ptype)
+    if family is not None:
+        return [(hir.Team(*family), mesh.devices)]
+    return [(hir.Team(team), team) for team in mesh.teams(ptype)]
 
 
 def _one_split(s: Sharding, mesh: Mesh) -> tuple[str, int] | None:

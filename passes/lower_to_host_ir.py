@@ -21,8 +21,10 @@ types. In its body, for each fusion op in order:
 Ranks outside a mesh: all work on a mesh's tensors is wrapped in
 `hir.if_rank [mesh devices]` (consecutive ops on the same ranks share one
 region; values used later leave it through `hir.yield`). On a 2-D mesh a
-collective is one op per mesh slice, each with its wait in the
-`hir.if_rank [team]` of its team (so is a local slice's `hir.team_index`).
+collective within every mesh slice is one op whose team has translates, in
+the mesh's region (so is a local slice's `hir.team_index`); where the
+slices are not translates of one another (ids not equally spaced), one op
+per slice, each with its wait in the `hir.if_rank [team]` of its team.
 Transfers between meshes are wrapped per rank (`hir.if_rank [r]`). So every
 op runs exactly on the ranks that own its tensors, without relying on the
 evaluator skipping ops with absent operands (but for the root-only operands

@@ -171,9 +171,9 @@ class _Walk(RankWalk):
             return True
         if self.n is None:
             return None
-        first, last = min(team, default=0), max(team, default=-1)
+        first, last = min(team, default=0), team.top if team else -1  # a family's: every team of it
         self.top = max(self.top, last + 1)
-        return self._all(team, first, last)
+        return self._all(range(len(team) * team.count), first, last)
 
     def wait_for(self, clock: Clock | None) -> None:
         if not self.regions:  # in a region some ranks skip, no stream waits everywhere

@@ -58,6 +58,7 @@ from fuserc.dialects import hir
 from fuserc.dialects.fusion import shape_of, sharding_of, stat_type
 from fuserc.dialects.fusion_builder import make_op
 from fuserc.dialects.fusion_nn import AttentionOp, SdpaOp
+from fuserc.passes.lower_reshard import Teams, mesh_teams
 from fuserc.passes.reshard_util import inverse
 from fuserc.passes.stream_sites import RESHARD_ATTR
 from fuserc.sharding import Mesh
@@ -72,19 +73,26 @@ SEQ = 2
 @dataclass(frozen=True)
 class Ring:
     """The ring of one attention op: its mesh, the axis its sequence is
-    split over, and that axis's teams (one per slice of the mesh)."""
+    split over, and that axis's teams with the ranks of their regions
+    (`lower_reshard.mesh_teams`: one team translated to every slice of the
+    mesh, or one per slice)."""
 
     mesh: Mesh
     ptype: str
-    teams: list[tuple[int, ...]]
+    teams: Teams
 
     @property
     def size(self) -> int:
-        return len(self.teams[0])
+        return len(self.teams[0][0])
 
     def ranks(self, positions: Sequence[int]) -> tuple[int, ...]:
         """The ranks at these team positions, over every team."""
-        return tuple(sorted(t[p] for t in self.teams for p in positions))
+        return tuple(sorted(m[p] for t, _ in self.teams for m in t.teams() for p in positions))
+
+    @staticmethod
+    def at(team: hir.Team, p: int) -> tuple[int, ...]:
+        """The ranks at position p of `team`, in every team of its family."""
+        return tuple(sorted(m[p] for m in team.teams()))
 
 
 def ring_of(low: _FunctionLowering, op: Operation) -> Ring | None:
@@ -106,7 +114,7 @@ def ring_of(low: _FunctionLowering, op: Operation) -> Ring | None:
         return None
     if op.options()[0] and shape_of(op.operands[0])[SEQ] != shape_of(op.operands[1])[SEQ]:
         raise error_at(op, f"'{op.name}': causal ring attention needs q and k of one sequence length, got {shape_of(op.operands[0])[SEQ]} and {shape_of(op.operands[1])[SEQ]}")
-    return Ring(mesh, ptype, mesh.teams(ptype))
+    return Ring(mesh, ptype, mesh_teams(mesh, ptype))
 
 
 class _Emit:
@@ -122,7 +130,7 @@ class _Emit:
         self.zig = causal and local_seq % 2 == 0
         """Causal attention runs on the zigzag layout (module docstring)."""
         self.halves = [em.constant(h, self.all) for h in (0, 1)]
-        self.team_of = {r: team for team in ring.teams for r in team}
+        self.team_of = {r: team for team, tag in ring.teams for r in tag}
         self.pos: dict[tuple[int, ...], list[SSAValue]] = {}
         self.next: dict[tuple[int, ...], SSAValue] = {}
         self.prev: dict[tuple[int, ...], SSAValue] = {}
@@ -130,13 +138,13 @@ class _Emit:
         self.main = em.emit(hir.GetCurrentStreamOp(), self.all).results[0]
         zero = em.constant(0, self.all)
         self.side = em.emit(hir.StreamForOp(zero, 1), self.all).results[0]
-        for team in ring.teams:
-            pos = em.team_index(team, team)
-            one, back = em.constant(1, team), em.constant(d - 1, team)
-            self.next[team] = em.emit(hir.AddModOp(pos, one, d), team).results[0]
-            self.prev[team] = em.emit(hir.AddModOp(pos, back, d), team).results[0]
+        for team, tag in ring.teams:
+            pos = em.team_index(team, tag)
+            one, back = em.constant(1, tag), em.constant(d - 1, tag)
+            self.next[team] = em.emit(hir.AddModOp(pos, one, d), tag).results[0]
+            self.prev[team] = em.emit(hir.AddModOp(pos, back, d), tag).results[0]
             if self.zig:
-                self.pos[team] = [em.constant(i, team) for i in range(d)]
+                self.pos[team] = [em.constant(i, tag) for i in range(d)]
 
     # ---- buffers ---------------------------------------------------------------
     def alloc(self, like: Like, suffix: str, elem: Attribute | None = None) -> SSAValue:
@@ -263,7 +271,7 @@ class _Emit:
         sent ones) is done; their tokens, which the main stream waits on
         after the step. `what` names them in the communication report."""
         return self.exchange(
-            [(team, [(b, self.next[team]) for b in sends], [(b, self.prev[team]) for b in recvs]) for team in self.ring.teams],
+            [(tag, [(b, self.next[team]) for b in sends], [(b, self.prev[team]) for b in recvs]) for team, tag in self.ring.teams],
             f"ring {self.op.name.removeprefix('fusion.')} {what}",
         )
 
@@ -311,9 +319,9 @@ class _Emit:
         c (c < d, first half) or 2d-1-c (second half)."""
         z = self.zig_alloc(x, f"zig/{name}")
         moves, d = [], self.ring.size
-        for team in self.ring.teams:
+        for team, _ in self.ring.teams:
             for p in range(d):
-                r = (team[p],)
+                r = self.ring.at(team, p)
                 sends, recvs = [], []
                 for h in (0, 1):
                     o, slot = self._owner(2 * p + h)
@@ -333,9 +341,9 @@ class _Emit:
     def from_zig(self, z: SSAValue, dst: SSAValue, name: str) -> None:
         """`to_zig` undone: `z`'s chunks into block-laid `dst`."""
         moves, d = [], self.ring.size
-        for team in self.ring.teams:
+        for team, _ in self.ring.teams:
             for p in range(d):
-                r = (team[p],)
+                r = self.ring.at(team, p)
                 sends, recvs = [], []
                 for slot, c in ((0, p), (1, 2 * d - 1 - p)):
                     dest, h = divmod(c, 2)

@@ -289,7 +289,7 @@ def gemm_time(op: Operation, machine: Machine) -> float:
 
 def _transfer(comm: Operation, machine: Machine) -> float:
     """The collective's time by the cost model (NCCL's bus bytes)."""
-    team = list(comm.team)  # type: ignore[attr-defined]
+    team = comm.team  # type: ignore[attr-defined]
     return machine.nccl(float(comm.wire_bytes()), not machine.one_node(team))  # type: ignore[attr-defined]
 
 
@@ -440,8 +440,8 @@ def pull_beside(block: Block, machine: Machine) -> int:
     many reduce-scatters changed."""
     changed = 0
     for rs in [o for o in block.ops if isinstance(o, hir.ReduceScatterOp)]:
-        team = tuple(rs.team)
-        if rs.backend != "nccl" or rs.reduction_op != "sum" or len(team) < 2 or not machine.one_node(list(team)):
+        team = rs.team
+        if rs.backend != "nccl" or rs.reduction_op != "sum" or len(team) < 2 or not machine.one_node(team):
             continue
         wait, streams = _wait_of(rs, block), _worker_of(rs)
         alloc = rs.input.owner
@@ -493,7 +493,7 @@ def _worker_of(comm: Operation) -> tuple[SSAValue, SSAValue] | None:
 
 def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: Block) -> None:
     """The ops replacing `rs` (see `pull_beside`) and its closing fence."""
-    team, d = tuple(rs.team), len(rs.team)
+    team, d = rs.team, len(rs.team)  # with its translates: each team pulls within itself
     p, y = rs.input, rs.output
     e = Emitter(rs.location)
     handle = e.value(hir.ShareOp(p, team), "h")

@@ -95,7 +95,7 @@ class RankWalk:
         elif isinstance(op, hir.ConstantOp):
             env[op.result] = op.value
         elif isinstance(op, hir.TeamIndexOp):
-            env[op.result] = op.team.index(self.rank) if self.rank in self.ranks[op] else None
+            env[op.result] = op.team.position(self.rank) if self.rank in self.ranks[op] else None
         elif isinstance(op, hir.AddModOp):
             a, b = env.get(op.lhs), env.get(op.rhs)
             env[op.result] = (a + b) % op.modulus if a is not None and b is not None else None
@@ -104,7 +104,8 @@ class RankWalk:
             env[op.result] = a // op.divisor if a is not None else None
         elif isinstance(op, hir.TeamRankOp):
             p = env.get(op.position)
-            env[op.result] = op.team[p] if p is not None and 0 <= p < len(op.team) else None
+            own = op.team.of(self.rank) if p is not None and 0 <= p < len(op.team) else None  # this rank's team of a family
+            env[op.result] = own[p] if own is not None else None
         elif isinstance(op, hir.GetCurrentStreamOp):
             env[op.stream] = self.current
         elif isinstance(op, hir.StreamForOp):

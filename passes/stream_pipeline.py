@@ -200,7 +200,7 @@ class StreamPipeline(ModulePass):
         if s % d:
             raise error_at(
                 site.anchor,
-                f"stream-pipeline: {what} does not fit the {role} the {d} devices of team {list(site.team)}: "
+                f"stream-pipeline: {what} does not fit the {role} the {d} devices of team {list(site.team)}{getattr(site.team, 'translates_text', str)()}: "
                 f"S must be a multiple of {d} (chunk c belongs to device c * {d} / S)",
             )
         if rows % s:

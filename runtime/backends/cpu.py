@@ -175,6 +175,7 @@ class CpuBackend(Backend):
     def __init__(self, env: MpiEnv):
         super().__init__(env)
         self._comms: dict[Team, Any] = {}
+        self._families: set[Team] = set()  # families of teams (hir.Team with translates) already split
         self._pending: list[CpuWork] = []
         self._main = CpuStream("main")
         self._current = self._main
@@ -184,9 +185,19 @@ class CpuBackend(Backend):
     # ---- program load -------------------------------------------------------
     def prepare_teams(self, teams: Sequence[Team]) -> None:
         """One communicator per team, made with MPI_Comm_create_group by the
-        team's members only. Every rank walks the same list in the same
-        order, so each creation completes before any member starts the next."""
+        team's members only; the teams of a family (translates of one team)
+        by one MPI_Comm_split of the world, colored by team. Every rank walks
+        the same list in the same order, so each creation completes before
+        any member starts the next."""
         for team in teams:
+            if getattr(team, "translates", ()):  # a family: one split of the world for all its teams
+                if team in self._families:
+                    continue
+                self._families.add(team)
+                own, comm = self.env.family_comm(team, tag=7)  # type: ignore[arg-type]
+                if own is not None and own not in self._comms:
+                    self._comms[own] = comm
+                continue
             if team in self._comms:
                 continue
             comm = self.env.team_comm(team, tag=7)
@@ -491,6 +502,7 @@ class CpuBackend(Backend):
         for comm in self._comms.values():
             comm.Free()
         self._comms.clear()
+        self._families.clear()
 
     # ---- internals ----------------------------------------------------------
     def _same_node(self, team: Team, peer: int, what: str) -> None:

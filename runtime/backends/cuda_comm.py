@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from fuserc.diagnostics import Diagnostic
+from fuserc.dialects.hir_team import Team as HirTeam
 from fuserc.runtime.backends.backend import Handle, ReduceOp, Team
 from fuserc.runtime.job.mpi_env import MpiEnv
 
@@ -423,7 +424,9 @@ class Communicators:
             return
         self._seen.update(new)
         rank, world = self.env.rank, self.env.comm
-        for team in new:
+        families = [t if isinstance(t, HirTeam) else HirTeam(t) for t in new]
+        own = [f.of(rank) for f in families]  # this rank's team of each (a family: one of its translates)
+        for team in (m for f in families for m in f.teams()):  # every team on every rank: all refuse alike
             gpus = [self.gpu_of[r] for r in team]
             if len(set(gpus)) != len(gpus):
                 a, b = next((team[i], team[j]) for i in range(len(team)) for j in range(i) if gpus[i] == gpus[j])
@@ -432,16 +435,20 @@ class Communicators:
                     "their node: the cuda backend needs one GPU per rank (run at most as many ranks per "
                     "node as the node has GPUs)"
                 )
-        mine = {i: nccl.get_unique_id() for i, t in enumerate(new) if t[0] == rank}
-        ids: dict[int, Any] = {}
+        # one NCCL id per team, made by its first member (of each team of a family)
+        mine = {(i, t[0]): nccl.get_unique_id() for i, t in enumerate(own) if t is not None and t[0] == rank}
+        ids: dict[tuple[int, int], Any] = {}
         for part in world.allgather(mine):
             ids.update(part)
-        for i, team in enumerate(new):
-            comm = self.env.team_comm(team, tag=8)  # collective over the world under torchrun
-            if comm is None:
+        for i, (family, team) in enumerate(zip(families, own)):
+            if family.translates:  # every team of the family by one split of the world
+                _, comm = self.env.family_comm(family, tag=8)
+            else:
+                comm = self.env.team_comm(family, tag=8)  # collective over the world under torchrun
+            if comm is None or team is None:
                 continue
             self._mpi[team] = comm
-            self._nccl[team] = nccl.NcclCommunicator(len(team), ids[i], team.index(rank))
+            self._nccl[team] = nccl.NcclCommunicator(len(team), ids[(i, team[0])], team.index(rank))
 
     def nccl(self, team: Team) -> Any:
         comm = self._nccl.get(team)

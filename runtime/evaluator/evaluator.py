@@ -581,11 +581,11 @@ def collect_teams(func: FuncOp) -> list[Team]:
     """Every team the program communicates over, in a deterministic order
     (the same on every rank)."""
     teams = {
-        tuple(op.team)
+        op.team
         for op in func.walk()
         if isinstance(op, (*hir.COMMUNICATION_OPS, hir.ShareOp))
     }
-    return sorted(teams, key=lambda t: (len(t), t))
+    return sorted(teams, key=lambda t: (len(t), tuple(t), t.translates))
 
 
 def mesh_ranks(meshes: dict[str, Mesh]) -> tuple[int, str]:
@@ -634,7 +634,7 @@ def _required_ranks(func: FuncOp, meshes: dict[str, Mesh]) -> tuple[int, str]:
     for op in func.walk():
         top = None
         if isinstance(op, hir.TeamOp) and op.team:
-            top = max(op.team)
+            top = op.team.top  # its translates' too
         elif isinstance(op, hir.IfRankOp) and op.ranks:
             top = op.ranks.last  # from its runs, not its ranks
         if top is not None and top + 1 > best:

@@ -185,6 +185,13 @@ class Planner:
                 out.setdefault(b, {}).setdefault(k, []).append((self.slot(v), roots[v]))
         return {b: {k: tuple(p) for k, p in steps.items()} for b, steps in out.items()}
 
+    def team(self, op: hir.TeamOp) -> tuple[int, ...]:
+        """This rank's team of `op` (of its family, where the team has
+        translates); planned on members only."""
+        own = op.team.of(self.rank)
+        assert own is not None
+        return own
+
     def slot(self, v: SSAValue) -> int:
         s = self._slots.get(v)
         if s is None:
@@ -218,7 +225,7 @@ class Planner:
         prepare = PREPARE.get(type(op))
         if prepare is None:
             return Step(op, _unsupported(op), (), False, results)
-        if isinstance(op, hir.TeamOp) and self.rank not in op.team:
+        if isinstance(op, hir.TeamOp) and not op.team.covers(self.rank):
             return Step(op, None, (), False, results)
         optional = {getattr(op, name) for name in _ROOT_ONLY.get(type(op), ())}
         required = tuple(

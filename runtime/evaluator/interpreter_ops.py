@@ -110,7 +110,7 @@ def _constant(pl: Planner, op: hir.ConstantOp) -> Run:
 
 @prepares(hir.TeamIndexOp)
 def _team_index(pl: Planner, op: hir.TeamIndexOp) -> Run:
-    result, value = pl.slot(op.result), op.team.index(pl.rank)  # planned on members only
+    result, value = pl.slot(op.result), pl.team(op).index(pl.rank)  # planned on members only
 
     def run(it: Interpreter) -> None:
         it.env[result] = value
@@ -120,7 +120,7 @@ def _team_index(pl: Planner, op: hir.TeamIndexOp) -> Run:
 
 @prepares(hir.TeamRankOp)
 def _team_rank(pl: Planner, op: hir.TeamRankOp) -> Run:
-    result, position, team = pl.slot(op.result), pl.slot(op.position), op.team
+    result, position, team = pl.slot(op.result), pl.slot(op.position), pl.team(op)
     size = len(team)
 
     def run(it: Interpreter) -> None:
@@ -226,7 +226,7 @@ def _wait_event(pl: Planner, op: hir.WaitEventOp) -> Run:
 
 @prepares(hir.AllgatherOp)
 def _allgather(pl: Planner, op: hir.AllgatherOp) -> Run:
-    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -237,7 +237,7 @@ def _allgather(pl: Planner, op: hir.AllgatherOp) -> Run:
 
 @prepares(hir.BroadcastOp)
 def _broadcast(pl: Planner, op: hir.BroadcastOp) -> Run:
-    token, buf, root, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.root), op.team, pl.backend
+    token, buf, root, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.root), pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -250,7 +250,7 @@ def _broadcast(pl: Planner, op: hir.BroadcastOp) -> Run:
 @prepares(hir.ScatterOp)
 def _scatter(pl: Planner, op: hir.ScatterOp) -> Run:
     token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b = op.team, pl.backend
+    team, b = pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -263,7 +263,7 @@ def _scatter(pl: Planner, op: hir.ScatterOp) -> Run:
 @prepares(hir.GatherOp)
 def _gather(pl: Planner, op: hir.GatherOp) -> Run:
     token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b = op.team, pl.backend
+    team, b = pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -276,7 +276,7 @@ def _gather(pl: Planner, op: hir.GatherOp) -> Run:
 @prepares(hir.ReduceOp)
 def _reduce(pl: Planner, op: hir.ReduceOp) -> Run:
     token, inp, out, root = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.slot(op.root)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+    team, b, red = pl.team(op), pl.backend, reduce_op_name(op.reduction_op)
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -289,7 +289,7 @@ def _reduce(pl: Planner, op: hir.ReduceOp) -> Run:
 @prepares(hir.AllreduceOp)
 def _allreduce(pl: Planner, op: hir.AllreduceOp) -> Run:
     token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+    team, b, red = pl.team(op), pl.backend, reduce_op_name(op.reduction_op)
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -301,7 +301,7 @@ def _allreduce(pl: Planner, op: hir.AllreduceOp) -> Run:
 @prepares(hir.ReduceScatterOp)
 def _reduce_scatter(pl: Planner, op: hir.ReduceScatterOp) -> Run:
     token, inp, out = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output)
-    team, b, red = op.team, pl.backend, reduce_op_name(op.reduction_op)
+    team, b, red = pl.team(op), pl.backend, reduce_op_name(op.reduction_op)
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -312,7 +312,7 @@ def _reduce_scatter(pl: Planner, op: hir.ReduceScatterOp) -> Run:
 
 @prepares(hir.AlltoallOp)
 def _alltoall(pl: Planner, op: hir.AlltoallOp) -> Run:
-    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -323,7 +323,7 @@ def _alltoall(pl: Planner, op: hir.AlltoallOp) -> Run:
 
 @prepares(hir.AlltoallvOp)
 def _alltoallv(pl: Planner, op: hir.AlltoallvOp) -> Run:
-    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), op.team, pl.backend
+    token, inp, out, team, b = pl.slot(op.token), pl.slot(op.input), pl.slot(op.output), pl.team(op), pl.backend
     send, recv = pl.slot(op.send_counts), pl.slot(op.recv_counts)
 
     def run(it: Interpreter) -> None:
@@ -340,7 +340,7 @@ def _alltoallv(pl: Planner, op: hir.AlltoallvOp) -> Run:
 
 @prepares(hir.SendOp)
 def _send(pl: Planner, op: hir.SendOp) -> Run:
-    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -352,7 +352,7 @@ def _send(pl: Planner, op: hir.SendOp) -> Run:
 
 @prepares(hir.RecvOp)
 def _recv(pl: Planner, op: hir.RecvOp) -> Run:
-    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), op.team, pl.backend
+    token, buf, peer, team, b = pl.slot(op.token), pl.slot(op.buffer), pl.slot(op.peer), pl.team(op), pl.backend
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -364,7 +364,7 @@ def _recv(pl: Planner, op: hir.RecvOp) -> Run:
 
 @prepares(hir.BarrierOp)
 def _barrier(pl: Planner, op: hir.BarrierOp) -> Run:
-    token, team, word = pl.slot(op.token), op.team, op.backend
+    token, team, word = pl.slot(op.token), pl.team(op), op.backend
 
     def run(it: Interpreter) -> None:
         it.env[token] = it.backend.team_barrier(team, word)
@@ -517,7 +517,7 @@ def _share(pl: Planner, op: hir.ShareOp) -> Run:
     """Once per cached allocation (and view of it): the handle is kept with
     the cache entry. A buffer from outside the cache is shared for this run
     only."""
-    handle_slot, buffer, team, b, program = pl.slot(op.handle), pl.slot(op.buffer), op.team, pl.backend, pl.program
+    handle_slot, buffer, team, b, program = pl.slot(op.handle), pl.slot(op.buffer), pl.team(op), pl.backend, pl.program
 
     def run(it: Interpreter) -> None:
         buf = it.env[buffer]

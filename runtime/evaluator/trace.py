@@ -91,6 +91,8 @@ def op_args(op: Operation) -> dict[str, Any]:
     team = getattr(op, "team", None) if isinstance(op, hir.TeamOp) else None
     if team is not None:
         args["team"] = list(team)
+        if team.translates:  # the first team of a family: each rank ran in its own translate
+            args["translates"] = [list(t) for t in team.translates]
     if isinstance(op, (hir.MatmulOp, hir.LinearOp)):
         a, out = op.operands[0].type, op.out.type
         assert isinstance(a, TensorType) and isinstance(out, TensorType)

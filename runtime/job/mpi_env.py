@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from fuserc.diagnostics import Diagnostic
+from fuserc.dialects.hir_team import Team as HirTeam
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """The environment torchrun gives each process (it selects TorchEnv; checked
@@ -119,6 +120,20 @@ class MpiEnv:
         comm = self.comm.Create_group(group, tag=tag)
         group.Free()
         return comm
+
+    def family_comm(self, team: HirTeam, tag: int) -> tuple[tuple[int, ...] | None, Any | None]:
+        """(this rank's own team of the family `team`, its communicator),
+        (None, None) on ranks in no team: every team of the family at once,
+        by one MPI_Comm_split of the world colored by team (every rank calls
+        it for the same families in the same order)."""
+        from mpi4py import MPI
+
+        found = team.locate(self.rank)
+        color, key = (found[0], found[1]) if found is not None else (MPI.UNDEFINED, 0)
+        comm = self.comm.Split(color, key)
+        if found is None or comm == MPI.COMM_NULL:
+            return None, None
+        return team.of(self.rank), comm
 
     def share_memory(self, mem: Any, comm: Any) -> Any:
         """An RMA window over `mem` (the cpu backend's peer copies)."""
@@ -245,6 +260,16 @@ class TorchEnv(MpiEnv):
 
     def team_comm(self, team: Sequence[int], tag: int) -> Any | None:
         return self.comm.team(team)
+
+    def family_comm(self, team: HirTeam, tag: int) -> tuple[tuple[int, ...] | None, Any | None]:
+        """Every team of the family made as a group (torch.distributed's
+        groups are made by every rank, one by one); this rank's."""
+        own = team.of(self.rank)
+        mine = None
+        for members in team.teams():
+            comm = self.comm.team(members)
+            mine = comm if comm is not None else mine
+        return own, mine if own is not None else None
 
     def share_memory(self, mem: Any, comm: Any) -> Any:
         raise Diagnostic(f"hir.share on the cpu backend: {NO_WINDOWS}")

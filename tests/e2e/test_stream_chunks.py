@@ -6,8 +6,9 @@ explicit device dimension (`x [S, d, M/(S*d), K]`) for AllGather + GEMM
 and GEMM + ReduceScatter, a matmul + AllReduce, the DIDx-to-Stream
 allgather without a GEMM, the row-parallel linear with an allreduce per
 chunk, GEMM + ReduceScatter (explicit layout) and GEMM + AllReduce with
-the split on the partial product, alltoalls with a Stream split (per chunk, or whole and explained
-where the split cuts the gathered dimension). Each runs under the
+the split on the partial product, alltoalls with a Stream split (per chunk, on a 1-D mesh or in every
+column of a 2-D one, or whole and explained where the split cuts the
+gathered dimension). Each runs under the
 collective pipelines, the rings where they exist, and auto, against the
 float64 reference (tests/e2e/batch.py, one mpiexec launch); and again as 2 nodes of 2 ranks ($FUSERC_GPUS_PER_NODE=2),
 where the rings move chunks between nodes by send/recv (the cpu backend
@@ -174,7 +175,8 @@ PROGRAMS: dict[str, str] = {
         [("y", "fusion.set", ["x"], t("8x16", "-, DIDx*Stream(2)"))],
         t("8x16", "-, DIDx*Stream(2)"),
     ),
-    # On a 2-D mesh, each team's alltoall in its own hir.if_rank: whole, explained
+    # On a 2-D mesh, the alltoall of every column is one op (its team with
+    # its translates): per chunk, as on a 1-D mesh
     "alltoall_mesh2d": """fusion.mesh @g shape = [2, 2]
 func.func @main(%x: tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>> {
   %y = fusion.relu %x : (tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
@@ -189,7 +191,7 @@ func.func @main(%x: tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tens
     ),
 }
 
-EXPLAINED = ("alltoall_gathered", "alltoall_mesh2d")
+EXPLAINED = ("alltoall_gathered",)
 """Programs whose Stream split cannot run per chunk: every algorithm leaves
 them whole, with hir.pipeline = none and why."""
 
@@ -314,15 +316,16 @@ def test_explicit_gemm_reduce_scatter_and_alltoall_per_chunk() -> None:
     partial product runs its GEMM and collective chunk by chunk in one loop;
     an alltoall with
     a Stream split on a dimension it does not exchange, or inside the
-    device split it makes, runs one alltoall per chunk; one whose split
-    cuts what it gathers, or that is one team's of a 2-D mesh, says why it
-    runs whole."""
+    device split it makes, or the alltoall of every column of a 2-D mesh
+    (one op, its team translated), runs one alltoall per chunk; one whose
+    split cuts what it gathers says why it runs whole."""
     cases = (
         ("matmul_rs_explicit", ["hir.matmul", "hir.reduce_scatter"]),
         ("matmul_ar_partial", ["hir.matmul", "hir.allreduce"]),
         ("matmul_rs_partial_stream", ["fusion.matmul", "hir.reduce_scatter"]),
         ("alltoall_chunks", ["hir.alltoall"]),
         ("alltoall_scattered", ["hir.alltoall"]),
+        ("alltoall_mesh2d", ["hir.alltoall %pc, %yc team = [0, 2] translated [2 step 1]"]),
     )
     for name, ops in cases:
         text = host(name, ONE_NODE["collective"])
@@ -331,8 +334,6 @@ def test_explicit_gemm_reduce_scatter_and_alltoall_per_chunk() -> None:
         assert all(op in loop for op in ops), text
     text = host("alltoall_gathered", ONE_NODE["collective"])
     assert "cuts the dimension the hir.alltoall communicates along" in text, text
-    text = host("alltoall_mesh2d", ONE_NODE["collective"])
-    assert "of one team of the mesh (in its own hir.if_rank" in text, text
 
 
 def test_rings_across_nodes_use_send_recv() -> None:

@@ -21,9 +21,10 @@ from batch import launch_batches
 from test_pipeline import CASES, Case
 
 RANKS = (2, 4)
-CHOSEN = re.compile(r"(rt_(allgather|allreduce|alltoall|broadcast|gather|reduce|reduce_scatter|scatter|sendrecv)|case_sp_mlp|example_sp_mlp)-n\d-(f32|own)$")
-"""Every kind of collective (gloo moves the bytes; reductions in float)
-and the sequence-parallel MLP end to end."""
+CHOSEN = re.compile(r"(rt_(allgather|allreduce|alltoall|broadcast|gather|reduce|reduce_scatter|scatter|sendrecv)|case_sp_mlp|case_mesh2d|example_sp_mlp)-n\d-(f32|own)$")
+"""Every kind of collective (gloo moves the bytes; reductions in float),
+the sequence-parallel MLP end to end, and a 2-D mesh (collectives whose
+teams have translates: a group per slice, made by every rank)."""
 TORCH_CASES = [c for c in CASES if c.n in RANKS and CHOSEN.match(c.ident)]
 
 

@@ -247,6 +247,38 @@ func.func @f() {
 
 // -----
 
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'hir.allreduce' op the teams of team = [0, 1, 2] translated [2 step 2] are not disjoint: the translate 2 step 2 overlaps the teams its smaller strides make (each spans 3 ranks)}}
+  %t = hir.allreduce %x, %x op = sum team = [0, 1, 2] translated [2 step 2] backend = nccl : (tensor<8xf32>, tensor<8xf32>) -> !hir.token
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{the teams of team = [0, 4] translated [3 step 2, 2 step 1] are not disjoint: the translate 3 step 2 overlaps the teams its smaller strides make (each spans 6 ranks)}}
+  %p = hir.team_index team = [0, 4] translated [3 step 2, 2 step 1] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{each translate needs a count >= 1 and a stride >= 1}}
+  %p = hir.team_index team = [0, 1] translated [2 step 0] : index
+  func.return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{translates must be (count, stride) pairs, got [2]}}
+  %p = "hir.team_index"() <{team = array<i64: 0, 1>, translates = array<i64: 2>}> : () -> index
+  func.return
+}
+
+// -----
+
 func.func @f() {
   // expected-error @+1 {{'0 to 64 step 0' is not a range of ranks: it needs start < stop and step >= 1}}
   %p = hir.team_index team = [0 to 64 step 0] : index

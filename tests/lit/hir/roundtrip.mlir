@@ -42,6 +42,26 @@ func.func @runs() {
   func.return
 }
 
+// A team with translates: the team and its copies shifted by multiples of
+// each stride, one team per offset (every DIDx row of a [65536, 64] mesh,
+// every DIDy column, the DIDy teams of a 3-D mesh).
+// GENERIC-LABEL: "func.func"() <{sym_name = "translated"
+// GENERIC: "hir.allreduce"(%x, %x) <{op = "sum", team = array<i64: 0, 1, 2, 3>, translates = array<i64: 2, 4>, backend = "nccl"}>
+// CHECK-LABEL: func.func @translated(%x: tensor<8xf32>) {
+// CHECK-NEXT: %t = hir.allreduce %x, %x op = sum team = [0, 1, 2, 3] translated [2 step 4] backend = nccl : (tensor<8xf32>, tensor<8xf32>) -> !hir.token
+// CHECK-NEXT: %p = hir.team_index team = [0 to 4194304 step 64] translated [64 step 1] : index
+// CHECK-NEXT: %r = hir.team_rank %p team = [0, 2] translated [2 step 4, 2 step 1] : index
+// CHECK-NEXT: %h = hir.share %x team = [0 to 64] translated [65536 step 64] : tensor<8xf32> -> !hir.handle
+// CHECK-NEXT: %f = hir.barrier team = [0, 1] translated [2 step 2] backend = nccl : !hir.token
+func.func @translated(%x: tensor<8xf32>) {
+  %t = hir.allreduce %x, %x op = sum team = [0, 1, 2, 3] translated [2 step 4] backend = nccl : (tensor<8xf32>, tensor<8xf32>) -> !hir.token
+  %p = hir.team_index team = [0 to 4194304 step 64] translated [64 step 1] : index
+  %r = hir.team_rank %p team = [0, 2] translated [2 step 4, 2 step 1] : index
+  %h = hir.share %x team = [0 to 64] translated [65536 step 64] : tensor<8xf32> -> !hir.handle
+  %f = hir.barrier team = [0, 1] translated [2 step 2] backend = nccl : !hir.token
+  func.return
+}
+
 // GENERIC-LABEL: "func.func"() <{sym_name = "allocation"
 // GENERIC: %b = "hir.alloc"() <{site = "allocation/0/b"}> : () -> tensor<64x16xbf16>
 // GENERIC: "hir.dealloc"(%b) : (tensor<64x16xbf16>) -> ()

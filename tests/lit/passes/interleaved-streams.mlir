@@ -67,7 +67,7 @@ func.func @inner(%x: !s) -> !r {
 
 // -----
 
-// A 2-D mesh: one loop per DIDx team.
+// A 2-D mesh: one loop for every DIDx team (a team with its translates).
 !s = tensor<32x8xf32, #fusion.sharding<@g, [Stream(2)*DIDx, DIDy]>>
 !r = tensor<32x8xf32, #fusion.sharding<@g, [-, DIDy]>>
 fusion.mesh @g shape = [2, 2]
@@ -76,12 +76,11 @@ func.func @grid(%x: !s) -> !r {
   func.return %y : !r
 }
 // CHECK-LABEL: func.func @grid(
-// CHECK: hir.if_rank [0, 1] {
-// CHECK-NEXT: hir.for
-// CHECK: hir.allgather {{.*}} team = [0, 1]
-// CHECK: hir.if_rank [2, 3] {
-// CHECK-NEXT: hir.for
-// CHECK: hir.allgather {{.*}} team = [2, 3]
+// CHECK: hir.if_rank [0, 1, 2, 3] -> (tensor<32x4xf32>) {
+// CHECK: hir.for
+// CHECK: hir.allgather {{.*}} team = [0, 1] translated [2 step 2]
+// CHECK-NOT: hir.for
+// CHECK: func.return
 
 // -----
 

@@ -1,5 +1,6 @@
 // RUN: %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-h200.json"}' --split-input-file %s | filecheck %s
 // RUN: env FUSERC_GPUS_PER_NODE=2 %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-h200.json"}' --split-input-file %s | filecheck %s --check-prefix=NODES
+// RUN: env FUSERC_GPUS_PER_NODE=6 %fuserc opt -p 'stream-pipeline{links="%S/Inputs/links-h200.json"}' --split-input-file %s | filecheck %s --check-prefix=NODES6
 
 // A reduce-scatter that the schedule runs beside GEMMs (a backward's input
 // gradient, the sum of two GEMMs, beside its weight gradients), over ranks
@@ -51,6 +52,41 @@ func.func @beside_weight_gradients(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x
 
 // -----
 
+// The reduce-scatter of both rows of a [2, 4] mesh (its team translated):
+// pulls within each row, its share, fences and positions translated too;
+// across nodes of 2 ranks (each row spans two) it stays a collective.
+// CHECK-LABEL: func.func @translated
+// CHECK:      %[[H:.*]] = hir.share %p team = [0, 1, 2, 3] translated [2 step 4]
+// CHECK-NEXT: %[[F:.*]] = hir.barrier team = [0, 1, 2, 3] translated [2 step 4] backend = cuda_ipc
+// CHECK-NEXT: hir.wait %[[F]]
+// CHECK-NEXT: %[[POS:.*]] = hir.team_index team = [0, 1, 2, 3] translated [2 step 4]
+// CHECK-COUNT-3: hir.get %[[H]], %{{.*}}, %{{.*}} block %[[POS]] of 4 backend = cuda_ipc
+// CHECK:      hir.barrier team = [0, 1, 2, 3] translated [2 step 4] backend = cuda_ipc
+// NODES-LABEL: func.func @translated
+// NODES:       hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] translated [2 step 4]
+// NODES-NOT:   hir.get
+// With nodes of 6 ranks the first row lies on one node, the second does
+// not: every row is weighed, so it stays a collective too.
+// NODES6-LABEL: func.func @translated
+// NODES6:       hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] translated [2 step 4]
+// NODES6-NOT:   hir.get %
+func.func @translated(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %b: tensor<8192x1024xbf16>, %wb: tensor<1024x4096xbf16>, %x: tensor<4096x8192xbf16>, %g: tensor<8192x2048xbf16>) -> (tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>) attributes {hir.host} {
+  %p = hir.alloc "tr/p" : tensor<8192x4096xbf16>
+  hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>
+  hir.matmul %b, %wb, %p acc %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>, tensor<8192x4096xbf16>
+  %y = hir.alloc "tr/y" : tensor<2048x4096xbf16>
+  %t = hir.reduce_scatter %p, %y op = sum team = [0, 1, 2, 3] translated [2 step 4] backend = nccl {hir.reshard = "partial->DIDx"} : (tensor<8192x4096xbf16>, tensor<2048x4096xbf16>) -> !hir.token
+  hir.wait %t : !hir.token
+  %dw1 = hir.alloc "tr/dw1" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw1 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  %dw2 = hir.alloc "tr/dw2" : tensor<4096x2048xbf16>
+  hir.matmul %x, %g, %dw2 : tensor<4096x8192xbf16>, tensor<8192x2048xbf16>, tensor<4096x2048xbf16>
+  hir.dealloc %p : tensor<8192x4096xbf16>
+  func.return %y, %dw1, %dw2 : tensor<2048x4096xbf16>, tensor<4096x2048xbf16>, tensor<4096x2048xbf16>
+}
+
+// -----
+
 // Kept as NCCL collectives: one whose GEMMs beside it would not cover the
 // pulls (fence, gets and add: 0.18 ms by the model, against a GEMM of
 // 0.01 ms), and one mostly latency (32 KiB).
@@ -59,6 +95,7 @@ func.func @beside_weight_gradients(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x
 // CHECK:       hir.reduce_scatter %q, %z
 // CHECK-NOT:   hir.get
 // NODES-LABEL: func.func @kept
+// NODES6-LABEL: func.func @kept
 func.func @kept(%a: tensor<8192x1024xbf16>, %wa: tensor<1024x4096xbf16>, %s: tensor<256x1024xbf16>, %ws: tensor<1024x64xbf16>, %x: tensor<1024x1024xbf16>) -> (tensor<2048x4096xbf16>, tensor<64x64xbf16>, tensor<1024x1024xbf16>, tensor<1024x1024xbf16>) attributes {hir.host} {
   %p = hir.alloc "kept/p" : tensor<8192x4096xbf16>
   hir.matmul %a, %wa, %p : tensor<8192x1024xbf16>, tensor<1024x4096xbf16>, tensor<8192x4096xbf16>

@@ -2,9 +2,10 @@
 // by the layout make-resharding-contiguous gives them: GEMM +
 // ReduceScatter in nvFuser's explicit layout with the split written on the
 // partial product, an alltoall with a Stream split on a third dimension;
-// and one that cannot run per chunk (the split cuts the dimension the
-// alltoall gathers, or the alltoall is one team's of a 2-D mesh), which
-// says why, whatever the algorithm.
+// one that cannot run per chunk (the split cuts the dimension the
+// alltoall gathers), which says why, whatever the algorithm; and the
+// alltoall of every team of a 2-D mesh, one op whose team has translates,
+// pipelined as a 1-D mesh's is.
 // RUN: %fuserc opt -p 'propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=collective}' %s | filecheck %s --check-prefix=COLL
 // RUN: %fuserc opt -p 'propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline{algorithm=ring}' %s | filecheck %s --check-prefix=RING
 // RUN: %fuserc opt -p default %s | filecheck %s --check-prefix=AUTO
@@ -94,13 +95,15 @@ func.func @alltoall_scattered_stream(%x: tensor<8x16xf32, #fusion.sharding<@tp, 
   func.return %y : tensor<8x16xf32, #fusion.sharding<@tp, [-, DIDx*Stream(2)]>>
 }
 
-// On a 2-D mesh each team's alltoall sits in its own hir.if_rank, its
-// buffers made outside it: it runs whole, and says why.
+// On a 2-D mesh the alltoall of every column is one op, in the region of
+// the whole mesh with its buffers: it runs per chunk when asked, and the
+// cost model weighs it as any other.
 // COLL-LABEL: func.func @alltoall_mesh2d
-// COLL: hir.alltoall {{.*}}team = [0, 2] {{.*}}hir.pipeline = {algorithm = "none", chunks = 1 : i64, streams = 0 : i64, reason = "not pipelined: the hir.alltoall of one team of the mesh (in its own hir.if_rank, its buffers made outside) runs whole"}}
-// COLL: hir.alltoall {{.*}}team = [1, 3] {{.*}}reason = "not pipelined: the hir.alltoall of one team of the mesh
+// COLL: hir.for %c = 0 to 2 {
+// COLL: hir.alltoall %pc, %yc team = [0, 2] translated [2 step 1] backend = nccl {hir.reshard = "DIDy->DIDy"}
+// COLL: } {hir.pipeline = {algorithm = "collective", chunks = 2 : i64
 // AUTO-LABEL: func.func @alltoall_mesh2d
-// AUTO: hir.alltoall {{.*}}team = [0, 2] {{.*}}reason = "not pipelined: the hir.alltoall of one team of the mesh
+// AUTO: hir.alltoall {{.*}}team = [0, 2] translated [2 step 1] {{.*}}reason = "cost model
 func.func @alltoall_mesh2d(%x: tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>> {
   %y = fusion.relu %x : (tensor<8x8xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
   func.return %y : tensor<8x8xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
