@@ -49,6 +49,7 @@ from fuserc.dialects.fusion import shape_of, sharding_of
 from fuserc.dialects.fusion_builder import make_op
 from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.passes.reshard_util import inverse
+from fuserc.passes.lower_reshard import mesh_teams
 from fuserc.passes.ring_attention import Ring
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def exchange_of(low: _FunctionLowering, op: Operation) -> Exchange | None:
             "parallelism runs on a mesh of one axis (its tokens and experts split over it); on a 2-D mesh the "
             "experts' slots would hold the tokens of every slice of the other axis",
         )
-    return Exchange(mesh, ptype, mesh.teams(ptype))
+    return Exchange(mesh, ptype, mesh_teams(mesh, ptype))
 
 
 class _Emit:
@@ -151,9 +152,10 @@ class _Emit:
         self.em.launch(list(ins), list(outs), body, self.all)
 
     def communicate(self, make) -> None:
-        """One communication per team of the axis (`make(team)`)."""
-        for team in self.ex.teams:
-            self.em.communicate(make(team), team)
+        """One communication per team of the axis (`make(team)`), or one for
+        a team and its translates (`lower_reshard.mesh_teams`)."""
+        for team, tag in self.ex.teams:
+            self.em.communicate(make(team), tag)
 
     # ---- the steps -----------------------------------------------------------
     def route(self, experts: int, ins: Sequence[SSAValue], extra: Sequence[tuple[str, Sequence[int], Any]], build) -> tuple[SSAValue, list[SSAValue]]:
