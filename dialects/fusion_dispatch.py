@@ -8,6 +8,10 @@ experts' slots and back, the form expert parallelism is written in.
   each token's k ids are distinct (as top-k's are): the layer is dropless.
 - `fusion.combine %ye, %ids`: [E, T, H] slots and ids [T, k] -> [T, k, H],
   each pair's row read back from its expert's slot (dispatch's transpose).
+- Token groups: ids [G, T, k] (x [G, T, (k,) H]) dispatch each group on
+  its own into [E, G, T, H] slots and [E, G] counts; combine takes them
+  back to [G, T, k, H]. Split over a mesh's other axis, each group is an
+  expert-parallel team of its own (a 2-D mesh [dp, ep]).
 
 The experts' GEMMs run on the slots by `grouped_matmul`'s batched form
 ([E, T, K] x [E, K, N] with each expert's row count: dispatch's optional
@@ -36,9 +40,9 @@ from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of
 from fuserc.dialects.interfaces import DROP, MAP, NONE, EvalContext, OpMap, Target
 
 
-def _check_ids(ids: Shape, tokens: int, what: str) -> None:
-    if len(ids) != 2 or ids[0] != tokens:
-        raise shapes.ShapeError(f"fusion.{what}: ids must be [{tokens}, k] (a row of expert ids per token), got {list(ids)}")
+def _check_ids(ids: Shape, tokens: Shape, what: str) -> None:
+    if len(ids) != len(tokens) + 1 or tuple(ids[:-1]) != tuple(tokens):
+        raise shapes.ShapeError(f"fusion.{what}: ids must be {[*tokens, 'k']} (a row of expert ids per token), got {list(ids)}")
 
 
 class _RoutedOp(FusionOp):
@@ -71,31 +75,38 @@ class DispatchOp(_RoutedOp):
 
     @classmethod
     def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Any]]:
-        """The optional second result: each expert's row count [E] (i64),
-        split like the experts (what each rank received, with expert
-        parallelism: no collective of its own)."""
-        return [((first.get_shape()[0],), i64)]
+        """The optional second result: each expert's row count [E] (i64;
+        [E, G] with token groups), split like the experts (and groups): what
+        each rank received, with expert parallelism: no collective of its
+        own."""
+        return [(tuple(first.get_shape()[:-2]), i64)]
 
     def more_shardings(self, first: Any) -> list[Any]:
-        return [first.placement().with_dims([first.placement().dims[0]])]
+        return [first.placement().with_dims(list(first.placement().dims[:-2]))]
 
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
         x, ids = s
-        if len(x) not in (2, 3):
-            raise shapes.ShapeError(f"fusion.dispatch: input must be [T, H] or [T, k, H], got {list(x)}")
-        _check_ids(ids, x[0], "dispatch")
-        if len(x) == 3 and x[1] != ids[1]:
+        g = len(ids) - 2  # a leading dimension of token groups
+        if g not in (0, 1) or len(x) - g not in (2, 3):
+            raise shapes.ShapeError(f"fusion.dispatch: input must be [(G,) T, H] or [(G,) T, k, H] with ids [(G,) T, k], got {list(x)} and {list(ids)}")
+        _check_ids(ids, x[: g + 1], "dispatch")
+        if len(x) - g == 3 and x[g + 1] != ids[-1]:
             raise shapes.ShapeError(f"fusion.dispatch: input {list(x)} must have a row per choice of ids {list(ids)}")
         if kw["experts"] < 1:
             raise shapes.ShapeError(f"fusion.dispatch: experts = {kw['experts']} must be >= 1")
-        return (kw["experts"], x[0], x[-1])
+        return (kw["experts"], *x[: g + 1], x[-1])
 
     def sharding_map(self) -> OpMap:
         """The token split becomes the experts' split (expert parallelism),
-        the hidden dim maps, the choices are whole."""
-        x = (Target(MAP, 0), Target(MAP, 2)) if len(shape_of(self.input)) == 2 else (Target(MAP, 0), Target(DROP), Target(MAP, 2))
-        return OpMap((x, (Target(MAP, 0), Target(DROP))), 3, None, NONE, False)
+        the groups' split stays on the slots' groups (each group an expert
+        parallel team of its own), the hidden dim maps, the choices are
+        whole."""
+        g = len(shape_of(self.ids)) - 2
+        tokens = (Target(MAP, 1),) * g + (Target(MAP, 0),)
+        choice = () if len(shape_of(self.input)) == g + 2 else (Target(DROP),)
+        x = (*tokens, *choice, Target(MAP, 2 + g))
+        return OpMap((x, (*tokens, Target(DROP))), 3 + g, None, NONE, False)
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
         return (0, self.keyword("experts")) if i == 1 else None
@@ -113,7 +124,8 @@ class DispatchOp(_RoutedOp):
         """The slots' cotangent read back per pair (combine), summed over
         the choices for a row shared by them."""
         back = b.op("combine", g, self.ids)
-        return [back if len(shape_of(self.input)) == 3 else b.op("sum", back, dims=[1]), None]
+        k = len(shape_of(self.ids)) - 1
+        return [back if len(shape_of(self.input)) == k + 2 else b.op("sum", back, dims=[k]), None]
 
 
 @irdl_op_definition
@@ -130,14 +142,18 @@ class CombineOp(_RoutedOp):
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
         ye, ids = s
-        if len(ye) != 3:
-            raise shapes.ShapeError(f"fusion.combine: input must be [E, T, H] (the experts' slots), got {list(ye)}")
-        _check_ids(ids, ye[1], "combine")
-        return (ye[1], ids[1], ye[2])
+        if len(ye) not in (3, 4):
+            raise shapes.ShapeError(f"fusion.combine: input must be [E, (G,) T, H] (the experts' slots), got {list(ye)}")
+        _check_ids(ids, ye[1:-1], "combine")
+        return (*ye[1:-1], ids[-1], ye[-1])
 
     def sharding_map(self) -> OpMap:
-        """The experts' split becomes the tokens' (expert parallelism)."""
-        return OpMap(((Target(MAP, 0), Target(DROP), Target(MAP, 2)), (Target(MAP, 0), Target(MAP, 1))), 3, None, NONE, False)
+        """The experts' split becomes the tokens' (expert parallelism), the
+        groups' split the groups'."""
+        g = len(shape_of(self.ids)) - 2
+        groups = (Target(MAP, 0),) * g
+        ye = (Target(MAP, g), *groups, Target(DROP), Target(MAP, 2 + g))
+        return OpMap((ye, (*groups, Target(MAP, g), Target(MAP, g + 1))), 3 + g, None, NONE, False)
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
         return (0, shape_of(self.input)[0]) if i == 1 else None
@@ -151,7 +167,7 @@ class CombineOp(_RoutedOp):
             raise error_at(self, e.message) from None
 
     def vjp(self, b: Any, g: Any) -> list[Any]:
-        return [b.op("dispatch", g, self.ids, experts=shape_of(self.input)[0]), None]
+        return [b.op("dispatch", g, self.ids, experts=shape_of(self.input)[0]), None]  # [(G,) T, k, H] rows
 
 
 # ---- the local steps of expert parallelism (made by passes/expert_parallel.py) ----

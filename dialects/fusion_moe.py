@@ -400,7 +400,9 @@ class GroupedMatmulOp(FusionOp):
       rows of b (the experts' weight gradients);
     - a [E, S, K], b [E, K, N] -> [E, S, N], the third operand each
       expert's row count: the first counts[e] rows of a[e] times b[e], zero
-      rows after (the experts' slots that `fusion.dispatch` fills).
+      rows after (the experts' slots that `fusion.dispatch` fills); a
+      [E, G, S, K] with counts [E, G] (G token groups, each dispatched on
+      its own): the first counts[e, g] rows of a[e, g] times b[e].
     On cuda, bf16 on sm90 or newer, the op is torch._grouped_mm itself;
     elsewhere one GEMM per group. Split experts are expert parallelism:
     each device multiplies the rows routed to its own experts, and the
@@ -420,6 +422,12 @@ class GroupedMatmulOp(FusionOp):
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
         a, b, offs = s
+        if len(a) == 4 and len(b) == 3:
+            if a[0] != b[0] or a[3] != b[1] or tuple(offs) != tuple(a[:2]):
+                raise shapes.ShapeError(
+                    f"fusion.grouped_matmul: [E, G, S, K] x [E, K, N] with [E, G] counts, got {list(a)} x {list(b)} with {list(offs)}"
+                )
+            return (a[0], a[1], a[2], b[2])
         if len(offs) != 1:
             raise shapes.ShapeError(f"fusion.grouped_matmul: offsets must have rank 1, got {list(offs)}")
         if len(a) == 3 and len(b) == 3:
@@ -453,8 +461,9 @@ class GroupedMatmulOp(FusionOp):
         return len(shape_of(self.rhs)) == 3
 
     def slotted(self) -> bool:
-        """The third form: [E, S, K] slots and each expert's row count."""
-        return len(shape_of(self.lhs)) == 3
+        """The third form: [E, S, K] (or [E, G, S, K]) slots and each
+        expert's (and group's) row count."""
+        return len(shape_of(self.lhs)) >= 3
 
     def sharding_map(self) -> OpMap:
         """[T, K] x [E, K, N]: rows and K gathered; split experts make a
@@ -462,9 +471,12 @@ class GroupedMatmulOp(FusionOp):
         elsewhere), N stays split. [K, T] x [T, N]: K and N stay split, the
         experts of the result are any block a device is asked for (its own
         experts' weight gradients)."""
-        if self.slotted():  # [E, S, K] x [E, K, N]: per expert, like a batched matmul
-            ops = ((Target(MAP, 0), Target(DROP), Target(CONTRACT)), (Target(MAP, 0), Target(CONTRACT), Target(MAP, 2)), (Target(MAP, 0),))
-            return OpMap(ops, 3, (1, 0), NONE, True)
+        if self.slotted():  # [E, (G,) S, K] x [E, K, N]: per expert (and group), like a batched matmul
+            g = len(shape_of(self.lhs)) - 3
+            groups = (Target(MAP, 1),) * g
+            lhs = (Target(MAP, 0), *groups, Target(DROP), Target(CONTRACT))
+            ops = (lhs, (Target(MAP, 0), Target(CONTRACT), Target(MAP, 2 + g)), (Target(MAP, 0), *groups))
+            return OpMap(ops, 3 + g, (1, 0), NONE, True)
         if self.stacked():
             ops = ((Target(DROP), Target(DROP)), (Target(CONTRACT), Target(DROP), Target(MAP, 1)), (Target(DROP),))
             return OpMap(ops, 2, (1, 0), NONE, True)
@@ -502,13 +514,17 @@ class GroupedMatmulOp(FusionOp):
         """Grouped GEMMs again: for y = a b per group, a's cotangent is g b^T
         per group and b's is a^T g per group (the other form)."""
         offs = self.offsets
-        if self.slotted():  # b's: a^T g over each expert's counted rows only
-            e, rows = shape_of(self.lhs)[:2]
+        if self.slotted():  # b's: a^T g over each expert's counted rows only (all its groups')
+            a = shape_of(self.lhs)
             ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
-            slot = b.op("iota", dim=1, shape=[e, rows, 1], dtype="i64", placed_as=self.lhs)
-            held = b.op("lt", slot, b.op("reshape", offs, shape=[e, 1, 1]))
+            slot = b.op("iota", dim=len(a) - 2, shape=[*a[:-1], 1], dtype="i64", placed_as=self.lhs)
+            held = b.op("lt", slot, b.op("reshape", offs, shape=[*a[:-2], 1, 1]))
             gheld = b.op("where", held, g, b.constant(0.0, like=g))
-            return [ga, b.op("matmul", b.op("permute", self.lhs, dims=[0, 2, 1]), gheld), None]
+            lhs = self.lhs
+            if len(a) == 4:  # the groups' rows together: a contraction over them
+                lhs = b.op("reshape", lhs, shape=[a[0], a[1] * a[2], a[3]])
+                gheld = b.op("reshape", gheld, shape=[a[0], a[1] * a[2], shape_of(g)[-1]])
+            return [ga, b.op("matmul", b.op("permute", lhs, dims=[0, 2, 1]), gheld), None]
         if self.stacked():
             ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
             gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)

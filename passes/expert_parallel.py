@@ -69,7 +69,8 @@ def exchange_of(low: _FunctionLowering, op: Operation) -> Exchange | None:
     s = sharding_of(op.ids)
     if s is None:
         return None
-    splits = s.placement().dims[0]
+    g = len(shape_of(op.ids)) - 2
+    splits = s.placement().dims[g]
     if not splits:
         return None
     mesh = low.mesh(op, op.ids)
@@ -81,7 +82,14 @@ def exchange_of(low: _FunctionLowering, op: Operation) -> Exchange | None:
     slots = op.results[0] if isinstance(op, DispatchOp) else op.input
     if (sharding_of(slots).placement().dims[0] if sharding_of(slots) else ()) != splits:  # type: ignore[union-attr]
         raise error_at(op, f"'{op.name}': tokens split as {s} but the experts' slots as {sharding_of(slots)}: expert parallelism splits both over one axis")
-    if len(mesh.shape) > 1:
+    if g and shape_of(low.local(op, op.ids))[0] != 1:
+        raise error_at(
+            op,
+            f"'{op.name}': token groups split as {s} leave {shape_of(low.local(op, op.ids))[0]} groups on a device: "
+            "expert parallelism by groups needs one group a device (the groups split over the mesh's other axis, "
+            "as many as its devices)",
+        )
+    if len(mesh.shape) > 1 and not g:
         raise error_at(
             op,
             f"'{op.name}': tokens and experts split over {ptype} of a {len(mesh.shape)}-D mesh ({s}): expert "
@@ -97,6 +105,9 @@ class _Emit:
     def __init__(self, low: _FunctionLowering, op: DispatchOp | CombineOp, index: int, ex: Exchange):
         self.low, self.em, self.op, self.index, self.ex = low, low.em, op, index, ex
         self.all = ex.mesh.devices
+        self.grouped = len(shape_of(op.ids)) == 3
+        """Token groups ([G, T, k] ids): a device holds one group, whose
+        dimension the local steps drop (views)."""
         self.ids = self.operand(op.ids)
         self.tokens_l, self.k = shape_of(self.ids)
 
@@ -105,10 +116,23 @@ class _Emit:
         from fuserc.passes.lower_to_host_ir import is_identity, order_of
 
         buf, order = self.low.values[v], order_of(v)
-        if is_identity(order):
+        if not is_identity(order):
+            k = self.op.operands.index(v)
+            buf = self.low.relayout(buf, inverse(order), self.em.site(self.index, 0, f"ep/in{k}"), self.all)
+        return self.flat(buf, 1 if v is self.op.operands[0] and isinstance(self.op, CombineOp) else 0)
+
+    def flat_out(self, buf: SSAValue) -> SSAValue:
+        """Result buffer `buf` without its group dimension (the second of
+        slots and counts, the first of combine's rows)."""
+        return self.flat(buf, 0 if isinstance(self.op, CombineOp) else 1)
+
+    def flat(self, buf: SSAValue, dim: int) -> SSAValue:
+        """`buf` without its group dimension `dim` (of one group: a view)."""
+        if not self.grouped:
             return buf
-        k = self.op.operands.index(v)
-        return self.low.relayout(buf, inverse(order), self.em.site(self.index, 0, f"ep/in{k}"), self.all)
+        shape = list(shape_of(buf))
+        del shape[dim]
+        return self.em.view(buf, shape, self.all)
 
     def out_buffer(self, r: SSAValue) -> SSAValue:
         """A buffer of result `r`'s local block in logical order (`result`
@@ -197,7 +221,8 @@ class _Emit:
         assert isinstance(op, DispatchOp)
         x = self.operand(op.input)
         experts, p, k = op.keyword("experts"), self.ex.size, self.k
-        e_l, tokens, hidden = shape_of(self.low.local(op, op.results[0]))
+        local = shape_of(self.low.local(op, op.results[0]))
+        e_l, tokens, hidden = local[0], local[-2], local[-1]
         pairs = self.tokens_l * k
 
         def pack(o, flat, order, xv):
@@ -216,10 +241,11 @@ class _Emit:
         recv = self.alltoallv(send, send_counts, min(tokens * k, e_l * tokens))
         out = self.out_buffer(op.results[0])
         if len(op.results) == 1:
-            self.landing([recv, received], [out], lambda o, r, c: [o("place_rows", r, c, slots=tokens)])
+            self.landing([recv, received], [self.flat_out(out)], lambda o, r, c: [o("place_rows", r, c, slots=tokens)])
         else:  # each local expert's rows: what it received from every position
             counts = self.out_buffer(op.results[1])
-            self.landing([recv, received], [out, counts], lambda o, r, c: [o("place_rows", r, c, slots=tokens), o("sum", c, dims=[0])])
+            places = [self.flat_out(out), self.flat_out(counts)]
+            self.landing([recv, received], places, lambda o, r, c: [o("place_rows", r, c, slots=tokens), o("sum", c, dims=[0])])
             self.result(op.results[1], counts)
         self.result(op.results[0], out)
 
@@ -240,7 +266,7 @@ class _Emit:
         def back(o, r, inv):
             return [o("reshape", o("index_select", r, inv, dim=0), shape=[self.tokens_l, k, hidden])]
 
-        self.landing([recv, unsort], [out], back)
+        self.landing([recv, unsort], [self.flat_out(out)], back)
         self.result(op.results[0], out)
 
 

@@ -55,7 +55,7 @@ from xdsl.rewriter import Rewriter
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.dialects import hir
-from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, sharding_of, with_sharding
+from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, shape_of, sharding_of, with_sharding
 from fuserc.passes import sharding_rules as rules
 from fuserc.sharding import Mesh, Sharding
 
@@ -376,22 +376,24 @@ class _FunctionPropagation:
     def check_routed(self, op: FusionOp) -> None:
         """Dispatch and combine move tokens to their experts over one mesh
         axis (passes/expert_parallel.py): their tokens and experts split
-        alike, on a mesh of one axis."""
+        alike, on a mesh of one axis, or on a 2-D mesh with token groups
+        ([G, T, k] ids) whose split makes each group a team of its own."""
         if not isinstance(op, (DispatchOp, CombineOp)):
             return
-        tokens = self.known[op.ids].placement().dims[0]
+        g = len(shape_of(op.ids)) - 2
+        tokens = self.known[op.ids].placement().dims[g]
         slots = op.results[0] if isinstance(op, DispatchOp) else op.input
         experts = self.known[slots].placement().dims[0]
         mesh = self.mesh_of(self.known[op.ids].mesh)
-        if (tokens == experts or not experts) and (not tokens or mesh is None or len(mesh.shape) == 1):
-            return  # expert parallel, local, or (experts whole) on gathered tokens
+        if (tokens == experts or not experts) and (not tokens or mesh is None or len(mesh.shape) == 1 or g):
+            return  # expert parallel (per group), local, or (experts whole) on gathered tokens
         shown = ", ".join(str(self.known[v]) for v in op.operands)
         raise error_at(
             op,
             f"'{op.name}' (operands {shown}, result {self.known[op.results[0]]}): expert parallelism splits "
-            "the tokens and the experts alike, over one axis of a 1-D mesh; with tokens on one axis of a 2-D "
-            "mesh and experts on the other, the experts' slots would hold the tokens of every slice, which no "
-            "lowering makes: split the experts over the tokens' axis",
+            "the tokens and the experts alike, over one mesh axis; on a 2-D mesh the experts' slots would hold "
+            "the tokens of every slice of the other axis: dispatch the tokens in groups (ids [G, T/G, k], the "
+            "groups split over the other axis, the tokens within a group over the experts' axis)",
         )
 
     def _describe(self, v: SSAValue) -> str:

@@ -103,29 +103,55 @@ def reshape_sharding(
     """`s` (of a tensor of shape `src`) carried through a reshape to `dst`.
 
     A dimension kept as is keeps its splits. In a group that splits or merges
-    dimensions, the splits of the outermost source dimension move to the
-    outermost result dimension when its extent divides by their factor (each
-    device's block stays one contiguous range of the group); other splits are
-    dropped, the dimension becoming whole. With `exact`, a dropped split means
-    the reshape is not local: None."""
+    dimensions, the group's splits must cut it into contiguous blocks: those
+    of its outermost dimensions, each but the last split whole (a [G, T]
+    split [DIDy, DIDx] with G = |DIDy| is the merged [G T] split
+    DIDy*DIDx). They go to the result's outermost dimensions in order,
+    outermost first: a dimension takes them all when its extent divides by
+    their factor, else a leading run whose factor is its extent (`DIDy*DIDx`
+    on [G T] to [G, T] with G = |DIDy|: [DIDy, DIDx]). Splits that fit no
+    such way are dropped, the dimensions becoming whole; with `exact`, a
+    dropped split means the reshape is not local: None."""
     s = s.placement()
     dims: list[tuple[Split, ...]] = [() for _ in dst]
+    size = lambda splits: math.prod(sp.size(mesh) for sp in splits)  # noqa: E731
     for ins, outs in reshape_groups(src, dst):
-        sharded = [d for d in ins if s.dims[d]]
-        if not sharded:
+        if not any(s.dims[d] for d in ins):
             continue
         if len(ins) == 1 and len(outs) == 1:
             dims[outs[0]] = s.dims[ins[0]]
             continue
-        outer_in = next((d for d in ins if src[d] != 1), ins[0])
-        outer_out = next((d for d in outs if dst[d] != 1), None)
-        for d in sharded:
-            factor = math.prod(sp.size(mesh) for sp in s.dims[d])
-            if d == outer_in and outer_out is not None and dst[outer_out] % factor == 0:
-                dims[outer_out] = s.dims[d]
-            elif exact:
-                return None
+        flat, whole = _group_splits([d for d in ins if src[d] != 1 or s.dims[d]], s, src, size)
+        if not whole and exact:
+            return None
+        for o in [d for d in outs if dst[d] != 1]:
+            if not flat:
+                break
+            if dst[o] % size(flat) == 0:
+                dims[o], flat = flat, ()
+                break
+            lead = next((i for i in range(1, len(flat)) if size(flat[:i]) == dst[o]), None)
+            if lead is None:
+                break
+            dims[o], flat = flat[:lead], flat[lead:]
+        if flat and exact:
+            return None
     return Sharding(s.mesh, tuple(dims), s.partial)
+
+
+def _group_splits(ins: list[int], s: Sharding, src: Shape, size: Callable[[tuple[Split, ...]], int]) -> tuple[tuple[Split, ...], bool]:
+    """The splits of a reshape group's source dimensions `ins` that cut the
+    flattened group into contiguous blocks (those of its outermost
+    dimensions, each but the last split whole), and whether that is all of
+    them."""
+    flat: tuple[Split, ...] = ()
+    for n, d in enumerate(ins):
+        if not s.dims[d]:
+            return flat, not any(s.dims[e] for e in ins[n:])
+        flat += s.dims[d]
+        if size(s.dims[d]) != src[d]:
+            return flat, not any(s.dims[e] for e in ins[n + 1 :])
+    return flat, True
 
 
 # --------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from fuserc.api import FusionDefinition, Tensor
 
 def layer(
     fd: FusionDefinition, x: Tensor, wr: Tensor, w1: Tensor, w3: Tensor, w2: Tensor,
-    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False, chunks: int = 1,
+    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False, chunks: int = 1, groups: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """(output [T, H], load-balancing loss) of tokens `x` [T, H]: router
     weight `wr` [E, H], experts' `w1`, `w3` [E, F, H] and `w2` [E, H, F]
@@ -41,7 +41,12 @@ def layer(
     `chunks` > 1 (with `slots`): the tokens are dispatched, multiplied and
     combined in that many chunks (every chunks-th token, so that each
     device's block is cut alike), so that a chunk's all-to-all runs beside
-    the previous chunk's grouped GEMMs."""
+    the previous chunk's grouped GEMMs. `groups` > 1 (with `slots`): the
+    tokens in that many contiguous groups, each dispatched on its own
+    (slots [E, G, T/G, H]): with the groups split over a data-parallel
+    axis, each group's all-to-alls stay within its expert-parallel team."""
+    if slots and groups > 1:
+        return _grouped(fd, x, wr, w1, w3, w2, shared, k, router, groups)
     ops = fd.ops
     tokens, _ = x.shape
     experts = wr.shape[0]
@@ -92,6 +97,35 @@ def _dispatch(ops, x: Tensor, ids: Tensor, experts: int) -> tuple[Tensor, Tensor
     """The experts' slots and each expert's row count."""
     xe, counts = ops.dispatch(x, ids, experts=experts, counts=True)
     return xe, counts
+
+
+def _grouped(
+    fd: FusionDefinition, x: Tensor, wr: Tensor, w1: Tensor, w3: Tensor, w2: Tensor,
+    shared: Sequence[Tensor], k: int, router: str, groups: int,
+) -> tuple[Tensor, Tensor]:
+    """`layer` with the tokens in `groups` contiguous groups: the router,
+    dispatch and combine on [G, T/G, ...] (each group's slots and counts of
+    their own), the loss's counts summed from dispatch's."""
+    ops = fd.ops
+    (tokens, hidden), experts = x.shape, wr.shape[0]
+    per = tokens // groups
+    f32 = lambda t: t if t.dtype == "f32" else ops.cast(t, "f32")  # noqa: E731
+    xg = ops.reshape(x, shape=[groups, per, hidden])
+    logits = ops.linear(f32(xg), f32(wr))
+    scores = ops.softmax(logits, dim=2) if router == "softmax" else ops.sigmoid(logits)
+    top, ids = ops.topk(scores, k=k, dim=2)
+    weights = top / ops.sum(top, dims=[2], keepdim=True)
+    xe, counts = _dispatch(ops, xg, ids, experts)
+    yp = _experts(ops, ids, (xe, counts), w1, w3, w2)
+    w = ops.reshape(weights, shape=[groups, per, k, 1])
+    routed = ops.reshape(ops.sum(yp * (w if yp.dtype == "f32" else ops.cast(w, yp.dtype)), dims=[2]), shape=[tokens, hidden])
+    if shared:
+        s1, s3, s2 = shared
+        routed = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2) + routed
+    probs = scores if router == "softmax" else scores / ops.sum(scores, dims=[2], keepdim=True)
+    frac = ops.cast(ops.sum(counts, dims=[1]), "f32") / float(tokens * k)
+    pmean = ops.mean(ops.mean(probs, dims=[1]), dims=[0])
+    return routed, ops.sum(frac * pmean, dims=[0]) * float(experts)
 
 
 def _chunked(ops, x: Tensor, ids: Tensor, weights: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, chunks: int) -> Tensor:
@@ -180,32 +214,35 @@ def params(tokens: int, hidden: int, ffn: int, experts: int, shared: bool, skew:
 
 def definition(
     tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32",
-    devices: int = 1, slots: bool | None = None, chunks: int | None = None,
+    devices: int = 1, slots: bool | None = None, chunks: int | None = None, dp: int = 1,
 ) -> FusionDefinition:
     """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux);
     on `devices` > 1 the tokens of x and y are split over them (data
     parallel) and so are the experts' weights (`[DIDx, -, -]`): expert
     parallel, by dispatch and combine (`slots`, default: devices > 1), in
     `chunks` token chunks (default: the cost model's choice,
-    `cost_model.moe_chunks`)."""
+    `cost_model.moe_chunks`). `dp` > 1: a mesh [dp, devices / dp], the
+    tokens split over both axes (`[DIDy*DIDx, -]`), the experts over the
+    second only (replicated over dp): the tokens dispatched in dp groups,
+    one per expert-parallel team."""
     fd = FusionDefinition()
     x = fd.define_tensor([tokens, hidden], dtype)
     wr = fd.define_tensor([experts, hidden], dtype)
     w1, w3 = fd.define_tensor([experts, ffn, hidden], dtype), fd.define_tensor([experts, ffn, hidden], dtype)
     w2 = fd.define_tensor([experts, hidden, ffn], dtype)
     sh = [fd.define_tensor(s, dtype) for s in ([ffn, hidden], [ffn, hidden], [hidden, ffn])] if shared else []
-    slots = devices > 1 if slots is None else slots
+    slots = devices > 1 or dp > 1 if slots is None else slots
     if chunks is None:
         from fuserc.passes.cost_model import Machine, moe_chunks
 
-        chunks = moe_chunks(Machine(), tokens // devices, hidden, ffn, k, devices, dtype)[0] if slots else 1
-    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, slots, chunks)
+        chunks = moe_chunks(Machine(), tokens // devices, hidden, ffn, k, devices // dp, dtype)[0] if slots and dp == 1 else 1
+    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, slots, chunks, dp)
     fd.add_output(y)
     fd.add_output(aux)
     if devices > 1:
-        fd.sched.mesh("ep", [devices])
+        fd.sched.mesh("ep", [dp, devices // dp] if dp > 1 else [devices])
         for t in (x, y):
-            fd.sched.shard(t, "ep", ["DIDx", "-"])
+            fd.sched.shard(t, "ep", shardings(dp)[0])
         for t in (w1, w3, w2):
             fd.sched.shard(t, "ep", ["DIDx", "-", "-"])
         for t in (wr, *sh):
@@ -214,8 +251,12 @@ def definition(
     return fd
 
 
-SHARDINGS = [["DIDx", "-"], ["-", "-"], *[["DIDx", "-", "-"]] * 3, *[["-", "-"]] * 3]
-"""The sharding of each argument of `definition` on devices > 1."""
+def shardings(dp: int = 1) -> list[list[str]]:
+    """The sharding of each argument of `definition` on devices > 1."""
+    return [["DIDy*DIDx" if dp > 1 else "DIDx", "-"], ["-", "-"], *[["DIDx", "-", "-"]] * 3, *[["-", "-"]] * 3]
+
+
+SHARDINGS = shardings()
 
 
 def main() -> None:
@@ -229,10 +270,11 @@ def main() -> None:
     p.add_argument("--router", choices=("softmax", "sigmoid"), default="softmax")
     p.add_argument("--devices", type=int, default=1, help="with --print: the experts and tokens split over this many")
     p.add_argument("--chunks", type=int, default=None, help="token chunks (default: the cost model's choice)")
+    p.add_argument("--dp", type=int, default=1, help="with --print: a mesh [dp, devices / dp], the tokens dispatched in dp groups")
     p.add_argument("--print", action="store_true", help="print the program (fusion IR) and exit")
     a = p.parse_args()
     if a.print:
-        print(definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router, devices=a.devices, chunks=a.chunks).to_mlir())
+        print(definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router, devices=a.devices, chunks=a.chunks, dp=a.dp).to_mlir())
         return
     import fuserc.torch
 

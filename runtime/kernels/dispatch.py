@@ -30,7 +30,11 @@ def _slots(ids: torch.Tensor, experts: int, slots: int) -> tuple[torch.Tensor, t
 
 def dispatch(x: torch.Tensor, ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[T, H] or [T, k, H] rows with ids [T, k] -> ([experts, T, H] slots,
-    the rows per expert)."""
+    the rows per expert); with ids [G, T, k] (and x [G, ...]) each group
+    on its own: ([experts, G, T, H], [experts, G])."""
+    if ids.dim() == 3:
+        parts = [dispatch(xg, ig, experts) for xg, ig in zip(x, ids)]
+        return torch.stack([p[0] for p in parts], 1), torch.stack([p[1] for p in parts], 1)
     tokens, k = ids.shape
     order, expert, slot, counts = _slots(ids, experts, tokens)
     rows = x.reshape(tokens * k, x.shape[-1])[order] if x.dim() == 3 else x[order // k]
@@ -40,7 +44,10 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, experts: int) -> tuple[torch.Te
 
 
 def combine(ye: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """[E, T, H] slots with ids [T, k] -> [T, k, H], each pair's row."""
+    """[E, T, H] slots with ids [T, k] -> [T, k, H], each pair's row; with
+    [E, G, T, H] and ids [G, T, k], each group's -> [G, T, k, H]."""
+    if ids.dim() == 3:
+        return torch.stack([combine(ye[:, g], ig) for g, ig in enumerate(ids)])
     experts, tokens, hidden = ye.shape
     order, expert, slot, _ = _slots(ids, experts, tokens)
     out = ye.new_zeros(ids.numel(), hidden)

@@ -70,21 +70,25 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torc
 
 def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """[E, S, K] x [E, K, N] -> [E, S, N]: the first counts[e] rows of a[e]
-    times b[e], zero rows after (the third form of fusion.grouped_matmul).
+    times b[e], zero rows after (the third form of fusion.grouped_matmul);
+    [E, G, S, K] with counts [E, G]: the first counts[e, g] rows of a[e, g].
     On the fast path one batched torch._grouped_mm, masked after (no wait
-    for the host); elsewhere one GEMM per expert on its rows only."""
-    rows = a.shape[1]
-    if fast_path(a, b):
-        y = torch._grouped_mm(a, b)
-        held = torch.arange(rows, device=a.device).view(1, rows, 1) < counts.view(-1, 1, 1)
-        return y.masked_fill(~held, 0)
-    held = [int(c) for c in counts.tolist()]
-    if any(c < 0 or c > rows for c in held):
-        raise Diagnostic(f"fusion.grouped_matmul: row counts {held} must lie within [0, {rows}]")
-    y = a.new_zeros(a.shape[0], rows, b.shape[2])
-    for e, c in enumerate(held):
-        if c:
-            y[e, :c] = a[e, :c] @ b[e]
+    for the host); elsewhere one GEMM per expert (and group) on its rows only."""
+    experts, rows = a.shape[0], a.shape[-2]
+    flat = a.reshape(experts, -1, a.shape[-1])
+    if fast_path(flat, b):
+        y = torch._grouped_mm(flat, b).view(*a.shape[:-1], b.shape[2])
+        held = torch.arange(rows, device=a.device) < counts.unsqueeze(-1)
+        return y.masked_fill(~held.unsqueeze(-1), 0)
+    held = counts.view(experts, -1).tolist()
+    if any(c < 0 or c > rows for row in held for c in row):
+        raise Diagnostic(f"fusion.grouped_matmul: row counts {counts.tolist()} must lie within [0, {rows}]")
+    y = a.new_zeros(*a.shape[:-1], b.shape[2])
+    ys, xs = y.view(experts, -1, rows, b.shape[2]), a.reshape(experts, -1, rows, a.shape[-1])
+    for e, row in enumerate(held):
+        for g, c in enumerate(row):
+            if c:
+                ys[e, g, :c] = xs[e, g, :c] @ b[e]
     return y
 
 

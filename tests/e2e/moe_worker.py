@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "pytho
 import fuserc.torch  # noqa: E402
 from fuserc.runtime.job.mpi_env import mpi_env  # noqa: E402
 from fuserc.api import Mesh, shard_tensor  # noqa: E402
-from moe_layer import SHARDINGS, definition, loop, params  # noqa: E402
+from moe_layer import definition, loop, params, shardings  # noqa: E402
 
 ENV = mpi_env()
 RANK, SIZE = ENV.rank, ENV.size
@@ -48,6 +48,9 @@ class Case:
     """Dispatch and combine (default: on several ranks, expert parallel)."""
     chunks: int | None = None
     """Token chunks of dispatch and combine (default: the cost model's)."""
+    dp: int = 1
+    """A mesh [dp, ranks / dp]: the tokens over both axes, the experts over
+    the second, dispatched in dp groups (one expert-parallel team each)."""
 
 
 CASES = [
@@ -59,6 +62,7 @@ CASES = [
     Case("chunked-skewed-top2", experts=8, skew=6.0, empty=True, slots=True, chunks=2),
     Case("slots-skewed-top2", experts=8, skew=6.0, empty=True, slots=True),
     Case("slots-bf16-shared-top2", shared=True, dtype="bf16", slots=True),
+    Case("dp2-skewed-top2-shared", experts=8, skew=6.0, empty=True, shared=True, dp=2),
 ]
 
 
@@ -85,8 +89,9 @@ def run(c: Case, device: torch.device) -> None:
         raise AssertionError(f"every expert has tokens: counts {counts.tolist()}")
     ct = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ((y * ct).sum() + 3.0 * aux).backward()
-    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE, c.slots, c.chunks))
-    mesh = Mesh("ep", [SIZE])
+    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE, c.slots, c.chunks, c.dp))
+    mesh = Mesh("ep", [c.dp, SIZE // c.dp] if c.dp > 1 and SIZE > 1 else [SIZE])
+    SHARDINGS = shardings(c.dp)
 
     def local(t: torch.Tensor, s: list[str]) -> torch.Tensor:
         return shard_tensor(t.detach(), s, mesh, RANK).contiguous() if SIZE > 1 else t.detach()

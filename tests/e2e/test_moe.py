@@ -7,7 +7,9 @@ the tokens are split over the ranks and so are the experts' weights
 (`[DIDx, -, -]`): expert parallelism by dispatch and combine, all-to-alls
 forward and backward. On one rank the layer sorts its pairs, and two cases
 (`slots-*`) take the dispatch/combine form (in bf16, torch._grouped_mm's
-batched form on a GPU)."""
+batched form on a GPU). On 4 ranks one case runs on a mesh [2, 2]: the
+tokens over both axes, the experts over the second, each dp slice's
+tokens dispatched within its ep team."""
 
 from __future__ import annotations
 
@@ -31,19 +33,24 @@ SPLIT_CASES = "sigmoid-shared,skewed-top1-empty,bf16-shared-top2,chunked-skewed-
 """The cases run on several ranks (a shared expert, top-1 and top-2, empty
 experts, bf16, the tokens in two chunks whose all-to-alls overlap the
 other chunk's GEMMs), to keep the jobs short."""
+MESH_CASES = {4: ",dp2-skewed-top2-shared"}
+"""Cases of a 2-D mesh: on 4 ranks [dp, ep] = [2, 2], the tokens in two
+groups, each dispatched within its ep team (on one rank the grouped form
+runs locally)."""
+CASES = {1: 9, 2: 4, 4: 5}
 
 
 @pytest.mark.parametrize("n", [1, 2, 4], ids=["n1", "n2", "n4"])
 def test_layer_against_the_pytorch_loop(n: int) -> None:
     env = {**os.environ, **MPI_ENV, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     start = launcher("mpiexec", n) if n > 1 else []
-    only = ["--only", SPLIT_CASES] if n > 1 else []
+    only = ["--only", SPLIT_CASES + MESH_CASES.get(n, "")] if n > 1 else []
     cmd = ["timeout", "-k", "5", "600", *start, sys.executable, str(HERE / "moe_worker.py"), "--device", DEVICE, *only]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=630)
     cases = re.findall(r"^CASE (\S+) (ok|FAILED.*)$", proc.stdout, re.M)
     failed = [f"{name}: {what}" for name, what in cases if what != "ok"]
     assert not failed, "\n".join(failed) + "\n" + proc.stderr[-3000:]
-    assert len(cases) == (8 if n == 1 else 4) and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(cases) == CASES[n] and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 TRAIN_JOBS = [("mpiexec", 2), ("torchrun", 2)]

@@ -221,3 +221,24 @@ def test_forward_priorities() -> None:
 )
 def test_reshape_groups(src, dst, groups) -> None:
     assert rules.reshape_groups(src, dst) == groups
+
+
+@pytest.mark.parametrize(
+    "src,dst,axes,want",
+    [
+        # a nested split cut between dimensions (token groups of a mesh [2, 2]), and back
+        ((32, 16), (2, 16, 16), ["DIDy*DIDx", "-"], ["DIDy", "DIDx", "-"]),
+        ((2, 16, 2, 16), (32, 2, 16), ["DIDy", "DIDx", "-", "-"], ["DIDy*DIDx", "-", "-"]),
+        # the outer factor is not the outer extent: the whole split stays outermost where it divides
+        ((32, 16), (4, 8, 16), ["DIDy*DIDx", "-"], ["DIDy*DIDx", "-", "-"]),
+        ((32, 16), (8, 4, 16), ["DIDy*DIDx", "-"], ["DIDy*DIDx", "-", "-"]),
+        # a merge whose outer dimension is not split whole: its inner split cannot carry
+        ((4, 8, 16), (32, 16), ["DIDy", "DIDx", "-"], None),
+        ((4, 8, 16), (32, 16), ["DIDy", "-", "-"], ["DIDy", "-"]),
+    ],
+)
+def test_reshape_sharding_nested(src, dst, axes, want) -> None:
+    from fuserc.sharding import Mesh
+
+    got = rules.reshape_sharding(Sharding.from_axes("m", axes), src, dst, Mesh("m", (2, 2)), True)
+    assert (got.axes_text() if got is not None else None) == want

@@ -1,6 +1,9 @@
 // RUN: %fuserc opt %examples/moe_layer.mlir -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D4
 // RUN: %fuserc opt %examples/moe_layer.mlir --mesh tp=2 -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D2
 // RUN: %python %examples/python/moe_layer.py --print --devices 4 --chunks 2 | %fuserc opt - -p default --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: %python %examples/python/moe_layer.py --print --devices 4 --dp 2 --tokens 32 --hidden 16 --ffn 24 --experts 8 > %t.fusion
+// RUN: %fuserc opt %t.fusion -p 'autodiff,default' | filecheck %s --check-prefix=DP
+// RUN: %fuserc opt %t.fusion -p 'autodiff,default' | grep 'hir.alltoall' | filecheck %s --check-prefix=DPTEAMS
 // RUN: %fuserc opt -p default --split-input-file --verify-diagnostics %s
 
 // Expert parallelism (examples/moe_layer.mlir: 16 tokens, top 2 of 4
@@ -58,12 +61,51 @@
 // CHUNKS-COUNT-4: alltoallv       f32    64x32   4  [0-3]      1  <=6144 ~1536  -              kernel
 // CHUNKS-NOT:   {{^ +[0-9]+ +alltoallv}}
 
+// A mesh [dp, ep] = [2, 2] (examples/python/moe_layer.py --dp 2: 32
+// tokens split over both axes, [DIDy*DIDx, -], in 2 groups of 16; top 2 of
+// 8 experts split over ep, replicated over dp): each group is dispatched
+// within its ep team ([0, 1] and [2, 3], never across dp) into a buffer
+// bounded by the group's pairs (16 tokens x 2 = 32 rows), and the experts'
+// weight gradients ([4 experts, 24, 16] a rank) are summed over dp ([0, 2]
+// and [1, 3]).
+// DP-LABEL: func.func @main_fwd(
+// DP:       hir.alltoall {{.*}} team = [0, 1] {{.*}}tensor<8xi64>
+// DP:       hir.alltoall {{.*}} team = [2, 3] {{.*}}tensor<8xi64>
+// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [2, 3] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [2, 3] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
+// DP-LABEL: func.func @main_bwd(
+// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
+// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x24x16xf32>
+// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x24x16xf32>
+// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x16x24xf32>
+// No all-to-all of @main, @main_fwd and @main_bwd crosses dp: each stays
+// within an ep team.
+// DPTEAMS-NOT: team = [{{0, 2|1, 3|[0-9]+, [0-9]+, }}
+// DPTEAMS:     hir.alltoallv {{.*}} team = [0, 1] backend
+// DPTEAMS-NOT: team = [{{0, 2|1, 3|[0-9]+, [0-9]+, }}
+
 // Tokens on one axis of a 2-D mesh and experts on the other: refused.
 #tok = #fusion.sharding<@g, [DIDy, -]>
 #ep = #fusion.sharding<@g, [DIDx, -, -]>
 fusion.mesh @g shape = [2, 2]
 func.func @two_axes(%x: tensor<8x4xf32, #tok>, %ids: tensor<8x2xi64, #tok>) -> tensor<4x8x4xf32, #ep> {
-  // expected-error @+1 {{'fusion.dispatch' (operands #fusion.sharding<@g, [DIDy, -]>, #fusion.sharding<@g, [DIDy, -]>, result #fusion.sharding<@g, [DIDx, -, -]>): expert parallelism splits the tokens and the experts alike, over one axis of a 1-D mesh}}
+  // expected-error @+1 {{'fusion.dispatch' (operands #fusion.sharding<@g, [DIDy, -]>, #fusion.sharding<@g, [DIDy, -]>, result #fusion.sharding<@g, [DIDx, -, -]>): expert parallelism splits the tokens and the experts alike, over one mesh axis; on a 2-D mesh the experts' slots would hold the tokens of every slice of the other axis: dispatch the tokens in groups}}
   %xe = fusion.dispatch %x, %ids experts = 4 : (tensor<8x4xf32, #tok>, tensor<8x2xi64, #tok>) -> tensor<4x8x4xf32, #ep>
   func.return %xe : tensor<4x8x4xf32, #ep>
+}
+
+// -----
+
+// Token groups left whole (every rank of a team would hold both groups):
+// refused, each group needs a team of its own.
+#tok = #fusion.sharding<@g, [-, DIDx, -]>
+#ep = #fusion.sharding<@g, [DIDx, -, -, -]>
+fusion.mesh @g shape = [2, 2]
+func.func @groups_whole(%x: tensor<2x8x4xf32, #tok>, %ids: tensor<2x8x2xi64, #tok>) -> tensor<4x2x8x4xf32, #ep> {
+  // expected-error @+1 {{'fusion.dispatch': token groups split as #fusion.sharding<@g, [-, DIDx, -]> leave 2 groups on a device: expert parallelism by groups needs one group a device}}
+  %xe = fusion.dispatch %x, %ids experts = 4 : (tensor<2x8x4xf32, #tok>, tensor<2x8x2xi64, #tok>) -> tensor<4x2x8x4xf32, #ep>
+  func.return %xe : tensor<4x2x8x4xf32, #ep>
 }
