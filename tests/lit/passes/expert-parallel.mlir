@@ -64,28 +64,24 @@
 // A mesh [dp, ep] = [2, 2] (examples/python/moe_layer.py --dp 2: 32
 // tokens split over both axes, [DIDy*DIDx, -], in 2 groups of 16; top 2 of
 // 8 experts split over ep, replicated over dp): each group is dispatched
-// within its ep team ([0, 1] and [2, 3], never across dp) into a buffer
+// within its ep team ([0, 1] and [2, 3]: one op, the team and its translate; never across dp) into a buffer
 // bounded by the group's pairs (16 tokens x 2 = 32 rows), and the experts'
 // weight gradients ([4 experts, 24, 16] a rank) are summed over dp ([0, 2]
 // and [1, 3]).
 // DP-LABEL: func.func @main_fwd(
-// DP:       hir.alltoall {{.*}} team = [0, 1] {{.*}}tensor<8xi64>
-// DP:       hir.alltoall {{.*}} team = [2, 3] {{.*}}tensor<8xi64>
-// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
-// DP:       hir.alltoallv {{.*}} team = [2, 3] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
-// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
-// DP:       hir.alltoallv {{.*}} team = [2, 3] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoall {{.*}} team = [0, 1] translated [2 step 2] {{.*}}tensor<8xi64>
+// DP:       hir.alltoallv {{.*}} team = [0, 1] translated [2 step 2] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [0, 1] translated [2 step 2] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
 // DP-LABEL: func.func @main_bwd(
-// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
-// DP:       hir.alltoallv {{.*}} team = [0, 1] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
-// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x24x16xf32>
-// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x24x16xf32>
-// DP-COUNT-2: hir.allreduce {{.*}} team = [{{0, 2|1, 3}}] {{.*}}tensor<4x16x24xf32>
+// DP:       hir.alltoallv {{.*}} team = [0, 1] translated [2 step 2] {{.*}}(tensor<16x16xf32>, tensor<2xi64>, tensor<32x16xf32>, tensor<2xi64>)
+// DP:       hir.alltoallv {{.*}} team = [0, 1] translated [2 step 2] {{.*}}(tensor<32x16xf32>, tensor<2xi64>, tensor<16x16xf32>, tensor<2xi64>)
+// DP-COUNT-2: hir.allreduce {{.*}} team = [0, 2] translated [2 step 1] {{.*}}tensor<4x24x16xf32>
+// DP:       hir.allreduce {{.*}} team = [0, 2] translated [2 step 1] {{.*}}tensor<4x16x24xf32>
 // No all-to-all of @main, @main_fwd and @main_bwd crosses dp: each stays
-// within an ep team.
-// DPTEAMS-NOT: team = [{{0, 2|1, 3|[0-9]+, [0-9]+, }}
-// DPTEAMS:     hir.alltoallv {{.*}} team = [0, 1] backend
-// DPTEAMS-NOT: team = [{{0, 2|1, 3|[0-9]+, [0-9]+, }}
+// within an ep team ([0, 1] and its translate [2, 3]).
+// DPTEAMS-NOT: team = [0, 2]
+// DPTEAMS:     hir.alltoallv {{.*}} team = [0, 1] translated [2 step 2] backend
+// DPTEAMS-NOT: team = [0, 2]
 
 // Tokens on one axis of a 2-D mesh and experts on the other: refused.
 #tok = #fusion.sharding<@g, [DIDy, -]>
