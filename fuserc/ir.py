@@ -655,7 +655,11 @@ def _verify_func_signature(func: FuncOp) -> None:
 
     ftype = func.function_type
     args = func.body.blocks[0].args if func.body.blocks else ()
+    seen: set[Attribute] = set()  # a backward's saved tensors repeat a few types: each is checked once
     for i, t in enumerate(ftype.inputs.data):
+        if t in seen:
+            continue
+        seen.add(t)
         try:
             verify_sharding_types(func, [t])
         except VerifyException as e:
@@ -663,7 +667,7 @@ def _verify_func_signature(func: FuncOp) -> None:
                 name = f" %{args[i].name_hint}" if args[i].name_hint else ""
                 raise Diagnostic(f"'{func.name}' op argument #{i}{name}: {e}", location_of(args[i])) from None
             raise
-    verify_sharding_types(func, list(ftype.outputs.data))
+    verify_sharding_types(func, list(dict.fromkeys(ftype.outputs.data)))
 
 
 def _verify_one_block(func: FuncOp) -> None:
