@@ -397,8 +397,6 @@ class LaunchOp(HirOp):
         self._init(operands=[*ins_v, *outs], properties=sizes, regions=[region])
 
     def verify_op(self) -> None:
-        from fuserc.dialects.fusion import TENSOR_OPS
-
         block = self.body.block
         got = [a.type for a in block.args]
         want = [v.type for v in self.ins]
@@ -418,7 +416,7 @@ class LaunchOp(HirOp):
                 f"({', '.join(map(str, want))})"
             )
         for op in block.ops:
-            if op is not last and not isinstance(op, TENSOR_OPS):
+            if op is not last and not _is_tensor_op(op):
                 raise VerifyException(f"region may contain only fusion tensor ops, got '{op.name}'")
             for v in op.operands:
                 if not self._defines(v):
@@ -432,3 +430,18 @@ class LaunchOp(HirOp):
         owner = v.owner
         op = owner.parent_op() if isinstance(owner, Block) else owner
         return op is not None and self.is_ancestor(op)
+
+
+_TENSOR_OP_CLASSES: dict[type[Operation], bool] = {}
+
+
+def _is_tensor_op(op: Operation) -> bool:
+    """Whether `op` is a fusion tensor op: the isinstance test against the
+    63 classes (each an ABC's test) made once per class, as a launch's
+    region is checked at every verification."""
+    known = _TENSOR_OP_CLASSES.get(type(op))
+    if known is None:
+        from fuserc.dialects.fusion import TENSOR_OPS
+
+        known = _TENSOR_OP_CLASSES[type(op)] = isinstance(op, TENSOR_OPS)
+    return known

@@ -333,7 +333,7 @@ def _structure(op: Operation) -> tuple[Any, ...]:
     types and team sizes (two `hir.if_rank` regions of one collective over
     the teams of a 2-D mesh have the same)."""
     return tuple(
-        (o.name, tuple(str(v.type) for v in (*o.operands, *o.results)), len(o.team) if isinstance(o, hir.TeamOp) else None)
+        (o.name, tuple(v.type for v in (*o.operands, *o.results)), len(o.team) if isinstance(o, hir.TeamOp) else None)
         for o in op.walk()
     )
 
@@ -346,23 +346,30 @@ class _Classes:
     one of them is walked; a report line is a class."""
 
     def __init__(self, func: FuncOp):
-        self.key: dict[Operation, tuple[Any, ...]] = {}
-        self.members: dict[tuple[Any, ...], list[Operation]] = defaultdict(list)
+        self.key: dict[Operation, int] = {}
+        self.members: dict[int, list[Operation]] = defaultdict(list)
         self.ranks: dict[Operation, frozenset[int]] = {}
-        self._visit(func.body.block, ())
+        self._ids: dict[tuple[Any, ...], int] = {}
+        """A class's number by its place: (the parent's class, the index in
+        the block[, the structure's number]): keys of a few ints, hashed in
+        constant time however deep the regions nest."""
+        self._visit(func.body.block, -1)
 
-    def _visit(self, block: Block, parent: tuple[Any, ...]) -> None:
-        run: tuple[Any, ...] | None = None
+    def _id(self, key: tuple[Any, ...]) -> int:
+        return self._ids.setdefault(key, len(self._ids))
+
+    def _visit(self, block: Block, parent: int) -> None:
+        run: int | None = None
         start = 0
         for i, op in enumerate(block.ops):
             if isinstance(op, hir.IfRankOp):
-                shape = _structure(op)
+                shape = self._id(("structure", _structure(op)))
                 if shape != run:
                     run, start = shape, i
-                key = (parent, start, shape)
+                key = self._id((parent, start, shape))
             else:
                 run = None
-                key = (parent, i)
+                key = self._id((parent, i))
             self.key[op] = key
             self.members[key].append(op)
             if isinstance(op, (hir.TeamOp, hir.IfRankOp)):
@@ -374,11 +381,11 @@ class _Classes:
     def groups(self) -> list[list[int]]:
         """The program's ranks, grouped by the classes of the teams and rank
         regions they belong to."""
-        member: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+        member: dict[int, set[int]] = defaultdict(set)
         for op, ranks in self.ranks.items():
             for r in ranks:
                 member[r].add(self.key[op])
-        groups: dict[frozenset[tuple[Any, ...]], list[int]] = defaultdict(list)
+        groups: dict[frozenset[int], list[int]] = defaultdict(list)
         for r in sorted(member):
             groups[frozenset(member[r])].append(r)
         return list(groups.values())
@@ -427,15 +434,15 @@ def _covered(ops: Sequence[Operation]) -> list[int] | None:
 def function_report(func: FuncOp) -> FunctionReport:
     """The report of one host program: one rank of each group walked."""
     classes = _Classes(func)
-    lines: dict[tuple[Any, ...], Line] = {}
+    lines: dict[int, Line] = {}
     per_rank: dict[int, Totals] = {}
     order = {op: i for i, op in enumerate(func.walk())}
     for group in classes.groups():
         walk = _Walk(group[0], classes.ranks)
         walk.block(func.body.block)
         totals = Totals(fences=walk.fences, attention_flops=walk.attention_flops)
-        runs: dict[tuple[Any, ...], int] = defaultdict(int)
-        beside: dict[tuple[Any, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        runs: dict[int, int] = defaultdict(int)
+        beside: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for c in walk.comms:
             key = classes.key[c.op]
             runs[key] += 1

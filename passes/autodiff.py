@@ -243,7 +243,8 @@ class _Derivation:
         saved = self._saved(block, primal, forward, backward)
         paths = _row_major_ends(saved, primal, forward) if self.save == "activations" else {}
         saved = list(dict.fromkeys(paths[v][0] if v in paths else v for v in saved))
-        saved = [v for v in [*primal, *(r for o in forward for r in o.results)] if v in set(saved)]
+        kept = set(saved)
+        saved = [v for v in [*primal, *(r for o in forward for r in o.results)] if v in kept]
         _dead_code(block)
         bwd_args = [_whole(v.type) for v in saved] + [c.type for c in cts]
         if self.save == "activations":

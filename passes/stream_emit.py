@@ -686,7 +686,21 @@ def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:
     back a buffer the site reads: the pipeline runs at the anchor, so they
     move after it."""
     used = {root(v) for op in site.erase for o in op.walk() for v in o.operands}
-    ops = list(block.ops)
-    start = min(ops.index(op) for op in site.erase if op.parent_block() is block)
-    end = ops.index(site.anchor)
-    return [op for op in ops[start:end] if isinstance(op, hir.DeallocOp) and op.buffer in used]
+    unplaced = {op for op in site.erase if op.parent_block() is block and op is not site.anchor}
+    # The block is walked from the anchor both ways until each of the site's ops is placed (some,
+    # such as a reduce-scatter's wait, follow the anchor): the cost is the site's span, not the block.
+    frees: list[hir.DeallocOp] = []
+    kept = 0  # the frees up to the site's first op
+    back, forward = site.anchor.prev_op, site.anchor.next_op
+    while unplaced and (back is not None or forward is not None):
+        if back is not None:
+            if isinstance(back, hir.DeallocOp) and back.buffer in used:
+                frees.append(back)
+            if back in unplaced:
+                unplaced.discard(back)
+                kept = len(frees)
+            back = back.prev_op
+        if forward is not None:
+            unplaced.discard(forward)
+            forward = forward.next_op
+    return frees[:kept][::-1]

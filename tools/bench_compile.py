@@ -32,7 +32,8 @@ communication report's bytes per rank of @main_fwd and @main_bwd in units
 of one [tokens, hidden] bf16 tensor, beside the linear expectation (the
 1-layer model plus L - 1 times what the second layer adds) and their
 ratio, the share overlapped, the CPU time of `fuserc opt` as a process
-(imports included) and of each phase in this process.
+(imports included; `cpu s`), the same with `--comm-report` (`+report`,
+as the plan is read), and of each phase in this process.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def run_timed(text: str, pipeline: str) -> tuple[Any, int, dict[str, float]]:
 
     ctx = ir.make_context()
     phases: dict[str, float] = {}
-    with ir.compiling():  # as fuserc opt: the collector made rare
+    with ir.compiling():  # as fuserc opt: the collector kept from running
         t0 = time.process_time()
         module = ir.parse(text, "bench.mlir", ctx)
         phases["parse+verify"] = time.process_time() - t0
@@ -171,6 +172,7 @@ class ModelRow:
     overlapped: float  # of both
     phases: dict[str, float] = field(default_factory=dict)  # CPU seconds in this process
     process_cpu: float = 0.0  # `fuserc opt` as a process: user + system CPU, imports included
+    process_cpu_report: float = 0.0  # the same with --comm-report
 
     @property
     def total(self) -> float:
@@ -188,10 +190,11 @@ def model_text(layers: int, ranks: int, model: argparse.Namespace) -> str:
     return build(a, ranks)[0].to_mlir()
 
 
-def process_cpu(path: Path, pipeline: str) -> float:
-    """User + system CPU seconds of `fuserc opt PATH -p PIPELINE` in its own process."""
+def process_cpu(path: Path, pipeline: str, *extra: str) -> float:
+    """User + system CPU seconds of `fuserc opt PATH -p PIPELINE EXTRA...` in its own process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "fuserc", "opt", str(path), "-p", pipeline, "-o", os.devnull], check=True)
+    cmd = [sys.executable, "-m", "fuserc", "opt", str(path), "-p", pipeline, *extra, "-o", os.devnull]
+    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL if extra else None)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
@@ -205,7 +208,10 @@ def model_row(layers: int, ranks: int, model: argparse.Namespace, tmp: Path) -> 
     fwd, bwd = (rep.function(f).per_rank[0] for f in ("main_fwd", "main_bwd"))
     path = tmp / f"model{layers}x{ranks}.mlir"
     path.write_text(text)
-    return ModelRow(layers, ranks, float(fwd.nbytes), float(bwd.nbytes), float(fwd.overlapped + bwd.overlapped), phases, process_cpu(path, MODEL_PIPELINE))
+    row = ModelRow(layers, ranks, float(fwd.nbytes), float(bwd.nbytes), float(fwd.overlapped + bwd.overlapped), phases)
+    row.process_cpu = process_cpu(path, MODEL_PIPELINE)
+    row.process_cpu_report = process_cpu(path, MODEL_PIPELINE, "--comm-report")
+    return row
 
 
 def model_main(args: argparse.Namespace) -> int:
@@ -224,14 +230,14 @@ def model_main(args: argparse.Namespace) -> int:
             print(f"{MODEL_PIPELINE} of the GPT model (hidden {args.hidden}, tokens {args.tokens}, bf16) at d = {d}: "
                   f"units of {args.tokens}x{args.hidden}xbf16 per rank; linear = 1 layer + (L - 1) x {per_layer / unit:.3f}")  # fmt: skip
             names = [k for k in one.phases]
-            print(f"{'L':>3} {'fwd':>8} {'bwd':>8} {'total':>8} {'linear':>8} {'ratio':>6} {'ovl %':>6} {'cpu s':>7} {'in-proc':>8}  "
+            print(f"{'L':>3} {'fwd':>8} {'bwd':>8} {'total':>8} {'linear':>8} {'ratio':>6} {'ovl %':>6} {'cpu s':>7} {'+report':>7} {'in-proc':>8}  "
                   + " ".join(f"{n[:12]:>12}" for n in names))  # fmt: skip
             for n in layers:
                 r = {1: one, 2: two}.get(n) or model_row(n, d, args, Path(tmp))
                 rows.append(r)
                 linear = one.total + (n - 1) * per_layer
                 print(f"{n:>3} {r.fwd / unit:>8.2f} {r.bwd / unit:>8.2f} {r.total / unit:>8.2f} {linear / unit:>8.2f} "
-                      f"{r.total / linear:>6.3f} {100 * r.overlapped / r.total:>6.1f} {r.process_cpu:>7.2f} {sum(r.phases.values()):>8.2f}  "
+                      f"{r.total / linear:>6.3f} {100 * r.overlapped / r.total:>6.1f} {r.process_cpu:>7.2f} {r.process_cpu_report:>7.2f} {sum(r.phases.values()):>8.2f}  "
                       + " ".join(f"{r.phases[k]:>12.3f}" for k in names), flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:

@@ -90,4 +90,4 @@ def test_model_mode(tmp_path: Path) -> None:
     one, two, three = (r["total"] for r in rows)
     assert one > 0 and three == one + 2 * (two - one)
     for r in rows:
-        assert r["process_cpu"] > 0 and {"autodiff", "propagate-shardings", "plan-memory"} <= set(r["phases"])
+        assert r["process_cpu"] > 0 and r["process_cpu_report"] > 0 and {"autodiff", "propagate-shardings", "plan-memory"} <= set(r["phases"])
