@@ -288,7 +288,7 @@ class Program:
         synchronize = synchronize or copy_outputs
         replays, b = self.replays, self.backend
         key = replays.key(inputs, plain=graphs and self.tracer is None and not fail_now)
-        action, timed = replays.next(key, ready=self.runs >= 1 and b.wait_for_kernels(0))
+        action, timed = replays.next(key, ready=not replays.judged and self.runs >= 1 and b.wait_for_kernels(0))
         self._owning = owned_results and action == OPS  # a capture's results are the graph's
         temp_handles: list[Handle] = []
         loaned: list[int] = []
