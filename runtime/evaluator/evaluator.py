@@ -311,7 +311,7 @@ class Program:
                     replays.sample(GRAPH, start, b.mark(join=True))
             else:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
-                issued = b.host_clock()
+                issued = b.host_clock() if start is not None else 0.0  # timed runs only: none on the hot path
                 results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
                 if start is not None:
                     replays.sample(OPS, start, b.mark(join=True), b.host_clock() - issued)
