@@ -123,7 +123,8 @@ class FusionOp(IRDLOperation):
     - `torch_alone()`, `torch_out(args, out)`: PyTorch's own kernel for
       the op (its `reference` writing `out`) outruns Inductor's where the
       op is a launch region by itself, which the cuda backend then runs
-      with it (runtime/kernels/torch_regions.py).
+      with it (runtime/kernels/torch_regions.py), where `torch_fits(args,
+      out)` takes the buffers as they are.
     """
 
     OPERANDS: ClassVar[tuple[str, ...]] = ()
@@ -289,6 +290,12 @@ class FusionOp(IRDLOperation):
         """PyTorch's kernel for the op (its `reference`), writing `out`:
         what a launch region of the op alone runs where `torch_alone()`."""
         raise NotImplementedError(f"{self.name} has no torch_out")
+
+    def torch_fits(self, args: list[Any], out: Any) -> bool:
+        """Whether `torch_out` takes these tensors as they are (an
+        elementwise op: operands of the output's shape and dtype, nothing
+        to broadcast)."""
+        return all(a.dtype == out.dtype and a.shape == out.shape for a in args)
 
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,

@@ -206,6 +206,8 @@ def _bucket_returned_reductions(func: FuncOp, meshes: Meshes) -> None:
         shape = shape_of(o.results[0])
         if src is None or dst is None or src.partial is None or dst.partial is not None or src.mesh != dst.mesh:
             continue
+        if src.mesh in meshes and meshes[src.mesh].size == 1:
+            continue  # no collective to share: a bucket would only copy
         if any(d for d in src.dims) or any(d for d in dst.dims) or math.prod(shape) > BUCKET_ELEMENTS:
             continue
         if not o.results[0].uses or any(u.operation is not ret for u in o.results[0].uses):

@@ -6,7 +6,8 @@
   its own between the MLP's two GEMM pipelines): the op's `torch_out`
   (its aten `out=` kernel) writing a contiguous output buffer (no copy;
   aten's gelu wrote a transposed `out=` wrongly on the CPU, so such a
-  buffer keeps Inductor's kernel), on the cuda backend.
+  buffer keeps Inductor's kernel), on the cuda backend; and a lone
+  concat (`torch.cat`: data movement, whose generated kernel builds slowly).
   The cpu backend runs every region with PyTorch's kernels anyway.
 - A region of slices of its arguments only (`slices_of`: the replicated
   parameters' gradients cut out of the one buffer they were reduced in):
@@ -128,7 +129,7 @@ def run_region(
     op = lone_op(body)
     if op is None or len(outs) != 1 or not outs[0].is_contiguous():
         return False
-    if any(t.dtype != outs[0].dtype or t.shape != outs[0].shape for t in ins):
+    if not op.torch_fits(list(ins), outs[0]):
         return False
     op.torch_out(list(ins), outs[0])
     return True

@@ -77,3 +77,26 @@ def test_a_lone_gelu_into_a_buffer_of_another_dtype_is_not_run() -> None:
     body = _region(LONE_GELU)
     out = torch.zeros(8, 16, dtype=torch.float32)
     assert not torch_regions.run_region(body, [torch.randn(8, 16).to(torch.bfloat16)], [out])
+
+
+def test_a_lone_concat_runs_torch_cat_into_its_buffer() -> None:
+    """The bucket of a model's small gradients: data movement only, run by
+    torch.cat (no generated kernel to build for every input count)."""
+    v = "tensor<128xbf16>"
+    text = f"""func.func @main(%a0: {v}, %a1: {v}, %a2: {v}) attributes {{hir.host}} {{
+  %o = hir.alloc "o" : tensor<384xbf16>
+  hir.launch ins(%a0, %a1, %a2 : {v}, {v}, {v}) outs(%o : tensor<384xbf16>) {{
+  ^bb0(%b0: {v}, %b1: {v}, %b2: {v}):
+    %c = fusion.concat %b0, %b1, %b2 dim = 0 : ({v}, {v}, {v}) -> tensor<384xbf16>
+    hir.yield %c : tensor<384xbf16>
+  }}
+  func.return
+}}
+"""
+    body = next(op for op in parse(text).walk() if isinstance(op, hir.LaunchOp)).body.block
+    assert torch_regions.runs_region(body)
+    xs = [torch.randn(128, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16) for i in range(3)]
+    out = torch.zeros(384, dtype=torch.bfloat16)
+    assert torch_regions.run_region(body, xs, [out])
+    assert torch.equal(out, torch.cat(xs))
+    assert not torch_regions.run_region(body, xs, [torch.zeros(384, dtype=torch.float32)])
