@@ -29,8 +29,10 @@ FAIL_RANK_ENV = "FUSERC_FAIL_RANK"
 
 
 def module_meshes(module: ModuleOp) -> dict[str, Mesh]:
-    """The meshes a module declares, by name."""
-    return {op.sym_name.data: op.model for op in module.walk() if isinstance(op, MeshOp)}
+    """The meshes a module declares, by name: its top-level ops only (a
+    mesh's parent is the module), since every launch asks, and walking
+    a whole model's program per launch took seconds at a first run."""
+    return {op.sym_name.data: op.model for op in module.ops if isinstance(op, MeshOp)}
 
 
 class InjectedFailure(RuntimeError):

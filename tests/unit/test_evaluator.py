@@ -301,3 +301,21 @@ def test_owned_results_are_the_callers() -> None:
     again = p.run_prepared(ins)  # cached buffers: the same every run
     assert [t.data_ptr() for t in again] == [t.data_ptr() for t in p.run_prepared(ins)]
     prog.close()
+
+
+def test_module_meshes_reads_the_top_level_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch of a run's planning asks for the module's meshes: a
+    walk into the functions (a whole model's program, per launch) made a
+    24-layer model's first run seconds slower."""
+    from xdsl.dialects.func import FuncOp
+
+    from fuserc.runtime.evaluator.interpreter import module_meshes
+
+    module = parse("fusion.mesh @tp shape = [2]\nfusion.mesh @dp shape = [3]\nfunc.func @main() {\n  func.return\n}\n")
+
+    def no_walk(self: FuncOp, *a: object, **k: object) -> None:
+        raise AssertionError("walked into a function")
+
+    monkeypatch.setattr(FuncOp, "walk", no_walk)
+    meshes = module_meshes(module)
+    assert {name: m.shape for name, m in meshes.items()} == {"tp": (2,), "dp": (3,)}
