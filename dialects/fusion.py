@@ -290,6 +290,12 @@ class FusionOp(IRDLOperation):
         what a launch region of the op alone runs where `torch_alone()`."""
         raise NotImplementedError(f"{self.name} has no torch_out")
 
+    def lowered_attributes(self) -> dict[str, Attribute]:
+        """Facts about the op known from the ops around it, which its copy
+        on local blocks (in a launch region, where its operands are the
+        region's arguments) keeps as attributes (lower-to-host-ir)."""
+        return {}
+
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,
         when absent)."""

@@ -51,12 +51,14 @@ def _aligned(t: torch.Tensor) -> bool:
     return major and all(s % 8 == 0 for s in t.stride()[:-2]) and t.data_ptr() % 16 == 0
 
 
-def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """`torch._grouped_mm(a, b, offs=offs)` (the op's docstring)."""
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, full_rows: bool = False) -> torch.Tensor:
+    """`torch._grouped_mm(a, b, offs=offs)` (the op's docstring). `full_rows`:
+    the last offset is a's row count (`GroupedMatmulOp.full_rows`), so no
+    row past the groups needs zeroing (a pass over the whole result saved)."""
     stacked = b.dim() == 3
     if fast_path(a, b):
         y = torch._grouped_mm(a, b, offs=offs.to(torch.int32))
-        if stacked:  # rows past the last group are left unwritten by the kernel
+        if stacked and not full_rows:  # rows past the last group are left unwritten by the kernel
             rows = torch.arange(a.shape[0], device=a.device).unsqueeze(1)
             y = y.masked_fill(rows >= offs[-1], 0)
         return y
@@ -92,16 +94,21 @@ def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Ten
     return y
 
 
-def experts_block(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+def experts_block(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int, full_rows: bool = False
+) -> torch.Tensor:
     """The grouped GEMM of experts first..first+count-1 of the global group
     ends `offs`: with a stacked b (those experts' weights), their rows of
-    the [T, N] result, zero elsewhere; else their [count, K, N] blocks."""
-    if first == 0 and count == offs.shape[0]:
-        return grouped_matmul(a, b, offs)
+    the [T, N] result, zero elsewhere; else their [count, K, N] blocks.
+    `full_rows`: the global groups end at the last row (so does the last
+    block's)."""
+    last = first + count == offs.shape[0]
+    if first == 0 and last:
+        return grouped_matmul(a, b, offs, full_rows)
     start = int(offs[first - 1]) if first > 0 else 0  # where the block's rows begin (read on the host)
     local = offs[first : first + count] - start
     if b.dim() == 3:
         y = a.new_zeros(a.shape[0], b.shape[2])
-        y[start:] = grouped_matmul(a[start:], b, local)
+        y[start:] = grouped_matmul(a[start:], b, local, full_rows and last)
         return y
     return grouped_matmul(a[:, start:], b[start:], local)

@@ -297,3 +297,96 @@ def test_expert_parallel_regions_run_op_by_op_with_torch() -> None:
     eager = [o for o in launches if any(isinstance(x, kinds) for x in o.body.block.ops)]
     assert len([o for o in eager if any(isinstance(x, PlaceRowsOp) for x in o.body.block.ops)]) == 3  # @main, @main_fwd, @main_bwd (combine's transpose)
     assert all(torch_regions.runs_region(o.body.block) and torch_regions.eager_region(o.body.block) for o in eager)
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9 and hasattr(torch, "_grouped_mm")
+
+
+def test_full_rows_from_the_dropless_sort_only() -> None:
+    """A grouped GEMM whose offsets are cumsum(bincount(ids)) over as many
+    ids as it has rows is marked FULL_ROWS on its local copy (no tail to
+    zero), and so is its backward's grouped GEMM on the same offsets, in
+    the lowered layer's forward and backward; offsets given as an input,
+    or counted over fewer ids than rows, are not."""
+    import sys
+
+    from fuserc.dialects.fusion_moe import FULL_ROWS, GroupedMatmulOp
+    from fuserc.ir import make_context
+    from fuserc.pipeline import run_pipeline
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition
+
+    ctx = make_context()
+    module = run_pipeline(parse(definition(16, 8, 12, 4, 2, True, "softmax", "f32").to_mlir(), "moe", ctx), "autodiff{entry=main},default", ctx)
+    marked: dict[str, list[bool]] = {}
+    for op in module.walk():
+        if isinstance(op, GroupedMatmulOp) and op.stacked():
+            func = op.parent_op()
+            while func is not None and func.name != "func.func":
+                func = func.parent_op()
+            marked.setdefault(func.sym_name.data, []).append(FULL_ROWS in op.attributes)  # type: ignore[union-attr]
+    assert marked == {"main": [True] * 3, "main_fwd": [True] * 3, "main_bwd": [True] * 3}, marked
+
+    fd = FusionDefinition()
+    a, w = fd.define_tensor([10, 4]), fd.define_tensor([3, 4, 5])
+    ends = fd.define_tensor([3], "i64")
+    fewer = fd.ops.cumsum(fd.ops.bincount(fd.define_tensor([8], "i64"), length=3), dim=0)
+    fd.add_output(fd.ops.grouped_matmul(a, w, ends))
+    fd.add_output(fd.ops.grouped_matmul(a, w, fewer))
+    module = parse(fd.to_mlir())
+    assert [op.full_rows() for op in module.walk() if isinstance(op, GroupedMatmulOp)] == [False, False]
+
+
+def test_placed_context_starts_on_the_host() -> None:
+    """The first global index of a split value is read from the host's
+    indices, also by a context placed on a device (a grouped GEMM's block
+    of experts asks at every run: a read of the device's copy would wait
+    for the device, and a CUDA graph capture cannot)."""
+    from fuserc.dialects.interfaces import EvalContext
+
+    ctx = EvalContext(indices={(1, 0): torch.tensor([4, 5, 6])})
+    placed = ctx.on(torch.device("meta"))  # its indices cannot be read back at all
+    assert placed.indices[(1, 0)].is_meta
+    assert placed.global_start(1, 0) == 4 and placed.global_start(-1, 0) == 0 and ctx.global_start(1, 0) == 4
+
+
+@pytest.mark.skipif(not _sm90(), reason="torch._grouped_mm's kernel needs a GPU of compute capability 9.0")
+def test_grouped_matmul_zeroes_rows_past_the_groups_on_cuda() -> None:
+    """torch._grouped_mm leaves rows past the last group unwritten: they
+    are zeroed unless the offsets are known to end at the last row."""
+    dev = torch.device("cuda")
+    a, b = torch.randn(64, 32, device=dev, dtype=torch.bfloat16), torch.randn(4, 32, 16, device=dev, dtype=torch.bfloat16)
+    for _ in range(3):  # leave garbage in the allocator's blocks
+        torch.full((64, 16), float("nan"), device=dev, dtype=torch.bfloat16)
+    offs = torch.tensor([16, 16, 40, 50], device=dev)
+    y = grouped_matmul(a, b, offs)
+    want = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0, 16, 16, 40], [16, 16, 40, 50]))])
+    torch.testing.assert_close(y[:50].float(), want, rtol=2e-2, atol=2e-2)
+    assert not y[50:].any()
+    full = torch.tensor([16, 16, 40, 64], device=dev)
+    torch.testing.assert_close(grouped_matmul(a, b, full, full_rows=True), grouped_matmul(a, b, full), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not _sm90(), reason="torch._grouped_mm's kernel needs a GPU of compute capability 9.0")
+def test_grouped_gemm_program_is_captured_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program of a grouped GEMM waits for nothing on the host, so its
+    runs are captured and replayed as a CUDA graph."""
+    import fuserc.torch as ft
+
+    monkeypatch.setenv("FUSERC_CUDA_GRAPHS", "always")
+    fd = FusionDefinition()
+    a, w, ends = fd.define_tensor([64, 32], "bf16"), fd.define_tensor([4, 32, 16], "bf16"), fd.define_tensor([4], "i64")
+    fd.add_output(fd.ops.grouped_matmul(a, w, ends))
+    f = ft.function(fd)
+    dev = torch.device("cuda")
+    args = [torch.randn(64, 32, device=dev, dtype=torch.bfloat16), torch.randn(4, 32, 16, device=dev, dtype=torch.bfloat16),
+            torch.tensor([16, 16, 40, 64], device=dev)]  # fmt: skip
+    try:
+        for _ in range(4):
+            y = f(*args)
+        torch.testing.assert_close(y, grouped_matmul(*args), rtol=0, atol=0)
+        assert "replayed as a graph" in f.runs()["main"], f.runs()
+    finally:
+        f.close()
