@@ -552,11 +552,25 @@ class GroupedMatmulOp(FusionOp):
             ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
             if self.full_rows():  # g has the rows of the result: the groups still end at the last
                 ga.owner.attributes[FULL_ROWS] = UnitAttr()
+            if _transposed(self.rhs):  # (a^T g)^T = g^T a, made in the weight's own layout
+                gbt = b.op("grouped_matmul", b.op("permute", g, dims=[1, 0]), self.lhs, offs)
+                return [ga, b.op("permute", gbt, dims=[0, 2, 1]), None]
             gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
             return [ga, gb, None]
         gat = b.op("grouped_matmul", self.rhs, b.op("permute", g, dims=[0, 2, 1]), offs)
         gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
         return [b.op("permute", gat, dims=[1, 0]), gb, None]
+
+
+def _transposed(w: SSAValue) -> bool:
+    """`w` is a weight stacked [E, N, K] read as [E, K, N] (a permute of
+    its last two dims, as an nn.Linear-like weight is): its gradient is made
+    [E, N, K], so that the permute back is a view (not a transposing copy
+    of every expert's gradient)."""
+    from fuserc.dialects.fusion_layout import PermuteOp
+
+    op = w.owner
+    return isinstance(op, PermuteOp) and list(op.keyword("dims")) == [0, 2, 1]
 
 
 OPS: tuple[type[FusionOp], ...] = (
