@@ -211,6 +211,15 @@ class Backend(ABC):
         are `ins`, the values its `hir.yield` yields go into `outs`;
         `contexts` says where the local blocks of its INDEXED ops lie."""
 
+    def launch_made(self, body: Block, ins: Sequence[Array], contexts: Contexts | None = None) -> list[Array] | None:
+        """Run a region whose kernels make their results in memory of their
+        own (torch._grouped_mm has no output argument) and return those
+        results, where this backend runs the region so: the caller lets
+        them stand for its output buffers where it can (the copies into
+        them saved) and copies them into the others. None (nothing run):
+        the caller calls `launch`."""
+        return None
+
     # ---- communication (returns a token; ranks outside `team` never call) --
     @abstractmethod
     def allgather(self, inp: Array, out: Array, team: Team) -> Work: ...

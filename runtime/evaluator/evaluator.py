@@ -497,6 +497,18 @@ class Program:
         self.backend.prepare_kernels(self, background=self.background_kernels)
         return self._interp
 
+    def made_for(self, buffer: Array, made: Array) -> None:
+        """A region's result in memory of its own stands for `buffer` for the
+        rest of the run (interpreter_ops `_launch`): the buffer's cache
+        entry is free again, and a buffer made for the caller gives its
+        place to `made` (handed to the caller as it is)."""
+        entry = self.entry_of(buffer)
+        if entry is not None:
+            self.cache.release(entry)
+        elif id(buffer) in self._owned:
+            self._owned.discard(id(buffer))
+            self._owned.add(id(made))
+
     def entry_of(self, array: Array) -> CacheEntry | None:
         """The cache entry a buffer (or a view of one) comes from."""
         return self._entries.get(id(self.backend.base(array)))

@@ -5,11 +5,13 @@ registered with `prepares` (runtime/evaluator/interpreter.py runs them).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Operation
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
 
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
@@ -51,14 +53,34 @@ def _alloc(pl: Planner, op: hir.AllocOp) -> Run:
 
 @prepares(hir.DeallocOp)
 def _dealloc(pl: Planner, op: hir.DeallocOp) -> Run:
+    """The buffer's cache entry is free again; a region's result that stood
+    for it (`_launch`), and every view of it, are let go (their memory
+    goes back to the allocator here, not at the end of the run)."""
     buffer, program = pl.slot(op.buffer), pl.program
+    held = (buffer, *pl.slots(_views_of(op.buffer)))
 
     def run(it: Interpreter) -> None:
-        entry = program.entry_of(it.env[buffer])
+        env = it.env
+        entry = program.entry_of(env[buffer])
         if entry is not None:
             program.cache.release(entry)
+        else:
+            for s in held:
+                env[s] = None
 
     return run
+
+
+def _views_of(v: SSAValue) -> list[SSAValue]:
+    """The values that view `v` (`hir.VIEW_OPS`, in turn)."""
+    out: list[SSAValue] = []
+    stack = [v]
+    while stack:
+        for use in stack.pop().uses:
+            if isinstance(use.operation, hir.VIEW_OPS):
+                out.append(use.operation.results[0])
+                stack.append(use.operation.results[0])
+    return out
 
 
 # ---- control ----------------------------------------------------------------
@@ -498,15 +520,101 @@ def _copy(pl: Planner, op: hir.CopyOp) -> Run:
 
 @prepares(hir.LaunchOp)
 def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
-    body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
-    meshes = module_meshes(pl.program.module)
+    """The backend runs the region into its output buffers; where it makes
+    the results itself (`Backend.launch_made`), each result in memory of
+    its own stands for its buffer where the buffer may be replaced
+    (`_replaceable`), and is copied into it elsewhere."""
+    body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
+    meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
+    replaceable = _replaceable(op)
 
     def run(it: Interpreter) -> None:
         env = it.env
-        b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
+        ins_now = [env[s] for s in ins]
+        made = b.launch_made(body, ins_now, contexts)
+        if made is None:
+            b.launch(body, ins_now, [env[s] for s in outs], contexts)
+            return
+        taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
+        for s, value, free in zip(outs, made, replaceable, strict=True):
+            out = env[s]
+            if free and _own_memory(value, out, taken):
+                taken.add(value.untyped_storage().data_ptr())
+                program.made_for(out, value)
+                env[s] = value
+            else:
+                b.copy(value, out)
 
     return run
+
+
+def _own_memory(value: Any, out: Any, taken: set[int]) -> bool:
+    """`value` may stand for the buffer `out`: its layout (shape, strides,
+    dtype, device: what the kernels that read it were built for) and a
+    storage of its own, exactly its size, that no input or other result
+    holds."""
+    if value.shape != out.shape or value.stride() != out.stride() or value.dtype != out.dtype or value.device != out.device:
+        return False
+    storage = value.untyped_storage()
+    return (
+        value.numel() > 0 and value.storage_offset() == 0 and storage.nbytes() == value.numel() * value.element_size()
+        and storage.data_ptr() not in taken
+    )
+
+
+def _replaceable(op: hir.LaunchOp) -> tuple[bool, ...]:
+    """For each output buffer of a launch, whether a result in memory of its
+    own may stand for it: a buffer allocated (`hir.alloc`) in the launch's
+    block, read or viewed by nothing before the launch and not by the
+    launch itself as an input, in a program that shares no buffer with
+    peers (`hir.share`: a registration is kept with its cached buffer) and
+    switches no streams (a result let go at its dealloc must be read on
+    the stream that made it only)."""
+    block = op.parent_block()
+    if block is None or not _single_stream(op):
+        return (False,) * len(op.outs)
+    order = _positions(block)
+    here = order[op]
+    out: list[bool] = []
+    for v in op.outs:
+        alloc = v.owner
+        ok = isinstance(alloc, hir.AllocOp) and alloc.parent_block() is block and v not in op.ins
+        ok = ok and list(op.outs).count(v) == 1
+        for w in (v, *_views_of(v)) if ok else ():
+            for use in w.uses:
+                user = use.operation
+                while user is not None and user.parent_block() is not block:
+                    user = user.parent_op()
+                if user is None or (user is not op and order.get(user, -1) <= here):
+                    ok = False
+        out.append(ok)
+    return tuple(out)
+
+
+_POSITIONS: "weakref.WeakKeyDictionary[Any, dict[Operation, int]]" = weakref.WeakKeyDictionary()
+_SINGLE: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def _positions(block: Any) -> dict[Operation, int]:
+    """Each op's place in its block (found once per block)."""
+    found = _POSITIONS.get(block)
+    if found is None:
+        found = _POSITIONS[block] = {o: i for i, o in enumerate(block.ops)}
+    return found
+
+
+def _single_stream(op: Operation) -> bool:
+    """The function holding `op` shares no buffer and switches no stream
+    (found once per function)."""
+    func = op
+    while func.parent_op() is not None and not isinstance(func, FuncOp):
+        func = func.parent_op()  # type: ignore[assignment]
+    found = _SINGLE.get(func)
+    if found is None:
+        kinds = (hir.ShareOp, hir.SetCurrentStreamOp, hir.StreamForOp)
+        found = _SINGLE[func] = not any(isinstance(o, kinds) for o in func.walk())
+    return found
 
 
 # ---- peer-to-peer ------------------------------------------------------------------

@@ -59,8 +59,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, full_ro
     if fast_path(a, b):
         y = torch._grouped_mm(a, b, offs=offs.to(torch.int32))
         if stacked and not full_rows:  # rows past the last group are left unwritten by the kernel
-            rows = torch.arange(a.shape[0], device=a.device).unsqueeze(1)
-            y = y.masked_fill(rows >= offs[-1], 0)
+            _zero_tail(y, offs)
         return y
     ends = check_offsets(offs, a.shape[0] if stacked else a.shape[1])
     starts = [0, *ends[:-1]]
@@ -68,6 +67,18 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, full_ro
         tail = a.new_zeros(a.shape[0] - (ends[-1] if ends else 0), b.shape[2])
         return torch.cat([*(a[s:e] @ b[i] for i, (s, e) in enumerate(zip(starts, ends))), tail])
     return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+
+
+def _zero_tail(y: torch.Tensor, offs: torch.Tensor) -> None:
+    """Zero the rows of y from offs[-1] on: the tail rows only
+    (runtime/kernels/grouped_tail.py) where Triton runs, else a masked pass."""
+    try:
+        from fuserc.runtime.kernels.grouped_tail import zero_tail
+    except ImportError:  # no Triton
+        zero_tail = None
+    if zero_tail is None or not zero_tail(y, offs):
+        rows = torch.arange(y.shape[0], device=y.device).unsqueeze(1)
+        y.masked_fill_(rows >= offs[-1], 0)
 
 
 def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

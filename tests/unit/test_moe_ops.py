@@ -425,3 +425,77 @@ def test_permuted_weights_gradients_in_their_own_layout() -> None:
     for body in regions:
         gmm = next(x for x in body.ops if isinstance(x, GroupedMatmulOp))
         assert not any(isinstance(u.operation, PermuteOp) for u in gmm.results[0].uses)
+
+
+def test_grouped_gemm_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch._grouped_mm has no output argument: each grouped GEMM region's
+    result stands for its output buffer (no copy into it), forward and
+    backward (the weight gradients handed to the caller as they are), and
+    the layer still matches the PyTorch loop (float64)."""
+    import sys
+
+    import fuserc.torch as ft
+    from fuserc.runtime.evaluator import evaluator
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition, loop, params
+
+    made: list[tuple[int, ...]] = []
+    stand = evaluator.Program.made_for
+    monkeypatch.setattr(evaluator.Program, "made_for", lambda self, b, m: (made.append(tuple(m.shape)), stand(self, b, m))[1])
+    args = params(24, 16, 8, 4, True, seed=1)
+    f = ft.function(definition(24, 16, 8, 4, 2, True, "softmax", "f32"))
+    ps = [a.clone().requires_grad_(True) for a in args]
+    try:
+        y, aux = f(*ps)
+        assert made == [(48, 8), (48, 8), (48, 16)]
+        made.clear()
+        (y.square().sum() + aux).backward()
+        assert sorted(made) == sorted([(48, 8), (4, 8, 16), (48, 16), (4, 16, 8), (48, 16), (4, 8, 16)])
+    finally:
+        f.close()
+    ts = [a.double().requires_grad_(True) for a in args]
+    wy, waux = loop(*ts[:5], shared=ts[5:], k=2)
+    (wy.square().sum() + waux).backward()
+    torch.testing.assert_close(y.double(), wy, rtol=1e-4, atol=1e-4)
+    for p, t in zip(ps, ts):
+        torch.testing.assert_close(p.grad.double(), t.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_result_stands_for_a_buffer_only_in_its_own_memory() -> None:
+    """A region's value in memory of its own, laid out as the buffer, may
+    stand for it; a view of an input, a slice of a larger tensor, another
+    layout or memory another result took may not (they are copied)."""
+    from fuserc.runtime.evaluator.interpreter_ops import _own_memory
+
+    out = torch.empty(4, 6)
+    fresh, x = torch.randn(4, 6), torch.randn(6, 4)
+    assert _own_memory(fresh, out, set())
+    assert not _own_memory(fresh, out, {fresh.untyped_storage().data_ptr()})
+    assert not _own_memory(x.t(), out, set())  # another layout (and an input's)
+    assert not _own_memory(torch.randn(5, 6)[:4], out, set())
+    assert not _own_memory(fresh.double(), out, set())
+
+
+def test_zero_tail_kernel_zeroes_only_the_rows_past_the_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tail kernel (runtime/kernels/grouped_tail.py) zeroes the rows from
+    the last offset on and leaves the others as they were, at odd shapes
+    (rows and columns not multiples of its blocks, no tail, all tail); on
+    a machine without a GPU in Triton's interpreter."""
+    import importlib
+
+    pytest.importorskip("triton")
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from fuserc.runtime.kernels import grouped_tail
+
+    if not gpu and type(grouped_tail._zero_tail).__name__ != "InterpretedFunction":
+        grouped_tail = importlib.reload(grouped_tail)
+    dev = torch.device("cuda" if gpu else "cpu")
+    for rows, cols, end in ((70, 130, 45), (70, 130, 70), (33, 7, 0), (1, 300, 1)):
+        y = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16)
+        before = y.clone()
+        assert grouped_tail.zero_tail(y, torch.tensor([0, end // 2, end], device=dev))
+        assert torch.equal(y[:end], before[:end]) and not y[end:].any()
+    assert not grouped_tail.zero_tail(torch.zeros(4, 6, device=dev).t(), torch.tensor([2], device=dev))
