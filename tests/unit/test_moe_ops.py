@@ -499,3 +499,29 @@ def test_zero_tail_kernel_zeroes_only_the_rows_past_the_groups(monkeypatch: pyte
         assert grouped_tail.zero_tail(y, torch.tensor([0, end // 2, end], device=dev))
         assert torch.equal(y[:end], before[:end]) and not y[end:].any()
     assert not grouped_tail.zero_tail(torch.zeros(4, 6, device=dev).t(), torch.tensor([2], device=dev))
+
+
+def test_index_add_accumulates_low_precision_in_f32() -> None:
+    """A bf16 index_add adds every source row in f32 and rounds once (the
+    combine of a token's k results): its trace, what Inductor compiles for
+    a region, adds in f32 (Inductor leaves a bf16 index_add to PyTorch's
+    kernel of bf16 atomics, which round after each add); f32 is torch's
+    exactly."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fuserc.dialects.fusion_moe import IndexAddOp
+    from fuserc.dialects.interfaces import EvalContext
+
+    fd = FusionDefinition()
+    x, idx, src = fd.define_tensor([3, 4], "bf16"), fd.define_tensor([64], "i64"), fd.define_tensor([64, 4], "bf16")
+    fd.add_output(fd.ops.index_add(x, idx, src))
+    op = next(o for o in parse(fd.to_mlir()).walk() if isinstance(o, IndexAddOp))
+    gen = torch.Generator().manual_seed(7)
+    xs, rows, s = torch.randn(3, 4, generator=gen), torch.randint(0, 3, (64,), generator=gen), torch.randn(64, 4, generator=gen) / 3
+    got = op.reference([xs.bfloat16(), rows, s.bfloat16()], EvalContext())
+    want = xs.bfloat16().float().index_add(0, rows, s.bfloat16().float()).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    graph = make_fx(lambda a, i, b: op.reference([a, i, b], EvalContext()))(xs.bfloat16(), rows, s.bfloat16())
+    adds = [n for n in graph.graph.nodes if n.op == "call_function" and "index_add" in str(n.target)]
+    assert adds and all(n.meta["val"].dtype == torch.float32 for n in adds)
+    assert torch.equal(op.reference([xs, rows, s], EvalContext()), xs.index_add(0, rows, s))
