@@ -17,7 +17,8 @@ between CUDA events), for the forward (no_grad) and forward+backward;
 with it the peak memory allocated above the inputs (cuda). Then the
 grouped GEMMs alone: fuserc's `fusion.grouped_matmul` of the first expert
 GEMM ([T*k, H] x [E, H, F]) beside torch._grouped_mm on the same groups
-(the layer's routing of random tokens).
+(the layer's routing of random tokens). Last, how fuserc's programs ran
+(replayed as CUDA graphs or op by op, and why).
 """
 
 from __future__ import annotations
@@ -153,10 +154,11 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
     with torch.no_grad():  # fuserc's output against eager PyTorch's, in f32
         want = torch_layer(*[t.float() for t in args], k=k)[0]
         err = ((f(*args)[0].float() - want).abs().max() / want.abs().max()).item()
+    runs = f.runs()  # how its programs ran in the timed calls: replayed as CUDA graphs or op by op, and why
     f.close()
     gemm = bench_grouped(case, a, args, device)
     return {"case": name, "tokens": a.tokens, **case, "dtype": dt, "device": str(device), "ms": ms, "peak_mib": mib,
-            "max_rel_err": err, "grouped": gemm}  # fmt: skip
+            "max_rel_err": err, "grouped": gemm, "runs": runs}  # fmt: skip
 
 
 def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.Tensor], device: torch.device) -> dict[str, Any]:
@@ -215,6 +217,7 @@ def report(row: dict[str, Any]) -> str:
         f"fuserc {g['fuserc_ms']:.3f} ms ({g['tflops']:.1f} TFLOP/s)  torch._grouped_mm {g['torch_ms']:.3f} ms  "
         f"fuserc / torch speed {g['torch_ms'] / g['fuserc_ms']:.2f}  (max rel err {g['max_rel_err']:.1e}; "
         f"tokens per expert {min(g['counts'])}..{max(g['counts'])})",
+        *(f"  fuserc @{name}: {how}" for name, how in row["runs"].items()),
     ])  # fmt: skip
 
 
