@@ -13,7 +13,9 @@ weights normalized, the (token, choice) pairs sorted by expert, SwiGLU
 experts by grouped GEMMs over the sorted tokens, index_add combine, the
 load-balancing loss (fuserc's: examples/python/moe_layer.py). Each figure
 is the median over R repeats of N back-to-back iterations (device time
-between CUDA events), for the forward (no_grad) and forward+backward;
+between CUDA events), for the forward (no_grad) and forward+backward
+(fuserc's once its kernels are in and its programs' trial of CUDA graphs
+is over: `SETTLE`);
 with it the peak memory allocated above the inputs (cuda). Then the
 grouped GEMMs alone: fuserc's `fusion.grouped_matmul` of the first expert
 GEMM ([T*k, H] x [E, H, F]) beside torch._grouped_mm on the same groups
@@ -47,6 +49,15 @@ SMALL = {
     "mixtral": {"hidden": 32, "ffn": 48, "experts": 4, "top": 2, "shared": False},
     "deepseek": {"hidden": 32, "ffn": 16, "experts": 8, "top": 3, "shared": True},
 }
+
+
+SETTLE = 12
+"""Untimed calls of fuserc's layer (forward, and forward+backward) once its
+kernels are in: its programs' trial of CUDA graphs against runs op by op
+(runtime/evaluator/graphs.py: runs 2 to 8), and the capture anew once the
+backward's inputs (the forward's saved tensors, in the forward's graph
+after its own trial) keep their place, are a start-up cost, not the
+layer's speed."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -146,6 +157,10 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
                 f(*args)
             train_step(f)()
             f.wait_for_kernels()
+            for _ in range(SETTLE if cuda else 1):  # then once each program's way of running is settled
+                with torch.no_grad():
+                    f(*args)
+                train_step(f)()
         with torch.no_grad():
             ms[key + "_fwd"] = device_ms(lambda fn=fn: fn(*args), a, cuda)
             mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda)
