@@ -532,29 +532,48 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     def run(it: Interpreter) -> None:
         env = it.env
         ins_now = [env[s] for s in ins]
+        given = [env[s] for s in outs]
+        specs = [_spec(t) for t in given]
+        dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
+        if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
+            given = [None if d else t for t, d in zip(given, dropped, strict=True)]
+            for s, d in zip(outs, dropped, strict=True):
+                if d:
+                    env[s] = None
         made = b.launch_made(body, ins_now, contexts)
         if made is None:
-            b.launch(body, ins_now, [env[s] for s in outs], contexts)
+            given = [program.caller_buffer(spec) if t is None else t for t, spec in zip(given, specs, strict=True)]
+            for s, t in zip(outs, given, strict=True):
+                env[s] = t
+            b.launch(body, ins_now, given, contexts)
             return
         taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
-        for s, value, free in zip(outs, made, replaceable, strict=True):
-            out = env[s]
-            if free and _own_memory(value, out, taken):
+        for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
+            if free and _own_memory(value, spec, taken):
                 taken.add(value.untyped_storage().data_ptr())
                 program.made_for(out, value)
                 env[s] = value
             else:
+                env[s] = out = program.caller_buffer(spec) if out is None else out
                 b.copy(value, out)
 
     return run
 
 
-def _own_memory(value: Any, out: Any, taken: set[int]) -> bool:
-    """`value` may stand for the buffer `out`: its layout (shape, strides,
+Spec = tuple[tuple[int, ...], tuple[int, ...], Any, Any]
+"""A buffer's shape, strides, dtype and device."""
+
+
+def _spec(t: Any) -> Spec:
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
+def _own_memory(value: Any, spec: Spec, taken: set[int]) -> bool:
+    """`value` may stand for a buffer of `spec`: its layout (shape, strides,
     dtype, device: what the kernels that read it were built for) and a
     storage of its own, exactly its size, that no input or other result
     holds."""
-    if value.shape != out.shape or value.stride() != out.stride() or value.dtype != out.dtype or value.device != out.device:
+    if _spec(value) != spec:
         return False
     storage = value.untyped_storage()
     return (
