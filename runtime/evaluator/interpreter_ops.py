@@ -5,13 +5,11 @@ registered with `prepares` (runtime/evaluator/interpreter.py runs them).
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from xdsl.dialects.builtin import TensorType
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
@@ -27,6 +25,7 @@ from fuserc.runtime.evaluator.interpreter import (
     prepares,
     team_position,
 )
+from fuserc.runtime.evaluator import stand_ins
 from fuserc.runtime.evaluator.reference import block_context
 
 def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
@@ -57,7 +56,7 @@ def _dealloc(pl: Planner, op: hir.DeallocOp) -> Run:
     for it (`_launch`), and every view of it, are let go (their memory
     goes back to the allocator here, not at the end of the run)."""
     buffer, program = pl.slot(op.buffer), pl.program
-    held = (buffer, *pl.slots(_views_of(op.buffer)))
+    held = (buffer, *pl.slots(stand_ins.views_of(op.buffer)))
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -69,18 +68,6 @@ def _dealloc(pl: Planner, op: hir.DeallocOp) -> Run:
                 env[s] = None
 
     return run
-
-
-def _views_of(v: SSAValue) -> list[SSAValue]:
-    """The values that view `v` (`hir.VIEW_OPS`, in turn)."""
-    out: list[SSAValue] = []
-    stack = [v]
-    while stack:
-        for use in stack.pop().uses:
-            if isinstance(use.operation, hir.VIEW_OPS):
-                out.append(use.operation.results[0])
-                stack.append(use.operation.results[0])
-    return out
 
 
 # ---- control ----------------------------------------------------------------
@@ -523,17 +510,17 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     """The backend runs the region into its output buffers; where it makes
     the results itself (`Backend.launch_made`), each result in memory of
     its own stands for its buffer where the buffer may be replaced
-    (`_replaceable`), and is copied into it elsewhere."""
+    (`stand_ins.replaceable`), and is copied into it elsewhere."""
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
-    replaceable = _replaceable(op)
+    replaceable = stand_ins.replaceable(op)
 
     def run(it: Interpreter) -> None:
         env = it.env
         ins_now = [env[s] for s in ins]
         given = [env[s] for s in outs]
-        specs = [_spec(t) for t in given]
+        specs = [stand_ins.spec_of(t) for t in given]
         dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
         if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
             given = [None if d else t for t, d in zip(given, dropped, strict=True)]
@@ -549,7 +536,7 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
             return
         taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
         for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
-            if free and _own_memory(value, spec, taken):
+            if free and stand_ins.own_memory(value, spec, taken):
                 taken.add(value.untyped_storage().data_ptr())
                 program.made_for(out, value)
                 env[s] = value
@@ -558,82 +545,6 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
                 b.copy(value, out)
 
     return run
-
-
-Spec = tuple[tuple[int, ...], tuple[int, ...], Any, Any]
-"""A buffer's shape, strides, dtype and device."""
-
-
-def _spec(t: Any) -> Spec:
-    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
-
-
-def _own_memory(value: Any, spec: Spec, taken: set[int]) -> bool:
-    """`value` may stand for a buffer of `spec`: its layout (shape, strides,
-    dtype, device: what the kernels that read it were built for) and a
-    storage of its own, exactly its size, that no input or other result
-    holds."""
-    if _spec(value) != spec:
-        return False
-    storage = value.untyped_storage()
-    return (
-        value.numel() > 0 and value.storage_offset() == 0 and storage.nbytes() == value.numel() * value.element_size()
-        and storage.data_ptr() not in taken
-    )
-
-
-def _replaceable(op: hir.LaunchOp) -> tuple[bool, ...]:
-    """For each output buffer of a launch, whether a result in memory of its
-    own may stand for it: a buffer allocated (`hir.alloc`) in the launch's
-    block, read or viewed by nothing before the launch and not by the
-    launch itself as an input, in a program that shares no buffer with
-    peers (`hir.share`: a registration is kept with its cached buffer) and
-    switches no streams (a result let go at its dealloc must be read on
-    the stream that made it only)."""
-    block = op.parent_block()
-    if block is None or not _single_stream(op):
-        return (False,) * len(op.outs)
-    order = _positions(block)
-    here = order[op]
-    out: list[bool] = []
-    for v in op.outs:
-        alloc = v.owner
-        ok = isinstance(alloc, hir.AllocOp) and alloc.parent_block() is block and v not in op.ins
-        ok = ok and list(op.outs).count(v) == 1
-        for w in (v, *_views_of(v)) if ok else ():
-            for use in w.uses:
-                user = use.operation
-                while user is not None and user.parent_block() is not block:
-                    user = user.parent_op()
-                if user is None or (user is not op and order.get(user, -1) <= here):
-                    ok = False
-        out.append(ok)
-    return tuple(out)
-
-
-_POSITIONS: "weakref.WeakKeyDictionary[Any, dict[Operation, int]]" = weakref.WeakKeyDictionary()
-_SINGLE: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
-
-
-def _positions(block: Any) -> dict[Operation, int]:
-    """Each op's place in its block (found once per block)."""
-    found = _POSITIONS.get(block)
-    if found is None:
-        found = _POSITIONS[block] = {o: i for i, o in enumerate(block.ops)}
-    return found
-
-
-def _single_stream(op: Operation) -> bool:
-    """The function holding `op` shares no buffer and switches no stream
-    (found once per function)."""
-    func = op
-    while func.parent_op() is not None and not isinstance(func, FuncOp):
-        func = func.parent_op()  # type: ignore[assignment]
-    found = _SINGLE.get(func)
-    if found is None:
-        kinds = (hir.ShareOp, hir.SetCurrentStreamOp, hir.StreamForOp)
-        found = _SINGLE[func] = not any(isinstance(o, kinds) for o in func.walk())
-    return found
 
 
 # ---- peer-to-peer ------------------------------------------------------------------

@@ -510,9 +510,9 @@ def test_a_result_stands_for_a_buffer_only_in_its_own_memory() -> None:
     """A region's value in memory of its own, laid out as the buffer, may
     stand for it; a view of an input, a slice of a larger tensor, another
     layout or memory another result took may not (they are copied)."""
-    from fuserc.runtime.evaluator.interpreter_ops import _own_memory
+    from fuserc.runtime.evaluator.stand_ins import own_memory as _own_memory
 
-    from fuserc.runtime.evaluator.interpreter_ops import _spec
+    from fuserc.runtime.evaluator.stand_ins import spec_of as _spec
 
     out = _spec(torch.empty(4, 6))
     fresh, x = torch.randn(4, 6), torch.randn(6, 4)
