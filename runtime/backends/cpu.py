@@ -273,15 +273,17 @@ class CpuBackend(Backend):
         if not run_region(body, ins, outs):
             launch_with_torch(body, ins, outs, contexts)
 
+    def makes_results(self, body: Block) -> bool:
+        """A region of an op run by its own PyTorch kernel
+        (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps)."""
+        from fuserc.runtime.kernels.torch_regions import eager_region
+
+        return eager_region(body)
+
     def launch_made(
         self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> list[torch.Tensor] | None:
-        """A region of an op run by its own kernel (`torch_regions.eager_region`:
-        a grouped GEMM, dispatch's steps): its values as torch makes them."""
-        from fuserc.runtime.kernels.torch_regions import eager_region
-
-        if not eager_region(body):
-            return None
+        """Its values as torch makes them (`makes_results`)."""
         self._order(reads=list(ins))
         return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
 

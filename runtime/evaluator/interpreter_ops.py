@@ -514,9 +514,16 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
-    replaceable = stand_ins.replaceable(op)
+    replaceable = stand_ins.replaceable(op) if b.makes_results(body) else ()
 
     def run(it: Interpreter) -> None:
+        env = it.env
+        b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
+
+    if not any(replaceable):
+        return run
+
+    def run_made(it: Interpreter) -> None:
         env = it.env
         ins_now = [env[s] for s in ins]
         given = [env[s] for s in outs]
@@ -544,7 +551,7 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
                 env[s] = out = program.caller_buffer(spec) if out is None else out
                 b.copy(value, out)
 
-    return run
+    return run_made
 
 
 # ---- peer-to-peer ------------------------------------------------------------------
