@@ -297,6 +297,12 @@ class FusionOp(IRDLOperation):
         to broadcast)."""
         return all(a.dtype == out.dtype and a.shape == out.shape for a in args)
 
+    def lowered_attributes(self) -> dict[str, Attribute]:
+        """Facts about the op known from the ops around it, which its copy
+        on local blocks (in a launch region, where its operands are the
+        region's arguments) keeps as attributes (lower-to-host-ir)."""
+        return {}
+
     def keyword(self, key: str) -> Any:
         """Python value of a keyword attribute (its DEFAULTS entry, or None,
         when absent)."""

@@ -54,6 +54,9 @@ class PermuteOp(LayoutOp):
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         perm = normalized(self.keyword("dims"), len(shape_of(g)))
         inverse = [perm.index(d) for d in range(len(perm))]
+        made = g.owner
+        if isinstance(made, PermuteOp) and normalized(made.keyword("dims"), len(perm)) == perm:
+            return [made.input]  # a cotangent made permuted so (a grouped GEMM's weight gradient): itself
         return [b.op("permute", g, dims=inverse)]
 
 

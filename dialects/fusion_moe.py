@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from xdsl.dialects.builtin import I64, BoolAttr, IntegerAttr, TensorType, i64
+from xdsl.dialects.builtin import I64, BoolAttr, IntegerAttr, TensorType, UnitAttr, i64
 from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
 from xdsl.utils.exceptions import VerifyException
@@ -347,8 +347,9 @@ class IndexSelectOp(SelectOp):
 @irdl_op_definition
 class IndexAddOp(SelectOp):
     """`x.index_add(dim, index, source)`: x with source's slice i added to
-    x's slice index[i] along `dim` (repeated indices add up): the experts'
-    weighted outputs combined into their tokens."""
+    x's slice index[i] along `dim` (repeated indices add up; bf16 and f16
+    sums are accumulated in f32): the experts' weighted outputs combined
+    into their tokens."""
 
     name = "fusion.index_add"
     TRANSPOSE: ClassVar[str] = "index_select"
@@ -380,11 +381,25 @@ class IndexAddOp(SelectOp):
         return OpMap((along, (Target(DROP),), along), rank, None, NONE, False)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        """bf16 and f16 accumulate in f32, rounded once: Inductor then makes
+        the combine one kernel of f32 atomic adds with the ops around it (a
+        bf16 index_add is left to PyTorch's kernel, whose bf16 atomics took
+        0.8 ms for the DeepSeek-like layer's [49152, 2048] rows on an H200,
+        and each of the token's k results is rounded once less)."""
+        import torch
+
         x, idx, src = args
+        if x.dtype in (torch.bfloat16, torch.float16):
+            return x.float().index_add(self.axis(), idx, src.float()).to(x.dtype)
         return x.index_add(self.axis(), idx, src)
 
 
 # ---- grouped GEMM ----------------------------------------------------------------
+
+
+FULL_ROWS = "fusion.full_rows"
+"""A grouped GEMM's attribute: its last group ends at its last row
+(`GroupedMatmulOp.full_rows`)."""
 
 
 @irdl_op_definition
@@ -494,16 +509,34 @@ class GroupedMatmulOp(FusionOp):
                 return slotted(a, b, offs)
             except Diagnostic as e:
                 raise error_at(self, e.message) from None
-        if self.stacked():
-            count = b.shape[0]
-            ids = ctx.global_index(1, 0, count)
-        else:
-            count = shape_of(self.results[0])[0]
-            ids = ctx.global_index(-1, 0, count)
+        # which block of the experts (the first index read on the host: no wait for the device)
+        count = b.shape[0] if self.stacked() else shape_of(self.results[0])[0]
+        first = ctx.global_start(1, 0) if self.stacked() else ctx.global_start(-1, 0)
         try:
-            return experts_block(a, b, offs, int(ids[0]) if count else 0, count)
+            return experts_block(a, b, offs, first if count else 0, count, self.full_rows())
         except Diagnostic as e:  # offsets the program was given wrong: said at the op
             raise error_at(self, e.message) from None
+
+    def full_rows(self) -> bool:
+        """The first form whose last group ends at the last row (no row of
+        the result is past the groups, so none needs zeroing): marked
+        `FULL_ROWS` (by `lowered_attributes` and `vjp`), or its offsets are
+        `cumsum(bincount(ids))` over as many ids as `lhs` has rows (every id
+        is one of the counts, the dropless sort's groups)."""
+        if not self.stacked() or self.slotted():
+            return False
+        if FULL_ROWS in self.attributes:
+            return True
+        scan = self.offsets.owner
+        if not isinstance(scan, CumsumOp) or scan.axis() != 0:
+            return False
+        count = scan.input.owner
+        return isinstance(count, BincountOp) and shape_of(count.ids)[0] == shape_of(self.lhs)[0]
+
+    def lowered_attributes(self) -> dict[str, Attribute]:
+        """`FULL_ROWS` where `full_rows` (on local blocks the offsets are a
+        region's argument: where they came from is gone)."""
+        return {FULL_ROWS: UnitAttr()} if self.full_rows() else {}
 
     def torch_alone(self) -> bool:
         """Its region runs op by op with PyTorch (runtime/kernels/torch_regions.py):
@@ -527,11 +560,27 @@ class GroupedMatmulOp(FusionOp):
             return [ga, b.op("matmul", b.op("permute", lhs, dims=[0, 2, 1]), gheld), None]
         if self.stacked():
             ga = b.op("grouped_matmul", g, b.op("permute", self.rhs, dims=[0, 2, 1]), offs)
+            if self.full_rows():  # g has the rows of the result: the groups still end at the last
+                ga.owner.attributes[FULL_ROWS] = UnitAttr()
+            if _transposed(self.rhs):  # (a^T g)^T = g^T a, made in the weight's own layout
+                gbt = b.op("grouped_matmul", b.op("permute", g, dims=[1, 0]), self.lhs, offs)
+                return [ga, b.op("permute", gbt, dims=[0, 2, 1]), None]
             gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
             return [ga, gb, None]
         gat = b.op("grouped_matmul", self.rhs, b.op("permute", g, dims=[0, 2, 1]), offs)
         gb = b.op("grouped_matmul", b.op("permute", self.lhs, dims=[1, 0]), g, offs)
         return [b.op("permute", gat, dims=[1, 0]), gb, None]
+
+
+def _transposed(w: SSAValue) -> bool:
+    """`w` is a weight stacked [E, N, K] read as [E, K, N] (a permute of
+    its last two dims, as an nn.Linear-like weight is): its gradient is made
+    [E, N, K], so that the permute back is a view (not a transposing copy
+    of every expert's gradient)."""
+    from fuserc.dialects.fusion_layout import PermuteOp
+
+    op = w.owner
+    return isinstance(op, PermuteOp) and list(op.keyword("dims")) == [0, 2, 1]
 
 
 OPS: tuple[type[FusionOp], ...] = (

@@ -137,6 +137,7 @@ class EvalContext:
     indices: dict[tuple[int, int], Any] = field(default_factory=dict)
     device: Any = None
     _placed: dict[str, "EvalContext"] = field(default_factory=dict, repr=False, compare=False)
+    _starts: dict[tuple[int, int], int] | None = field(default=None, repr=False, compare=False)
 
     def on(self, device: Any) -> "EvalContext":
         """This context with its tensors made on `device`: the global
@@ -149,7 +150,15 @@ class EvalContext:
         if placed is None:
             moved = {k: v.to(device) for k, v in self.indices.items()}
             placed = self._placed[key] = EvalContext(self.accumulate, self.shapes, moved, device)
+            placed._starts = self._starts_on_host()
         return placed
+
+    def _starts_on_host(self) -> dict[tuple[int, int], int]:
+        """The first global index of each split value, read once where the
+        indices are still on the host."""
+        if self._starts is None:
+            self._starts = {k: int(v[0]) if v.numel() else 0 for k, v in self.indices.items()}
+        return self._starts
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (a build worker's job) without the copies `on` keeps:
@@ -166,6 +175,13 @@ class EvalContext:
         if idx is None:
             return torch.arange(local_extent, dtype=torch.int64, device=self.device)
         return idx.to(self.device) if self.device is not None else idx
+
+    def global_start(self, k: int, dim: int) -> int:
+        """The global index of the first element of value k along `dim`, an
+        int kept on the host: reading it from `global_index` on a GPU would
+        wait for the device (a grouped GEMM's block of experts asks at
+        every run; a CUDA graph capture cannot wait)."""
+        return self._starts_on_host().get((k, dim), 0)
 
     def is_whole(self, k: int) -> bool:
         """Value k is not split: its local block is the whole tensor."""

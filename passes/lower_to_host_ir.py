@@ -820,6 +820,7 @@ class _FunctionLowering:
             props["starts"] = hir.int_array(starts)
             props["limits"] = hir.int_array(limits)
         attrs = {k: v for k, v in op.attributes.items() if k != ALLOC_ORDER}
+        attrs.update(op.lowered_attributes())
         if op.INDEXED:  # where its local blocks lie: the global types
             attrs[GLOBAL_ATTR] = ArrayAttr([v.type for v in (*op.operands, op.results[0])])
         new = type(op).create(

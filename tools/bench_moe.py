@@ -13,11 +13,14 @@ weights normalized, the (token, choice) pairs sorted by expert, SwiGLU
 experts by grouped GEMMs over the sorted tokens, index_add combine, the
 load-balancing loss (fuserc's: examples/python/moe_layer.py). Each figure
 is the median over R repeats of N back-to-back iterations (device time
-between CUDA events), for the forward (no_grad) and forward+backward;
+between CUDA events), for the forward (no_grad) and forward+backward
+(fuserc's once its kernels are in and its programs' trial of CUDA graphs
+is over: `SETTLE`);
 with it the peak memory allocated above the inputs (cuda). Then the
 grouped GEMMs alone: fuserc's `fusion.grouped_matmul` of the first expert
 GEMM ([T*k, H] x [E, H, F]) beside torch._grouped_mm on the same groups
-(the layer's routing of random tokens).
+(the layer's routing of random tokens). Last, how fuserc's programs ran
+(replayed as CUDA graphs or op by op, and why).
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ SMALL = {
     "mixtral": {"hidden": 32, "ffn": 48, "experts": 4, "top": 2, "shared": False},
     "deepseek": {"hidden": 32, "ffn": 16, "experts": 8, "top": 3, "shared": True},
 }
+
+
+SETTLE = 12
+"""Untimed calls of fuserc's layer (forward, and forward+backward) once its
+kernels are in: its programs' trial of CUDA graphs against runs op by op
+(runtime/evaluator/graphs.py: runs 2 to 8), and the capture anew once the
+backward's inputs (the forward's saved tensors, in the forward's graph
+after its own trial) keep their place, are a start-up cost, not the
+layer's speed."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,6 +157,10 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
                 f(*args)
             train_step(f)()
             f.wait_for_kernels()
+            for _ in range(SETTLE if cuda else 1):  # then once each program's way of running is settled
+                with torch.no_grad():
+                    f(*args)
+                train_step(f)()
         with torch.no_grad():
             ms[key + "_fwd"] = device_ms(lambda fn=fn: fn(*args), a, cuda)
             mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda)
@@ -153,10 +169,11 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
     with torch.no_grad():  # fuserc's output against eager PyTorch's, in f32
         want = torch_layer(*[t.float() for t in args], k=k)[0]
         err = ((f(*args)[0].float() - want).abs().max() / want.abs().max()).item()
+    runs = f.runs()  # how its programs ran in the timed calls: replayed as CUDA graphs or op by op, and why
     f.close()
     gemm = bench_grouped(case, a, args, device)
     return {"case": name, "tokens": a.tokens, **case, "dtype": dt, "device": str(device), "ms": ms, "peak_mib": mib,
-            "max_rel_err": err, "grouped": gemm}  # fmt: skip
+            "max_rel_err": err, "grouped": gemm, "runs": runs}  # fmt: skip
 
 
 def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.Tensor], device: torch.device) -> dict[str, Any]:
@@ -215,6 +232,7 @@ def report(row: dict[str, Any]) -> str:
         f"fuserc {g['fuserc_ms']:.3f} ms ({g['tflops']:.1f} TFLOP/s)  torch._grouped_mm {g['torch_ms']:.3f} ms  "
         f"fuserc / torch speed {g['torch_ms'] / g['fuserc_ms']:.2f}  (max rel err {g['max_rel_err']:.1e}; "
         f"tokens per expert {min(g['counts'])}..{max(g['counts'])})",
+        *(f"  fuserc @{name}: {how}" for name, how in row["runs"].items()),
     ])  # fmt: skip
 
 

@@ -211,6 +211,20 @@ class Backend(ABC):
         are `ins`, the values its `hir.yield` yields go into `outs`;
         `contexts` says where the local blocks of its INDEXED ops lie."""
 
+    def makes_results(self, body: Block) -> bool:
+        """Whether this backend runs the region by kernels that make their
+        results in memory of their own (torch._grouped_mm has no output
+        argument): `launch_made` then runs it (asked once per region, when
+        a program is planned)."""
+        return False
+
+    def launch_made(self, body: Block, ins: Sequence[Array], contexts: Contexts | None = None) -> list[Array] | None:
+        """Run a region of `makes_results` and return its results: the
+        caller lets them stand for its output buffers where it can (the
+        copies into them saved) and copies them into the others. None
+        (nothing run): the caller calls `launch`."""
+        return None
+
     # ---- communication (returns a token; ranks outside `team` never call) --
     @abstractmethod
     def allgather(self, inp: Array, out: Array, team: Team) -> Work: ...

@@ -117,22 +117,31 @@ def launch_with_torch(
     views: bool = False,
 ) -> None:
     """Run a `hir.launch` region op by op with torch in the declared dtypes
-    (each op's `reference`), writing the yielded values into `outs`. A value
-    is let go after its last use, so the region holds what is live, not
-    every value it made (a GPT layer's backward region of [8192, 16384]
-    bf16 tensors made 6.9 GB of f32 values; tracing it for its kernel ran
-    them all at once). With `views`, permutes and reshapes are views of
-    their operands (a grouped GEMM reads its permuted weight in place)."""
+    (each op's `reference`), writing the yielded values into `outs`
+    (`torch_values`)."""
+    values = torch_values(body, ins, contexts, views, outs[0].device if outs else None)
+    for out, value in zip(outs, values, strict=True):
+        out.copy_(value)
+
+
+def torch_values(
+    body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None, views: bool = False,
+    device: torch.device | None = None,
+) -> list[torch.Tensor]:
+    """The values a `hir.launch` region yields, computed op by op with torch
+    in the declared dtypes (each op's `reference`) on `device`. A value is
+    let go after its last use, so the region holds what is live, not every
+    value it made (a GPT layer's backward region of [8192, 16384] bf16
+    tensors made 6.9 GB of f32 values; tracing it for its kernel ran them
+    all at once). With `views`, permutes and reshapes are views of their
+    operands (a grouped GEMM reads its permuted weight in place)."""
     from fuserc.runtime.evaluator.reference import reference_results
 
     env: dict[SSAValue, torch.Tensor] = dict(zip(body.args, ins, strict=True))
     last = _last_uses(body)
-    device = outs[0].device if outs else None
     for i, op in enumerate(body.ops):
         if op.name == "hir.yield":
-            for out, v in zip(outs, op.operands, strict=True):
-                out.copy_(env[v])
-            return
+            return [env[v] for v in op.operands]
         ctx = contexts.get(op) if contexts else None
         ctx = ctx.on(device) if ctx else EvalContext(device=device)
         view = _layout_view(op, env) if views else None
@@ -263,6 +272,20 @@ class CpuBackend(Backend):
         self._order(reads=list(ins), writes=list(outs))
         if not run_region(body, ins, outs):
             launch_with_torch(body, ins, outs, contexts)
+
+    def makes_results(self, body: Block) -> bool:
+        """A region of an op run by its own PyTorch kernel
+        (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps)."""
+        from fuserc.runtime.kernels.torch_regions import eager_region
+
+        return eager_region(body)
+
+    def launch_made(
+        self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
+    ) -> list[torch.Tensor] | None:
+        """Its values as torch makes them (`makes_results`)."""
+        self._order(reads=list(ins))
+        return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
 
     # ---- communication ------------------------------------------------------
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:

@@ -446,6 +446,23 @@ class CudaBackend(Backend):
         self._block("a region run op by op with torch (not one fused kernel)")
         launch_with_torch(body, ins, outs, contexts)
 
+    def makes_results(self, body: Block) -> bool:
+        """A region of an op run by its own PyTorch kernel
+        (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps)."""
+        from fuserc.runtime.kernels.torch_regions import eager_region
+
+        return eager_region(body)
+
+    def launch_made(
+        self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
+    ) -> list[torch.Tensor] | None:
+        """Its values as torch makes them (`makes_results`), on the current stream."""
+        from fuserc.runtime.backends.cpu import torch_values
+
+        self._begin()
+        self.fused_launches += 1
+        return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
+
     # ---- communication ------------------------------------------------------
     def _work(self, event: Any, *keep: Any) -> CudaWork:
         return CudaWork(self._current, event, list(keep))

@@ -497,6 +497,34 @@ class Program:
         self.backend.prepare_kernels(self, background=self.background_kernels)
         return self._interp
 
+    def made_for(self, buffer: Array | None, made: Array) -> None:
+        """A region's result in memory of its own stands for `buffer` for the
+        rest of the run (interpreter_ops `_launch`): the buffer's cache
+        entry is free again; for a buffer made for the caller (let go
+        before: `let_go_for_caller`, None) `made` goes to the caller as it is."""
+        if buffer is None:
+            self._owned.add(id(made))
+            return
+        entry = self.entry_of(buffer)
+        if entry is not None:
+            self.cache.release(entry)
+
+    def let_go_for_caller(self, buffer: Array) -> bool:
+        """Whether `buffer` was made for the caller in this run; it then
+        leaves the run's buffers, so that it is not held beside the region's
+        result that is to stand for it."""
+        if id(buffer) not in self._owned:
+            return False
+        self._owned.discard(id(buffer))
+        return True
+
+    def caller_buffer(self, spec: tuple[Any, ...]) -> Array:
+        """A buffer made for the caller, of (shape, strides, dtype, device)
+        `spec` (contiguous: as `acquire` makes them)."""
+        buffer = self.backend.empty_for_caller(spec[0], spec[2])
+        self._owned.add(id(buffer))
+        return buffer
+
     def entry_of(self, array: Array) -> CacheEntry | None:
         """The cache entry a buffer (or a view of one) comes from."""
         return self._entries.get(id(self.backend.base(array)))

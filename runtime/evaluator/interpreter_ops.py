@@ -25,6 +25,7 @@ from fuserc.runtime.evaluator.interpreter import (
     prepares,
     team_position,
 )
+from fuserc.runtime.evaluator import stand_ins
 from fuserc.runtime.evaluator.reference import block_context
 
 def matmul_flops(a_shape: Sequence[int], out_shape: Sequence[int]) -> int:
@@ -51,12 +52,20 @@ def _alloc(pl: Planner, op: hir.AllocOp) -> Run:
 
 @prepares(hir.DeallocOp)
 def _dealloc(pl: Planner, op: hir.DeallocOp) -> Run:
+    """The buffer's cache entry is free again; a region's result that stood
+    for it (`_launch`), and every view of it, are let go (their memory
+    goes back to the allocator here, not at the end of the run)."""
     buffer, program = pl.slot(op.buffer), pl.program
+    held = (buffer, *pl.slots(stand_ins.views_of(op.buffer)))
 
     def run(it: Interpreter) -> None:
-        entry = program.entry_of(it.env[buffer])
+        env = it.env
+        entry = program.entry_of(env[buffer])
         if entry is not None:
             program.cache.release(entry)
+        else:
+            for s in held:
+                env[s] = None
 
     return run
 
@@ -498,15 +507,51 @@ def _copy(pl: Planner, op: hir.CopyOp) -> Run:
 
 @prepares(hir.LaunchOp)
 def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
-    body, ins, outs, b = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend
-    meshes = module_meshes(pl.program.module)
+    """The backend runs the region into its output buffers; where it makes
+    the results itself (`Backend.launch_made`), each result in memory of
+    its own stands for its buffer where the buffer may be replaced
+    (`stand_ins.replaceable`), and is copied into it elsewhere."""
+    body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
+    meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
+    replaceable = stand_ins.replaceable(op) if b.makes_results(body) else ()
 
     def run(it: Interpreter) -> None:
         env = it.env
         b.launch(body, [env[s] for s in ins], [env[s] for s in outs], contexts)
 
-    return run
+    if not any(replaceable):
+        return run
+
+    def run_made(it: Interpreter) -> None:
+        env = it.env
+        ins_now = [env[s] for s in ins]
+        given = [env[s] for s in outs]
+        specs = [stand_ins.spec_of(t) for t in given]
+        dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
+        if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
+            given = [None if d else t for t, d in zip(given, dropped, strict=True)]
+            for s, d in zip(outs, dropped, strict=True):
+                if d:
+                    env[s] = None
+        made = b.launch_made(body, ins_now, contexts)
+        if made is None:
+            given = [program.caller_buffer(spec) if t is None else t for t, spec in zip(given, specs, strict=True)]
+            for s, t in zip(outs, given, strict=True):
+                env[s] = t
+            b.launch(body, ins_now, given, contexts)
+            return
+        taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
+        for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
+            if free and stand_ins.own_memory(value, spec, taken):
+                taken.add(value.untyped_storage().data_ptr())
+                program.made_for(out, value)
+                env[s] = value
+            else:
+                env[s] = out = program.caller_buffer(spec) if out is None else out
+                b.copy(value, out)
+
+    return run_made
 
 
 # ---- peer-to-peer ------------------------------------------------------------------

@@ -51,14 +51,15 @@ def _aligned(t: torch.Tensor) -> bool:
     return major and all(s % 8 == 0 for s in t.stride()[:-2]) and t.data_ptr() % 16 == 0
 
 
-def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """`torch._grouped_mm(a, b, offs=offs)` (the op's docstring)."""
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, full_rows: bool = False) -> torch.Tensor:
+    """`torch._grouped_mm(a, b, offs=offs)` (the op's docstring). `full_rows`:
+    the last offset is a's row count (`GroupedMatmulOp.full_rows`), so no
+    row past the groups needs zeroing (a pass over the whole result saved)."""
     stacked = b.dim() == 3
     if fast_path(a, b):
         y = torch._grouped_mm(a, b, offs=offs.to(torch.int32))
-        if stacked:  # rows past the last group are left unwritten by the kernel
-            rows = torch.arange(a.shape[0], device=a.device).unsqueeze(1)
-            y = y.masked_fill(rows >= offs[-1], 0)
+        if stacked and not full_rows:  # rows past the last group are left unwritten by the kernel
+            _zero_tail(y, offs)
         return y
     ends = check_offsets(offs, a.shape[0] if stacked else a.shape[1])
     starts = [0, *ends[:-1]]
@@ -66,6 +67,18 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torc
         tail = a.new_zeros(a.shape[0] - (ends[-1] if ends else 0), b.shape[2])
         return torch.cat([*(a[s:e] @ b[i] for i, (s, e) in enumerate(zip(starts, ends))), tail])
     return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+
+
+def _zero_tail(y: torch.Tensor, offs: torch.Tensor) -> None:
+    """Zero the rows of y from offs[-1] on: the tail rows only
+    (runtime/kernels/grouped_tail.py) where Triton runs, else a masked pass."""
+    try:
+        from fuserc.runtime.kernels.grouped_tail import zero_tail
+    except ImportError:  # no Triton
+        zero_tail = None
+    if zero_tail is None or not zero_tail(y, offs):
+        rows = torch.arange(y.shape[0], device=y.device).unsqueeze(1)
+        y.masked_fill_(rows >= offs[-1], 0)
 
 
 def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -92,16 +105,21 @@ def slotted(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Ten
     return y
 
 
-def experts_block(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+def experts_block(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int, full_rows: bool = False
+) -> torch.Tensor:
     """The grouped GEMM of experts first..first+count-1 of the global group
     ends `offs`: with a stacked b (those experts' weights), their rows of
-    the [T, N] result, zero elsewhere; else their [count, K, N] blocks."""
-    if first == 0 and count == offs.shape[0]:
-        return grouped_matmul(a, b, offs)
+    the [T, N] result, zero elsewhere; else their [count, K, N] blocks.
+    `full_rows`: the global groups end at the last row (so does the last
+    block's)."""
+    last = first + count == offs.shape[0]
+    if first == 0 and last:
+        return grouped_matmul(a, b, offs, full_rows)
     start = int(offs[first - 1]) if first > 0 else 0  # where the block's rows begin (read on the host)
     local = offs[first : first + count] - start
     if b.dim() == 3:
         y = a.new_zeros(a.shape[0], b.shape[2])
-        y[start:] = grouped_matmul(a[start:], b, local)
+        y[start:] = grouped_matmul(a[start:], b, local, full_rows and last)
         return y
     return grouped_matmul(a[:, start:], b[start:], local)

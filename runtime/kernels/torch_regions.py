@@ -18,7 +18,9 @@
 - A region holding an op with a kernel of its own that reads data on the
   host (`ALONE` and `torch_alone()`: the grouped GEMM's group ends where
   torch._grouped_mm does not apply), which a traced kernel would bake in:
-  op by op with PyTorch, its permutes and reshapes as views.
+  op by op with PyTorch, its permutes and reshapes as views; its values
+  are handed back as torch made them (`Backend.launch_made`), to stand
+  for the output buffers instead of being copied into them.
 
 Such regions need no generated kernel (`runs_region`: the kernel builds
 skip them) and, like any aten kernel, are captured in CUDA graphs.

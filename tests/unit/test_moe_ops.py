@@ -7,6 +7,7 @@ autodiff pass and the float64 reference evaluator, against torch.autograd."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -297,3 +298,276 @@ def test_expert_parallel_regions_run_op_by_op_with_torch() -> None:
     eager = [o for o in launches if any(isinstance(x, kinds) for x in o.body.block.ops)]
     assert len([o for o in eager if any(isinstance(x, PlaceRowsOp) for x in o.body.block.ops)]) == 3  # @main, @main_fwd, @main_bwd (combine's transpose)
     assert all(torch_regions.runs_region(o.body.block) and torch_regions.eager_region(o.body.block) for o in eager)
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9 and hasattr(torch, "_grouped_mm")
+
+
+def test_full_rows_from_the_dropless_sort_only() -> None:
+    """A grouped GEMM whose offsets are cumsum(bincount(ids)) over as many
+    ids as it has rows is marked FULL_ROWS on its local copy (no tail to
+    zero), and so is its backward's grouped GEMM on the same offsets, in
+    the lowered layer's forward and backward; offsets given as an input,
+    or counted over fewer ids than rows, are not."""
+    import sys
+
+    from fuserc.dialects.fusion_moe import FULL_ROWS, GroupedMatmulOp
+    from fuserc.ir import make_context
+    from fuserc.pipeline import run_pipeline
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition
+
+    ctx = make_context()
+    module = run_pipeline(parse(definition(16, 8, 12, 4, 2, True, "softmax", "f32").to_mlir(), "moe", ctx), "autodiff{entry=main},default", ctx)
+    marked: dict[str, list[bool]] = {}
+    for op in module.walk():
+        if isinstance(op, GroupedMatmulOp) and op.stacked():
+            func = op.parent_op()
+            while func is not None and func.name != "func.func":
+                func = func.parent_op()
+            marked.setdefault(func.sym_name.data, []).append(FULL_ROWS in op.attributes)  # type: ignore[union-attr]
+    assert marked == {"main": [True] * 3, "main_fwd": [True] * 3, "main_bwd": [True] * 3}, marked
+
+    fd = FusionDefinition()
+    a, w = fd.define_tensor([10, 4]), fd.define_tensor([3, 4, 5])
+    ends = fd.define_tensor([3], "i64")
+    fewer = fd.ops.cumsum(fd.ops.bincount(fd.define_tensor([8], "i64"), length=3), dim=0)
+    fd.add_output(fd.ops.grouped_matmul(a, w, ends))
+    fd.add_output(fd.ops.grouped_matmul(a, w, fewer))
+    module = parse(fd.to_mlir())
+    assert [op.full_rows() for op in module.walk() if isinstance(op, GroupedMatmulOp)] == [False, False]
+
+
+def test_placed_context_starts_on_the_host() -> None:
+    """The first global index of a split value is read from the host's
+    indices, also by a context placed on a device (a grouped GEMM's block
+    of experts asks at every run: a read of the device's copy would wait
+    for the device, and a CUDA graph capture cannot)."""
+    from fuserc.dialects.interfaces import EvalContext
+
+    ctx = EvalContext(indices={(1, 0): torch.tensor([4, 5, 6])})
+    placed = ctx.on(torch.device("meta"))  # its indices cannot be read back at all
+    assert placed.indices[(1, 0)].is_meta
+    assert placed.global_start(1, 0) == 4 and placed.global_start(-1, 0) == 0 and ctx.global_start(1, 0) == 4
+
+
+@pytest.mark.skipif(not _sm90(), reason="torch._grouped_mm's kernel needs a GPU of compute capability 9.0")
+def test_grouped_matmul_zeroes_rows_past_the_groups_on_cuda() -> None:
+    """torch._grouped_mm leaves rows past the last group unwritten: they
+    are zeroed unless the offsets are known to end at the last row."""
+    dev = torch.device("cuda")
+    a, b = torch.randn(64, 32, device=dev, dtype=torch.bfloat16), torch.randn(4, 32, 16, device=dev, dtype=torch.bfloat16)
+    for _ in range(3):  # leave garbage in the allocator's blocks
+        torch.full((64, 16), float("nan"), device=dev, dtype=torch.bfloat16)
+    offs = torch.tensor([16, 16, 40, 50], device=dev)
+    y = grouped_matmul(a, b, offs)
+    want = torch.cat([a[s:e].float() @ b[i].float() for i, (s, e) in enumerate(zip([0, 16, 16, 40], [16, 16, 40, 50]))])
+    torch.testing.assert_close(y[:50].float(), want, rtol=2e-2, atol=2e-2)
+    assert not y[50:].any()
+    full = torch.tensor([16, 16, 40, 64], device=dev)
+    torch.testing.assert_close(grouped_matmul(a, b, full, full_rows=True), grouped_matmul(a, b, full), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not _sm90(), reason="torch._grouped_mm's kernel needs a GPU of compute capability 9.0")
+def test_grouped_gemm_program_is_captured_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program of a grouped GEMM waits for nothing on the host, so its
+    runs are captured and replayed as a CUDA graph."""
+    import fuserc.torch as ft
+
+    monkeypatch.setenv("FUSERC_CUDA_GRAPHS", "always")
+    fd = FusionDefinition()
+    a, w, ends = fd.define_tensor([64, 32], "bf16"), fd.define_tensor([4, 32, 16], "bf16"), fd.define_tensor([4], "i64")
+    fd.add_output(fd.ops.grouped_matmul(a, w, ends))
+    f = ft.function(fd)
+    dev = torch.device("cuda")
+    args = [torch.randn(64, 32, device=dev, dtype=torch.bfloat16), torch.randn(4, 32, 16, device=dev, dtype=torch.bfloat16),
+            torch.tensor([16, 16, 40, 64], device=dev)]  # fmt: skip
+    try:
+        for _ in range(4):
+            y = f(*args)
+        torch.testing.assert_close(y, grouped_matmul(*args), rtol=0, atol=0)
+        assert "replayed as a graph" in f.runs()["main"], f.runs()
+    finally:
+        f.close()
+
+
+def test_permuted_weights_gradients_in_their_own_layout() -> None:
+    """A weight stacked [E, N, K] and read permuted as [E, K, N] (as the
+    layer's are) gets its gradient as g^T a per group, in its own layout:
+    no region of the lowered backward permutes a grouped GEMM's result (a
+    transposing copy of every expert's gradient); the gradients match
+    torch.autograd's."""
+    from fuserc.dialects import hir
+    from fuserc.dialects.fusion_layout import PermuteOp
+    from fuserc.dialects.fusion_moe import GroupedMatmulOp
+    from fuserc.ir import make_context
+    from fuserc.pipeline import run_pipeline
+
+    fd = FusionDefinition()
+    a, w, ends = fd.define_tensor([10, 4]), fd.define_tensor([3, 5, 4]), fd.define_tensor([3], "i64")
+    fd.add_output(fd.ops.grouped_matmul(a, fd.ops.permute(w, dims=[0, 2, 1]), ends))
+    gen = torch.Generator().manual_seed(6)
+    args = [torch.randn(10, 4, generator=gen), torch.randn(3, 5, 4, generator=gen), torch.tensor([3, 3, 8])]
+    ta, tw = (t.double().requires_grad_(True) for t in args[:2])
+    y = grouped_matmul(ta, tw.transpose(1, 2), args[2])
+    ct = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    y.backward(ct)
+    ga, gw = _grads(fd, args, [ct])
+    torch.testing.assert_close(ga, ta.grad)
+    torch.testing.assert_close(gw, tw.grad)
+
+    ctx = make_context()
+    module = run_pipeline(parse(fd.to_mlir(), "gmm", ctx), "autodiff{entry=main},default", ctx)
+    bwd = next(f for f in module.walk() if getattr(f, "sym_name", None) is not None and f.sym_name.data == "main_bwd")  # type: ignore[attr-defined]
+    regions = [o.body.block for o in bwd.walk() if isinstance(o, hir.LaunchOp) and any(isinstance(x, GroupedMatmulOp) for x in o.body.block.ops)]
+    assert len(regions) == 2
+    for body in regions:
+        gmm = next(x for x in body.ops if isinstance(x, GroupedMatmulOp))
+        assert not any(isinstance(u.operation, PermuteOp) for u in gmm.results[0].uses)
+
+
+def test_grouped_gemm_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch._grouped_mm has no output argument: each grouped GEMM region's
+    result stands for its output buffer (no copy into it), forward and
+    backward (the weight gradients handed to the caller as they are), and
+    the layer still matches the PyTorch loop (float64)."""
+    import sys
+
+    import fuserc.torch as ft
+    from fuserc.runtime.evaluator import evaluator
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition, loop, params
+
+    made: list[tuple[int, ...]] = []
+    stand = evaluator.Program.made_for
+    monkeypatch.setattr(evaluator.Program, "made_for", lambda self, b, m: (made.append(tuple(m.shape)), stand(self, b, m))[1])
+    args = params(24, 16, 8, 4, True, seed=1)
+    f = ft.function(definition(24, 16, 8, 4, 2, True, "softmax", "f32"))
+    ps = [a.clone().requires_grad_(True) for a in args]
+    try:
+        y, aux = f(*ps)
+        assert made == [(48, 8), (48, 8), (48, 16)]
+        made.clear()
+        (y.square().sum() + aux).backward()
+        assert sorted(made) == sorted([(48, 8), (4, 8, 16), (48, 16), (4, 16, 8), (48, 16), (4, 8, 16)])
+    finally:
+        f.close()
+    ts = [a.double().requires_grad_(True) for a in args]
+    wy, waux = loop(*ts[:5], shared=ts[5:], k=2)
+    (wy.square().sum() + waux).backward()
+    torch.testing.assert_close(y.double(), wy, rtol=1e-4, atol=1e-4)
+    for p, t in zip(ps, ts):
+        torch.testing.assert_close(p.grad.double(), t.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_the_callers_buffer_goes_before_a_result_stands_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight gradient (a result the caller gets) is a grouped GEMM's
+    result: the buffer made for the caller at its allocation is let go
+    before the region makes the result, so the two are never held
+    together (the Mixtral-like layer's are 940 MB each)."""
+    import sys
+    import weakref
+
+    import fuserc.torch as ft
+    from fuserc.runtime.backends.cpu import CpuBackend
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from moe_layer import definition, params
+
+    made: list[weakref.ref[torch.Tensor]] = []
+    held: list[int] = []
+    empty, launch_made = CpuBackend.empty_for_caller, CpuBackend.launch_made
+
+    def recorded(self: CpuBackend, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+        t = empty(self, shape, dtype)
+        made.append(weakref.ref(t))
+        return t
+
+    def counted(self: CpuBackend, body: Any, ins: Any, contexts: Any = None) -> Any:
+        alive = sum(1 for r in made if (t := r()) is not None and t.dim() == 3)  # the experts' gradients' buffers
+        values = launch_made(self, body, ins, contexts)
+        if values is not None:  # a grouped GEMM's region
+            held.append(alive)
+        return values
+
+    monkeypatch.setattr(CpuBackend, "empty_for_caller", recorded)
+    monkeypatch.setattr(CpuBackend, "launch_made", counted)
+    f = ft.function(definition(24, 16, 8, 4, 2, False, "softmax", "f32"))
+    ps = [a.requires_grad_(True) for a in params(24, 16, 8, 4, False, seed=2)]
+    try:
+        y, aux = f(*ps)
+        (y.sum() + aux).backward()
+    finally:
+        f.close()
+    assert len(held) == 9 and not any(held), held
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in ps)
+
+
+def test_a_result_stands_for_a_buffer_only_in_its_own_memory() -> None:
+    """A region's value in memory of its own, laid out as the buffer, may
+    stand for it; a view of an input, a slice of a larger tensor, another
+    layout or memory another result took may not (they are copied)."""
+    from fuserc.runtime.evaluator.stand_ins import own_memory as _own_memory
+
+    from fuserc.runtime.evaluator.stand_ins import spec_of as _spec
+
+    out = _spec(torch.empty(4, 6))
+    fresh, x = torch.randn(4, 6), torch.randn(6, 4)
+    assert _own_memory(fresh, out, set())
+    assert not _own_memory(fresh, out, {fresh.untyped_storage().data_ptr()})
+    assert not _own_memory(x.t(), out, set())  # another layout (and an input's)
+    assert not _own_memory(torch.randn(5, 6)[:4], out, set())
+    assert not _own_memory(fresh.double(), out, set())
+
+
+def test_zero_tail_kernel_zeroes_only_the_rows_past_the_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tail kernel (runtime/kernels/grouped_tail.py) zeroes the rows from
+    the last offset on and leaves the others as they were, at odd shapes
+    (rows and columns not multiples of its blocks, no tail, all tail); on
+    a machine without a GPU in Triton's interpreter."""
+    import importlib
+
+    pytest.importorskip("triton")
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from fuserc.runtime.kernels import grouped_tail
+
+    if not gpu and type(grouped_tail._zero_tail).__name__ != "InterpretedFunction":
+        grouped_tail = importlib.reload(grouped_tail)
+    dev = torch.device("cuda" if gpu else "cpu")
+    for rows, cols, end in ((70, 130, 45), (70, 130, 70), (33, 7, 0), (1, 300, 1)):
+        y = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16)
+        before = y.clone()
+        assert grouped_tail.zero_tail(y, torch.tensor([0, end // 2, end], device=dev))
+        assert torch.equal(y[:end], before[:end]) and not y[end:].any()
+    assert not grouped_tail.zero_tail(torch.zeros(4, 6, device=dev).t(), torch.tensor([2], device=dev))
+
+
+def test_index_add_accumulates_low_precision_in_f32() -> None:
+    """A bf16 index_add adds every source row in f32 and rounds once (the
+    combine of a token's k results): its trace, what Inductor compiles for
+    a region, adds in f32 (Inductor leaves a bf16 index_add to PyTorch's
+    kernel of bf16 atomics, which round after each add); f32 is torch's
+    exactly."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fuserc.dialects.fusion_moe import IndexAddOp
+    from fuserc.dialects.interfaces import EvalContext
+
+    fd = FusionDefinition()
+    x, idx, src = fd.define_tensor([3, 4], "bf16"), fd.define_tensor([64], "i64"), fd.define_tensor([64, 4], "bf16")
+    fd.add_output(fd.ops.index_add(x, idx, src))
+    op = next(o for o in parse(fd.to_mlir()).walk() if isinstance(o, IndexAddOp))
+    gen = torch.Generator().manual_seed(7)
+    xs, rows, s = torch.randn(3, 4, generator=gen), torch.randint(0, 3, (64,), generator=gen), torch.randn(64, 4, generator=gen) / 3
+    got = op.reference([xs.bfloat16(), rows, s.bfloat16()], EvalContext())
+    want = xs.bfloat16().float().index_add(0, rows, s.bfloat16().float()).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    graph = make_fx(lambda a, i, b: op.reference([a, i, b], EvalContext()))(xs.bfloat16(), rows, s.bfloat16())
+    adds = [n for n in graph.graph.nodes if n.op == "call_function" and "index_add" in str(n.target)]
+    assert adds and all(n.meta["val"].dtype == torch.float32 for n in adds)
+    assert torch.equal(op.reference([xs, rows, s], EvalContext()), xs.index_add(0, rows, s))
