@@ -607,21 +607,54 @@ def _is_isolated(cls: type[Operation]) -> bool:
     return known
 
 
+class Numbering:
+    """Attributes numbered by value, each object hashed once: an attribute's
+    hash walks all of it (a tensor type's shape, element type and sharding)
+    and is not kept, so keys of ops' types are built of these numbers.
+    `kept` holds each object numbered by its id, so that the id stays its
+    own while the numbers are used."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, int] = {}
+        self.kept: list[Attribute] = []
+        self.numbers: dict[Attribute, int] = {}
+
+    def __call__(self, a: Attribute) -> int:
+        n = self.ids.get(id(a))
+        if n is None:
+            n = self.ids[id(a)] = self.numbers.setdefault(a, len(self.numbers))
+            self.kept.append(a)
+        return n
+
+    def signature(self, op: Operation) -> tuple:
+        """What an op's local compute and reshards depend on: its name,
+        operand and result types (shardings included) and properties."""
+        ids = self.ids
+        key: list = [op.name]
+        for v in (*op._operands, None, *op.results):  # `op.operands` views this tuple
+            if v is None:
+                key.append(None)
+                continue
+            n = ids.get(id(v.type))
+            key.append(self(v.type) if n is None else n)
+        key.append(None)
+        for name, value in op.properties.items():
+            key += (name, self(value))
+        return tuple(key)
+
+
 class _Signatures:
     """The signature of an op without regions: what its verifier reads
     (its class, types, properties and attributes but those its class lists
     in `SIGNATURE_IGNORES`, checked elsewhere; what defines each operand,
     an op or a block argument; its parent's kind; whether it ends its
-    block; the symbol table its symbols, meshes, resolve in). Attributes
-    are numbered by value, each object once (`kept` holds each one numbered
-    by its id, so that the id stays its own while the numbers are used):
-    a type shared by many values is hashed once."""
+    block; the symbol table its symbols, meshes, resolve in), with its
+    attributes numbered (`Numbering`)."""
 
     def __init__(self) -> None:
         self.scopes: dict[Operation | None, Operation | None] = {}
-        self.ids: dict[int, int] = {}
-        self.kept: list[Attribute] = []
-        self.numbers: dict[Attribute, int] = {}
+        self.number = Numbering()
+        self.ids = self.number.ids
         self.verified: set[tuple] = set()
         self.keys: dict[int, tuple | None] = {}
         """By op id, the signatures of one verification (an op's also serves its parent's)."""
@@ -669,13 +702,6 @@ class _Signatures:
             key = tuple(parts)
         self.keys[id(op)] = key
         return key
-
-    def number(self, a: Attribute) -> int:
-        n = self.ids.get(id(a))
-        if n is None:
-            n = self.ids[id(a)] = self.numbers.setdefault(a, len(self.numbers))
-            self.kept.append(a)
-        return n
 
     def scope(self, parent: Operation | None) -> Operation | None:
         if parent not in self.scopes:
