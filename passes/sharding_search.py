@@ -263,7 +263,7 @@ def improve(
                 continue
             known.update(new)
             movable.discard(value)  # pinned
-            for j in ledger.commit(new):  # what failed there before may pay now
+            for j in ledger.commit():  # what failed there before may pay now
                 for v in (*ops[j].operands, *ops[j].results):
                     tried.pop(v, None)
                 if j not in queued:
@@ -288,9 +288,10 @@ class Ledger:
     The state is each op's part (priced with the reshards earlier ops of
     the component made, as `total` walks them) and, per reshard of a
     value to a placement, the ops that want it in program order (the
-    first one's price counts; the others reuse it). `trial` prices a
-    change of `known` against it; `commit` keeps the change after `known`
-    took it."""
+    first one's price counts; the others reuse it). An op that cannot be
+    split costs infinitely much: a change that lets it split pays. `trial`
+    prices a change of `known` against it; `commit` keeps the change after
+    `known` took it."""
 
     def __init__(self, ops: Sequence[Operation], known: Assignment, cost: PlanCost, made: Mapping[SSAValue, set[Sharding]] | None):
         self.ops = ops
@@ -307,7 +308,7 @@ class Ledger:
         """Per reshard, the ops that want it (program order)."""
         self.placements: dict[SSAValue, set[Sharding]] = {}
         """Per value, the placements some op of the component wants it in."""
-        self._staged: tuple[dict[int, tuple[float, tuple[_Want, ...]]], dict[int, dict[_Pair, float]], dict[_Pair, None], float] | None = None
+        self._staged: tuple[dict[int, tuple[float, tuple[_Want, ...]]], dict[int, dict[_Pair, float]], dict[_Pair, None], float, int] | None = None
         for i, op in enumerate(ops):
             for v in dict.fromkeys(op.operands):
                 self.readers.setdefault(v, []).append(i)
@@ -317,8 +318,14 @@ class Ledger:
             for pair in self.pairs[i]:
                 self.wanters.setdefault(pair, []).append(i)
                 self.placements.setdefault(pair[0], set()).add(pair[1])
-        self.splits = all(p is not None for p in self.parts)
-        self.total = sum(p[0] for p in self.parts if p) + sum(map(self._pair_price, self.wanters)) if self.splits else float("inf")
+        self.unsplit = sum(p is None for p in self.parts)
+        """How many ops cannot be split under `known` (each costs infinitely much)."""
+        self.finite = sum(p[0] for p in self.parts if p) + sum(map(self._pair_price, self.wanters))
+
+    @property
+    def total(self) -> float:
+        """`PlanCost.total` of the component (inf while an op cannot be split)."""
+        return float("inf") if self.unsplit else self.finite
 
     def _pairs(self, op: Operation, part: tuple[float, tuple[_Want, ...]]) -> dict[_Pair, float]:
         out: dict[_Pair, float] = {}
@@ -357,12 +364,8 @@ class Ledger:
     def trial(self, new: Mapping[SSAValue, Sharding]) -> bool:
         """Whether changing `known` by `new` makes the component's plan
         communicate fewer bytes (staged for `commit` when it does)."""
-        known = self.known
-        if not self.splits:  # some op cannot be split: price the ops around the change whole
-            around = _around(new, self.index)
-            self._staged = None
-            return self.cost.total(around, ChainMap(new, known), self.ext) < self.cost.total(around, known, self.ext) * (1 - 1e-9)  # type: ignore[arg-type]
-        assign = ChainMap(new, known)  # type: ignore[arg-type]
+        self._staged = None
+        assign = ChainMap(new, self.known)  # type: ignore[arg-type]
         heap = sorted({self.index[u.operation] for v in new for u in v.uses if u.operation in self.index}
                       | {self.index[v.owner] for v in new if v.owner in self.index})  # type: ignore[index]
         dirty = set(heap)
@@ -404,24 +407,23 @@ class Ledger:
                     if j not in dirty:
                         dirty.add(j)
                         heapq.heappush(heap, j)
-        old = sum(self.parts[i][0] for i in parts) + sum(self._pair_price(pair) for pair in moved)  # type: ignore[index]
+        split = sum(self.parts[i] is None for i in parts)  # ops the change lets split
+        old = sum(p[0] for i in parts if (p := self.parts[i])) + sum(self._pair_price(pair) for pair in moved)
         now = sum(p[0] for p in parts.values())
         for pair in moved:
             first = self._first(*pair, added, dropped)
             if first != float("inf"):
                 j = int(first)
                 now += (pairs[j] if j in pairs else self.pairs[j])[pair]
-        self._staged = (parts, pairs, moved, now - old)
-        return now < old * (1 - 1e-9)
+        self._staged = (parts, pairs, moved, now - old, split)
+        return split > 0 or now < old * (1 - 1e-9)
 
-    def commit(self, new: Mapping[SSAValue, Sharding]) -> list[int]:
-        """Keep the change `new` that the last `trial` priced (`known` has
-        it now); the ops whose trials it may price otherwise: those whose
+    def commit(self) -> list[int]:
+        """Keep the change that the last `trial` priced (`known` has it
+        now); the ops whose trials it may price otherwise: those whose
         part changed, and the readers of a value whose reshards changed."""
-        if self._staged is None:  # priced whole: price the component again
-            self.__init__(self.ops, self.known, self.cost, self.ext)  # type: ignore[misc]
-            return [self.index[op] for op in _around(new, self.index)]
-        parts, pairs, moved, delta = self._staged
+        assert self._staged is not None
+        parts, pairs, moved, delta, split = self._staged
         for i, part in parts.items():
             before, after = self.pairs[i], pairs[i]
             for pair in before.keys() - after.keys():
@@ -433,26 +435,10 @@ class Ledger:
                 bisect.insort(self.wanters.setdefault(pair, []), i)
                 self.placements.setdefault(pair[0], set()).add(pair[1])
             self.parts[i], self.pairs[i] = part, after
-        self.total += delta
+        self.finite += delta
+        self.unsplit -= split
         self._staged = None
         return sorted(set(parts).union(*(self.readers.get(v, ()) for v in dict.fromkeys(v for v, _ in moved))))
-
-
-def _around(changed: Mapping[SSAValue, Sharding], index: Mapping[Operation, int]) -> list[Operation]:
-    """The ops of the component whose price a change of `changed` can
-    move, in program order: those touching a changed value, and every
-    other reader of their operands (one reshard of a value serves all its
-    readers)."""
-    touched: set[Operation] = set()
-    for v in changed:
-        if v.owner in index:
-            touched.add(v.owner)  # type: ignore[arg-type]
-        touched.update(u.operation for u in v.uses if u.operation in index)
-    out = set(touched)
-    for op in touched:
-        for a in op.operands:
-            out.update(u.operation for u in a.uses if u.operation in index)
-    return sorted(out, key=index.__getitem__)
 
 
 def _candidates(

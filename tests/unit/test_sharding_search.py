@@ -89,16 +89,16 @@ def _checked_trials(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]
 
     def checked_trial(self: search.Ledger, new):  # type: ignore[no-untyped-def]
         better = trial(self, new)
-        if self.splits:
-            assert self._staged is not None
-            before = self.cost.total(self.ops, self.known, self.ext)
-            after = self.cost.total(self.ops, ChainMap(new, self.known), self.ext)  # type: ignore[arg-type]
-            seen.append((self._staged[-1], after - before))
+        before = self.cost.total(self.ops, self.known, self.ext)
+        after = self.cost.total(self.ops, ChainMap(new, self.known), self.ext)  # type: ignore[arg-type]
+        assert self.total == pytest.approx(before, rel=1e-12)
+        if self._staged is not None and before != float("inf"):
+            seen.append((self._staged[3], after - before))
             assert better == (after < before * (1 - 1e-9)) or abs(after - before) < 1e-9 * before
         return better
 
-    def checked_commit(self: search.Ledger, new):  # type: ignore[no-untyped-def]
-        requeued = commit(self, new)
+    def checked_commit(self: search.Ledger):  # type: ignore[no-untyped-def]
+        requeued = commit(self)
         assert self.total == pytest.approx(self.cost.total(self.ops, self.known, self.ext), rel=1e-12)
         return requeued
 
@@ -141,3 +141,41 @@ def test_ledger_on_shared_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(seen) > 12
     for mine, whole in seen:
         assert mine == pytest.approx(whole, rel=1e-9, abs=1e-6)
+
+
+def test_pin_that_lets_an_op_split() -> None:
+    """An op that cannot be split under the plan makes the component's
+    price infinite (as PlanCost.total prices it): a change that lets it
+    split pays whatever else it moves, and the kept price is then the
+    whole component's again."""
+    from xdsl.dialects.func import FuncOp
+
+    from fuserc.dialects.fusion import FusionOp, MeshOp, MatmulOp, sharding_of
+    from fuserc.passes.propagate_shardings import propagate_function
+    from fuserc.sharding import Sharding
+
+    module = parse(shared_weight_chain(3))
+    func = next(o for o in module.ops if isinstance(o, FuncOp))
+    propagate_function(func, search=False)
+    meshes = [m for m in module.ops if isinstance(m, MeshOp)]
+    ops = [o for o in func.body.block.ops if isinstance(o, FusionOp)]
+    known = {v: s for o in ops for v in (*o.operands, *o.results) if (s := sharding_of(v)) is not None}
+    gemm = [o for o in ops if isinstance(o, MatmulOp)][1]
+    stuck = known[gemm.results[0]]
+
+    class Stuck(search.PlanCost):
+        def op_part(self, op, known, made=None, avail=None):  # type: ignore[no-untyped-def]
+            if op is gemm and known[op.results[0]] == stuck:
+                return None
+            return super().op_part(op, known, made, avail)
+
+    cost = Stuck({m.sym_name.data: m.model for m in meshes}, meshes)
+    ledger = search.Ledger(ops, known, cost, None)
+    assert ledger.total == float("inf") and ledger.unsplit == 1
+    new = {gemm.results[0]: Sharding.replicated(stuck.mesh, 2)}
+    assert new[gemm.results[0]] != stuck
+    assert ledger.trial(new)
+    known.update(new)
+    assert gemm in [ops[j] for j in ledger.commit()]
+    assert ledger.unsplit == 0 and ledger.total == pytest.approx(cost.total(ops, known, {}), rel=1e-12)
+    assert not ledger.trial({gemm.results[0]: stuck})  # back to the op that cannot be split
