@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from xdsl.context import Context
 from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Attribute, Block, Operation, OpResult, TypeAttribute
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.printer import Printer
-from xdsl.traits import SymbolTable
+from xdsl.traits import IsolatedFromAbove, SymbolTable
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Input, Position, Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRToken, MLIRTokenKind
@@ -496,45 +496,87 @@ def verify(module: ModuleOp) -> None:
     """Verify every op; the first failure becomes a Diagnostic at its op.
 
     Programs repeat their ops (layer after layer, chunk after chunk): an op
-    without regions or successors is verified once per signature (`_Signatures`), the
-    inputs its verifier reads, so that verifying is linear in the number
-    of distinct ops, not a constant factor over every op. The signatures
-    verified are kept with the module object (`_VERIFIED`): verifying it again
-    after a pass verifies only the ops the pass made different."""
-    from fuserc.dialects.hir import AllocOp, is_host_program, verify_discardable
-    from fuserc.passes.plan_memory import check_storage
-
-    order: dict[Block, dict[Operation, int]] = {}
-    sites: dict = {}
+    is verified once per signature (`_Signatures`), the inputs its verifier
+    reads, so that verifying is linear in the number of distinct ops, not a
+    constant factor over every op. The signatures verified are kept with
+    the module object (`_VERIFIED`): verifying it again after a pass
+    verifies only the ops the pass made different. What no signature holds
+    is checked at every op in one walk: each operand is defined before its
+    use, in the use's block or an enclosing one inside the nearest op
+    isolated from above (a function)."""
     signature = getattr(module, _VERIFIED, None)
     if signature is None:
         signature = _Signatures()
         setattr(module, _VERIFIED, signature)
     signature.scopes.clear()  # ops may have moved since: their symbol tables are looked up again
-    verified = signature.verified
-    for op in module.walk():
+    signature.keys.clear()
+    _Verification(signature).op(module, {})
+
+
+class _Verification:
+    """One walk of `verify` over a module, in program order (an op before
+    the ops in its regions)."""
+
+    def __init__(self, signature: _Signatures):
+        self.signature = signature
+        self.verified = signature.verified
+        self.sites: dict = {}
+
+    def op(self, op: Operation, visible: dict[int, set[int]]) -> None:
+        """Verify `op` and then its regions; `visible`: per enclosing block
+        (those inside the nearest op isolated from above), the ops before
+        the one that encloses `op`, and its own block's ops before `op`
+        (by id: an op's hash is a Python call)."""
+        from fuserc.dialects.hir import AllocOp, is_host_program, verify_discardable
+        from fuserc.passes.plan_memory import check_storage
+
+        cls = type(op)
         try:
-            if _is_symbol_table(type(op)):
+            _defined_before_use(op, visible)
+            if _is_symbol_table(cls):
                 _verify_unique_symbols(op)
-            _verify_defined_before_use(op, order)
-            if op.regions or op.successors:
+            key = self.signature.of(op)
+            if key is None or key not in self.verified:
                 op.verify(verify_nested_ops=False)
                 verify_discardable(op)
-            else:
-                key = signature(op)
-                if key not in verified:
-                    op.verify(verify_nested_ops=False)
-                    verify_discardable(op)
-                    verified.add(key)
-            if isinstance(op, AllocOp):
-                op.verify_sites(sites)
-            if isinstance(op, FuncOp):
-                _verify_func_signature(op)
-                _verify_one_block(op)
-                if is_host_program(op):
-                    check_storage(op)
+                if key is not None:
+                    self.verified.add(key)
+            if cls is AllocOp:
+                op.verify_sites(self.sites)
+            elif cls is FuncOp:
+                _verify_func_signature(op)  # type: ignore[arg-type]
+                _verify_one_block(op)  # type: ignore[arg-type]
+                if is_host_program(op):  # type: ignore[arg-type]
+                    check_storage(op)  # type: ignore[arg-type]
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
+        if not op.regions:
+            return
+        outer = {} if _is_isolated(cls) else visible
+        for region in op.regions:
+            for block in region.blocks:
+                here: set[int] = set()
+                inner = {**outer, id(block): here}
+                for child in block.ops:
+                    self.op(child, inner)
+                    here.add(id(child))
+
+
+def _defined_before_use(op: Operation, visible: Mapping[int, set[int]]) -> None:
+    """Each operand of `op` is defined before its use: by an op before it
+    in its block or before the op enclosing it in an enclosing block, or
+    it is an argument of one of those blocks; all inside the nearest op
+    isolated from above (xDSL resolves forward references without
+    checking)."""
+    for i, value in enumerate(op._operands):
+        if type(value) is OpResult:
+            seen = visible.get(id(value.op.parent))
+            if seen is not None and id(value.op) in seen:
+                continue
+        elif isinstance(value, BlockArgument) and id(value.block) in visible:
+            continue
+        name = f" (%{value.name_hint})" if value.name_hint else ""
+        raise VerifyException(f"operand #{i}{name} is used before its definition")
 
 
 _SYMBOL_TABLES: dict[type[Operation], bool] = {}
@@ -553,29 +595,113 @@ def _is_symbol_table(cls: type[Operation]) -> bool:
     return known
 
 
-class _Signatures:
-    """The signature of an op without regions: what its verifier reads
-    (its class, types, properties and attributes but those its class lists
-    in `SIGNATURE_IGNORES`, checked elsewhere; what defines each operand,
-    an op or a block argument; its parent's kind; whether it ends its
-    block; the symbol table its symbols, meshes, resolve in). Attributes
-    are numbered by value, each object once (`kept` holds each one numbered
-    by its id, so that the id stays its own while the numbers are used):
-    a type shared by many values is hashed once."""
+_ISOLATED: dict[type[Operation], bool] = {}
+
+
+def _is_isolated(cls: type[Operation]) -> bool:
+    """Whether ops of `cls` are isolated from above (a function: its ops
+    use no value defined outside it), once per class."""
+    known = _ISOLATED.get(cls)
+    if known is None:
+        known = _ISOLATED[cls] = cls.has_trait(IsolatedFromAbove)
+    return known
+
+
+class Numbering:
+    """Attributes numbered by value, each object hashed once: an attribute's
+    hash walks all of it (a tensor type's shape, element type and sharding)
+    and is not kept, so keys of ops' types are built of these numbers.
+    `kept` holds each object numbered by its id, so that the id stays its
+    own while the numbers are used."""
 
     def __init__(self) -> None:
-        self.scopes: dict[Operation | None, Operation | None] = {}
         self.ids: dict[int, int] = {}
         self.kept: list[Attribute] = []
         self.numbers: dict[Attribute, int] = {}
-        self.verified: set[tuple] = set()
 
-    def number(self, a: Attribute) -> int:
+    def __call__(self, a: Attribute) -> int:
         n = self.ids.get(id(a))
         if n is None:
             n = self.ids[id(a)] = self.numbers.setdefault(a, len(self.numbers))
             self.kept.append(a)
         return n
+
+    def signature(self, op: Operation) -> tuple:
+        """What an op's local compute and reshards depend on: its name,
+        operand and result types (shardings included) and properties."""
+        ids = self.ids
+        key: list = [op.name]
+        for v in (*op._operands, None, *op.results):  # `op.operands` views this tuple
+            if v is None:
+                key.append(None)
+                continue
+            n = ids.get(id(v.type))
+            key.append(self(v.type) if n is None else n)
+        key.append(None)
+        for name, value in op.properties.items():
+            key += (name, self(value))
+        return tuple(key)
+
+
+class _Signatures:
+    """The signature of an op without regions: what its verifier reads
+    (its class, types, properties and attributes but those its class lists
+    in `SIGNATURE_IGNORES`, checked elsewhere; what defines each operand,
+    an op or a block argument; its parent's kind; whether it ends its
+    block; the symbol table its symbols, meshes, resolve in), with its
+    attributes numbered (`Numbering`)."""
+
+    def __init__(self) -> None:
+        self.scopes: dict[Operation | None, Operation | None] = {}
+        self.number = Numbering()
+        self.ids = self.number.ids
+        self.verified: set[tuple] = set()
+        self.keys: dict[int, tuple | None] = {}
+        """By op id, the signatures of one verification (an op's also serves its parent's)."""
+
+    def of(self, op: Operation) -> tuple | None:
+        """The signature of `op`, or None where it has successors, is a
+        symbol table, or has regions holding ops with regions (verified
+        each time). An op isolated from above (a function) is verified
+        once per its own signature and its blocks' argument types: what
+        it reads of its body beyond them, that no op in it uses a value
+        from outside, `verify`'s walk checks at every op. An op whose
+        regions hold only ops without regions (a `hir.launch`, a `hir.for`
+        over them) is verified once per its own signature and its blocks':
+        their argument types, each op's signature and, per operand, where
+        in the block it is defined (an argument, an earlier op's result,
+        or outside)."""
+        key = self.keys.get(id(op), False)
+        if key is not False:
+            return key  # type: ignore[return-value]
+        cls = type(op)
+        if op.successors:
+            key = None
+        elif not op.regions:
+            key = self(op)
+        elif _is_symbol_table(cls):
+            key = None
+        elif _is_isolated(cls):
+            args = tuple(tuple(self.number(a.type) for a in b.args) for r in op.regions for b in r.blocks)
+            key = (self(op), args, "isolated")
+        else:
+            parts: list = [self(op)]
+            for region in op.regions:
+                for block in region.blocks:
+                    where: dict = {a: ("a", a.index) for a in block.args}
+                    parts.append(tuple(self.number(a.type) for a in block.args))
+                    for k, child in enumerate(block.ops):
+                        if child.regions or child.successors:
+                            self.keys[id(op)] = None
+                            return None
+                        ck = self.keys[id(child)] = self(child)
+                        parts.append((ck, tuple(where.get(v, "x") for v in child._operands)))
+                        for r in child.results:
+                            where[r] = (k, r.index)
+                    parts.append(None)
+            key = tuple(parts)
+        self.keys[id(op)] = key
+        return key
 
     def scope(self, parent: Operation | None) -> Operation | None:
         if parent not in self.scopes:
@@ -586,14 +712,19 @@ class _Signatures:
         return self.scopes[parent]
 
     def __call__(self, op: Operation) -> tuple:
-        number = self.number
+        ids, number = self.ids, self.number
         cls = type(op)
         ignored = getattr(cls, "SIGNATURE_IGNORES", ())
         key: list = [cls]
-        for v in op.operands:
-            key += (number(v.type), type(v.owner))
+        for v in op._operands:  # the tuple `op.operands` views (the hot path of every verification)
+            t = v.type
+            n = ids.get(id(t))
+            key += (number(t) if n is None else n, type(v.op) if type(v) is OpResult else Block)
         key.append(None)
-        key += [number(r.type) for r in op.results]
+        for r in op.results:
+            t = r.type
+            n = ids.get(id(t))
+            key.append(number(t) if n is None else n)
         key.append(None)
         for name, value in op.properties.items():
             if name not in ignored:
@@ -601,30 +732,11 @@ class _Signatures:
         key.append(None)
         for name, value in op.attributes.items():
             key += (name, number(value))
-        parent = op.parent_op()
         block = op.parent
-        key += (type(parent), block is not None and block.last_op is op, self.scope(parent))
+        region = block.parent if block is not None else None
+        parent = region.parent if region is not None else None
+        key += (type(parent), block is not None and op.next_op is None, self.scope(parent))
         return tuple(key)
-
-
-def _verify_defined_before_use(op: Operation, order: dict[Block, dict[Operation, int]]) -> None:
-    """Each operand is defined before its use, in the use's block or an
-    enclosing one (xDSL resolves forward references without checking).
-    `order` caches each block's op positions."""
-    for i, value in enumerate(op.operands):
-        if not isinstance(value, OpResult):
-            continue
-        block = value.op.parent_block()
-        user: Operation | None = op
-        while user is not None and user.parent_block() is not block:
-            user = user.parent_op()
-        if block is not None and user is not None:
-            if block not in order:
-                order[block] = {o: k for k, o in enumerate(block.ops)}
-            if order[block][value.op] < order[block][user]:
-                continue
-        name = f" (%{value.name_hint})" if value.name_hint else ""
-        raise VerifyException(f"operand #{i}{name} is used before its definition")
 
 
 def _verify_unique_symbols(table: Operation) -> None:

@@ -80,7 +80,7 @@ from fuserc.dialects.fusion import (
 from fuserc.passes import expert_parallel, launch_regions, local_layouts, lower_reshard, ring_attention
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
-from fuserc.passes.reshard_util import Resharding, mesh_table, signature
+from fuserc.passes.reshard_util import Resharding, mesh_table
 from fuserc.sharding import Mesh
 
 Tag = tuple[int, ...] | None
@@ -830,7 +830,7 @@ class _FunctionLowering:
             attributes=attrs,
         )
         new.location = op.location
-        key = (signature(new), signature(op))
+        key = (self.resharding.signature(new), self.resharding.signature(op))
         if key not in self.local_ops:  # ops of one signature verify alike
             try:
                 new.verify_()

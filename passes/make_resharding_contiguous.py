@@ -97,7 +97,6 @@ from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
     ALLTOALL,
     Resharding,
-    signature,
     SCATTER,
     chunked_dim,
     Meshes,
@@ -445,7 +444,7 @@ class _Decomposer:
         assert result is not None
         current = [sharding_of(v).placement() for v in op.operands]  # type: ignore[union-attr]
         avail = self.available(op)
-        key = (signature(op), avail)
+        key = (self.resharding.signature(op), avail)
         if key not in self.chosen:
             self.chosen[key] = self.choose(op, current, result, avail)
         choice = self.chosen[key]

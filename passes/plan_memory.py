@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
@@ -51,7 +52,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
-from fuserc.passes.stream_order import MAIN, Clock, Issued, RankWalk, Stream
+from fuserc.passes.stream_order import MAIN, STEPS, Clock, Issued, Kinds, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
 _WASTES = (2.0, float("inf"))
@@ -62,6 +63,12 @@ after, to the end (a backward's layers would each need new blocks); a
 bound on the waste keeps the large blocks for the large buffers."""
 _IN_FLIGHT = (hir.CommunicationOp, *hir.PEER_COPY_OPS)
 """Ops whose buffers stay in use until their token is waited."""
+
+_TEAMED = (hir.TeamOp, *hir.PEER_COPY_OPS)
+"""Ops that run on their team's ranks only."""
+
+_DEVICE = Kinds(hir.AllocOp, *_VIEWS, hir.ShareOp, hir.DeallocOp, hir.LaunchOp, *_TEAMED)
+"""The device ops `_Walk.device` tells apart."""
 
 
 class Unresolved(Exception):
@@ -195,31 +202,32 @@ class _Walk(RankWalk):
             if any(t != MAIN and end.get(t, 0) < tick for t, tick in b.last.get(self.key, {}).items()):
                 b.pinned = b.pinned or "in use on a stream the program's end does not wait for"
 
-    def op(self, op: Operation) -> None:
+    def op(self, op: Any) -> None:
         env = self.env
-        if isinstance(op, (hir.TeamIndexOp, hir.TeamRankOp)) or (
-            isinstance(op, (hir.AddModOp, hir.DivOp)) and any(v in self.by_rank for v in op.operands)
+        kind = STEPS(op)
+        if kind is hir.TeamIndexOp or kind is hir.TeamRankOp or (
+            (kind is hir.AddModOp or kind is hir.DivOp) and any(v in self.by_rank for v in op.operands)
         ):
             self.by_rank.add(op.results[0])
-        if isinstance(op, hir.TeamIndexOp):
+        if kind is hir.TeamIndexOp:
             env[op.result] = None
-        elif isinstance(op, hir.StreamForOp) and op.index in self.by_rank:
+        elif kind is hir.StreamForOp and op.index in self.by_rank:
             raise Unresolved("a stream chosen by the rank's position")
-        elif isinstance(op, hir.ForOp):
+        elif kind is hir.ForOp:
             self.loops += 1
             super().op(op)
             self.loops -= 1
-        elif isinstance(op, hir.IfRankOp):
+        elif kind is hir.IfRankOp:
             self._region(op)
-        elif isinstance(op, hir.WaitOp):
+        elif kind is hir.WaitOp:
             self._wait(op)
         else:
             super().op(op)
-            if isinstance(op, hir.RecordEventOp) and self.regions:
+            if kind is hir.RecordEventOp and self.regions:
                 env[op.event] = {}  # recorded on some ranks only: waiting for it orders nothing everywhere
-            if isinstance(op, (hir.SetCurrentStreamOp, hir.SyncStreamOp)) and env.get(op.stream) is None:
+            if (kind is hir.SetCurrentStreamOp or kind is hir.SyncStreamOp) and env.get(op.stream) is None:
                 raise Unresolved("a stream the walk did not see made")
-            if isinstance(op, hir.WaitEventOp) and env.get(op.event) is None:
+            if kind is hir.WaitEventOp and env.get(op.event) is None:
                 raise Unresolved("an event the walk did not see recorded")
 
     def _region(self, op: hir.IfRankOp) -> None:
@@ -259,27 +267,28 @@ class _Walk(RankWalk):
         for b in tok.buffers:
             b.use(self.key, at)
 
-    def device(self, op: Operation) -> None:
-        if isinstance(op, hir.AllocOp):
+    def device(self, op: Any) -> None:
+        kind = _DEVICE(op)
+        if kind is hir.AllocOp:
             b = self.buffers.setdefault(op, Buffer(op, hir.buffer_bytes(op.result)))
             if self.loops:
                 b.pinned = b.pinned or "allocated in a loop"
             self.roots[op.result] = {b}
-        elif isinstance(op, _VIEWS):
+        elif kind in _VIEWS:
             self.roots[op.results[0]] = set(self.roots.get(op.operands[0], ()))
-        elif isinstance(op, hir.ShareOp):
+        elif kind is hir.ShareOp:
             for b in self.roots.get(op.operands[0], ()):
                 b.pinned = "shared with peers"
-        elif isinstance(op, hir.DeallocOp):
+        elif kind is hir.DeallocOp:
             pass
-        elif op.regions and not isinstance(op, hir.LaunchOp):
+        elif op.regions and kind is not hir.LaunchOp:
             raise Unresolved(f"{op.name} has regions the walk does not know")
         else:
-            self._device_op(op)
+            self._device_op(op, kind)
 
-    def _device_op(self, op: Operation) -> None:
+    def _device_op(self, op: Operation, kind: type[Operation] | None) -> None:
         token = next((r for r in op.results if isinstance(r.type, hir.TokenType)), None)
-        everywhere = self._team_everywhere(op) if isinstance(op, (hir.TeamOp, *hir.PEER_COPY_OPS)) else True
+        everywhere = self._team_everywhere(op) if kind in _TEAMED else True
         if everywhere is None:  # outside its team: skipped
             if token is not None:
                 self.skipped.add(token)

@@ -35,6 +35,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation
 
+from fuserc.ir import Numbering
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split
 
 Shape = tuple[int, ...]
@@ -326,18 +327,6 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
 
 
-def signature(op: Operation) -> tuple:
-    """What an op's local compute and reshards depend on: its name, operand
-    and result types (shardings included) and properties. Ops of equal
-    signature in one module are decided alike (its meshes are fixed)."""
-    return (
-        op.name,
-        tuple(v.type for v in op.operands),
-        tuple(r.type for r in op.results),
-        tuple(op.properties.items()),
-    )
-
-
 class Resharding:
     """`sharding_rules.is_resharding`, remembered by op signature (name,
     operand and result types, properties) for one pass over one module
@@ -346,11 +335,15 @@ class Resharding:
 
     def __init__(self) -> None:
         self._known: dict[tuple, bool] = {}
+        self.signature = Numbering().signature
+        """An op's signature (name, operand and result types, properties) in
+        numbers: ops of equal signature in one module are decided alike
+        (its meshes are fixed)."""
 
     def __call__(self, op: Operation) -> bool:
         from fuserc.passes.sharding_rules import is_resharding
 
-        key = signature(op)
+        key = self.signature(op)
         found = self._known.get(key)
         if found is None:
             found = self._known[key] = is_resharding(op)

@@ -21,14 +21,18 @@ make-resharding-contiguous will split it (the expanded forms of norms and of
 a linear with a bias included, bf16 and f32 sizes told apart), counting one
 reshard of a value to a placement once however many ops read it (as that
 pass shares equal reshards). The search is greedy (first improvement, in
-program order: after a pin it goes back to the first op the pin touched)
-and deterministic; it runs until no candidate pays, and a trial costs the
-ops its pin reaches, not the function, so its compile time grows with the
-program, not with the program times the places that communicate.
+program order: after a pin it goes back to the first op whose price the
+pin changed) and deterministic; it runs until no candidate pays. A
+`Ledger` keeps the component's price op by op, so a trial costs the ops
+its pin reaches and whose price it changes, not the function nor every
+reader of a value those ops read (a weight shared by every GEMM): compile
+time grows with the program, not with the program times the places that
+communicate.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import ChainMap
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -63,6 +67,8 @@ class PlanCost:
         self._ops: dict[tuple, tuple[float, tuple[_Want, ...]] | None] = {}
         self._kinds: dict[Operation, int] = {}
         self._kind_ids: dict[tuple, int] = {}
+        self.priced = 0
+        """How many op parts were asked for (a trial's work: tests/unit/test_sharding_search.py)."""
 
     def mesh_of(self, name: str) -> Mesh | None:
         return self.meshes.get(name)
@@ -94,12 +100,18 @@ class PlanCost:
                 made.setdefault(op.operands[k], set()).add(placement)
 
     def op_part(
-        self, op: Operation, known: Assignment, made: Mapping[SSAValue, set[Sharding]] | None = None
+        self,
+        op: Operation,
+        known: Assignment,
+        made: Mapping[SSAValue, set[Sharding]] | None = None,
+        avail: tuple[frozenset[Sharding], ...] | None = None,
     ) -> tuple[float, tuple[_Want, ...]] | None:
         """(bytes the op's split communicates apart from resharding its
         operands, the operand reshards it needs) for `op` under `known`;
         `made`: the placements each value was resharded to by earlier ops,
-        which the op may reuse (make-resharding-contiguous does)."""
+        which the op may reuse (make-resharding-contiguous does), or
+        `avail`: those placements per operand."""
+        self.priced += 1
         if not isinstance(op, FusionOp) or not op.results:
             return 0.0, ()
         operands = [known[v] for v in op.operands]
@@ -107,7 +119,8 @@ class PlanCost:
         if isinstance(op, SetOp):
             src, dst = operands[0], results[0]
             return self.reshard_bytes(op.operands[0], src, dst), ()
-        avail = tuple(frozenset(made.get(v, ())) if made else frozenset() for v in op.operands)
+        if avail is None:
+            avail = tuple(frozenset(made.get(v, ())) if made else frozenset() for v in op.operands)
         kind = self._kinds.get(op)
         if kind is None:  # the op's name, properties and types, hashed once
             static = (op.name, tuple(op.properties.items()), tuple(v.type for v in (*op.operands, *op.results)))
@@ -227,12 +240,13 @@ def improve(
     to change.
 
     Each trial re-propagates and prices only the ops around what its pin
-    changes, so the search's work grows with the places that communicate
-    and the reach of each change, not with their product; it runs until no
-    candidate improves (no budget cuts a large program short)."""
-    if cost.total(ops, known, made) == 0.0:
+    changes (`Ledger.trial`), so the search's work grows with the places
+    that communicate and the reach of each change, not with their product;
+    it runs until no candidate improves (no budget cuts a large program
+    short)."""
+    ledger = Ledger(ops, known, cost, made)
+    if ledger.total == 0.0:
         return
-    index = {op: i for i, op in enumerate(ops)}
     movable = free - returned
     tried: dict[SSAValue, set[Sharding]] = {}
     heap = list(range(len(ops)))
@@ -245,36 +259,186 @@ def improve(
                 continue
             tried.setdefault(value, set()).add(placement)
             new = repropagate(known, movable, value, placement)
-            if new is None:
+            if new is None or not ledger.trial(new):
                 continue
-            around = _around(new, index)
-            if cost.total(around, ChainMap(new, known), made) < cost.total(around, known, made) * (1 - 1e-9):
-                known.update(new)
-                movable.discard(value)  # pinned
-                for op in around:  # what failed there before may pay now
-                    for v in (*op.operands, *op.results):
-                        tried.pop(v, None)
-                    if index[op] not in queued:
-                        queued.add(index[op])
-                        heapq.heappush(heap, index[op])
-                break
+            known.update(new)
+            movable.discard(value)  # pinned
+            for j in ledger.commit():  # what failed there before may pay now
+                for v in (*ops[j].operands, *ops[j].results):
+                    tried.pop(v, None)
+                if j not in queued:
+                    queued.add(j)
+                    heapq.heappush(heap, j)
+            break
 
 
-def _around(changed: Mapping[SSAValue, Sharding], index: Mapping[Operation, int]) -> list[Operation]:
-    """The ops of the component whose price a change of `changed` can
-    move, in program order: those touching a changed value, and every
-    other reader of their operands (one reshard of a value serves all its
-    readers)."""
-    touched: set[Operation] = set()
-    for v in changed:
-        if v.owner in index:
-            touched.add(v.owner)  # type: ignore[arg-type]
-        touched.update(u.operation for u in v.uses if u.operation in index)
-    out = set(touched)
-    for op in touched:
-        for a in op.operands:
-            out.update(u.operation for u in a.uses if u.operation in index)
-    return sorted(out, key=index.__getitem__)
+_Pair = tuple[SSAValue, Sharding]
+"""A reshard of a value to a placement: made once, read by every op that wants it."""
+
+
+class Ledger:
+    """`PlanCost.total` of one component's ops under the search's
+    assignment, kept op by op, so that a trial is priced by the ops whose
+    part it changes, not by every op around it: the ops touching a value
+    the trial changes, and a later reader of one of their operands only
+    when the reshards made of that operand before it (which it may reuse)
+    change. A weight that many GEMMs read is priced per trial by the GEMMs
+    next to the change, not by all of its readers.
+
+    The state is each op's part (priced with the reshards earlier ops of
+    the component made, as `total` walks them) and, per reshard of a
+    value to a placement, the ops that want it in program order (the
+    first one's price counts; the others reuse it). An op that cannot be
+    split costs infinitely much: a change that lets it split pays. `trial`
+    prices a change of `known` against it; `commit` keeps the change after
+    `known` took it."""
+
+    def __init__(self, ops: Sequence[Operation], known: Assignment, cost: PlanCost, made: Mapping[SSAValue, set[Sharding]] | None):
+        self.ops = ops
+        self.known = known
+        self.cost = cost
+        self.ext: Mapping[SSAValue, set[Sharding]] = made or {}
+        self.index = {op: i for i, op in enumerate(ops)}
+        self.readers: dict[SSAValue, list[int]] = {}
+        """Per value, the ops of the component that read it (program order)."""
+        self.parts: list[tuple[float, tuple[_Want, ...]] | None] = []
+        self.pairs: list[dict[_Pair, float]] = []
+        """Per op, the reshards it wants that `made` does not hold, each with its price."""
+        self.wanters: dict[_Pair, list[int]] = {}
+        """Per reshard, the ops that want it (program order)."""
+        self.placements: dict[SSAValue, set[Sharding]] = {}
+        """Per value, the placements some op of the component wants it in."""
+        self._staged: tuple[dict[int, tuple[float, tuple[_Want, ...]]], dict[int, dict[_Pair, float]], dict[_Pair, None], float, int] | None = None
+        for i, op in enumerate(ops):
+            for v in dict.fromkeys(op.operands):
+                self.readers.setdefault(v, []).append(i)
+            part = cost.op_part(op, known, avail=self._avail(i, op))
+            self.parts.append(part)
+            self.pairs.append(self._pairs(op, part) if part else {})
+            for pair in self.pairs[i]:
+                self.wanters.setdefault(pair, []).append(i)
+                self.placements.setdefault(pair[0], set()).add(pair[1])
+        self.unsplit = sum(p is None for p in self.parts)
+        """How many ops cannot be split under `known` (each costs infinitely much)."""
+        self.finite = sum(p[0] for p in self.parts if p) + sum(map(self._pair_price, self.wanters))
+
+    @property
+    def total(self) -> float:
+        """`PlanCost.total` of the component (inf while an op cannot be split)."""
+        return float("inf") if self.unsplit else self.finite
+
+    def _pairs(self, op: Operation, part: tuple[float, tuple[_Want, ...]]) -> dict[_Pair, float]:
+        out: dict[_Pair, float] = {}
+        for k, placement, price in part[1]:
+            v = op.operands[k]
+            if placement not in self.ext.get(v, ()):
+                out.setdefault((v, placement), price)
+        return out
+
+    def _pair_price(self, pair: _Pair) -> float:
+        first = self.wanters.get(pair)
+        return self.pairs[first[0]][pair] if first else 0.0
+
+    def _avail(self, i: int, op: Operation, added: Mapping[_Pair, list[int]] | None = None, dropped: Mapping[_Pair, set[int]] | None = None) -> tuple[frozenset[Sharding], ...]:
+        """Per operand of op i, the placements made of it before op i
+        (with a trial's `added` and `dropped` wanters)."""
+        out = []
+        for v in op.operands:
+            have = set(self.ext.get(v, ()))
+            for p in self.placements.get(v, ()):
+                if self._first(v, p, added, dropped) < i:
+                    have.add(p)
+            for pair in added or ():
+                if pair[0] is v and added[pair][0] < i:  # type: ignore[index]
+                    have.add(pair[1])
+            out.append(frozenset(have))
+        return tuple(out)
+
+    def _first(self, v: SSAValue, p: Sharding, added: Mapping[_Pair, list[int]] | None, dropped: Mapping[_Pair, set[int]] | None) -> float:
+        """The first op wanting (v, p): the state's, less the `dropped` ones, or the first `added`."""
+        gone = dropped.get((v, p), ()) if dropped else ()
+        first: float = next((j for j in self.wanters.get((v, p), ()) if j not in gone), float("inf"))
+        more = added.get((v, p)) if added else None
+        return min(first, more[0]) if more else first
+
+    def trial(self, new: Mapping[SSAValue, Sharding]) -> bool:
+        """Whether changing `known` by `new` makes the component's plan
+        communicate fewer bytes (staged for `commit` when it does)."""
+        self._staged = None
+        assign = ChainMap(new, self.known)  # type: ignore[arg-type]
+        heap = sorted({self.index[u.operation] for v in new for u in v.uses if u.operation in self.index}
+                      | {self.index[v.owner] for v in new if v.owner in self.index})  # type: ignore[index]
+        dirty = set(heap)
+        parts: dict[int, tuple[float, tuple[_Want, ...]]] = {}
+        pairs: dict[int, dict[_Pair, float]] = {}
+        added: dict[_Pair, list[int]] = {}
+        dropped: dict[_Pair, set[int]] = {}
+        moved: dict[_Pair, None] = {}  # reshards whose price may change
+        while heap:
+            i = heapq.heappop(heap)
+            op = self.ops[i]
+            part = self.cost.op_part(op, assign, avail=self._avail(i, op, added, dropped))
+            if part is None:
+                return False
+            parts[i], pairs[i] = part, self._pairs(op, part)
+            before, after = self.pairs[i], pairs[i]
+            for pair in (*before, *after):
+                if before.get(pair) == after.get(pair):
+                    continue
+                moved[pair] = None
+                if (pair in before) == (pair in after):
+                    continue  # the same reshard at another price
+                if pair in after:
+                    added.setdefault(pair, []).append(i)
+                    if self._first(*pair, None, None) < i:
+                        continue  # made before op i either way
+                else:
+                    dropped.setdefault(pair, set()).add(i)
+                    if self._first(*pair, added, dropped) < i:
+                        continue
+                # later readers of the value, up to the next op that wanted the
+                # reshard, find another set of reshards made before them
+                wanters = self.wanters.get(pair, [])
+                nxt = bisect.bisect_right(wanters, i)
+                readers = self.readers[pair[0]]
+                lo = bisect.bisect_right(readers, i)
+                hi = len(readers) if nxt == len(wanters) else bisect.bisect_right(readers, wanters[nxt])
+                for j in readers[lo:hi]:
+                    if j not in dirty:
+                        dirty.add(j)
+                        heapq.heappush(heap, j)
+        split = sum(self.parts[i] is None for i in parts)  # ops the change lets split
+        old = sum(p[0] for i in parts if (p := self.parts[i])) + sum(self._pair_price(pair) for pair in moved)
+        now = sum(p[0] for p in parts.values())
+        for pair in moved:
+            first = self._first(*pair, added, dropped)
+            if first != float("inf"):
+                j = int(first)
+                now += (pairs[j] if j in pairs else self.pairs[j])[pair]
+        self._staged = (parts, pairs, moved, now - old, split)
+        return split > 0 or now < old * (1 - 1e-9)
+
+    def commit(self) -> list[int]:
+        """Keep the change that the last `trial` priced (`known` has it
+        now); the ops whose trials it may price otherwise: those whose
+        part changed, and the readers of a value whose reshards changed."""
+        assert self._staged is not None
+        parts, pairs, moved, delta, split = self._staged
+        for i, part in parts.items():
+            before, after = self.pairs[i], pairs[i]
+            for pair in before.keys() - after.keys():
+                self.wanters[pair].remove(i)
+                if not self.wanters[pair]:
+                    del self.wanters[pair]
+                    self.placements[pair[0]].discard(pair[1])
+            for pair in after.keys() - before.keys():
+                bisect.insort(self.wanters.setdefault(pair, []), i)
+                self.placements.setdefault(pair[0], set()).add(pair[1])
+            self.parts[i], self.pairs[i] = part, after
+        self.finite += delta
+        self.unsplit -= split
+        self._staged = None
+        return sorted(set(parts).union(*(self.readers.get(v, ()) for v in dict.fromkeys(v for v, _ in moved))))
 
 
 def _candidates(

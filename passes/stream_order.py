@@ -25,6 +25,32 @@ Clock = dict[Stream, int]
 MAIN: Stream = ("main",)
 
 
+class Kinds:
+    """The first of `classes` an op is an instance of (None: none of
+    them), found once per op class: an if-chain of isinstance tests costs
+    an ABC check (a Python call) at every miss, and the walks test every
+    op of a program against a dozen classes."""
+
+    def __init__(self, *classes: type[Operation]):
+        self.classes = classes
+        self.known: dict[type[Operation], type[Operation] | None] = {}
+
+    def __call__(self, op: Operation) -> type[Operation] | None:
+        cls = type(op)
+        kind = self.known.get(cls, Operation)
+        if kind is Operation:
+            kind = self.known[cls] = next((c for c in self.classes if issubclass(cls, c)), None)
+        return kind
+
+
+STEPS = Kinds(
+    hir.ForOp, hir.IfRankOp, hir.ConstantOp, hir.TeamIndexOp, hir.AddModOp, hir.DivOp, hir.TeamRankOp,
+    hir.GetCurrentStreamOp, hir.StreamForOp, hir.SetCurrentStreamOp, hir.SyncStreamOp, hir.RecordEventOp,
+    hir.WaitEventOp, hir.WaitOp, hir.YieldOp, ReturnOp,
+)  # fmt: skip
+"""The ops a rank's walk steps through itself (`RankWalk.op`); the others are device ops."""
+
+
 def join(a: Clock, b: Clock) -> Clock:
     out = dict(a)
     for s, t in b.items():
@@ -75,55 +101,57 @@ class RankWalk:
     def block(self, block: Block) -> list[Any] | None:
         """Walk `block`; the values its `hir.yield` hands back."""
         for op in block.ops:
-            if isinstance(op, hir.YieldOp):
-                return [self.env.get(v) for v in op.values]
-            if isinstance(op, ReturnOp):
+            kind = STEPS(op)
+            if kind is hir.YieldOp:
+                return [self.env.get(v) for v in op.values]  # type: ignore[attr-defined]
+            if kind is ReturnOp:
                 return None
             self.op(op)
         return None
 
-    def op(self, op: Operation) -> None:
+    def op(self, op: Any) -> None:
         env = self.env
-        if isinstance(op, hir.ForOp):
+        kind = STEPS(op)
+        if kind is None or kind is hir.YieldOp or kind is ReturnOp:
+            self.device(op)
+        elif kind is hir.ForOp:
             for i in op.indices:
                 env[op.induction_var] = i
                 self.block(op.body.block)
-        elif isinstance(op, hir.IfRankOp):
+        elif kind is hir.IfRankOp:
             got = self.block(op.body.block) if self.rank in self.ranks[op] else None
             for r, v in zip(op.results, got or [None] * len(op.results)):
                 env[r] = v
-        elif isinstance(op, hir.ConstantOp):
+        elif kind is hir.ConstantOp:
             env[op.result] = op.value
-        elif isinstance(op, hir.TeamIndexOp):
+        elif kind is hir.TeamIndexOp:
             env[op.result] = op.team.position(self.rank) if self.rank in self.ranks[op] else None
-        elif isinstance(op, hir.AddModOp):
+        elif kind is hir.AddModOp:
             a, b = env.get(op.lhs), env.get(op.rhs)
             env[op.result] = (a + b) % op.modulus if a is not None and b is not None else None
-        elif isinstance(op, hir.DivOp):
+        elif kind is hir.DivOp:
             a = env.get(op.lhs)
             env[op.result] = a // op.divisor if a is not None else None
-        elif isinstance(op, hir.TeamRankOp):
+        elif kind is hir.TeamRankOp:
             p = env.get(op.position)
             own = op.team.of(self.rank) if p is not None and 0 <= p < len(op.team) else None  # this rank's team of a family
             env[op.result] = own[p] if own is not None else None
-        elif isinstance(op, hir.GetCurrentStreamOp):
+        elif kind is hir.GetCurrentStreamOp:
             env[op.stream] = self.current
-        elif isinstance(op, hir.StreamForOp):
+        elif kind is hir.StreamForOp:
             i = env.get(op.index)
             env[op.stream] = ("pool", op.count, i % op.count) if i is not None else ("unknown", id(op))
-        elif isinstance(op, hir.SetCurrentStreamOp):
+        elif kind is hir.SetCurrentStreamOp:
             self.current = env.get(op.stream) or ("unknown", id(op))
-        elif isinstance(op, hir.SyncStreamOp):
+        elif kind is hir.SyncStreamOp:
             s = env.get(op.stream)
             self.wait_for(self.clocks.get(s, {}) if s is not None else None)
-        elif isinstance(op, hir.RecordEventOp):
+        elif kind is hir.RecordEventOp:
             env[op.event] = dict(self.clocks.get(self.current, {}))
-        elif isinstance(op, hir.WaitEventOp):
+        elif kind is hir.WaitEventOp:
             self.wait_for(env.get(op.event))
-        elif isinstance(op, hir.WaitOp):
+        else:  # hir.WaitOp
             self.wait_for(env.get(op.token))
-        else:
-            self.device(op)
 
     def device(self, op: Operation) -> None:
         """Any other op (allocations, views, shares, compute, communications)."""

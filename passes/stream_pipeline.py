@@ -277,22 +277,21 @@ def explain_the_rest(func: FuncOp, algorithm: str) -> None:
 
 
 def _marked_ops(func: FuncOp) -> list[Operation]:
-    """Marked ops outside loops, and the loops holding marked ops."""
+    """Marked ops outside loops, and the loops holding marked ops, in
+    program order (a loop's body is not entered)."""
     out: list[Operation] = []
-    for op in func.walk():
-        if op is func or any(isinstance(a, hir.ForOp) for a in _ancestors(op, func)):
-            continue
-        if stream_mark(op) is not None or (isinstance(op, hir.ForOp) and _loop_mark(op) is not None):
-            out.append(op)
-    return out
 
+    def visit(op: Operation) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for o in block.ops:
+                    loop = isinstance(o, hir.ForOp)
+                    if stream_mark(o) is not None or (loop and _loop_mark(o) is not None):
+                        out.append(o)
+                    if not loop:
+                        visit(o)
 
-def _ancestors(op: Operation, stop: Operation) -> list[Operation]:
-    out = []
-    parent = op.parent_op()
-    while parent is not None and parent is not stop:
-        out.append(parent)
-        parent = parent.parent_op()
+    visit(func)
     return out
 
 

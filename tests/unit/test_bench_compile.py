@@ -27,6 +27,25 @@ def test_thousand_ops(tmp_path: Path) -> None:
     for r in data:
         assert r["total"] > 0 and abs(sum(r["phases"].values()) - r["total"]) < 1e-9
         assert r["per_op_us"] == r["total"] / r["ops"] * 1e6
+        assert r["process_cpu"] > 0  # fuserc opt as a process, imports included
+    row = next(line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["996"])
+    assert row[-2:] == ["<", "1"], row  # the 1,000-op program's target beside its process time
+
+
+def test_targets() -> None:
+    """The targets printed beside the figures: the 1,000-op program under
+    -p default (996 ops counts as 1,000), the 12- and 48-layer model at
+    d = 4; no target elsewhere."""
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        from bench_compile import target
+    finally:
+        sys.path.pop(0)
+    assert target(("blocks", "default", 996)) == "< 1"
+    assert target(("blocks", "default", 4000)) == "-" and target(("chain", "default", 1000)) == "-"
+    assert target(("blocks", "autodiff,default", 1000)) == "-"
+    assert target(("model", 12, 4)) == "< 3" and target(("model", 48, 4)) == "< 10"
+    assert target(("model", 12, 2)) == "-"
 
 
 def test_generated_program_sizes() -> None:
