@@ -176,7 +176,24 @@ def _last_uses(body: Block) -> dict[SSAValue, int]:
     return last
 
 
-class CpuBackend(Backend):
+class TorchResults:
+    """Of a backend that runs a region of an op with a PyTorch kernel of its
+    own (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps),
+    whose results torch makes in memory of their own: `Backend.makes_results`
+    for those regions, and their values for `Backend.launch_made`."""
+
+    def makes_results(self, body: Block) -> bool:
+        from fuserc.runtime.kernels.torch_regions import eager_region
+
+        return eager_region(body)
+
+    @staticmethod
+    def made_values(body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None) -> list[torch.Tensor]:
+        """The region's values as torch makes them (its views as views)."""
+        return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
+
+
+class CpuBackend(TorchResults, Backend):
     """Torch on the CPU, MPI between ranks."""
 
     name = "cpu"
@@ -273,19 +290,12 @@ class CpuBackend(Backend):
         if not run_region(body, ins, outs):
             launch_with_torch(body, ins, outs, contexts)
 
-    def makes_results(self, body: Block) -> bool:
-        """A region of an op run by its own PyTorch kernel
-        (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps)."""
-        from fuserc.runtime.kernels.torch_regions import eager_region
-
-        return eager_region(body)
-
     def launch_made(
         self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> list[torch.Tensor] | None:
         """Its values as torch makes them (`makes_results`)."""
         self._order(reads=list(ins))
-        return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
+        return self.made_values(body, ins, contexts)
 
     # ---- communication ------------------------------------------------------
     def allgather(self, inp: torch.Tensor, out: torch.Tensor, team: Team) -> Work:

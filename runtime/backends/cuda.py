@@ -42,6 +42,7 @@ from xdsl.ir import Block
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
 from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, T, Team, Work, alltoallv_offsets
+from fuserc.runtime.backends.cpu import TorchResults
 from fuserc.runtime.backends.cuda_comm import (
     MEMCPY_DEVICE_TO_DEVICE,
     Communicators,
@@ -162,7 +163,7 @@ BATCHED_BELOW = 1 << 20
 """Bytes under which `copy_all` batches a tensor's copy with the others'."""
 
 
-class CudaBackend(Backend):
+class CudaBackend(TorchResults, Backend):
     """CUDA GPUs: CuPy streams/events, NCCL, CUDA IPC, cuBLAS, fused kernels."""
 
     name = "cuda"
@@ -446,22 +447,13 @@ class CudaBackend(Backend):
         self._block("a region run op by op with torch (not one fused kernel)")
         launch_with_torch(body, ins, outs, contexts)
 
-    def makes_results(self, body: Block) -> bool:
-        """A region of an op run by its own PyTorch kernel
-        (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps)."""
-        from fuserc.runtime.kernels.torch_regions import eager_region
-
-        return eager_region(body)
-
     def launch_made(
         self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
     ) -> list[torch.Tensor] | None:
         """Its values as torch makes them (`makes_results`), on the current stream."""
-        from fuserc.runtime.backends.cpu import torch_values
-
         self._begin()
         self.fused_launches += 1
-        return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
+        return self.made_values(body, ins, contexts)
 
     # ---- communication ------------------------------------------------------
     def _work(self, event: Any, *keep: Any) -> CudaWork:
