@@ -85,6 +85,18 @@ class FusionBuilder:
     def sharding(self, v: SSAValue) -> Sharding | None:
         return sharding_of(v)
 
+    def local(self, *values: SSAValue) -> bool:
+        """Whether each of `values` is whole on every device: no split over
+        more than one device, no partial sum (False where a mesh is unknown)."""
+        for v in values:
+            s = sharding_of(v)
+            if s is None:
+                continue
+            mesh = self.mesh_of(s.mesh) if self.mesh_of is not None else None
+            if mesh is None or s.partial or any(mesh.axis_size(t) > 1 for t in s.device_types()):
+                return False
+        return True
+
     def mesh(self, name: str) -> Mesh:
         mesh = self.mesh_of(name) if self.mesh_of is not None else None
         if mesh is None:

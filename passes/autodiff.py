@@ -22,6 +22,7 @@ replicated weight used by sharded rows) is reduced there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -39,7 +40,7 @@ from fuserc.dialects.fusion import (
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
 from fuserc.passes.reshard_util import inverse
-from fuserc.sharding import Sharding
+from fuserc.sharding import Mesh, Sharding
 
 SAVES = ("activations", "inputs")
 
@@ -90,11 +91,11 @@ class Autodiff(ModulePass):
         _for_derivative(src)
         if self.save == "activations":
             _gather_explicitly(op, src, self.gathered_mib)
-        fwd, bwd = _Derivation(src, self.entry, self.save).run()
+        meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
+        fwd, bwd = _Derivation(src, self.entry, self.save, meshes.get).run()
         if self.save == "activations" and self.budget >= 0:
             from fuserc.passes.recompute import fit
 
-            meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
             fit(fwd, bwd, len(main.get_return_op().operands), self.budget * 2**20, meshes)  # type: ignore[union-attr]
         Rewriter.insert_op(fwd, _after(main))
         Rewriter.insert_op(bwd, _after(fwd))
@@ -194,8 +195,8 @@ def _tensor_values(func: FuncOp) -> list[SSAValue]:
 
 
 class _Derivation:
-    def __init__(self, src: FuncOp, entry: str, save: str):
-        self.src, self.entry, self.save = src, entry, save
+    def __init__(self, src: FuncOp, entry: str, save: str, mesh_of: Callable[[str], Mesh | None]):
+        self.src, self.entry, self.save, self.mesh_of = src, entry, save, mesh_of
         self.ret = src.body.block.last_op
         assert isinstance(self.ret, ReturnOp)
 
@@ -213,7 +214,7 @@ class _Derivation:
         anchor = ReturnOp()
         anchor.location = self.ret.location
         block.add_op(anchor)
-        b = FusionBuilder(before=anchor)
+        b = FusionBuilder(before=anchor, mesh_of=self.mesh_of)  # the rules may ask how a value is split (`FusionBuilder.local`)
         adjoint: dict[SSAValue, SSAValue] = {}
 
         def accumulate(v: SSAValue, g: SSAValue) -> None:

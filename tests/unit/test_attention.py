@@ -144,3 +144,44 @@ def test_cuda_backends(backend: str, shapes: tuple, causal: bool, scale: float |
     for got, w in zip([out, *grads], [want[0], *want[2:]]):
         assert got.dtype == torch.bfloat16
         assert (got.cpu().double() - w).abs().max() <= 3e-2 * max(1.0, w.abs().max().item())
+
+
+def test_attention_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a GPT model's step, the attention kernels' results stand for the
+    regions' output buffers (`Backend.launch_made`) instead of being copied
+    into them: the forward's output and the backward's dq, dk and dv of
+    each layer. The loss and every gradient stay PyTorch's (float64)."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    import fuserc.torch as ft
+    from fuserc.runtime.evaluator import evaluator
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "python"))
+    from train_gpt import build, initial_weights, reference_loss
+
+    made: list[tuple[int, ...]] = []
+    stand = evaluator.Program.made_for
+    monkeypatch.setattr(evaluator.Program, "made_for", lambda self, b, m: (made.append(tuple(m.shape)), stand(self, b, m))[1])
+    a = argparse.Namespace(layers=2, hidden=64, tokens=32, heads=4, ffn=256, vocab=128, dtype="f32", dropout=0.0, seed=0)
+    fd, _ = build(a, 1)
+    w = initial_weights(a)
+    g = torch.Generator().manual_seed(3)
+    ids, labels = torch.randint(0, 128, (32,), generator=g), torch.randint(0, 128, (32,), generator=g)
+    ps = [t.clone().requires_grad_(True) for t in w]
+    f = ft.function(fd)
+    try:
+        loss = f(ids, labels, *ps)
+        assert made == [(1, 32, 4, 16)] * 2  # each layer's output, as [batch, seq, heads, head_dim]
+        made.clear()
+        loss.backward()
+        assert made == [(1, 32, 4, 16)] * 6  # each layer's dq, dk, dv
+    finally:
+        f.close()
+    rs = [t.double().requires_grad_(True) for t in w]
+    want = reference_loss(ids, labels, rs, a)
+    want.backward()
+    torch.testing.assert_close(loss.detach().double(), want.detach(), rtol=1e-5, atol=1e-6)
+    for p, r in zip(ps, rs, strict=True):
+        torch.testing.assert_close(p.grad.double(), r.grad, rtol=1e-4, atol=1e-6)
