@@ -16,7 +16,9 @@ two functions agree on them; a partial one is saved reduced), cotangents
 are sharded like main's results (whole where a result is a partial sum),
 the ops of each op's derivative are located at the op, and each gradient
 is set to its argument's sharding: a gradient that comes out partial (a
-replicated weight used by sharded rows) is reduced there.
+replicated weight used by sharded rows) is reduced there. Expert-parallel
+layers are cut into token chunks first (passes/expert_chunks.py, option
+`token_chunks`), so that the backward's all-to-alls are per chunk too.
 `@main` is left as it is.
 """
 

@@ -371,11 +371,12 @@ class LinksFileError(ValueError):
         self.problems = problems
         super().__init__("\n".join(f"{loc or file}: {msg}" for loc, msg in problems))
 
-    def diagnostic(self) -> Diagnostic:
-        """The first problem located, the others as lines below it."""
+    def diagnostic(self, reader: str = "stream-pipeline") -> Diagnostic:
+        """The first problem located, the others as lines below it; `reader`:
+        the pass that read the file."""
         (loc, msg), rest = self.problems[0], self.problems[1:]
-        lines = [f"{loc or self.file}: error: stream-pipeline: links file: {m}" for loc, m in rest]
-        return Diagnostic(f"stream-pipeline: links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
+        lines = [f"{loc or self.file}: error: {reader}: links file: {m}" for loc, m in rest]
+        return Diagnostic(f"{reader}: links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
 
 
 def _read(file: Path) -> Machine:

@@ -105,7 +105,9 @@ def chunk_function(func: FuncOp, meshes: dict[str, Mesh], forced: int | None) ->
             if not machine:
                 try:
                     machine.append(cost_model.load_machine())
-                except (cost_model.LinksFileError, ValueError) as e:
+                except cost_model.LinksFileError as e:  # located in the file, not the program
+                    raise e.diagnostic("chunk-experts") from None
+                except ValueError as e:
                     raise error_at(d, f"chunk-experts: {e}") from None
             k, row_bytes, row_flops, elem = _work(chain)
             chunks = cost_model.moe_chunks(machine[0], chain.tokens(), k, row_bytes, row_flops, chain.ranks, elem)[0]
