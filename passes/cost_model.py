@@ -661,13 +661,13 @@ def choose(
 
 
 def moe_chunks(
-    m: Machine, tokens: int, k: int, row_bytes: int, row_flops: float, ranks: int, elem: str,
+    m: Machine, tokens: int, k: int, row_bytes: int, gemms: Sequence[float], ranks: int, elem: str,
     options: Sequence[int] = (1, 2, 4, 8),
 ) -> tuple[int, dict[int, float]]:
     """The number of token chunks an expert-parallel layer's dispatch,
     experts and combine run in (`tokens` per rank, each sent to k experts
-    as a row of `row_bytes`; the experts' grouped GEMMs `row_flops` per
-    row), and the estimated seconds of each option: each chunk's dispatch
+    as a row of `row_bytes`; `gemms`: the flops per row of each of the
+    experts' grouped GEMMs), and the estimated seconds of each option: each chunk's dispatch
     (an all-to-all of its tokens x k rows, (d-1)/d of them leaving the
     rank) runs beside the previous chunk's grouped GEMMs (slowed while
     NCCL shares the SMs), its combine beside the next chunk's GEMMs; every
@@ -680,7 +680,7 @@ def moe_chunks(
             continue
         rows = tokens // s * k
         comm = 2 * m.nccl(0.0) + m.nccl(rows * row_bytes * (ranks - 1) / ranks)  # counts, then rows
-        gemm = m.gemm(rows * row_flops, elem)
+        gemm = sum(m.gemm(rows * f, elem) for f in gemms)
         if s == 1:
             times[s] = 2 * comm + gemm
             continue

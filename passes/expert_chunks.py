@@ -109,8 +109,8 @@ def chunk_function(func: FuncOp, meshes: dict[str, Mesh], forced: int | None) ->
                     raise e.diagnostic("chunk-experts") from None
                 except ValueError as e:
                     raise error_at(d, f"chunk-experts: {e}") from None
-            k, row_bytes, row_flops, elem = _work(chain)
-            chunks = cost_model.moe_chunks(machine[0], chain.tokens(), k, row_bytes, row_flops, chain.ranks, elem)[0]
+            k, row_bytes, gemms, elem = _work(chain)
+            chunks = cost_model.moe_chunks(machine[0], chain.tokens(), k, row_bytes, gemms, chain.ranks, elem)[0]
         else:
             chunks = forced
             if chain.tokens() % chunks:
@@ -185,13 +185,14 @@ def _row_wise(op: Operation, inside: set[SSAValue], slots: tuple[int, ...], coun
     return True
 
 
-def _work(chain: Chain) -> tuple[int, int, float, str]:
-    """(k, bytes of a token's row, GEMM flops per row, element type) of a chain."""
+def _work(chain: Chain) -> tuple[int, int, list[float], str]:
+    """(k, bytes of a token's row, the flops per row of each grouped GEMM,
+    element type) of a chain."""
     x = chain.dispatch.input.type
     assert isinstance(x, TensorType)
     elem = next((n for n, t in ELEMENT_TYPES.items() if t == x.element_type), "f32")
     size = {"bf16": 2, "f16": 2, "f64": 8}.get(elem, 4)
-    flops = sum(2.0 * shape_of(o.lhs)[-1] * shape_of(o.results[0])[-1] for o in chain.body if isinstance(o, GroupedMatmulOp))
+    flops = [2.0 * shape_of(o.lhs)[-1] * shape_of(o.results[0])[-1] for o in chain.body if isinstance(o, GroupedMatmulOp)]
     return shape_of(chain.dispatch.ids)[1], shape_of(x)[-1] * size, flops, elem
 
 

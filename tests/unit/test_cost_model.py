@@ -365,7 +365,7 @@ def test_moe_chunks_pay_where_the_all_to_all_is_worth_hiding() -> None:
 
     def swiglu(tokens: int, hidden: int, ffn: int, k: int, ranks: int, elem: str) -> tuple[int, dict[int, float]]:
         size = 2 if elem == "bf16" else 4
-        return cm.moe_chunks(m, tokens, k, hidden * size, 3 * 2.0 * hidden * ffn, ranks, elem)
+        return cm.moe_chunks(m, tokens, k, hidden * size, [2.0 * hidden * ffn] * 3, ranks, elem)
 
     best, times = swiglu(8192, 2048, 1408, 6, 8, "bf16")
     assert best > 1 and times[best] < cm.PAYS * times[1]
