@@ -45,6 +45,13 @@ PASSES: dict[str, PassEntry] = {
         "PropagateShardings",
         "gives every tensor without a sharding one, from its operands and its uses",
     ),
+    "chunk-experts": PassEntry(
+        "fuserc.passes.expert_chunks",
+        "ChunkExperts",
+        "cuts each expert-parallel dispatch -> experts -> combine chain into token chunks, so that a chunk's "
+        "all-to-alls run beside another chunk's grouped GEMMs",
+        {"token-chunks": "the chunk count (1: no chunking); none: the cost model chooses"},
+    ),
     "make-resharding-contiguous": PassEntry(
         "fuserc.passes.make_resharding_contiguous",
         "MakeReshardingContiguous",
@@ -88,6 +95,8 @@ PASSES: dict[str, PassEntry] = {
             "(-1: no limit); past it, the backward gathers them again",
             "budget": "with save=activations, the MiB per device that the saved tensors may take (-1: no limit); "
             "past it, the backward recomputes what does not fit, each op just before its first reader",
+            "token-chunks": "the token chunks of each expert-parallel layer, cut before the derivation "
+            "(chunk-experts); none: the cost model chooses",
         },
     ),
 }
@@ -97,6 +106,7 @@ available' (a clean error), not an import crash."""
 PIPELINES: dict[str, tuple[str, ...]] = {
     "default": (
         "propagate-shardings",
+        "chunk-experts",
         "make-resharding-contiguous",
         "lower-to-host-ir",
         "stream-pipeline",

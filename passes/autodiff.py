@@ -16,7 +16,9 @@ two functions agree on them; a partial one is saved reduced), cotangents
 are sharded like main's results (whole where a result is a partial sum),
 the ops of each op's derivative are located at the op, and each gradient
 is set to its argument's sharding: a gradient that comes out partial (a
-replicated weight used by sharded rows) is reduced there.
+replicated weight used by sharded rows) is reduced there. Expert-parallel
+layers are cut into token chunks first (passes/expert_chunks.py, option
+`token_chunks`), so that the backward's all-to-alls are per chunk too.
 `@main` is left as it is.
 """
 
@@ -39,6 +41,7 @@ from fuserc.dialects.fusion import (
 )
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
+from fuserc.passes.expert_chunks import chunk_function, hoist
 from fuserc.passes.reshard_util import inverse
 from fuserc.sharding import Mesh, Sharding
 
@@ -65,6 +68,10 @@ class Autodiff(ModulePass):
     """With save = activations: MiB per device the saved tensors may take
     (-1: no limit); past it, the backward recomputes what does not fit
     (passes/recompute.py)."""
+    token_chunks: int | None = None
+    """The token chunks of each expert-parallel layer (chunk-experts, run on
+    the propagated function before the derivation, so that the backward is
+    chunked too); None: the cost model's choice."""
 
     def __post_init__(self) -> None:
         if self.save not in SAVES:
@@ -73,6 +80,8 @@ class Autodiff(ModulePass):
             raise ValueError(f"gathered-mib must be -1 (no limit) or a size in MiB, got {self.gathered_mib}")
         if self.budget < -1:
             raise ValueError(f"budget must be -1 (no limit) or a size in MiB, got {self.budget}")
+        if self.token_chunks is not None and self.token_chunks < 1:
+            raise ValueError(f"token-chunks must be positive, got {self.token_chunks}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
@@ -88,11 +97,14 @@ class Autodiff(ModulePass):
             if name in funcs:
                 raise error_at(funcs[name], f"autodiff: @{name} exists already")
         src = _propagated(op, main)
+        meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
+        chunked = chunk_function(src, meshes, self.token_chunks)
         _for_derivative(src)
         if self.save == "activations":
             _gather_explicitly(op, src, self.gathered_mib)
-        meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
         fwd, bwd = _Derivation(src, self.entry, self.save, meshes.get).run()
+        if chunked:
+            hoist(bwd.body.block)
         if self.save == "activations" and self.budget >= 0:
             from fuserc.passes.recompute import fit
 

@@ -371,11 +371,12 @@ class LinksFileError(ValueError):
         self.problems = problems
         super().__init__("\n".join(f"{loc or file}: {msg}" for loc, msg in problems))
 
-    def diagnostic(self) -> Diagnostic:
-        """The first problem located, the others as lines below it."""
+    def diagnostic(self, reader: str = "stream-pipeline") -> Diagnostic:
+        """The first problem located, the others as lines below it; `reader`:
+        the pass that read the file."""
         (loc, msg), rest = self.problems[0], self.problems[1:]
-        lines = [f"{loc or self.file}: error: stream-pipeline: links file: {m}" for loc, m in rest]
-        return Diagnostic(f"stream-pipeline: links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
+        lines = [f"{loc or self.file}: error: {reader}: links file: {m}" for loc, m in rest]
+        return Diagnostic(f"{reader}: links file: {msg}", loc or Location(str(self.file), 1, 1), "\n".join(lines))
 
 
 def _read(file: Path) -> Machine:
@@ -660,24 +661,26 @@ def choose(
 
 
 def moe_chunks(
-    m: Machine, tokens: int, hidden: int, ffn: int, k: int, ranks: int, elem: str, options: Sequence[int] = (1, 2, 4, 8)
+    m: Machine, tokens: int, k: int, row_bytes: int, gemms: Sequence[float], ranks: int, elem: str,
+    options: Sequence[int] = (1, 2, 4, 8),
 ) -> tuple[int, dict[int, float]]:
     """The number of token chunks an expert-parallel layer's dispatch,
-    SwiGLU experts and combine run in (`tokens` per rank), and the
-    estimated seconds of each option: each chunk's dispatch (an all-to-all
-    of its tokens x k rows, (d-1)/d of them leaving the rank) runs beside
-    the previous chunk's three grouped GEMMs (slowed while NCCL shares the
-    SMs), its combine beside the next chunk's GEMMs; every chunk pays its
-    collectives' latency and `chunk_us`. A chunking must beat one chunk by
-    the PAYS margin. Options that do not divide `tokens` are skipped."""
-    size = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8}.get(elem, 4)
+    experts and combine run in (`tokens` per rank, each sent to k experts
+    as a row of `row_bytes`; `gemms`: the flops per row of each of the
+    experts' grouped GEMMs), and the estimated seconds of each option: each chunk's dispatch
+    (an all-to-all of its tokens x k rows, (d-1)/d of them leaving the
+    rank) runs beside the previous chunk's grouped GEMMs (slowed while
+    NCCL shares the SMs), its combine beside the next chunk's GEMMs; every
+    chunk pays its collectives' latency and `chunk_us`. A chunking must
+    beat one chunk by the PAYS margin. Options that do not divide `tokens`
+    are skipped."""
     times: dict[int, float] = {}
     for s in options:
         if tokens % s or (s > 1 and ranks == 1):
             continue
         rows = tokens // s * k
-        comm = 2 * m.nccl(0.0) + m.nccl(rows * hidden * size * (ranks - 1) / ranks)  # counts, then rows
-        gemm = 3 * m.gemm(2.0 * rows * hidden * ffn, elem)
+        comm = 2 * m.nccl(0.0) + m.nccl(rows * row_bytes * (ranks - 1) / ranks)  # counts, then rows
+        gemm = sum(m.gemm(rows * f, elem) for f in gemms)
         if s == 1:
             times[s] = 2 * comm + gemm
             continue

@@ -24,7 +24,7 @@ from fuserc.api import FusionDefinition, Tensor
 
 def layer(
     fd: FusionDefinition, x: Tensor, wr: Tensor, w1: Tensor, w3: Tensor, w2: Tensor,
-    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False, chunks: int = 1, groups: int = 1,
+    shared: Sequence[Tensor] = (), k: int = 2, router: str = "softmax", slots: bool = False, groups: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """(output [T, H], load-balancing loss) of tokens `x` [T, H]: router
     weight `wr` [E, H], experts' `w1`, `w3` [E, F, H] and `w2` [E, H, F]
@@ -37,11 +37,10 @@ def layer(
     experts by `dispatch` into [E, T, H] slots and come back by `combine`,
     the form expert parallelism takes (experts split over devices, the
     tokens over the same devices: all-to-alls); else by a sort of the
-    pairs (rows [T k, H] grouped by expert, the leaner form on one device).
-    `chunks` > 1 (with `slots`): the tokens are dispatched, multiplied and
-    combined in that many chunks (every chunks-th token, so that each
-    device's block is cut alike), so that a chunk's all-to-all runs beside
-    the previous chunk's grouped GEMMs. `groups` > 1 (with `slots`): the
+    pairs (rows [T k, H] grouped by expert, the leaner form on one device);
+    the compiler cuts the slots' form into token chunks where the cost
+    model says it pays (the pass chunk-experts), so that a chunk's
+    all-to-all runs beside another chunk's grouped GEMMs. `groups` > 1 (with `slots`): the
     tokens in that many contiguous groups, each dispatched on its own
     (slots [E, G, T/G, H]): with the groups split over a data-parallel
     axis, each group's all-to-alls stay within its expert-parallel team."""
@@ -63,9 +62,7 @@ def layer(
         base = ops.linear(ops.silu(ops.linear(x, s1)) * ops.linear(x, s3), s2)
     else:
         base = ops.broadcast_in_dim(ops.constant(0.0, x.dtype), shape=list(x.shape), dims=[])
-    if slots and chunks > 1:
-        y = base + _chunked(ops, x, ids, weights, w1, w3, w2, chunks)
-    elif slots:
+    if slots:
         y = base + _weighted(ops, _experts(ops, ids, _dispatch(ops, x, ids, experts), w1, w3, w2), weights)
     else:
         y = _sorted(ops, x, flat, weights, counts, w1, w3, w2, base)
@@ -126,28 +123,6 @@ def _grouped(
     frac = ops.cast(ops.sum(counts, dims=[1]), "f32") / float(tokens * k)
     pmean = ops.mean(ops.mean(probs, dims=[1]), dims=[0])
     return routed, ops.sum(frac * pmean, dims=[0]) * float(experts)
-
-
-def _chunked(ops, x: Tensor, ids: Tensor, weights: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, chunks: int) -> Tensor:
-    """The routed experts on every chunks-th token (chunk c: tokens c,
-    c + chunks, ...), the chunks' results laid back in token order. Every
-    chunk is dispatched first, then each chunk's experts and combine, then
-    the weighting: as the rows an all-to-all received are placed where
-    first used, the next chunk's dispatch runs beside this chunk's grouped
-    GEMMs, and this chunk's combine beside the next chunk's."""
-    tokens, k = ids.shape
-    rows = tokens // chunks
-
-    def chunk(t: Tensor, c: int) -> Tensor:
-        width = t.shape[1]
-        t3 = ops.reshape(t, shape=[rows, chunks, width])
-        return ops.reshape(ops.slice(t3, starts=[0, c, 0], limits=[rows, c + 1, width]), shape=[rows, width])
-
-    ids_c = [chunk(ids, c) for c in range(chunks)]
-    xe = [_dispatch(ops, chunk(x, c), ids_c[c], w1.shape[0]) for c in range(chunks)]
-    yp = [_experts(ops, ids_c[c], xe[c], w1, w3, w2) for c in range(chunks)]
-    outs = [ops.reshape(_weighted(ops, yp[c], chunk(weights, c)), shape=[rows, 1, x.shape[1]]) for c in range(chunks)]
-    return ops.reshape(ops.concat(*outs, dim=1), shape=[tokens, x.shape[1]])
 
 
 def _sorted(ops, x: Tensor, flat: Tensor, weights: Tensor, counts: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, base: Tensor) -> Tensor:
@@ -214,15 +189,15 @@ def params(tokens: int, hidden: int, ffn: int, experts: int, shared: bool, skew:
 
 def definition(
     tokens: int, hidden: int, ffn: int, experts: int, k: int, shared: bool, router: str = "softmax", dtype: str = "f32",
-    devices: int = 1, slots: bool | None = None, chunks: int | None = None, dp: int = 1,
+    devices: int = 1, slots: bool | None = None, dp: int = 1,
 ) -> FusionDefinition:
     """The layer as a program of x, wr, w1, w3, w2 (s1, s3, s2) -> (y, aux);
     on `devices` > 1 the tokens of x and y are split over them (data
     parallel) and so are the experts' weights (`[DIDx, -, -]`): expert
-    parallel, by dispatch and combine (`slots`, default: devices > 1), in
-    `chunks` token chunks (default: the cost model's choice,
-    `cost_model.moe_chunks`). `dp` > 1: a mesh [dp, devices / dp], the
-    tokens split over both axes (`[DIDy*DIDx, -]`), the experts over the
+    parallel, by dispatch and combine (`slots`, default: devices > 1; the
+    pass chunk-experts cuts them into token chunks where it pays, or into
+    as many as its option `token-chunks` says). `dp` > 1: a mesh [dp,
+    devices / dp], the tokens split over both axes (`[DIDy*DIDx, -]`), the experts over the
     second only (replicated over dp): the tokens dispatched in dp groups,
     one per expert-parallel team."""
     fd = FusionDefinition()
@@ -232,11 +207,7 @@ def definition(
     w2 = fd.define_tensor([experts, hidden, ffn], dtype)
     sh = [fd.define_tensor(s, dtype) for s in ([ffn, hidden], [ffn, hidden], [hidden, ffn])] if shared else []
     slots = devices > 1 or dp > 1 if slots is None else slots
-    if chunks is None:
-        from fuserc.passes.cost_model import Machine, moe_chunks
-
-        chunks = moe_chunks(Machine(), tokens // devices, hidden, ffn, k, devices // dp, dtype)[0] if slots and dp == 1 else 1
-    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, slots, chunks, dp)
+    y, aux = layer(fd, x, wr, w1, w3, w2, sh, k, router, slots, dp)
     fd.add_output(y)
     fd.add_output(aux)
     if devices > 1:
@@ -269,12 +240,11 @@ def main() -> None:
     p.add_argument("--shared", action="store_true")
     p.add_argument("--router", choices=("softmax", "sigmoid"), default="softmax")
     p.add_argument("--devices", type=int, default=1, help="with --print: the experts and tokens split over this many")
-    p.add_argument("--chunks", type=int, default=None, help="token chunks (default: the cost model's choice)")
     p.add_argument("--dp", type=int, default=1, help="with --print: a mesh [dp, devices / dp], the tokens dispatched in dp groups")
     p.add_argument("--print", action="store_true", help="print the program (fusion IR) and exit")
     a = p.parse_args()
     if a.print:
-        print(definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router, devices=a.devices, chunks=a.chunks, dp=a.dp).to_mlir())
+        print(definition(a.tokens, a.hidden, a.ffn, a.experts, a.top, a.shared, a.router, devices=a.devices, dp=a.dp).to_mlir())
         return
     import fuserc.torch
 

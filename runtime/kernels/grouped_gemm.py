@@ -13,7 +13,9 @@ blocks for empty groups ([K, T] x [T, N]), as a loop over experts does.
 `experts_block` computes the groups of one block of experts only (the
 experts a device holds when the expert dimension is split): their rows
 ([T, K] x [E/d, K, N], zero elsewhere: a partial sum over the devices) or
-their blocks ([K, T] x [T, N] -> [E/d, K, N]).
+their blocks ([K, T] x [T, N] -> [E/d, K, N]). Where the block's rows
+begin is data (the routing); on the torch._grouped_mm path it is used on
+the device, so that the block waits for nothing on the host either.
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def experts_block(
     last = first + count == offs.shape[0]
     if first == 0 and last:
         return grouped_matmul(a, b, offs, full_rows)
+    if first and fast_path(a, b):
+        return _block_on_device(a, b, offs, first, count)
     start = int(offs[first - 1]) if first > 0 else 0  # where the block's rows begin (read on the host)
     local = offs[first : first + count] - start
     if b.dim() == 3:
@@ -123,3 +127,20 @@ def experts_block(
         y[start:] = grouped_matmul(a[start:], b, local, full_rows and last)
         return y
     return grouped_matmul(a[:, start:], b[start:], local)
+
+
+def _block_on_device(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    """`experts_block` of a block after the first without reading where its
+    rows begin on the host: the rows rotated on the device so that the
+    block's come first (a gather), its groups multiplied from there (rows
+    past its last group zero, the ones rotated to the end included), and
+    the result rotated back."""
+    rows = a.shape[0] if b.dim() == 3 else a.shape[1]
+    start = offs[first - 1]
+    index = torch.arange(rows, device=a.device)
+    ahead = (index + start) % rows
+    local = offs[first : first + count] - start
+    if b.dim() == 3:
+        y = grouped_matmul(a.index_select(0, ahead), b, local)
+        return y.index_select(0, (index - start) % rows)
+    return grouped_matmul(a.index_select(1, ahead), b.index_select(0, ahead), local)

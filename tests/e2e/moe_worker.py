@@ -47,7 +47,8 @@ class Case:
     slots: bool | None = None
     """Dispatch and combine (default: on several ranks, expert parallel)."""
     chunks: int | None = None
-    """Token chunks of dispatch and combine (default: the cost model's)."""
+    """Token chunks of dispatch and combine, forced through chunk-experts'
+    option `token-chunks` (default: the cost model's choice)."""
     dp: int = 1
     """A mesh [dp, ranks / dp]: the tokens over both axes, the experts over
     the second, dispatched in dp groups (one expert-parallel team each)."""
@@ -60,6 +61,7 @@ CASES = [
     Case("skewed-top1-empty", experts=8, k=1, skew=6.0, empty=True),
     Case("bf16-shared-top2", shared=True, dtype="bf16"),
     Case("chunked-skewed-top2", experts=8, skew=6.0, empty=True, slots=True, chunks=2),
+    Case("chunked4-sigmoid-shared", router="sigmoid", experts=8, shared=True, slots=True, chunks=4),
     Case("slots-skewed-top2", experts=8, skew=6.0, empty=True, slots=True),
     Case("slots-bf16-shared-top2", shared=True, dtype="bf16", slots=True),
     Case("dp2-skewed-top2-shared", experts=8, skew=6.0, empty=True, shared=True, dp=2),
@@ -89,7 +91,17 @@ def run(c: Case, device: torch.device) -> None:
         raise AssertionError(f"every expert has tokens: counts {counts.tolist()}")
     ct = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ((y * ct).sum() + 3.0 * aux).backward()
-    f = fuserc.torch.function(definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE, c.slots, c.chunks, c.dp))
+    fd = definition(c.tokens, c.hidden, c.ffn, c.experts, c.k, c.shared, c.router, c.dtype, SIZE, c.slots, c.dp)
+    if c.chunks is None:
+        f = fuserc.torch.function(fd)
+    else:
+        f = fuserc.torch.function(fd, pipeline=f"default{{token-chunks={c.chunks}}}", autodiff=f"token-chunks={c.chunks}")
+        if SIZE > 1:  # each chunk's dispatch and combine: an alltoallv each, forward and backward
+            report = fd.comm_report(f"autodiff{{token-chunks={c.chunks}}},default")
+            for name in ("main_fwd", "main_bwd"):
+                got = sum(line.kind == "alltoallv" for line in report.function(name).lines)
+                if got != 2 * c.chunks:
+                    raise AssertionError(f"@{name}: {got} alltoallvs, not the {2 * c.chunks} of {c.chunks} chunks")
     mesh = Mesh("ep", [c.dp, SIZE // c.dp] if c.dp > 1 and SIZE > 1 else [SIZE])
     SHARDINGS = shardings(c.dp)
 

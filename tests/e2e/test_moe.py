@@ -29,15 +29,16 @@ ROOT = HERE.parents[1]
 DEVICE = "cuda" if BACKEND == "cuda" else "cpu"
 
 
-SPLIT_CASES = "sigmoid-shared,skewed-top1-empty,bf16-shared-top2,chunked-skewed-top2"
+SPLIT_CASES = "sigmoid-shared,skewed-top1-empty,bf16-shared-top2,chunked-skewed-top2,chunked4-sigmoid-shared"
 """The cases run on several ranks (a shared expert, top-1 and top-2, empty
-experts, bf16, the tokens in two chunks whose all-to-alls overlap the
-other chunk's GEMMs), to keep the jobs short."""
+experts, bf16, the tokens in two and in four chunks whose all-to-alls
+overlap the other chunks' GEMMs, cut by the pass chunk-experts forward and
+backward), to keep the jobs short."""
 MESH_CASES = {4: ",dp2-skewed-top2-shared"}
 """Cases of a 2-D mesh: on 4 ranks [dp, ep] = [2, 2], the tokens in two
 groups, each dispatched within its ep team (on one rank the grouped form
 runs locally)."""
-CASES = {1: 9, 2: 4, 4: 5}
+CASES = {1: 10, 2: 5, 4: 6}
 
 
 @pytest.mark.parametrize("n", [1, 2, 4], ids=["n1", "n2", "n4"])

@@ -202,6 +202,39 @@ def test_experts_block_sums_to_the_whole() -> None:
     torch.testing.assert_close(experts_block(at, g, offs, 2, 2), grouped_matmul(at, g, offs)[2:])
 
 
+def test_a_block_of_experts_reads_no_offset_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the torch._grouped_mm path (bf16, 16-byte aligned rows; it runs
+    on the CPU too), a block of experts after the first finds where its
+    rows begin on the device: nothing is read on the host (no wait for the
+    GPU), and the blocks still give the whole grouped GEMM, in the
+    forward's form and the weight gradient's, with an empty group and with
+    the last group ending at the last row."""
+    from fuserc.runtime.kernels import grouped_gemm as gg
+
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("torch._grouped_mm is not in this torch")
+    gen = torch.Generator().manual_seed(5)
+    rows, k, n = 24, 16, 8
+    a, at = torch.randn(rows, k, generator=gen).bfloat16(), torch.randn(k, rows, generator=gen).bfloat16()
+    b, g = torch.randn(4, k, n, generator=gen).bfloat16(), torch.randn(rows, n, generator=gen).bfloat16()
+    cases = [torch.tensor([3, 3, 10, 17]), torch.tensor([5, 9, 9, 24])]
+    wants = [(gg.grouped_matmul(a.double(), b.double(), o), gg.grouped_matmul(at.double(), g.double(), o)) for o in cases]
+
+    def read(*args: Any) -> Any:
+        raise AssertionError("an offset read on the host")
+
+    monkeypatch.setattr(gg, "fast_path", lambda x, y: True)
+    for name in ("item", "tolist", "__int__", "__index__", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, read)
+    got = [(gg.experts_block(a, b[2:], o, 2, 2), gg.experts_block(at, g, o, 1, 3)) for o in cases]
+    monkeypatch.undo()
+    for (rows_, blocks), (want_rows, want_blocks), offs in zip(got, wants, cases):
+        start, end = int(offs[1]), int(offs[3])
+        torch.testing.assert_close(rows_[start:end].double(), want_rows[start:end], rtol=2e-2, atol=5e-2)
+        assert not rows_[:start].any() and not rows_[end:].any()
+        torch.testing.assert_close(blocks.double(), want_blocks[1:], rtol=2e-2, atol=5e-2)
+
+
 def test_split_experts_stay_where_they_are() -> None:
     """Experts' weights split over 4 devices ([DIDx, -, -]) are never
     gathered, forward or backward: each device multiplies the rows of its

@@ -28,8 +28,10 @@ def test_forms_build_the_same_passes() -> None:
         " any( propagate-shardings , stream-pipeline{num-streams=2 algorithm=ring} ) ",
     ):
         assert pl.build(spec) == flat
-    default = pl.build("default{algorithm=ring backend=mpi}")
+    default = pl.build("default{algorithm=ring backend=mpi token-chunks=2}")
     assert [p.name for p in default] == list(pl.PIPELINES["default"])
-    assert default[2].backend == "mpi" and default[3].algorithm == "ring" and default[3].num_streams == 0
+    passes = {p.name: p for p in default}
+    assert passes["lower-to-host-ir"].backend == "mpi" and passes["chunk-experts"].token_chunks == 2  # type: ignore[attr-defined]
+    assert passes["stream-pipeline"].algorithm == "ring" and passes["stream-pipeline"].num_streams == 0  # type: ignore[attr-defined]
     assert pl.with_option("default", "stream-pipeline", "algorithm", "collective").endswith('stream-pipeline{algorithm="collective"},plan-memory')
     assert pl.build("") == [] and pl.build("builtin.module()") == []

@@ -40,7 +40,7 @@
 // COLUMN-NEXT: {{^                                                         \^$}}
 // COLUMN-NEXT: exit code: 2
 // RUN: %exitcode %fuserc opt %s -p 'default{bogus=1}' 2>&1 | filecheck %s --check-prefix=DEFAULT-OPTION
-// DEFAULT-OPTION: error: no pass of the pipeline 'default' has an option 'bogus' (its options: algorithm, backend, chunks, links, num-streams, ring-form; --list-passes)
+// DEFAULT-OPTION: error: no pass of the pipeline 'default' has an option 'bogus' (its options: algorithm, backend, chunks, links, num-streams, ring-form, token-chunks; --list-passes)
 // DEFAULT-OPTION-NEXT: exit code: 2
 // RUN: %exitcode %fuserc opt %s -p 'stream-pipeline{num_streams=-1}' 2>&1 | filecheck %s --check-prefix=VALUE
 // VALUE: error: invalid options for pass 'stream-pipeline': num-streams must be >= 0 (0: one per chunk), got -1
@@ -52,6 +52,10 @@
 // LIST:      Passes (-p 'a,b{option=value other=value}' or --pass-pipeline 'builtin.module(a,b{option=value})'):
 // LIST-NEXT:   propagate-shardings
 // LIST-NEXT:       gives every tensor without a sharding one
+// LIST-NEXT:   chunk-experts
+// LIST-NEXT:       cuts each expert-parallel dispatch -> experts -> combine chain into token chunks
+// LIST-NEXT:     token-chunks=int (default: none)
+// LIST-NEXT:         the chunk count (1: no chunking); none: the cost model chooses
 // LIST-NEXT:   make-resharding-contiguous
 // LIST-NEXT:       makes every op local compute
 // LIST-NEXT:   lower-to-host-ir
@@ -82,9 +86,11 @@
 // LIST-NEXT:         with save=activations, the MiB per device that saved gathered GEMM inputs may take
 // LIST-NEXT:     budget=int (default: -1)
 // LIST-NEXT:         with save=activations, the MiB per device that the saved tensors may take (-1: no limit); past it, the backward recomputes
+// LIST-NEXT:     token-chunks=int (default: none)
+// LIST-NEXT:         the token chunks of each expert-parallel layer, cut before the derivation
 // LIST-NEXT: Pipelines (an option given to a pipeline, default{algorithm=ring}, goes to its pass that has it):
 // LIST-NEXT:   default
-// LIST-NEXT:       propagate-shardings,make-resharding-contiguous,lower-to-host-ir,stream-pipeline,plan-memory
+// LIST-NEXT:       propagate-shardings,chunk-experts,make-resharding-contiguous,lower-to-host-ir,stream-pipeline,plan-memory
 // LIST-NEXT: exit code: 0
 
 // Registered passes not written yet are listed as such.

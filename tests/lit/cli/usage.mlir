@@ -17,7 +17,7 @@
 
 // RUN: %exitcode %fuserc opt -p no-such-pass %s 2>&1 | filecheck %s --check-prefix=PASS
 // PASS-NOT: Traceback
-// PASS: error: unknown pass 'no-such-pass'; available: propagate-shardings, make-resharding-contiguous, lower-to-host-ir, stream-pipeline, plan-memory, autodiff, default (--list-passes)
+// PASS: error: unknown pass 'no-such-pass'; available: propagate-shardings, chunk-experts, make-resharding-contiguous, lower-to-host-ir, stream-pipeline, plan-memory, autodiff, default (--list-passes)
 // PASS-NEXT: exit code: 2
 
 // RUN: %exitcode %fuserc opt -p 'propagate-shardings{' %s 2>&1 | filecheck %s --check-prefix=PIPELINE

@@ -1,6 +1,6 @@
 // RUN: %fuserc opt %examples/moe_layer.mlir -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D4
 // RUN: %fuserc opt %examples/moe_layer.mlir --mesh tp=2 -p 'autodiff,default' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=D2
-// RUN: %python %examples/python/moe_layer.py --print --devices 4 --chunks 2 | %fuserc opt - -p default --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=CHUNKS
+// RUN: %python %examples/python/moe_layer.py --print --devices 4 | %fuserc opt - -p 'default{token-chunks=2}' --comm-report -o /dev/null 2>&1 | filecheck %s --check-prefix=CHUNKS
 // RUN: %python %examples/python/moe_layer.py --print --devices 4 --dp 2 --tokens 32 --hidden 16 --ffn 24 --experts 8 > %t.fusion
 // RUN: %fuserc opt %t.fusion -p 'autodiff,default' | filecheck %s --check-prefix=DP
 // RUN: %fuserc opt %t.fusion -p 'autodiff,default' | grep 'hir.alltoall' | filecheck %s --check-prefix=DPTEAMS
@@ -51,9 +51,9 @@
 // D2-NOT:   reduce_scatter
 // D2:       total per rank (2 ranks)
 
-// The layer of the Python builder in two token chunks (64 tokens, 8
-// experts, hidden 32) on 4 ranks: every chunk is dispatched first, and the
-// rows an alltoallv received are placed where first used, so each of the
+// The layer of the Python builder (64 tokens, 8 experts, hidden 32) cut in
+// two token chunks by chunk-experts on 4 ranks: every chunk is dispatched
+// first, and the rows an alltoallv received are placed where first used, so each of the
 // four alltoallvs runs on the worker stream beside compute (the other
 // chunk's grouped GEMMs): overlap `kernel`, none left exposed.
 // CHUNKS-LABEL: @main:
