@@ -24,7 +24,7 @@ from xdsl.utils.exceptions import VerifyException
 from fuserc import shapes
 from fuserc.diagnostics import error_at
 from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, sharding_of, stat_type, tensor_type
-from fuserc.dialects.fusion_grad import one_hot, zeros
+from fuserc.dialects.fusion_grad import one_hot
 from fuserc.dialects.interfaces import (
     CONTRACT,
     DROP,
@@ -506,9 +506,9 @@ class EmbeddingOp(FusionOp):
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         """The scatter-add of the cotangent's rows into the table. Where the
-        table and the ids are whole on every device, `fusion.index_add`
-        (PyTorch's embedding backward: one pass over the rows, where a
-        one-hot GEMM of a 32768-entry vocabulary took 1.6 ms on an H200);
+        table and the ids are whole on every device, `fusion.embedding_grad`
+        (PyTorch's embedding backward, where a one-hot GEMM of a
+        32768-entry vocabulary took 1.6 ms of an H200's step);
         elsewhere one-hot rows of the ids (an iota against them, whose
         vocabulary dimension each device makes for its own block of the
         table) times the cotangent, one GEMM whose contraction over the
@@ -518,9 +518,59 @@ class EmbeddingOp(FusionOp):
         ids = b.op("reshape", self.ids, shape=[rows])
         g2 = b.op("reshape", g, shape=[rows, dim])
         if b.local(self.ids, self.table, g):
-            return [None, b.op("index_add", zeros(b, self.table), ids, g2, dim=0)]
+            return [None, b.op("embedding_grad", g2, ids, vocab=vocab)]
         hot = one_hot(b, ids, vocab, like=g)
         return [None, b.op("matmul", b.op("permute", hot, dims=[1, 0]), g2)]
+
+
+@irdl_op_definition
+class EmbeddingGradOp(FusionOp):
+    """`torch.ops.aten.embedding_dense_backward(grad, ids, vocab, -1, False)`:
+    the gradient of an embedding's [vocab, dim] table, each row of `grad`
+    ([*ids.shape, dim]) added into the row its id names; repeated ids add
+    up (bf16 and f16 in f32, rounded once). A launch of its own run by
+    PyTorch's kernel (`ALONE`), which sums each id's rows after sorting the
+    ids: no [vocab, dim] accumulator in f32 (512 MiB for a 32768 x 4096
+    table), as a traced index_add would allocate. The ids and `grad`'s rows
+    are whole on each device; a device makes the rows of its block of the
+    vocabulary (ids outside it add nothing)."""
+
+    name = "fusion.embedding_grad"
+    OPERANDS: ClassVar[tuple[str, ...]] = ("grad", "ids")
+    KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("vocab", "int"),)
+    ELEMENTS: ClassVar[tuple[str, ...]] = ("float", "i64")
+    ALONE: ClassVar[bool] = True
+    grad = operand_def(TENSOR)
+    ids = operand_def(TENSOR)
+    result = result_def(TENSOR)
+    vocab = prop_def(IntegerAttr[I64])
+
+    @classmethod
+    def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
+        return shapes.embedding_grad(s[0], s[1], kw["vocab"])
+
+    def sharding_map(self) -> OpMap:
+        rows = len(shape_of(self.ids))
+        grad = (*(Target(DROP) for _ in range(rows)), Target(MAP, 1))
+        return OpMap((grad, tuple(Target(DROP) for _ in range(rows))), 2, None, NONE, False)
+
+    def operand_domain(self, i: int) -> tuple[float, float] | None:
+        return (0, self.keyword("vocab")) if i == 1 else None
+
+    def torch_alone(self) -> bool:
+        return True
+
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        import torch
+
+        grad, ids = args
+        dim = grad.shape[-1]
+        grad, ids = grad.reshape(-1, dim), ids.reshape(-1)
+        return torch.ops.aten.embedding_dense_backward(grad, ids, self.keyword("vocab"), -1, False)
+
+    def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
+        """The cotangent's rows looked up at the ids."""
+        return [b.op("embedding", self.ids, g), None]
 
 
 @irdl_op_definition
@@ -578,5 +628,5 @@ class CrossEntropyOp(FusionOp):
 
 
 OPS: tuple[type[FusionOp], ...] = (
-    SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp, SdpaOp, EmbeddingOp, CrossEntropyOp, SdpaGradOp,
+    SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp, SdpaOp, EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, SdpaGradOp,
 )  # fmt: skip

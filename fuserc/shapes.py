@@ -197,6 +197,14 @@ def embedding(ids: Shape, table: Shape) -> Shape:
     return tuple(ids) + (table[1],)
 
 
+def embedding_grad(grad: Shape, ids: Shape, vocab: int) -> Shape:
+    if not grad or tuple(grad[:-1]) != tuple(ids):
+        raise ShapeError(f"embedding_grad: grad {list(grad)} must be the ids' shape {list(ids)} and one more (the row) dimension")
+    if vocab < 1:
+        raise ShapeError(f"embedding_grad: vocab must be positive, got {vocab}")
+    return (vocab, grad[-1])
+
+
 def cross_entropy(logits: Shape, labels: Shape) -> Shape:
     if len(logits) != 2:
         raise ShapeError(f"cross_entropy logits must be [rows, classes], got {list(logits)}")

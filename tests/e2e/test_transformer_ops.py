@@ -2,7 +2,7 @@
 
 Each program below applies a family of ops (math functions, comparisons and
 `where`, broadcasting, reductions, norms, softmaxes, attention, the
-vocabulary-parallel embedding and loss, dropout, concat) to sharded and
+vocabulary-parallel embedding, its gradient and loss, dropout, concat) to sharded and
 unsharded operands, plus transformer blocks written as nvFuser's tests write
 them (MLP, attention, forward). Each runs on 1, 2 and 4 ranks in f32 and
 bf16 through the default pipeline, all programs of one job size in ONE
@@ -282,7 +282,7 @@ def sdpa(t: Tensors, dtype: str) -> Tensors:
             _attention(q4, k4, v4), _attention(q5, k5, v5, causal=True)]  # fmt: skip
 
 
-# ---- vocabulary-parallel embedding and cross_entropy -----------------------------------------
+# ---- vocabulary-parallel embedding, its gradient and cross_entropy -----------------------------------------
 
 VOCAB = MESH + f"""
 !ids = tensor<4x6xi64>
@@ -297,15 +297,21 @@ VOCAB = MESH + f"""
 !y = tensor<8xi64>
 !yr = tensor<8xi64, {_s("DIDx")}>
 !loss = tensor<${{T}}>
-func.func @main(%ids: !ids, %idr: !idr, %tv: !tv, %th: !th, %lv: !lv, %y: !y, %lr: !lr, %yr: !yr, %l: !l, %y3: !y)
-    -> (!e, !eh, !e, !loss, !loss, !loss) {{
+!er = tensor<4x6x16x${{T}}, {_s("DIDx", "-", "-")}>
+!t = tensor<32x16x${{T}}>
+func.func @main(%ids: !ids, %idr: !idr, %tv: !tv, %th: !th, %lv: !lv, %y: !y, %lr: !lr, %yr: !yr, %l: !l, %y3: !y,
+                %g: !e, %gh: !eh, %gr: !er)
+    -> (!e, !eh, !e, !loss, !loss, !loss, !t, !th, !t) {{
   %0 = fusion.embedding %ids, %tv : (!ids, !tv) -> !e
   %1 = fusion.embedding %ids, %th : (!ids, !th) -> !eh
   %2 = fusion.embedding %idr, %tv : (!idr, !tv) -> !e
   %3 = fusion.cross_entropy %lv, %y : (!lv, !y) -> !loss
   %4 = fusion.cross_entropy %lr, %yr : (!lr, !yr) -> !loss
   %5 = fusion.cross_entropy %l, %y3 : (!l, !y) -> !loss
-  func.return %0, %1, %2, %3, %4, %5 : !e, !eh, !e, !loss, !loss, !loss
+  %6 = fusion.embedding_grad %g, %ids vocab = 32 : (!e, !ids) -> !t
+  %7 = fusion.embedding_grad %gh, %ids vocab = 32 : (!eh, !ids) -> !th
+  %8 = fusion.embedding_grad %gr, %idr vocab = 32 : (!er, !idr) -> !t
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8 : !e, !eh, !e, !loss, !loss, !loss, !t, !th, !t
 }}
 """
 
@@ -314,9 +320,16 @@ def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return -(logits.log_softmax(1).gather(1, labels[:, None])).mean()
 
 
+def _embedding_grad(g: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    table = torch.zeros(vocab, g.shape[-1], dtype=g.dtype, requires_grad=True)
+    torch.nn.functional.embedding(ids, table).backward(g)
+    return table.grad
+
+
 def vocab(t: Tensors, dtype: str) -> Tensors:
-    ids, idr, tv, th, lv, y, lr, yr, l, y3 = t
-    return [tv[ids], th[ids], tv[idr], _cross_entropy(lv, y), _cross_entropy(lr, yr), _cross_entropy(l, y3)]
+    ids, idr, tv, th, lv, y, lr, yr, l, y3, g, gh, gr = t
+    return [tv[ids], th[ids], tv[idr], _cross_entropy(lv, y), _cross_entropy(lr, yr), _cross_entropy(l, y3),
+            _embedding_grad(g, ids, 32), _embedding_grad(gh, ids, 32), _embedding_grad(gr, idr, 32)]  # fmt: skip
 
 
 # ---- dropout -----------------------------------------------------------------------------------

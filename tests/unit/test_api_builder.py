@@ -239,6 +239,7 @@ def _calls(fd: FusionDefinition) -> dict[str, dict]:
         "sdpa": {"query": q, "key": k, "value": k, "scale": 0.25, "causal": True},
         "sdpa_grad": {"query": q, "key": k, "value": k, "out": q, "lse": lse, "grad": q, "causal": True},
         "embedding": {"ids": ids, "table": table},
+        "embedding_grad": {"grad": t([6, 8]), "ids": t([6], "i64"), "vocab": 10},
         "cross_entropy": {"logits": x, "labels": labels},
     }  # fmt: skip
     rows, src, ends = t([6], "i64"), t([6, 8]), t([3], "i64")

@@ -150,7 +150,8 @@ def test_attention_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPat
     """In a GPT model's step, the attention kernels' results stand for the
     regions' output buffers (`Backend.launch_made`) instead of being copied
     into them: the forward's output and the backward's dq, dk and dv of
-    each layer. The loss and every gradient stay PyTorch's (float64)."""
+    each layer (and the embedding table's gradient, `embedding_grad`). The
+    loss and every gradient stay PyTorch's (float64)."""
     import argparse
     import sys
     from pathlib import Path
@@ -176,7 +177,7 @@ def test_attention_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPat
         assert made == [(1, 32, 4, 16)] * 2  # each layer's output, as [batch, seq, heads, head_dim]
         made.clear()
         loss.backward()
-        assert made == [(1, 32, 4, 16)] * 6  # each layer's dq, dk, dv
+        assert made == [(1, 32, 4, 16)] * 6 + [(128, 64)]  # each layer's dq, dk, dv; the embedding's gradient (PyTorch's kernel too)
     finally:
         f.close()
     rs = [t.double().requires_grad_(True) for t in w]

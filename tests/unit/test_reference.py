@@ -185,12 +185,12 @@ CASES: list[Case] = [
          lambda a: F.scaled_dot_product_attention(a[0], a[1], a[2], scale=0.5), "scale = 0.5"),
 ]
 """Ops whose operands have one element type; constant, iota, where,
-dropout, embedding and cross_entropy (several element types) are checked
+dropout, embedding, embedding_grad and cross_entropy (several element types) are checked
 against torch in test_mixed_type_ops, sdpa_grad (its log-sum-exp in f32)
 in tests/unit/test_attention.py."""
 
 MIXED_TYPE_OPS = {fusion.ConstantOp, fusion.IotaOp, fusion.WhereOp, fusion.DropoutOp, fusion.EmbeddingOp,
-                  fusion.CrossEntropyOp, fusion.SdpaGradOp}
+                  fusion.CrossEntropyOp, fusion.SdpaGradOp, fusion.EmbeddingGradOp}
 
 OP_DTYPE_CASES = [
     pytest.param(case, elem, id=f"{case.id}-{elem}")
@@ -521,7 +521,7 @@ def test_missing_entry_is_a_diagnostic() -> None:
 MIXED = """
 func.func @main(%c: tensor<4x6xi1>, %x: tensor<4x6xf32>, %ids: tensor<2x3xi64>, %table: tensor<10x6xf32>,
                 %logits: tensor<5x10xf32>, %labels: tensor<5xi64>, %seed: tensor<i64>)
-    -> (tensor<4x6xf32>, tensor<4x6xi64>, tensor<2x3x6xf32>, tensor<f32>, tensor<4x6xf32>, tensor<f32>) {
+    -> (tensor<4x6xf32>, tensor<4x6xi64>, tensor<2x3x6xf32>, tensor<f32>, tensor<4x6xf32>, tensor<f32>, tensor<10x6xf32>) {
   %k = fusion.constant -1.5 : () -> tensor<f32>
   %w = fusion.where %c, %x, %k : (tensor<4x6xi1>, tensor<4x6xf32>, tensor<f32>) -> tensor<4x6xf32>
   %i = fusion.iota dim = 1 : () -> tensor<4x6xi64>
@@ -529,7 +529,8 @@ func.func @main(%c: tensor<4x6xi1>, %x: tensor<4x6xf32>, %ids: tensor<2x3xi64>, 
   %l = fusion.cross_entropy %logits, %labels : (tensor<5x10xf32>, tensor<5xi64>) -> tensor<f32>
   %d = fusion.dropout %x, %seed p = 0.5 : (tensor<4x6xf32>, tensor<i64>) -> tensor<4x6xf32>
   %n = fusion.constant inf : () -> tensor<f32>
-  func.return %w, %i, %e, %l, %d, %n : tensor<4x6xf32>, tensor<4x6xi64>, tensor<2x3x6xf32>, tensor<f32>, tensor<4x6xf32>, tensor<f32>
+  %eg = fusion.embedding_grad %e, %ids vocab = 10 : (tensor<2x3x6xf32>, tensor<2x3xi64>) -> tensor<10x6xf32>
+  func.return %w, %i, %e, %l, %d, %n, %eg : tensor<4x6xf32>, tensor<4x6xi64>, tensor<2x3x6xf32>, tensor<f32>, tensor<4x6xf32>, tensor<f32>, tensor<10x6xf32>
 }
 """
 
@@ -543,10 +544,13 @@ def test_mixed_type_ops() -> None:
     logits = torch.randn(5, 10, generator=gen)
     labels = torch.randint(0, 10, (5,), generator=gen)
     seed = torch.tensor(1234)
-    w, i, e, loss, d, n = evaluate(parse(MIXED), [c, x, ids, table, logits, labels, seed], accumulate=None)
+    w, i, e, loss, d, n, eg = evaluate(parse(MIXED), [c, x, ids, table, logits, labels, seed], accumulate=None)
     torch.testing.assert_close(w, torch.where(c, x, torch.tensor(-1.5)), rtol=0, atol=0)
     torch.testing.assert_close(i, torch.arange(6).expand(4, 6), rtol=0, atol=0)
     torch.testing.assert_close(e, F.embedding(ids, table), rtol=0, atol=0)
+    t = table.clone().requires_grad_(True)
+    F.embedding(ids, t).backward(e)  # the table's gradient for the cotangent e, by torch's autograd
+    torch.testing.assert_close(eg, t.grad, rtol=0, atol=0)
     torch.testing.assert_close(loss, F.cross_entropy(logits, labels), rtol=0, atol=0)
     assert n.item() == float("inf")
     kept = d != 0

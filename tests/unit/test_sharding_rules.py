@@ -109,6 +109,8 @@ CASES = [
     ("fusion.embedding", [t("2x3", sh("-, -"), "i64"), t("16x8", sh("DIDx, -"))], t("2x3x8", sh("-, -, -")), True),
     ("fusion.embedding", [t("4x3", sh("DIDx, -"), "i64"), t("16x8", sh("-, -"))], t("4x3x8", sh("DIDx, -, -")), False),
     ("fusion.embedding", [t("4x3", sh("-, -"), "i64"), t("16x8", sh("-, DIDx"))], t("4x3x8", sh("-, -, DIDx")), False),
+    ("fusion.embedding_grad vocab = 16", [t("4x3x8", sh("-, -, DIDx")), t("4x3", sh("-, -"), "i64")], t("16x8", sh("-, DIDx")), False),
+    ("fusion.embedding_grad vocab = 16", [t("4x3x8", sh("DIDx, -, -")), t("4x3", sh("DIDx, -"), "i64")], t("16x8", sh("-, -")), True),
     ("fusion.cross_entropy", [t("8x16", sh("DIDx, -")), t("8", sh("DIDx"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
     ("fusion.cross_entropy", [t("8x16", sh("-, DIDx")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", True),
     ("fusion.cross_entropy", [t("8x16", sh("-, -")), t("8", sh("-"), "i64")], "tensor<f32, #fusion.sharding<@tp, []>>", False),

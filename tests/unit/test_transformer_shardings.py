@@ -224,10 +224,11 @@ def test_concat_along_a_split_dim_gathers_otherwise_local() -> None:
     [(1, "DIDx, -", "-", True), (4, "DIDx, -", "-", False), (4, "-, -", "DIDx", False), (4, "-, -", "-", True)],
 )
 def test_embedding_gradient_scatters_rows_where_everything_is_local(devices: int, table_axes: str, ids_axes: str, scatter: bool) -> None:
-    """The table's gradient is an index_add of the cotangent's rows where
-    the table and the ids are whole on every device (a mesh of one device,
-    or nothing split), and a one-hot GEMM where the vocabulary or the
-    tokens are split (its contraction sums the devices' rows)."""
+    """The table's gradient is `embedding_grad` (PyTorch's embedding
+    backward) where the table and the ids are whole on every device (a mesh
+    of one device, or nothing split), and a one-hot GEMM where the
+    vocabulary or the tokens are split (its contraction sums the devices'
+    rows)."""
     table = f"tensor<32x6xf32, #fusion.sharding<@m, [{table_axes}]>>"
     ids = f"tensor<8xi64, #fusion.sharding<@m, [{ids_axes}]>>"
     text = (
@@ -240,4 +241,4 @@ def test_embedding_gradient_scatters_rows_where_everything_is_local(devices: int
     run_pipeline(module, "autodiff")
     bwd = next(o for o in module.ops if getattr(o, "sym_name", None) is not None and o.sym_name.data == "main_bwd")
     names = [o.name for o in bwd.walk()]
-    assert ("fusion.index_add" in names) == scatter and ("fusion.matmul" in names) != scatter, names
+    assert ("fusion.embedding_grad" in names) == scatter and ("fusion.matmul" in names) != scatter, names

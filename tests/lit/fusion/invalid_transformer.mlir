@@ -531,6 +531,31 @@ func.func @f(%i: tensor<4xi64>, %t: tensor<16x8xf32>) {
 
 // -----
 
+// Embedding's gradient: a row of grad per id, a positive vocabulary.
+func.func @f(%g: tensor<4x8xf32>, %i: tensor<5xi64>) {
+  // expected-error @+1 {{'fusion.embedding_grad' op embedding_grad: grad [4, 8] must be the ids' shape [5] and one more (the row) dimension}}
+  %y = fusion.embedding_grad %g, %i vocab = 16 : (tensor<4x8xf32>, tensor<5xi64>) -> tensor<16x8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%g: tensor<4x8xf32>, %i: tensor<4xi64>) {
+  // expected-error @+1 {{'fusion.embedding_grad' op embedding_grad: vocab must be positive, got 0}}
+  %y = fusion.embedding_grad %g, %i vocab = 0 : (tensor<4x8xf32>, tensor<4xi64>) -> tensor<0x8xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%g: tensor<4x8xf32>, %i: tensor<4xf32>) {
+  // expected-error @+1 {{'fusion.embedding_grad' op operand #1 has element type f32; it must be i64}}
+  %y = fusion.embedding_grad %g, %i vocab = 16 : (tensor<4x8xf32>, tensor<4xf32>) -> tensor<16x8xf32>
+  func.return
+}
+
+// -----
+
 // Cross_entropy: float logits, i64 labels, one per row.
 func.func @f(%l: tensor<8x32xf32>, %y0: tensor<8xf32>) {
   // expected-error @+1 {{'fusion.cross_entropy' op operand #1 has element type f32; it must be i64}}

@@ -1,5 +1,5 @@
 // Every op of a transformer layer (math functions, comparisons, where,
-// constant, iota, mean/min/var, norms, log_softmax, sdpa, embedding,
+// constant, iota, mean/min/var, norms, log_softmax, sdpa, embedding, embedding_grad,
 // cross_entropy, dropout, concat), with broadcasting and rank-0 operands, in
 // its custom form: printed back as written, parsed again from its own output
 // and from the generic form to the same text.
@@ -159,6 +159,8 @@ func.func @vocabulary(%ids: tensor<2x128xi64>, %table: tensor<1024x64xbf16, #fus
   %0 = fusion.embedding %ids, %table : (tensor<2x128xi64>, tensor<1024x64xbf16, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<2x128x64xbf16>
   // CHECK-NEXT: %1 = fusion.cross_entropy %logits, %labels : (tensor<256x1024xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<256xi64>) -> tensor<f32>
   %1 = fusion.cross_entropy %logits, %labels : (tensor<256x1024xf32, #fusion.sharding<@tp, [-, DIDx]>>, tensor<256xi64>) -> tensor<f32>
+  // CHECK-NEXT: %2 = fusion.embedding_grad %0, %ids vocab = 1024 : (tensor<2x128x64xbf16>, tensor<2x128xi64>) -> tensor<1024x64xbf16>
+  %2 = fusion.embedding_grad %0, %ids vocab = 1024 : (tensor<2x128x64xbf16>, tensor<2x128xi64>) -> tensor<1024x64xbf16>
   // CHECK-NEXT: func.return %1 : tensor<f32>
   func.return %1 : tensor<f32>
 // CHECK-NEXT: }
