@@ -178,25 +178,22 @@ def _last_uses(body: Block) -> dict[SSAValue, int]:
 
 class TorchResults:
     """Of a backend that runs a region of an op with a PyTorch kernel of its
-    own (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps;
-    an attention op: `attention.run_region`), whose results torch makes in
-    memory of their own: `Backend.makes_results` for those regions, and
-    their values for `Backend.launch_made`."""
+    own (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps, an
+    embedding's gradient), whose results torch makes in memory of their
+    own: `Backend.makes_results` for those regions, and their values for
+    `Backend.launch_made`. Attention's results are copied into their
+    buffers instead: standing for them, they raised the 24-layer GPT's
+    peak by 651 MiB on an H200 (12,749 to 13,400 MiB) for 1.7 ms of copies
+    saved in a 251 ms step."""
 
     def makes_results(self, body: Block) -> bool:
-        from fuserc.runtime.kernels.attention import runs_region
         from fuserc.runtime.kernels.torch_regions import eager_region
 
-        return eager_region(body) or runs_region(body)
+        return eager_region(body)
 
     @staticmethod
     def made_values(body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None) -> list[torch.Tensor]:
         """The region's values as torch makes them (its views as views)."""
-        from fuserc.runtime.kernels.attention import region_values
-
-        made = region_values(body, ins)
-        if made is not None:
-            return made
         return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
 
 

@@ -146,11 +146,11 @@ def test_cuda_backends(backend: str, shapes: tuple, causal: bool, scale: float |
         assert (got.cpu().double() - w).abs().max() <= 3e-2 * max(1.0, w.abs().max().item())
 
 
-def test_attention_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a GPT model's step, the attention kernels' results stand for the
-    regions' output buffers (`Backend.launch_made`) instead of being copied
-    into them: the forward's output and the backward's dq, dk and dv of
-    each layer (and the embedding table's gradient, `embedding_grad`). The
+def test_a_gpt_step_lets_the_embedding_gradient_stand_and_copies_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a GPT model's step, the embedding table's gradient (PyTorch's
+    kernel, `embedding_grad`) stands for its output buffer
+    (`Backend.launch_made`); attention's results are copied into theirs
+    (standing, they raised a 24-layer model's peak: `TorchResults`). The
     loss and every gradient stay PyTorch's (float64)."""
     import argparse
     import sys
@@ -174,10 +174,9 @@ def test_attention_results_stand_for_their_buffers(monkeypatch: pytest.MonkeyPat
     f = ft.function(fd)
     try:
         loss = f(ids, labels, *ps)
-        assert made == [(1, 32, 4, 16)] * 2  # each layer's output, as [batch, seq, heads, head_dim]
-        made.clear()
+        assert made == []
         loss.backward()
-        assert made == [(1, 32, 4, 16)] * 6 + [(128, 64)]  # each layer's dq, dk, dv; the embedding's gradient (PyTorch's kernel too)
+        assert made == [(128, 64)]
     finally:
         f.close()
     rs = [t.double().requires_grad_(True) for t in w]
