@@ -26,6 +26,7 @@ from typing import Sequence
 DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
 """Device-parallel types; DIDx names the last mesh axis, DIDy the one before."""
 
+
 def axis_order(ptypes: Sequence[str]) -> tuple[str, ...]:
     """Device types in mesh-axis order, outermost first (DIDz, DIDy, DIDx):
     the canonical order of a partial over several axes, and the order of
