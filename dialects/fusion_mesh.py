@@ -42,7 +42,9 @@ from fuserc.sharding import (
     Mesh,
     Sharding,
     Split,
+    axis_order,
     format_axis,
+    format_partial,
 )
 
 # --------------------------------------------------------------------------
@@ -52,10 +54,12 @@ from fuserc.sharding import (
 
 @irdl_attr_definition
 class ShardingAttr(ParametrizedAttribute):
-    """`#fusion.sharding<@MESH, [AXIS, ...] (, partial = DIDx|DIDy|DIDz)?>`.
+    """`#fusion.sharding<@MESH, [AXIS, ...] (, partial = TYPE | [TYPE, ...])?>`,
+    TYPE one of DIDx, DIDy, DIDz.
 
     Stored as the mesh symbol, one canonical axis string per dimension
-    (`-`, `DIDx`, `Stream(2)*DIDx`, ...) and the partial type ("" if none);
+    (`-`, `DIDx`, `Stream(2)*DIDx`, ...) and the partial types in mesh-axis
+    order, comma-separated ("" if none: `DIDx`, `DIDy,DIDx`);
     `model` gives the `fuserc.sharding.Sharding` the rest of fuserc works on."""
 
     name = "fusion.sharding"
@@ -69,7 +73,7 @@ class ShardingAttr(ParametrizedAttribute):
         attr = ShardingAttr(
             SymbolRefAttr(sharding.mesh),
             ArrayAttr([StringAttr(a) for a in sharding.axes_text()]),
-            StringAttr(sharding.partial or ""),
+            StringAttr(",".join(sharding.partial)),
         )
         attr.__dict__["_model"] = sharding
         return attr
@@ -83,7 +87,7 @@ class ShardingAttr(ParametrizedAttribute):
             model = self.__dict__["_model"] = Sharding.from_axes(
                 self.mesh.root_reference.data,
                 [a.data for a in self.axes.data],
-                self.partial.data or None,
+                self.partial.data.split(",") if self.partial.data else None,
             )
         return model
 
@@ -102,12 +106,14 @@ class ShardingAttr(ParametrizedAttribute):
             if parser.parse_optional_punctuation(","):
                 parser.parse_keyword("partial", " in a sharding")
                 parser.parse_punctuation("=")
-                pos = parser.pos
-                partial = parser.parse_identifier(" (DIDx, DIDy or DIDz) after 'partial ='")
-                if partial not in DEVICE_TYPES:
-                    parser.raise_error(
-                        f"partial must be DIDx, DIDy or DIDz, got '{partial}'", pos, parser.pos
-                    )
+                if parser._current_token.kind == MLIRTokenKind.L_SQUARE:
+                    pos = parser.pos
+                    types = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_partial_type(parser))
+                    if not types:
+                        parser.raise_error("partial = [] names no device type: leave partial out", pos, parser.pos)
+                else:
+                    types = [_parse_partial_type(parser)]
+                partial = ",".join(axis_order(types))
         return (SymbolRefAttr(mesh), ArrayAttr([StringAttr(a) for a in axes]), StringAttr(partial))
 
     def print_parameters(self, printer: Printer) -> None:
@@ -115,8 +121,16 @@ class ShardingAttr(ParametrizedAttribute):
         printer.print_string(", ".join(a.data for a in self.axes.data))
         printer.print_string("]")
         if self.partial.data:
-            printer.print_string(f", partial = {self.partial.data}")
+            printer.print_string(f", partial = {format_partial(self.partial.data.split(','))}")
         printer.print_string(">")
+
+
+def _parse_partial_type(parser: AttrParser) -> str:
+    pos = parser.pos
+    word = parser.parse_identifier(" (DIDx, DIDy or DIDz) after 'partial ='")
+    if word not in DEVICE_TYPES:
+        parser.raise_error(f"partial must be DIDx, DIDy or DIDz, got '{word}'", pos, parser.pos)
+    return word
 
 
 def _parse_axis(parser: AttrParser) -> str:

@@ -344,10 +344,11 @@ class _Schedule:
         return mesh
 
     def shard(
-        self, t: Tensor, mesh: str | Mesh, axes: Sequence[str], partial: str | None = None
+        self, t: Tensor, mesh: str | Mesh, axes: Sequence[str], partial: str | Sequence[str] | None = None
     ) -> Tensor:
         """Give `t` a sharding, one axis text per dimension: "-", "DIDx",
-        "Stream(4)", "Stream(2)*DIDx", ..."""
+        "Stream(4)", "Stream(2)*DIDx", ...; `partial`: the device type, or
+        types, over whose mesh axes `t` is a partial sum."""
         name = mesh.name if isinstance(mesh, Mesh) else mesh
         if name not in self._fd._meshes:
             raise Diagnostic(f"unknown mesh @{name}: declare it with fd.sched.mesh first")

@@ -16,6 +16,7 @@ device blocks, so it is part of the placement (`Sharding.placement`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -24,6 +25,19 @@ from typing import Sequence
 
 DEVICE_TYPES = ("DIDx", "DIDy", "DIDz")
 """Device-parallel types; DIDx names the last mesh axis, DIDy the one before."""
+
+
+def axis_order(ptypes: Sequence[str]) -> tuple[str, ...]:
+    """Device types in mesh-axis order, outermost first (DIDz, DIDy, DIDx):
+    the canonical order of a partial over several axes, and the order of
+    their team (row-major over those axes)."""
+    return tuple(sorted(ptypes, key=lambda p: DEVICE_TYPES.index(p) if p in DEVICE_TYPES else -1, reverse=True))
+
+
+def one_or_many(ptypes: Sequence[str]) -> "str | tuple[str, ...]":
+    """The `ptype` of a collective over `ptypes`: the type itself for one
+    axis, the tuple for several."""
+    return ptypes[0] if len(ptypes) == 1 else tuple(ptypes)
 
 
 MAX_MESH_DEVICES = 1 << 22
@@ -92,8 +106,16 @@ class Mesh:
             )
         return self.rank - 1 - idx
 
-    def axis_size(self, ptype: str) -> int:
-        return self.shape[self.axis_of(ptype)]
+    def axes_of(self, ptype: str | Sequence[str]) -> tuple[int, ...]:
+        """The mesh axes of one device type or several, increasing."""
+        return (self.axis_of(ptype),) if isinstance(ptype, str) else tuple(sorted(self.axis_of(p) for p in ptype))
+
+    def axis_size(self, ptype: str | Sequence[str]) -> int:
+        """Devices along a type's axis; along several, their product (the
+        size of a team over them)."""
+        if isinstance(ptype, str):
+            return self.shape[self.axis_of(ptype)]
+        return math.prod(self.shape[a] for a in self.axes_of(ptype))
 
     def position(self, device: int) -> int:
         """Row-major position of `device` on the mesh (ValueError if absent)."""
@@ -120,24 +142,37 @@ class Mesh:
     def device_at(self, coords: Sequence[int]) -> int:
         return self.at(sum(c * st for c, st in zip(coords, self._strides)))
 
-    def team(self, device: int, ptype: str) -> tuple[int, ...]:
-        """Devices sharing all coordinates of `device` but the `ptype` axis,
-        ordered by that axis: the team of a collective over `ptype`."""
+    def team(self, device: int, ptype: str | Sequence[str]) -> tuple[int, ...]:
+        """Devices sharing all coordinates of `device` but the `ptype` axis
+        (or axes), ordered by that axis (row-major over those axes): the
+        team of a collective over `ptype`."""
+        if not isinstance(ptype, str):
+            pos = self.position(device)
+            base = pos - sum((pos // self._strides[a]) % self.shape[a] * self._strides[a] for a in self.axes_of(ptype))
+            return self._team_over(base, self.axes_of(ptype))
         axis = self.axis_of(ptype)
         pos, stride, n = self.position(device), self._strides[axis], self.shape[axis]
         base = pos - (pos // stride) % n * stride
         return self._team_at(base, stride, n)
+
+    def _team_over(self, base: int, axes: Sequence[int]) -> tuple[int, ...]:
+        """The devices at row-major positions `base` plus every combination
+        of steps along `axes` (outermost first)."""
+        offsets = [0]
+        for a in axes:
+            offsets = [o + i * self._strides[a] for o in offsets for i in range(self.shape[a])]
+        return tuple(self.at(base + o) for o in offsets)
 
     def _team_at(self, base: int, stride: int, n: int) -> tuple[int, ...]:
         if self.ids:
             return self.ids[base : base + n * stride : stride]
         return tuple(range(base, base + n * stride, stride))
 
-    def team_count(self, ptype: str) -> int:
+    def team_count(self, ptype: str | Sequence[str]) -> int:
         """How many teams (mesh slices) there are over `ptype`."""
         return self.size // self.axis_size(ptype)
 
-    def translates(self, ptype: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None:
+    def translates(self, ptype: str | Sequence[str]) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None:
         """The teams over `ptype` as one team and its translates, `(first
         slice's devices, ((count, stride), ...))`: the devices of slice
         (i_a) are the first's plus `sum(i_a * stride_a)` over the other
@@ -150,15 +185,24 @@ class Mesh:
                 return None
         else:
             first, step = 0, 1
+        if not isinstance(ptype, str):
+            axes = self.axes_of(ptype)
+            base = self._team_over(0, axes)
+            others = tuple((self.shape[a], step * self._strides[a]) for a in range(self.rank) if a not in axes and self.shape[a] > 1)
+            return base, others
         axis = self.axis_of(ptype)
         stride, n = self._strides[axis], self.shape[axis]
         base = tuple(range(first, first + step * n * stride, step * stride))
         others = tuple((self.shape[a], step * self._strides[a]) for a in range(self.rank) if a != axis and self.shape[a] > 1)
         return base, others
 
-    def teams(self, ptype: str) -> list[tuple[int, ...]]:
+    def teams(self, ptype: str | Sequence[str]) -> list[tuple[int, ...]]:
         """All teams over `ptype`, one per slice of the mesh, in device
         order (of their first devices): time and memory linear in the mesh."""
+        if not isinstance(ptype, str):
+            axes = self.axes_of(ptype)
+            others = [a for a in range(self.rank) if a not in axes]
+            return [self._team_over(sum(c * self._strides[a] for c, a in zip(cs, others)), axes) for cs in itertools.product(*(range(self.shape[a]) for a in others))]
         axis = self.axis_of(ptype)
         stride, n = self._strides[axis], self.shape[axis]
         block = stride * n
@@ -214,14 +258,28 @@ def format_axis(splits: Sequence[Split]) -> str:
     return "*".join(str(s) for s in splits) if splits else "-"
 
 
+def format_partial(ptypes: Sequence[str]) -> str:
+    """`DIDx` for one axis, `[DIDy, DIDx]` for several (the attribute's
+    text after `partial =`)."""
+    return ptypes[0] if len(ptypes) == 1 else f"[{', '.join(ptypes)}]"
+
+
 @dataclass(frozen=True)
 class Sharding:
-    """How a global tensor lies over a mesh: splits per dimension, and an
-    optional device type over which the value is a partial sum."""
+    """How a global tensor lies over a mesh: splits per dimension, and the
+    device types over whose mesh axes the value is a partial sum (empty:
+    none; several: the sum over the team spanning them all), in mesh-axis
+    order (`axis_order`). A type or None may be given for `partial`."""
 
     mesh: str
     dims: tuple[tuple[Split, ...], ...]
-    partial: str | None = None
+    partial: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        p = self.partial
+        if type(p) is not tuple or len(p) > 1:
+            p = (p,) if isinstance(p, str) else axis_order(p or ())
+            object.__setattr__(self, "partial", p)
 
     # ---- construction / printing -------------------------------------------
     @staticmethod
@@ -229,8 +287,8 @@ class Sharding:
         return Sharding(mesh, tuple(() for _ in range(rank)))
 
     @staticmethod
-    def from_axes(mesh: str, axes: Sequence[str], partial: str | None = None) -> "Sharding":
-        return Sharding(mesh, tuple(parse_axis(a) for a in axes), partial or None)
+    def from_axes(mesh: str, axes: Sequence[str], partial: str | Sequence[str] | None = None) -> "Sharding":
+        return Sharding(mesh, tuple(parse_axis(a) for a in axes), partial or ())  # type: ignore[arg-type]
 
     def axes_text(self) -> list[str]:
         return [format_axis(d) for d in self.dims]
@@ -238,14 +296,14 @@ class Sharding:
     def __str__(self) -> str:
         s = f"#fusion.sharding<@{self.mesh}, [{', '.join(self.axes_text())}]"
         if self.partial:
-            s += f", partial = {self.partial}"
+            s += f", partial = {format_partial(self.partial)}"
         return s + ">"
 
     def with_dims(self, dims: Sequence[Sequence[Split]]) -> "Sharding":
         return Sharding(self.mesh, tuple(tuple(d) for d in dims), self.partial)
 
-    def with_partial(self, partial: str | None) -> "Sharding":
-        return Sharding(self.mesh, self.dims, partial)
+    def with_partial(self, partial: str | Sequence[str] | None) -> "Sharding":
+        return Sharding(self.mesh, self.dims, partial or ())  # type: ignore[arg-type]
 
     # ---- queries -----------------------------------------------------------
     @property
@@ -327,8 +385,10 @@ class Sharding:
         used: list[str] = []
         for d in self.dims:
             used.extend(s.ptype for s in d)
-        if self.partial:
-            used.append(self.partial)
+        used.extend(self.partial)
+        for p in self.partial:
+            if p not in DEVICE_TYPES:
+                errs.append(f"partial must be DIDx, DIDy or DIDz, got '{p}'")
         for p in dict.fromkeys(used):
             if used.count(p) > 1:
                 errs.append(f"parallel type {p} appears more than once")

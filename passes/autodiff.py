@@ -119,7 +119,7 @@ def _whole(t: Attribute) -> Attribute:
     parts hands each device the whole cotangent) and of a partial
     activation saved for the backward (a function input is never partial)."""
     s = sharding_of(t)
-    if s is None or s.partial is None or not isinstance(t, TensorType):
+    if s is None or not s.partial or not isinstance(t, TensorType):
         return t
     return with_sharding(t, s.with_partial(None))
 

@@ -23,6 +23,12 @@ and copies nothing: the result is the operand's buffer.
 | allreduce (`partial = p` to `-`) | `hir.allreduce` (op = sum) |
 | reduce_scatter (`partial = p` to p on dim j) | `hir.reduce_scatter` (op = sum) |
 
+A partial sum over several axes (`partial = [DIDy, DIDx]`) is summed by
+one allreduce (or reduce-scatter, its blocks in the team's row-major
+order: `DIDy*DIDx` on dim j) over the team spanning all of them (the mesh
+slices along those axes), or over some of them, leaving a partial over the
+rest, where that is cheaper (`reshard_util.plan_reshard`).
+
 **Layout.** Collectives stack blocks along dim 0. A communicated dimension d
 that is outermost in memory (d = 0, or every dimension before it of local
 extent 1) is used in place (through a `hir.view`); otherwise the blocks are
@@ -85,7 +91,7 @@ from fuserc.passes.reshard_util import (
     reshard_step,
 )
 from fuserc.passes.stream_sites import STREAM_ATTR
-from fuserc.sharding import Mesh, Sharding
+from fuserc.sharding import Mesh, Sharding, format_partial, one_or_many
 from fuserc.dialects.fusion import element_type_of, shape_of, tensor_type
 
 if TYPE_CHECKING:
@@ -358,7 +364,7 @@ class _Reshard:
             return f"{p}->{p}"
         if step.kind == ALLREDUCE:
             return "partial->-"
-        return f"partial->{p}"
+        return f"partial->{p if isinstance(p, str) else '*'.join(p)}"
 
     def step(self, step: Step, cur: SSAValue, s: Sharding, t: Sharding, site: str, aux: str) -> SSAValue:
         """One collective on one mesh: one op for every mesh slice (a team
@@ -520,7 +526,7 @@ class _Reshard:
         ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
         if b.partial:
             if a.partial != b.partial or a.dims != b.dims:
-                raise ReshardError(f"a value cannot become a partial sum over {b.partial} on another mesh")
+                raise ReshardError(f"a value cannot become a partial sum over {format_partial(b.partial)} on another mesh")
             return self.summands(src, a, b, site)
         if a.interleaved_dims() and a.dims == b.dims and not a.partial:
             return self.summands(src, a, b, site)  # whole buffers, device by device
@@ -529,7 +535,7 @@ class _Reshard:
                 return self.reduce_to_one(src, a, b, site, aux)
             reduced = a.with_partial(None)
             self.mark("partial->-")
-            src = self.step(Step(ALLREDUCE, a.partial), src, a, reduced, f"{aux}/reduced", aux)
+            src = self.step(Step(ALLREDUCE, one_or_many(a.partial)), src, a, reduced, f"{aux}/reduced", aux)
             self.mark(f"@{ma.name}->@{mb.name}")
             a = reduced
         if ma.size == 1 and mb.size > 1 and b.is_replicated():
@@ -549,9 +555,9 @@ class _Reshard:
         is on the mesh: one collective whatever the mesh's size, not one
         allreduce per team."""
         em, ma, mb = self.em, self.mesh(a.mesh), self.mesh(b.mesh)
-        assert a.partial is not None
+        assert a.partial
         dest = mb.devices[0]
-        team = ma.team(dest if ma.has(dest) else ma.at(0), a.partial)
+        team = ma.team(dest if ma.has(dest) else ma.at(0), one_or_many(a.partial))
         root = dest if dest in team else team[0]
         if len(team) == 1:  # one summand: it is the sum
             return src if root == dest else self.transfer(src, {root: tuple((0, e) for e in self.shape)}, b, mb, site)
@@ -609,7 +615,7 @@ class _Reshard:
         summands, or interleaved blocks): each device of B gets the buffer
         of the device of A at its coordinates on the axes the sharding uses."""
         ma, mb = self.mesh(a.mesh), self.mesh(b.mesh)
-        types = [*a.device_types(), *([a.partial] if a.partial else [])]
+        types = [*a.device_types(), *a.partial]
 
         def key(mesh: Mesh, d: int) -> tuple[int, ...]:
             coords = mesh.coords(d)
@@ -716,14 +722,15 @@ Teams = list[tuple[hir.Team, tuple[int, ...]]]
 `hir.if_rank` runs it."""
 
 
-def mesh_teams(mesh: Mesh, ptype: str) -> Teams:
-    """The teams over `ptype`: one team and its translates, run in the
-    region of the whole mesh, where the slices are translates of one another
-    (one op serves every slice, whatever their number); otherwise one team
-    per slice, each in its own region."""
+def mesh_teams(mesh: Mesh, ptype: str | tuple[str, ...]) -> Teams:
+    """The teams over `ptype` (one mesh axis, or several: a partial sum's):
+    one team and its translates, run in the region of the whole mesh, where
+    the slices are translates of one another forming disjoint teams by
+    `hir.Team`'s rule (one op serves every slice, whatever their number);
+    otherwise one team per slice, each in its own region."""
     family = mesh.translates(ptype)
-    if family is not None:
-        return [(hir.Team(*family), mesh.devices)]
+    if family is not None and (team := hir.Team(*family)).check() is None:
+        return [(team, mesh.devices)]
     return [(hir.Team(team), team) for team in mesh.teams(ptype)]
 
 

@@ -203,7 +203,7 @@ def _bucket_returned_reductions(func: FuncOp, meshes: Meshes) -> None:
             continue
         src, dst = sharding_of(o.operands[0]), sharding_of(o.results[0])
         shape = shape_of(o.results[0])
-        if src is None or dst is None or src.partial is None or dst.partial is not None or src.mesh != dst.mesh:
+        if src is None or dst is None or not src.partial or dst.partial or src.mesh != dst.mesh:
             continue
         if src.mesh in meshes and meshes[src.mesh].size == 1:
             continue  # no collective to share: a bucket would only copy
@@ -359,7 +359,7 @@ def _empty_as_set(op: FusionOp) -> bool:
     same = [
         v for v in op.operands
         if isinstance(v.type, TensorType) and shape_of(v) == shape_of(rtype) and v.type.element_type == rtype.element_type  # type: ignore[union-attr]
-        and partial in (None, sharding_of(v).partial)  # type: ignore[union-attr]
+        and partial in ((), sharding_of(v).partial)  # type: ignore[union-attr]
     ]  # fmt: skip
     if not same or any(r.uses for r in op.results[1:]):  # a used second result (sdpa's log-sum-exp) has no such set
         return False

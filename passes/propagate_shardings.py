@@ -57,7 +57,7 @@ from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, shape_of, sharding_of, with_sharding
 from fuserc.passes import sharding_rules as rules
-from fuserc.sharding import Mesh, Sharding
+from fuserc.sharding import Mesh, Sharding, format_partial
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ class _FunctionPropagation:
         that can make it, never to an input or to a function result."""
         owner = v.owner
         return (
-            s.partial is not None
+            bool(s.partial)
             and isinstance(owner, FusionOp)
             and v not in self.returned
             and rules.can_make_partial(owner, s.partial, self.mesh_of(s.mesh))
@@ -353,7 +353,7 @@ class _FunctionPropagation:
 
     def check_partial(self, op: FusionOp) -> None:
         res = self.fixed.get(op.results[0])
-        if res is None or res.partial is None:
+        if res is None or not res.partial:
             return
         p = res.partial
         if rules.can_make_partial(op, p, self.mesh_of(res.mesh)):
@@ -362,7 +362,7 @@ class _FunctionPropagation:
         carries = rules.carries_partial(op)
         if carries == rules.ALL and all(q == p for q in partials):
             return
-        if carries == rules.ONE and partials.count(p) == 1 and partials.count(None) == len(partials) - 1:
+        if carries == rules.ONE and partials.count(p) == 1 and partials.count(()) == len(partials) - 1:
             return
         shown = ", ".join(str(self.known[v]) for v in op.operands)
         raise error_at(
@@ -370,7 +370,7 @@ class _FunctionPropagation:
             f"'{op.name}' op result has sharding {res}, but no lowering makes this partial sum: "
             "only fusion.matmul, fusion.linear without bias and fusion.sum contract a "
             "dimension the mesh divides into one, and only linear ops carry one from "
-            f"operands partial over {p} (operands: {shown})",
+            f"operands partial over {format_partial(p)} (operands: {shown})",
         )
 
     def check_routed(self, op: FusionOp) -> None:

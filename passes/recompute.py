@@ -119,7 +119,7 @@ def _savable(v: SSAValue) -> bool:
     """Whether the forward can return `v` for the backward as it is (a
     partial sum would need a reduction: a communication)."""
     s = sharding_of(v.type) if isinstance(v.type, TensorType) else None
-    return isinstance(v.type, TensorType) and (s is None or s.partial is None)
+    return isinstance(v.type, TensorType) and (s is None or not s.partial)
 
 
 def _work(op: Operation, size: _Size) -> float:

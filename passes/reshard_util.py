@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation
 
 from fuserc.ir import Numbering
-from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split
+from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split, one_or_many
 
 Shape = tuple[int, ...]
 Meshes = Mapping[str, Mesh]
@@ -115,13 +115,16 @@ class Step:
     scatter_dim), SEND_RECV (the same sharding on another mesh: send/recv
     pairs or a broadcast), GATHER / SCATTER (to another mesh, removing /
     adding one split), REDUCE (partial to a mesh of one device).
-    ptype: the parallel type the step works over (the team's mesh axis).
+    ptype: the parallel type the step works over (the team's mesh axis);
+    a tuple of types for an allreduce, reduce-scatter or reduce over several
+    axes of a partial sum (the team spans them, `Mesh.team`), which leaves
+    the value partial over the partial's other axes, if any.
     scatter_dim: dimension of the operand cut into blocks for different
     devices; gather_dim: dimension of the result along which blocks from
     different devices are concatenated (None: no such dimension)."""
 
     kind: str
-    ptype: str | None = None
+    ptype: str | tuple[str, ...] | None = None
     scatter_dim: int | None = None
     gather_dim: int | None = None
 
@@ -155,7 +158,7 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, goal: Sharding) -> Iterato
     target_mesh = goal.mesh
     mesh = meshes[s.mesh]
     rank = len(shape)
-    used = set(s.device_types()) | ({s.partial} if s.partial else set())
+    used = set(s.device_types()) | set(s.partial)
     interleaved = set(s.interleaved_dims())
     plain = [d for d in range(rank) if d not in interleaved]
 
@@ -190,12 +193,14 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, goal: Sharding) -> Iterato
                 t2 = _with_dim(t, j, t.dims[j] + (Split(p),))
                 if valid(t2):
                     yield Step(ALLTOALL, p, scatter_dim=j, gather_dim=d), t2
-    if s.partial:
-        p = s.partial
-        t = s.with_partial(None)
+    for part in _reductions(s.partial):
+        # over all the partial's axes, or (of a partial over several) some
+        # of them: the rest stays partial
+        p = one_or_many(part)
+        t = s.with_partial(tuple(q for q in s.partial if q not in part))
         yield Step(ALLREDUCE, p), t
         for d in plain:
-            t2 = _with_dim(t, d, t.dims[d] + (Split(p),))
+            t2 = _with_dim(t, d, t.dims[d] + tuple(Split(q) for q in part))
             if valid(t2):
                 yield Step(REDUCE_SCATTER, p, scatter_dim=d), t2
     if target_mesh == s.mesh or target_mesh not in meshes:
@@ -203,11 +208,11 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, goal: Sharding) -> Iterato
     dst = meshes[target_mesh]
     types = s.device_types()
     moved = _on(s, target_mesh)
-    if _same_axes(mesh, dst, types + ([s.partial] if s.partial else [])) and valid(moved):
+    if _same_axes(mesh, dst, types + list(s.partial)) and valid(moved):
         yield Step(SEND_RECV), moved
     if s.partial:
         if not types and dst.size == 1:
-            yield Step(REDUCE, s.partial), _on(s.with_partial(None), target_mesh)
+            yield Step(REDUCE, one_or_many(s.partial)), _on(s.with_partial(None), target_mesh)
         return
     for d in plain:
         if s.dims[d]:
@@ -223,6 +228,14 @@ def _moves(s: Sharding, shape: Shape, meshes: Meshes, goal: Sharding) -> Iterato
                 t = _on(_with_dim(s, d, s.dims[d] + (Split(p),)), target_mesh)
                 if valid(t):
                     yield Step(SCATTER, p, scatter_dim=d), t
+
+
+def _reductions(partial: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The sets of a partial's axes one allreduce or reduce-scatter may sum
+    over: all of them (one collective over the team spanning them), and,
+    of a partial over several, each smaller non-empty set (the sum
+    decomposed, one axis after another)."""
+    return [c for k in range(len(partial), 0, -1) for c in itertools.combinations(partial, k)]
 
 
 def reshard_step(src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> Step | None:

@@ -25,10 +25,12 @@ broadcast creates may be split any way); `is_resharding(op)` is its negation
 on the op's own types: communication must be inserted.
 
 Partial sums: an op makes one when a contracted dimension is split
-(`OpMap.contracts`: matmul, linear without bias, sum, embedding). Linear
+(`OpMap.contracts`: matmul, linear without bias, sum, embedding), over
+every mesh axis its splits use (`DIDy*DIDx` on the tokens of a weight
+gradient: `partial = [DIDy, DIDx]`). Linear
 ops carry partial operands to their result (`OpMap.carries`): ALL (add,
 sub, neg, cast, set, permute, reshape, broadcast_in_dim, slice, concat,
-sum: every operand partial over the same type) or ONE (matmul, linear
+sum: every operand partial over the same types) or ONE (matmul, linear
 without bias, mul: at most one operand partial). Any other op needs its
 partial operands reduced first.
 """
@@ -42,7 +44,7 @@ from xdsl.ir import Operation
 
 from fuserc.dialects.fusion import FusionOp, lookup_mesh, shape_of, sharding_of
 from fuserc.dialects.interfaces import ALL, CONTRACT, DROP, MAP, ONE, RESHAPE, STAT, OpMap
-from fuserc.sharding import Mesh, Sharding, Split
+from fuserc.sharding import Mesh, Sharding, Split, axis_order
 
 Shape = tuple[int, ...]
 MeshLookup = Callable[[str], "Mesh | None"]
@@ -159,21 +161,21 @@ def _group_splits(ins: list[int], s: Sharding, src: Shape, size: Callable[[tuple
 # --------------------------------------------------------------------------
 
 
-def _carried_partial(m: OpMap, operands: Sequence[Sharding | None]) -> tuple[bool, str | None]:
+def _carried_partial(m: OpMap, operands: Sequence[Sharding | None]) -> tuple[bool, tuple[str, ...]]:
     """(ok, partial) carried from the operands' partials: ok is False when
     the op cannot compute locally on them."""
     partials = [s.partial for s in operands if s is not None and s.partial]
     if not partials:
-        return True, None
+        return True, ()
     if m.carries == ALL and len(partials) == len(operands) and len(set(partials)) == 1:
         return True, partials[0]
     if m.carries == ONE and len(partials) == 1:
         return True, partials[0]
-    return False, None
+    return False, ()
 
 
-def _valid_types(dims: Sequence[tuple[Split, ...]], partial: str | None) -> bool:
-    used = [s.ptype for d in dims for s in d] + ([partial] if partial else [])
+def _valid_types(dims: Sequence[tuple[Split, ...]], partial: tuple[str, ...]) -> bool:
+    used = [s.ptype for d in dims for s in d] + list(partial)
     return len(used) == len(set(used))
 
 
@@ -221,9 +223,9 @@ def local_result(op: FusionOp, operands: Sequence[Sharding], mesh_of: MeshLookup
     if not ok:
         return None
     if contracted:
-        if not m.contracts or len(contracted) != 1 or partial:
+        if not m.contracts or partial or any(sp.is_stream for sp in contracted):
             return None
-        partial = contracted[0].ptype
+        partial = tuple(sp.ptype for sp in contracted)
     final = [d or () for d in dims]
     if not _valid_types(final, partial):
         return None
@@ -275,13 +277,14 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
     same = [s if s is not None and s.mesh == mesh_name else None for s in ops]
     # ALL needs every operand's partial; ONE only the known ones'.
     complete = all(s is not None for s in same)
-    partial = _carried_partial(m, same)[1] if complete or m.carries == ONE else None
-    if partial and m.carries == ONE and any(q is not None and not q.partial and partial in q.device_types() for q in same):
+    partial = _carried_partial(m, same)[1] if complete or m.carries == ONE else ()
+    if partial and m.carries == ONE and any(q is not None and not q.partial and set(partial) & set(q.device_types()) for q in same):
         # a product of a partial and an operand split over the same devices
         # (exp(y) [-, DIDx] * sum(g) partial): the split wins, the partial
         # operand is reduced, rather than gathering the split one
-        partial = None
-    used: set[str] = {partial} if partial else set()
+        partial = ()
+    used: set[str] = set(partial)
+    maker = None  # the operand whose contracted splits make the partial
     dims: list[tuple[Split, ...]] = [() for _ in range(m.result_rank)]
     for i in order:
         s = same[i]
@@ -295,10 +298,12 @@ def forward(op: FusionOp, operands: Sequence[Sharding | None], mesh_of: MeshLook
             if t.kind in (MAP, STAT) and t.dim is not None and not dims[t.dim]:
                 dims[t.dim] = splits
                 used |= types
-            elif t.kind == CONTRACT and m.contracts and partial is None and len(splits) == 1:
-                partial = splits[0].ptype
+            elif t.kind == CONTRACT and m.contracts and (not partial or maker == i) and not any(sp.is_stream for sp in splits):
+                # one operand's contracted splits, over every axis they use
+                # (`DIDy*DIDx` on one dimension, or on two summed ones)
+                partial, maker = (*partial, *(sp.ptype for sp in splits)), i
                 used |= types
-    return Sharding(mesh_name, tuple(_fits(dims, res_shape, mesh_of(mesh_name))), partial)
+    return Sharding(mesh_name, tuple(_fits(dims, res_shape, mesh_of(mesh_name))), axis_order(partial))
 
 
 def required_operands(
@@ -320,8 +325,8 @@ def required_operands(
         return [back]
     m = op_map(op)
     assert m is not None
-    contract = r.partial if r.partial and _can_contract(m, shapes, r.partial, mesh) else None
-    carried = r.partial if r.partial and not contract and m.carries == ALL else None
+    contract = r.partial if r.partial and _can_contract(m, shapes, r.partial, mesh) else ()
+    carried = r.partial if r.partial and not contract and m.carries == ALL else ()
     holders = [k for k, s in enumerate(current or ()) if s is not None and s.partial == r.partial]
     one = holders[0] if r.partial and not contract and m.carries == ONE and len(holders) == 1 else None
     out: list[Sharding] = []
@@ -332,7 +337,7 @@ def required_operands(
             if t.kind in (MAP, STAT) and t.dim is not None:
                 dims.append(r.dims[t.dim])
             elif t.kind == CONTRACT and contract and not placed and _divides(shape[d], contract, mesh):
-                dims.append((Split(contract),))
+                dims.append(tuple(Split(p) for p in contract))
                 placed = True
             else:
                 dims.append(())
@@ -340,7 +345,7 @@ def required_operands(
     return out
 
 
-def _divides(extent: int, ptype: str, mesh: Mesh | None) -> bool:
+def _divides(extent: int, ptype: str | Sequence[str], mesh: Mesh | None) -> bool:
     if mesh is None:
         return False
     try:
@@ -349,18 +354,18 @@ def _divides(extent: int, ptype: str, mesh: Mesh | None) -> bool:
         return False
 
 
-def can_make_partial(op: FusionOp, ptype: str, mesh: Mesh | None) -> bool:
-    """`op` can contract a dimension into a partial sum over `ptype` (after
-    resharding its operands): matmul, linear without bias and sum, with a
-    contracted dimension the mesh axis divides."""
+def can_make_partial(op: FusionOp, ptype: str | Sequence[str], mesh: Mesh | None) -> bool:
+    """`op` can contract a dimension into a partial sum over `ptype` (one
+    device type or several) after resharding its operands: matmul, linear
+    without bias and sum, with a contracted dimension the mesh axes divide."""
     if is_reshape(op):
         return False
     m = op_map(op)
     return m is not None and _can_contract(m, [shape_of(v) for v in op.operands], ptype, mesh)
 
 
-def _can_contract(m: OpMap, shapes: Sequence[Shape], ptype: str, mesh: Mesh | None) -> bool:
-    """Some contracted dimension can be split over `ptype`."""
+def _can_contract(m: OpMap, shapes: Sequence[Shape], ptype: str | Sequence[str], mesh: Mesh | None) -> bool:
+    """Some contracted dimension can be split over `ptype` (all its axes)."""
     return m.contracts and any(
         t.kind == CONTRACT and _divides(shape[d], ptype, mesh)
         for shape, targets in zip(shapes, m.operands)
@@ -440,4 +445,4 @@ def _over_devices(s: Sharding, mesh: Mesh | None) -> Sharding:
     if not ones:
         return s
     dims = [tuple(x for x in d if x.is_stream or x.ptype not in ones) for d in s.dims]
-    return s.with_dims(dims).with_partial(None if s.partial in ones else s.partial)
+    return s.with_dims(dims).with_partial(tuple(p for p in s.partial if p not in ones))

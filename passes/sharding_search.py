@@ -473,13 +473,14 @@ def _candidates(
 
 
 def _scattered(s: Sharding, shape: Sequence[int], mesh: Mesh | None) -> list[Sharding]:
-    """The placements a ReduceScatter of partial sum `s` gives: its type
-    added as the innermost split of one dimension (where it divides)."""
-    if s.partial is None:
+    """The placements a ReduceScatter of partial sum `s` gives: its types
+    added as the innermost splits of one dimension (where they divide)."""
+    if not s.partial:
         return []
     out = []
+    splits = tuple(Split(p) for p in s.partial)
     for d in range(len(shape)):
-        t = s.with_partial(None).with_dims([(*x, Split(s.partial)) if i == d else x for i, x in enumerate(s.dims)]).placement()
+        t = s.with_partial(None).with_dims([(*x, *splits) if i == d else x for i, x in enumerate(s.dims)]).placement()
         if not t.errors(shape, mesh):
             out.append(t)
     return out

@@ -286,15 +286,15 @@ def input_domains(func: Any) -> list[tuple[float, float] | None]:
 
 def shard_input(value: torch.Tensor, spec: ValueSpec, rank: int) -> torch.Tensor | None:
     """This rank's shard of a global input (None when it holds none). For a
-    partial sharding the device at coordinate 0 of the partial axis holds
+    partial sharding the device at coordinate 0 of every partial axis holds
     the value and the others zeros, so that the sum is the value."""
     if not spec.present_on(rank):
         return None
     if spec.mesh is None:
         return value.contiguous()
     local = shard_array(value, spec.sharding, spec.mesh, rank).contiguous()
-    partial = spec.sharding.partial
-    if partial and spec.mesh.coords(rank)[spec.mesh.axis_of(partial)] != 0:
+    coords = spec.mesh.coords(rank)
+    if any(coords[spec.mesh.axis_of(p)] != 0 for p in spec.sharding.partial):
         local = torch.zeros_like(local)
     return local
 
@@ -315,9 +315,7 @@ def contributors(spec: ValueSpec, size: int) -> list[int]:
     mesh = spec.mesh
     if mesh is None:
         return [0]
-    used = {mesh.axis_of(p) for p in spec.sharding.device_types()}
-    if spec.sharding.partial:
-        used.add(mesh.axis_of(spec.sharding.partial))
+    used = {mesh.axis_of(p) for p in (*spec.sharding.device_types(), *spec.sharding.partial)}
     return [d for d in mesh.devices if all(c == 0 for a, c in enumerate(mesh.coords(d)) if a not in used)]
 
 

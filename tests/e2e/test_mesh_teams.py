@@ -41,6 +41,16 @@ def _gather(mesh: str, axes: str, extent: str = "8x16") -> str:
     return f"{mesh}\nfunc.func @main(%x: {a}) -> {b} {{\n  %y = fusion.set %x : ({a}) -> {b}\n  func.return %y : {b}\n}}\n"
 
 
+def _partial(mesh: str, axes: str) -> str:
+    """A contraction over a dimension split over `axes` (`DIDy*DIDx`): a
+    partial sum over all of them, made whole by one allreduce over the
+    team spanning them (the backward: the weight's gradient likewise)."""
+    x = f"tensor<8x16xf32, #fusion.sharding<@m, [-, {axes}]>>"
+    w = f"tensor<16x8xf32, #fusion.sharding<@m, [{axes}, -]>>"
+    y = "tensor<8x8xf32, #fusion.sharding<@m, [-, -]>>"
+    return f"{mesh}\nfunc.func @main(%x: {x}, %w: {w}) -> {y} {{\n  %y = fusion.matmul %x, %w : ({x}, {w}) -> {y}\n  func.return %y : {y}\n}}\n"
+
+
 ALLTOALL = """fusion.mesh @g shape = [2, 4]
 func.func @main(%x: tensor<8x16xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x16xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>> {
   %y = fusion.relu %x : (tensor<8x16xf32, #fusion.sharding<@g, [DIDy, DIDx]>>) -> tensor<8x16xf32, #fusion.sharding<@g, [-, DIDy*Stream(2)]>>
@@ -111,6 +121,13 @@ CASES: dict[str, tuple[str, dict[str, str], str]] = {
         {"fwd": "default"},
         "team = [7, 6, 5, 4] backend",
     ),
+    # partial sums over several axes: one team over the whole mesh; over
+    # [DIDz, DIDy] of [2, 2, 2], a team and its translate interleaving it;
+    # over [DIDz, DIDx], teams that interleave otherwise ([0, 1, 4, 5] and
+    # [2, 3, 6, 7]: no family of translates), one op per team
+    "partial_axes_2x4": (_partial("fusion.mesh @m shape = [2, 4]", "DIDy*DIDx"), FWD_BWD, "team = [0, 1, 2, 3, 4, 5, 6, 7] backend"),
+    "partial_axes_3d": (_partial("fusion.mesh @m shape = [2, 2, 2]", "DIDz*DIDx"), FWD_BWD, "team = [0, 1, 4, 5] backend"),
+    "partial_axes_zy": (_partial("fusion.mesh @m shape = [2, 2, 2]", "DIDz*DIDy"), {"fwd": "default"}, "team = [0, 2, 4, 6] translated [2 step 1]"),
     "ag_gemm_2x4": (AG_GEMM, RINGS, "team = [0, 1, 2, 3] translated [2 step 4]"),
     "gemm_rs_2x4": (GEMM_RS, RINGS, "team = [0, 1, 2, 3] translated [2 step 4]"),
     "ring_attention_4x2": (RING_ATTENTION, FWD_BWD, "team = [0, 2, 4, 6] translated [2 step 1]"),
@@ -162,5 +179,7 @@ def test_one_op_for_every_slice(name: str) -> None:
     comms = [ln for ln in host.splitlines() if " team = " in ln and "hir.team_index" not in ln]
     if "translated" in team:
         assert "hir.if_rank [0, 1, 2, 3]\n" not in host and all(" = [0, 4]" not in ln or "translated" in ln for ln in comms), host
+    if name == "partial_axes_3d":
+        assert "team = [2, 3, 6, 7] backend" in host and not any("translated" in ln for ln in comms), host
     if name == "backwards_ids":
         assert not any("translated" in ln for ln in comms) and len(comms) == 4 + 2, host  # the rows' allgathers, then the columns'

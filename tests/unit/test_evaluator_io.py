@@ -24,7 +24,7 @@ from fuserc.sharding import Mesh, Sharding
 from xdsl.dialects.builtin import TensorType
 
 
-def spec(shape: tuple[int, ...], axes: list[str], mesh: Mesh, partial: str | None = None, dtype=torch.float32, index: int = 0) -> ValueSpec:
+def spec(shape: tuple[int, ...], axes: list[str], mesh: Mesh, partial: str | list[str] | None = None, dtype=torch.float32, index: int = 0) -> ValueSpec:
     sharding = Sharding.from_axes(mesh.name, axes, partial)
     gtype = TensorType(element_type(dtype), shape, ShardingAttr.get(sharding))
     local = sharding.local_shape(shape, mesh)
@@ -43,6 +43,10 @@ def test_shard_input_blocks_streams_and_partial() -> None:
     assert torch.count_nonzero(io.shard_input(x, p, 3)) == 0
     other = spec((64, 2), ["-", "-"], Mesh("s1", (2,), (2, 3)))
     assert io.shard_input(x, other, 0) is None
+    # partial over both axes of a grid: only the device at (0, 0) holds the value
+    both = spec((64, 2), ["-", "-"], Mesh("g", (2, 2)), partial=["DIDy", "DIDx"])
+    torch.testing.assert_close(io.shard_input(x, both, 0), x)
+    assert all(torch.count_nonzero(io.shard_input(x, both, r)) == 0 for r in (1, 2, 3))
 
 
 def test_contributors_skip_replicas() -> None:
@@ -50,6 +54,8 @@ def test_contributors_skip_replicas() -> None:
     assert io.contributors(spec((4, 6), ["DIDy", "-"], grid), 4) == [0, 2]
     assert io.contributors(spec((4, 6), ["DIDy", "DIDx"], grid), 4) == [0, 1, 2, 3]
     assert io.contributors(spec((4, 6), ["-", "-"], grid, partial="DIDx"), 4) == [0, 1]
+    assert io.contributors(spec((4, 6), ["-", "-"], grid, partial=["DIDy", "DIDx"]), 4) == [0, 1, 2, 3]
+    assert io.contributors(spec((4, 6), ["DIDx", "-"], Mesh("c", (2, 2, 2)), partial=["DIDz"]), 8) == [0, 1, 4, 5]
     assert io.contributors(spec((4, 6), ["-", "-"], Mesh("late", (1,), (3,))), 4) == [3]
 
 

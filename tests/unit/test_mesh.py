@@ -58,6 +58,49 @@ def test_mesh_matches_its_definition(shape: tuple[int, ...], explicit: bool) -> 
             assert mesh.team(d, p) in teams and d in mesh.team(d, p)
 
 
+def _reference_teams_over(mesh: Mesh, ids: list[int], ptypes: tuple[str, ...]) -> list[tuple[int, ...]]:
+    """By the definition: devices sharing every coordinate but those of the
+    ptypes' axes, ordered row-major over them (outermost axis first)."""
+    axes = sorted(mesh.axis_of(p) for p in ptypes)
+    coords = {d: _reference_coords(mesh, ids, d) for d in ids}
+    teams: list[tuple[int, ...]] = []
+    for d in sorted(ids, key=lambda e: coords[e]):
+        rest = [c for a, c in enumerate(coords[d]) if a not in axes]
+        team = tuple(sorted((e for e in ids if [c for a, c in enumerate(coords[e]) if a not in axes] == rest), key=lambda e: [coords[e][a] for a in axes]))
+        if team not in teams:
+            teams.append(team)
+    return teams
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4), (3, 1, 2), (2, 2)], ids=str)
+@pytest.mark.parametrize("explicit", [False, True])
+def test_teams_over_several_axes(shape: tuple[int, ...], explicit: bool) -> None:
+    """The team of a partial sum over several mesh axes: every device
+    sharing the other coordinates, row-major over those axes; as one team
+    and its translates where the family is disjoint (hir.Team's rule)."""
+    from fuserc.dialects.hir import Team
+
+    n = math.prod(shape)
+    ids = random.Random(n).sample(range(3 * n), n) if explicit else list(range(n))
+    mesh = Mesh("m", shape, tuple(ids))
+    types = DEVICE_TYPES[: len(shape)]
+    for k in range(2, len(shape) + 1):
+        for ptypes in itertools.combinations(types, k):
+            teams = _reference_teams_over(mesh, ids, ptypes)
+            assert mesh.teams(ptypes) == teams, ptypes
+            assert mesh.team_count(ptypes) == len(teams) and mesh.axis_size(ptypes) == len(teams[0])
+            for d in ids:
+                assert mesh.team(d, ptypes) in teams and d in mesh.team(d, ptypes)
+            family = mesh.translates(ptypes)
+            if family is not None and Team(*family).check() is None:
+                assert sorted(Team(*family).teams()) == sorted(teams), ptypes
+    # the teams over [DIDz, DIDx] of a [2, 3, 4] mesh interleave: no translates
+    cube = Mesh("m", (2, 3, 4))
+    assert Team(*cube.translates(("DIDz", "DIDx"))).check() is not None  # type: ignore[misc]
+    assert cube.team(5, ("DIDz", "DIDx")) == (4, 5, 6, 7, 16, 17, 18, 19)
+    assert Team(*cube.translates(("DIDy", "DIDx"))).check() is None  # type: ignore[misc]
+
+
 def test_explicit_row_major_ids_are_the_default_mesh() -> None:
     assert Mesh("m", (2, 2), (0, 1, 2, 3)) == Mesh("m", (2, 2)) and Mesh("m", (2, 2)).ids == ()
     assert Mesh("m", (2,), (1, 0)) != Mesh("m", (2,))

@@ -12,7 +12,7 @@ from fuserc.ir import parse
 from fuserc.passes import sharding_rules as rules
 from fuserc.sharding import Sharding
 
-MESHES = "fusion.mesh @tp shape = [4]\nfusion.mesh @b shape = [4] devices = [4, 5, 6, 7]\n"
+MESHES = "fusion.mesh @tp shape = [4]\nfusion.mesh @b shape = [4] devices = [4, 5, 6, 7]\nfusion.mesh @g shape = [2, 2]\n"
 
 
 def sh(axes: str, mesh: str = "tp", partial: str | None = None) -> str:
@@ -144,6 +144,19 @@ CASES = [
      t("8x8", sh("DIDx, -")), False),
     ("fusion.lt", [t("8x8", sh("DIDx, -")), t("8x1", sh("DIDx, -"))], t("8x8", sh("DIDx, -"), "i1"), False),
     ("fusion.lt", [t("8x8", sh("DIDx, -")), t("1x8", sh("-, -"))], t("8x8", sh("-, DIDx"), "i1"), True),
+    # a contraction split over several mesh axes: a partial sum over all of them
+    ("fusion.matmul", [t("8x16", sh("-, DIDy*DIDx", "g")), t("16x8", sh("DIDy*DIDx, -", "g"))], t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), False),
+    ("fusion.matmul", [t("8x16", sh("-, DIDy*DIDx", "g")), t("16x8", sh("DIDy*DIDx, -", "g"))], t("8x8", sh("-, -", "g", "DIDx")), True),
+    ("fusion.matmul", [t("8x16", sh("-, DIDy*DIDx", "g")), t("16x8", sh("DIDy, -", "g"))], t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), True),
+    ("fusion.sum dims = [0]", [t("16x8", sh("DIDy*DIDx, -", "g"))], t("8", sh("-", "g", "[DIDx, DIDy]")), False),
+    ("fusion.sum dims = [0, 1]", [t("16x8", sh("DIDy, DIDx", "g"))], "tensor<f32, #fusion.sharding<@g, [], partial = [DIDy, DIDx]>>", False),
+    ("fusion.sum dims = [0]", [t("16x8", sh("DIDy, DIDx", "g"))], t("8", sh("DIDx", "g", "DIDy")), False),
+    ("fusion.linear", [t("8x16", sh("-, DIDx*DIDy", "g")), t("32x16", sh("-, DIDx*DIDy", "g"))], t("8x32", sh("-, -", "g", "[DIDy, DIDx]")), False),
+    ("fusion.add", [t("8x8", sh("-, -", "g", "[DIDy, DIDx]"))] * 2, t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), False),
+    ("fusion.add", [t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), t("8x8", sh("-, -", "g", "DIDy"))], t("8x8", sh("-, -", "g", "DIDy")), True),
+    ("fusion.mul", [t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), t("8x8", sh("-, -", "g"))], t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), False),
+    ("fusion.exp", [t("8x8", sh("-, -", "g", "[DIDy, DIDx]"))], t("8x8", sh("-, -", "g", "[DIDy, DIDx]")), True),
+    ("fusion.set", [t("8x8", sh("-, -", "g", "[DIDy, DIDx]"))], t("8x8", sh("-, -", "g")), True),
     ("fusion.relu", [t("8x8")], t("8x8"), False),
 ]
 
@@ -244,3 +257,26 @@ def test_reshape_sharding_nested(src, dst, axes, want) -> None:
 
     got = rules.reshape_sharding(Sharding.from_axes("m", axes), src, dst, Mesh("m", (2, 2)), True)
     assert (got.axes_text() if got is not None else None) == want
+
+
+@pytest.mark.parametrize(
+    "dst,steps",
+    [
+        # one allreduce over the team spanning both axes, not one per axis
+        (["-", "-"], [("allreduce", ("DIDy", "DIDx"), None)]),
+        # one reduce-scatter, its blocks in the team's row-major order
+        (["DIDy*DIDx", "-"], [("reduce_scatter", ("DIDy", "DIDx"), 0)]),
+        # a split over one axis: reduce-scattered over it, reduced over the other
+        (["DIDx", "-"], [("reduce_scatter", "DIDx", 0), ("allreduce", "DIDy", None)]),
+    ],
+)
+def test_reshards_of_a_partial_over_two_axes(dst: list[str], steps: list[tuple]) -> None:
+    from fuserc.passes.reshard_util import plan_reshard
+    from fuserc.sharding import Mesh
+
+    meshes = {"g": Mesh("g", (2, 4))}
+    src = Sharding.from_axes("g", ["-", "-"], ["DIDx", "DIDy"])
+    assert src.partial == ("DIDy", "DIDx")
+    plan = plan_reshard(src, Sharding.from_axes("g", dst), (16, 8), meshes)
+    assert plan is not None and [(s.kind, s.ptype, s.scatter_dim) for s, _ in plan] == steps
+    assert plan[-1][1] == Sharding.from_axes("g", dst)

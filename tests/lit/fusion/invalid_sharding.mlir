@@ -28,6 +28,24 @@ func.func @f(%x: tensor<64xf32, #fusion.sharding<@tp, [-], partial = 2>>)
 
 // -----
 
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{partial must be DIDx, DIDy or DIDz, got 'DIDw'}}
+func.func @f(%x: tensor<64xf32, #fusion.sharding<@grid, [-], partial = [DIDy, DIDw]>>)
+
+// -----
+
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{partial = [] names no device type: leave partial out}}
+func.func @f(%x: tensor<64xf32, #fusion.sharding<@grid, [-], partial = []>>)
+
+// -----
+
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{']' expected}}
+func.func @f(%x: tensor<64xf32, #fusion.sharding<@grid, [-], partial = [DIDy DIDx]>>)
+
+// -----
+
 fusion.mesh @tp shape = [4]
 // expected-error @+1 {{Expected 'partial' in a sharding}}
 func.func @f(%x: tensor<64xf32, #fusion.sharding<@tp, [-], sum = DIDx>>)
@@ -141,6 +159,19 @@ func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@tp, [DIDx, -], partial = DI
 
 // -----
 
+// A partial over several axes: each axis once, not also a split's.
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{parallel type DIDx appears more than once}}
+func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@grid, [-, -], partial = [DIDx, DIDx]>>)
+
+// -----
+
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{parallel type DIDy appears more than once}}
+func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@grid, [DIDy, -], partial = [DIDy, DIDx]>>)
+
+// -----
+
 fusion.mesh @tp shape = [4]
 // expected-error @+1 {{parallel type Stream appears more than once}}
 func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@tp, [Stream(2), Stream(2)]>>)
@@ -174,6 +205,12 @@ func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@tp, [-, -], partial = DIDy>
 fusion.mesh @grid shape = [2, 2]
 // expected-error @+1 {{DIDz needs a mesh with at least 3 axes, @grid has 2}}
 func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@grid, [-, DIDx], partial = DIDz>>)
+
+// -----
+
+fusion.mesh @grid shape = [2, 2]
+// expected-error @+1 {{DIDz needs a mesh with at least 3 axes, @grid has 2}}
+func.func @f(%x: tensor<64x16xf32, #fusion.sharding<@grid, [-, -], partial = [DIDz, DIDx]>>)
 
 // -----
 

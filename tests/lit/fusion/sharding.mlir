@@ -1,6 +1,6 @@
 // Every sharding form: 1-D, 2-D with DIDy, 3-D with DIDz, a mesh with
 // explicit device ids, Stream(S), products (Stream(2)*DIDx, DIDy*DIDx, ...),
-// partial, a rank-0 tensor, and free spacing (printed canonically). Each
+// partial (over one mesh axis or several), a rank-0 tensor, and free spacing (printed canonically). Each
 // prints back as written and round-trips through both forms.
 // RUN: %fuserc opt %s | filecheck %s
 // RUN: %fuserc opt %s | %fuserc opt - | filecheck %s
@@ -13,6 +13,7 @@
 // RUN: diff %t.custom %t.from-generic
 // RUN: %fuserc opt --print-generic %s | filecheck %s --check-prefix=GENERIC
 // GENERIC: "fusion.mesh"() <{sym_name = "stage1", shape = [2 : i64], devices = [2 : i64, 3 : i64]}> : () -> ()
+// GENERIC: "fusion.set"(%x) : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@cube, [-, -], partial = [DIDz, DIDy, DIDx]>>
 // GENERIC: "fusion.set"(%x) : (tensor<64x48xf32, #fusion.sharding<@tp, [DIDx, -]>>) -> tensor<64x48xf32, #fusion.sharding<@stage1, [DIDx, -]>>
 // GENERIC: "fusion.set"(%0) : (tensor<64x48xf32, #fusion.sharding<@stage1, [DIDx, -]>>) -> tensor<64x48xf32, #fusion.sharding<@stage1, [-, -], partial = DIDx>>
 
@@ -57,6 +58,23 @@ func.func @two_d(%x: tensor<64x48xf32, #fusion.sharding<@grid, [DIDy, DIDx]>>) -
   %6 = fusion.set %5 : (tensor<64x48xf32, #fusion.sharding<@grid, [-, DIDx], partial = DIDy>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>>
   // CHECK-NEXT: func.return %x : tensor<64x48xf32, #fusion.sharding<@grid, [DIDy, DIDx]>>
   func.return %x : tensor<64x48xf32, #fusion.sharding<@grid, [DIDy, DIDx]>>
+// CHECK-NEXT: }
+}
+// A partial sum over several mesh axes is a list, printed in mesh-axis
+// order (outermost first), whatever order it was written in; a list of
+// one is the type itself.
+// CHECK-LABEL: func.func @partial_over_axes(%x: tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>> {
+func.func @partial_over_axes(%x: tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>> {
+  // CHECK-NEXT: %0 = fusion.set %x : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>
+  %0 = fusion.set %x : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDx, DIDy]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [ DIDy ,DIDx ]>>
+  // CHECK-NEXT: %1 = fusion.set %0 : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [DIDx, -], partial = DIDy>>
+  %1 = fusion.set %0 : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [DIDx, -], partial = [DIDy]>>
+  // CHECK-NEXT: %2 = fusion.set %0 : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>>
+  %2 = fusion.set %0 : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>>
+  // CHECK-NEXT: %3 = fusion.set %x : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@cube, [-, -], partial = [DIDz, DIDy, DIDx]>>
+  %3 = fusion.set %x : (tensor<64x48xf32, #fusion.sharding<@grid, [-, -], partial = [DIDy, DIDx]>>) -> tensor<64x48xf32, #fusion.sharding<@cube, [-, -], partial = [DIDx, DIDz, DIDy]>>
+  // CHECK-NEXT: func.return %2 : tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>>
+  func.return %2 : tensor<64x48xf32, #fusion.sharding<@grid, [-, -]>>
 // CHECK-NEXT: }
 }
 // CHECK-LABEL: func.func @three_d(%x: tensor<16x8x4xf32, #fusion.sharding<@cube, [DIDz, DIDy, DIDx]>>) -> tensor<16x8x4xf32, #fusion.sharding<@cube, [DIDz, DIDy, DIDx]>> {

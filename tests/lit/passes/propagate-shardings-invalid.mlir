@@ -29,6 +29,17 @@ func.func @partial_set(%x: tensor<8x8xf32, #fusion.sharding<@tp, [-, -]>>) -> te
 
 // -----
 
+// Nor a partial sum over several axes from one over one of them.
+fusion.mesh @g shape = [2, 2]
+func.func @partial_axes_set(%x: tensor<8x8xf32, #fusion.sharding<@g, [-, DIDx]>>, %w: tensor<8x8xf32, #fusion.sharding<@g, [DIDx, -]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, -], partial = [DIDy, DIDx]>> {
+  %p = fusion.matmul %x, %w : (tensor<8x8xf32, #fusion.sharding<@g, [-, DIDx]>>, tensor<8x8xf32, #fusion.sharding<@g, [DIDx, -]>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, -], partial = DIDx>>
+  // expected-error @+1 {{'fusion.set' op result has sharding #fusion.sharding<@g, [-, -], partial = [DIDy, DIDx]>, but no lowering makes this partial sum: only fusion.matmul, fusion.linear without bias and fusion.sum contract a dimension the mesh divides into one, and only linear ops carry one from operands partial over [DIDy, DIDx] (operands: #fusion.sharding<@g, [-, -], partial = DIDx>)}}
+  %y = fusion.set %p : (tensor<8x8xf32, #fusion.sharding<@g, [-, -], partial = DIDx>>) -> tensor<8x8xf32, #fusion.sharding<@g, [-, -], partial = [DIDy, DIDx]>>
+  func.return %y : tensor<8x8xf32, #fusion.sharding<@g, [-, -], partial = [DIDy, DIDx]>>
+}
+
+// -----
+
 // Max is not a sum.
 fusion.mesh @tp shape = [4]
 func.func @partial_max(%x: tensor<8x8xf32, #fusion.sharding<@tp, [-, DIDx]>>) -> tensor<8xf32, #fusion.sharding<@tp, [-], partial = DIDx>> {
