@@ -16,6 +16,8 @@ machine without a GPU).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -36,7 +38,10 @@ def _zero_tail(y_ptr, offs_ptr, last, rows, cols, stride, BLOCK_R: tl.constexpr,
 
 def zero_tail(y: torch.Tensor, offs: torch.Tensor) -> bool:
     """Zero the rows of `y` ([T, N], rows contiguous) from `offs[-1]` on, in
-    place; False (nothing done) for a layout the kernel does not take."""
+    place; False (nothing done) for a layout the kernel does not take, or
+    tensors off the GPU (but under Triton's interpreter)."""
+    if y.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
     if y.dim() != 2 or y.stride(1) != 1 or offs.dim() != 1 or offs.numel() == 0 or not offs.is_contiguous():
         return False
     rows, cols = y.shape
