@@ -106,9 +106,11 @@ def inputs(case: dict[str, Any], tokens: int, dtype: torch.dtype, device: torch.
     return [t.to(device=device, dtype=dtype) for t in params(tokens, case["hidden"], case["ffn"], case["experts"], case["shared"], seed=0)]
 
 
-def peak_mib(step: Callable[[], Any], cuda: bool) -> float | None:
+def peak_mib(step: Callable[[], Any], cuda: bool, held: int = 0) -> float | None:
     """Peak memory allocated during one step above what was allocated
-    before it, MiB (cuda only)."""
+    before it, MiB (cuda only), plus `held`: bytes the layer keeps between
+    steps (fuserc's: its programs' cached buffers and its CUDA graphs'
+    pools, which a step reuses rather than allocates)."""
     if not cuda:
         return None
     torch.cuda.synchronize()
@@ -116,7 +118,7 @@ def peak_mib(step: Callable[[], Any], cuda: bool) -> float | None:
     torch.cuda.reset_peak_memory_stats()
     step()
     torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
+    return (torch.cuda.max_memory_allocated() - before + held) / 2**20
 
 
 def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -148,7 +150,9 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
 
     ms: dict[str, float | None] = {}
     mib: dict[str, float | None] = {}
+    base = torch.cuda.memory_allocated(device) if cuda else 0  # the inputs: before fuserc's first call
     for key, fn in layers.items():
+        held = 0
         if fn is None:
             ms[key + "_fwd"] = ms[key] = mib[key + "_fwd"] = mib[key] = None
             continue
@@ -161,11 +165,16 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
                 with torch.no_grad():
                     f(*args)
                 train_step(f)()
+            if cuda:  # what its programs keep between calls (cached buffers, graph pools) counts in its peak
+                for p in params:
+                    p.grad = None
+                torch.cuda.synchronize(device)
+                held = torch.cuda.memory_allocated(device) - base
         with torch.no_grad():
             ms[key + "_fwd"] = device_ms(lambda fn=fn: fn(*args), a, cuda)
-            mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda)
+            mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda, held)
         ms[key] = device_ms(train_step(fn), a, cuda)
-        mib[key] = peak_mib(train_step(fn), cuda)
+        mib[key] = peak_mib(train_step(fn), cuda, held)
     with torch.no_grad():  # fuserc's output against eager PyTorch's, in f32
         want = torch_layer(*[t.float() for t in args], k=k)[0]
         err = ((f(*args)[0].float() - want).abs().max() / want.abs().max()).item()
