@@ -476,8 +476,14 @@ def keyword_value(value: Attribute) -> Any:
     if isinstance(value, FloatAttr):
         return value.value.data
     if isinstance(value, IntegerAttr):
-        return bool(value.value.data) if value.type == IntegerType(1) else value.value.data
+        return bool(value.value.data) if value.type == _I1 else value.value.data
     return value
+
+
+_I1 = IntegerType(1)
+"""A bool keyword's type, made once: `keyword` runs at every launch of
+an op read at run time (attention's causal flag), and making an
+IntegerType took 30 us."""
 
 
 def keyword_attr(value: Any, kind: str) -> Attribute:
