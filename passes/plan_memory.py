@@ -39,7 +39,7 @@ the IR (the communication report prints it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,12 +335,13 @@ def _uses(func: FuncOp) -> tuple[dict[hir.AllocOp, Buffer], str]:
         return buffers, ""
 
 
-def check_storage(func: FuncOp) -> None:
+def check_storage(func: FuncOp, allocs: Sequence[hir.AllocOp]) -> None:
     """That the `storage` numbers a host program carries (written by hand,
     or by this pass) are safe: each buffer with one may share memory, and
-    buffers with the same one are never in use at the same time. Raises a
-    Diagnostic at the first allocation that breaks it."""
-    allocs = [op for op in func.walk() if isinstance(op, hir.AllocOp) and op.storage is not None]
+    buffers with the same one are never in use at the same time. `allocs`:
+    its hir.allocs with a `storage` number, in program order (the verifier
+    collects them in its walk). Raises a Diagnostic at the first allocation
+    that breaks it."""
     if not allocs:
         return
     buffers, why = _uses(func)
