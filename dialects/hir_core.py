@@ -4,9 +4,9 @@ Part of the hir dialect (`fuserc.dialects.hir` gathers the ops and defines the d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -31,6 +31,7 @@ from xdsl.ir import (
 )
 from xdsl.irdl import (
     IRDLOperation,
+    VariadicDef,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
@@ -490,6 +491,44 @@ class HirOp(IRDLOperation):
             properties=properties or {},
             regions=regions,
         )
+
+    def __init__(
+        self,
+        *,
+        operands: Sequence[Any] | None = None,
+        result_types: Sequence[Any] | None = None,
+        properties: Mapping[str, Attribute | None] | None = None,
+        attributes: Mapping[str, Attribute | None] | None = None,
+        successors: Sequence[Any] | None = None,
+        regions: Sequence[Any] | None = None,
+    ) -> None:
+        """IRDL's builder, or `_init` where the op's definition is flat
+        (`_flat`: each operand, result and region one, no segment sizes) and
+        it is given its operands, results and regions as they are: then the
+        builder would make the same op, more slowly (stream-pipeline makes
+        thousands of hir.chunk, hir.set_current_stream, ...)."""
+        if not attributes and not successors and _flat(type(self)) and all(type(r) is Region for r in regions or ()):
+            props = {k: v for k, v in properties.items() if v is not None} if properties else {}
+            self._init(operands or (), result_types or (), props, regions or ())
+            return
+        super().__init__(
+            operands=operands, result_types=result_types, properties=properties, attributes=attributes, successors=successors, regions=regions
+        )
+
+
+_FLAT: dict[type[IRDLOperation], bool] = {}
+
+
+def _flat(cls: type[IRDLOperation]) -> bool:
+    """Whether `cls`'s definition has no variadic or optional operand,
+    result, region or successor and no option (segment sizes): IRDL's
+    builder then only checks its arguments. Once per class."""
+    flat = _FLAT.get(cls)
+    if flat is None:
+        d = cls.get_irdl_definition()
+        defs = [x for _, x in (*d.operands, *d.results, *d.regions, *d.successors)]
+        flat = _FLAT[cls] = not d.options and not any(isinstance(x, VariadicDef) for x in defs)
+    return flat
 
 
 # --------------------------------------------------------------------------
