@@ -138,3 +138,34 @@ def test_the_collector_stays_off_after_opt_only_where_the_process_ends() -> None
     finally:
         ENDS_PROCESS[0] = False
         gc.enable()
+
+
+def test_hir_ops_made_without_irdls_builder_are_the_ones_it_makes() -> None:
+    """An op of a flat definition skips IRDL's builder (`HirOp.__init__`):
+    it has the operands, result types and properties the builder gives it;
+    one with an optional operand still goes through the builder (its
+    segment sizes)."""
+    from xdsl.dialects.builtin import IndexType, TensorType, f32
+    from xdsl.irdl import IRDLOperation
+
+    from fuserc.dialects import hir
+
+    buf = hir.AllocOp("t/x", TensorType(f32, [8, 4]))
+    index = hir.ConstantOp(1)
+    stream = hir.StreamForOp(index, 2)
+    made = [hir.ChunkOp(buf, index, 0, 4), stream, hir.SetCurrentStreamOp(stream), hir.SyncStreamOp(stream), hir.AddModOp(index, index, 3)]
+    for op in made:
+        cls = type(op)
+        built = cls.__new__(cls)
+        IRDLOperation.__init__(
+            built, operands=list(op.operands), result_types=[r.type for r in op.results], properties=dict(op.properties)
+        )
+        assert (list(built.operands), [r.type for r in built.results], built.properties, built.attributes) == (
+            list(op.operands), [r.type for r in op.results], op.properties, op.attributes
+        ), cls.__name__
+        op.verify()
+    assert isinstance(index.results[0].type, IndexType)
+    out = hir.AllocOp("t/o", TensorType(f32, [8, 8]))
+    w = hir.AllocOp("t/w", TensorType(f32, [4, 8]))
+    acc = hir.AllocOp("t/a", TensorType(f32, [8, 8]))
+    assert len(hir.MatmulOp(buf, w, out, acc).operands) == 4 and len(hir.MatmulOp(buf, w, out).operands) == 3
