@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
+    UNKNOWN_LOC,
     ArrayAttr,
     BytesAttr,
     I64,
@@ -51,6 +52,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc.dialects.fusion import element_type_of
+from fuserc.dialects.fusion_mesh import _int_array, i64_attr
 from fuserc.dialects.hir_team import Team
 from fuserc.sharding import MAX_MESH_DEVICES
 
@@ -87,6 +89,10 @@ class StreamType(ParametrizedAttribute, TypeAttribute):
     name = "hir.stream"
 
 
+TOKEN, STREAM = TokenType(), StreamType()
+"""The token and stream types, made once (the passes make thousands of ops of them)."""
+
+
 @irdl_attr_definition
 class EventType(ParametrizedAttribute, TypeAttribute):
     """`!hir.event`: a point in a stream's work, recorded and waited on."""
@@ -108,7 +114,7 @@ class HandleType(ParametrizedAttribute, TypeAttribute):
 
 def int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
     """`[0 : i64, 1 : i64, ...]`: short int lists (dims, starts, limits)."""
-    return ArrayAttr([IntegerAttr(v, i64) for v in values])
+    return _int_array(values)
 
 
 def rank_array(values: Sequence[int]) -> DenseArrayBase:
@@ -489,6 +495,7 @@ class HirOp(IRDLOperation):
             operands=[SSAValue.get(v) for v in operands],
             result_types=result_types,
             properties=properties or {},
+            location=UNKNOWN_LOC,  # what xDSL gives, without its import per op
             regions=regions,
         )
 
@@ -558,7 +565,7 @@ class AllocOp(HirOp):
     def __init__(self, site: str, result_type: TensorType, storage: int | None = None):
         props: dict[str, Attribute] = {"site": StringAttr(site)}
         if storage is not None:
-            props["storage"] = IntegerAttr(storage, i64)
+            props["storage"] = i64_attr(storage)
         self._init(result_types=[result_type], properties=props)
 
     @property
@@ -575,7 +582,7 @@ class AllocOp(HirOp):
         if value is None:
             self.properties.pop("storage", None)
         else:
-            self.properties["storage"] = IntegerAttr(value, i64)
+            self.properties["storage"] = i64_attr(value)
 
     def verify_sites(self, seen: dict[tuple[Operation | None, str], "AllocOp"]) -> None:
         """That no earlier hir.alloc of its function uses its site; `seen`

@@ -633,6 +633,24 @@ def _is_symbol_table(cls: type[Operation]) -> bool:
     return known
 
 
+class ClassTest:
+    """`isinstance(x, classes)`, decided once per class of `x`: xDSL's ops
+    and attributes are ABCs, whose isinstance check is a Python call each
+    time it misses, and hot walks test thousands of ops against the same
+    few classes."""
+
+    def __init__(self, classes: type | tuple[type, ...]):
+        self.classes = classes
+        self.known: dict[type, bool] = {}
+
+    def __call__(self, x: object) -> bool:
+        cls = type(x)
+        known = self.known.get(cls)
+        if known is None:
+            known = self.known[cls] = issubclass(cls, self.classes)
+        return known
+
+
 _ISOLATED: dict[type[Operation], bool] = {}
 
 

@@ -39,6 +39,7 @@ from xdsl.traits import IsTerminator
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import AddOp, FusionOp, element_type_of, shape_of
 from fuserc.dialects.fusion_reduction import ReductionOp
+from fuserc.ir import ClassTest
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
@@ -353,7 +354,10 @@ def _bounds(op: Operation) -> bool:
     """`op` is or holds a boundary: a pipeline's join (`hir.for` of
     `hir.sync_stream`s) orders the compute after it behind the worker
     streams' writes, which name no buffer in the join itself."""
-    return any(isinstance(o, _BOUNDARY) for o in op.walk())
+    return any(_is_boundary(o) for o in op.walk())
+
+
+_is_boundary = ClassTest(_BOUNDARY)
 
 
 def _needed_first(comm: Operation) -> None:

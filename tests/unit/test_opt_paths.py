@@ -169,3 +169,44 @@ def test_hir_ops_made_without_irdls_builder_are_the_ones_it_makes() -> None:
     w = hir.AllocOp("t/w", TensorType(f32, [4, 8]))
     acc = hir.AllocOp("t/a", TensorType(f32, [8, 8]))
     assert len(hir.MatmulOp(buf, w, out, acc).operands) == 4 and len(hir.MatmulOp(buf, w, out).operands) == 3
+
+
+def test_shared_attributes_are_the_ones_made_apart() -> None:
+    """`i64_attr`, `int_array` and the hir ops' result types give one
+    object per value, equal to the one made anew; a bool, which equals its
+    int, keeps its own attribute."""
+    from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, TensorType, f32, i64
+
+    from fuserc.dialects import hir
+    from fuserc.dialects.fusion_mesh import _int_array, i64_attr
+
+    assert i64_attr(3) is i64_attr(3) and i64_attr(3) == IntegerAttr(3, i64)
+    assert i64_attr(True) is not i64_attr(1)
+    assert hir.int_array([1, 2]) is hir.int_array((1, 2)) and hir.int_array([1, 2]) == ArrayAttr([IntegerAttr(1, i64), IntegerAttr(2, i64)])
+    assert _int_array([True]) == ArrayAttr([IntegerAttr(True, i64)]) and _int_array([True]) is not _int_array([1])
+    buf = hir.AllocOp("t/x", TensorType(f32, [8, 4]))
+    index = hir.ConstantOp(1)
+    chunk = hir.ChunkOp(buf, index, 0, 4)
+    assert chunk.results[0].type == TensorType(f32, [2, 4]) and chunk.results[0].type is hir.ChunkOp(buf, index, 0, 4).results[0].type
+    assert hir.TransposeOp(buf).results[0].type == TensorType(f32, [4, 8])
+
+
+def test_class_test_is_isinstance() -> None:
+    from abc import ABC
+
+    from fuserc.ir import ClassTest
+
+    class Base(ABC):
+        pass
+
+    class Leaf(Base):
+        pass
+
+    class Other:
+        pass
+
+    Base.register(Other)
+    test, leaf = ClassTest(Base), ClassTest((Leaf, int))
+    for x in (Base(), Leaf(), Other(), 3, "s", True):
+        assert test(x) == isinstance(x, Base) and leaf(x) == isinstance(x, (Leaf, int)), x
+        assert test(x) == isinstance(x, Base)  # the second time from the class's answer
