@@ -25,6 +25,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import (
     Attribute,
     Operation,
+    OpResult,
     ParametrizedAttribute,
     Region,
     SSAValue,
@@ -492,7 +493,7 @@ class HirOp(IRDLOperation):
         host program has thousands). The verifier checks them instead."""
         Operation.__init__(
             self,
-            operands=[SSAValue.get(v) for v in operands],
+            operands=[v if type(v) is OpResult else SSAValue.get(v) for v in operands],  # the usual class first: SSAValue.get's isinstance check is a Python call
             result_types=result_types,
             properties=properties or {},
             location=UNKNOWN_LOC,  # what xDSL gives, without its import per op

@@ -708,7 +708,13 @@ class _Signatures:
     attributes numbered (`Numbering`)."""
 
     def __init__(self) -> None:
-        self.scopes: dict[Operation | None, Operation | None] = {}
+        self.scopes: dict[int, int] = {}
+        """By id of a parent op (None's too), the number of its symbol table (`tables`)."""
+        self.tables: dict[int, int] = {}
+        """By id, each symbol table op met, numbered: a signature holds the
+        number, not the op (whose hash is a Python call)."""
+        self.kept: list[Operation | None] = []
+        """The tables numbered, so that their ids stay theirs while the numbers are used."""
         self.number = Numbering()
         self.ids = self.number.ids
         self.verified: set[tuple] = set()
@@ -759,13 +765,19 @@ class _Signatures:
         self.keys[id(op)] = key
         return key
 
-    def scope(self, parent: Operation | None) -> Operation | None:
-        if parent not in self.scopes:
+    def scope(self, parent: Operation | None) -> int:
+        """The number of the symbol table that `parent` is or is inside."""
+        n = self.scopes.get(id(parent))
+        if n is None:
             scope = parent
             while scope is not None and not _is_symbol_table(type(scope)):
                 scope = scope.parent_op()
-            self.scopes[parent] = scope
-        return self.scopes[parent]
+            n = self.tables.get(id(scope))
+            if n is None:
+                n = self.tables[id(scope)] = len(self.kept)
+                self.kept.append(scope)
+            self.scopes[id(parent)] = n
+        return n
 
     def __call__(self, op: Operation) -> tuple:
         ids, number = self.ids, self.number

@@ -52,6 +52,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
+from fuserc.ir import ClassTest
 from fuserc.passes.stream_order import MAIN, STEPS, Clock, Issued, Kinds, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
@@ -369,6 +370,9 @@ def check_storage(func: FuncOp, allocs: Sequence[hir.AllocOp]) -> None:
         merge_last(last, b)
 
 
+_is_alloc, _is_view, _is_yield, _is_kept = ClassTest(hir.AllocOp), ClassTest(_VIEWS), ClassTest(hir.YieldOp), ClassTest((hir.ShareOp, ReturnOp))
+
+
 def _any_candidate(func: FuncOp) -> bool:
     """Whether some allocation might be planned: one not in a loop whose
     buffer (or a view) is neither returned nor shared, read off the ops
@@ -378,20 +382,20 @@ def _any_candidate(func: FuncOp) -> bool:
     kept: set[Operation] = set()
     allocs: list[Operation] = []
     for op in func.walk():
-        if isinstance(op, hir.AllocOp):
+        if _is_alloc(op):
             allocs.append(op)
-            roots[op.result] = {op}
+            roots[op.result] = {op}  # type: ignore[attr-defined]
             parent = op.parent_op()
             while parent is not None and parent is not func:
                 if isinstance(parent, hir.ForOp):
                     kept.add(op)
                 parent = parent.parent_op()
-        elif isinstance(op, _VIEWS):
+        elif _is_view(op):
             roots[op.results[0]] = roots.get(op.operands[0], set())
-        elif isinstance(op, hir.YieldOp) and isinstance(op.parent_op(), hir.IfRankOp):
+        elif _is_yield(op) and isinstance(op.parent_op(), hir.IfRankOp):
             for r, v in zip(op.parent_op().results, op.values):  # type: ignore[union-attr]
                 roots[r] = roots.get(r, set()) | roots.get(v, set())
-        elif isinstance(op, (hir.ShareOp, ReturnOp)):
+        elif _is_kept(op):
             for v in op.operands:
                 kept |= roots.get(v, set())
     return any(op not in kept for op in allocs)
