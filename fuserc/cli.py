@@ -261,12 +261,6 @@ def opt(
     from fuserc import pipeline as pl
     from fuserc.runtime.job.mpi_env import ENDS_PROCESS
 
-    if ENDS_PROCESS[0]:
-        # The process ends after the output (`entry`): the collector, kept
-        # off while a program compiles (`ir.compiling`), stays off, else its
-        # first collection after the compile scans all of the IR for nothing
-        # (0.3 s of the 48-layer GPT's 10).
-        gc.disable()
     shapes = mesh_options(meshes)
     if output == "-":
         output = None
@@ -285,8 +279,15 @@ def opt(
     problems: list[str] = []
     failed = False
     timings: list[list[tuple[str, float]]] = []  # per input, in pipeline order
-    for offset, chunk in chunks:
+    for i, (offset, chunk) in enumerate(chunks):
         produced: list[Diagnostic] = []
+        if ENDS_PROCESS[0] and i == len(chunks) - 1:
+            # The process ends after the output (`entry`): the collector,
+            # kept off while a program compiles (`ir.compiling`), stays off
+            # from the last input on, else its first collection after the
+            # compile scans all of the IR for nothing (0.3 s of the 48-layer
+            # GPT's 10). Earlier inputs' IR is collected between inputs.
+            gc.disable()
         try:
             outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes, report))
         except Diagnostic as d:
