@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xdsl.dialects.builtin import NoneAttr, TensorType, bf16, f16, f32, f64, i1, i64
+from xdsl.dialects.builtin import TensorType, bf16, f16, f32, f64, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from fuserc.dialects.fusion import FusionOp, ShardingAttr, keyword_attr, sharding_of, stat_type
+from fuserc.dialects.fusion import FusionOp, ShardingAttr, keyword_attr, sharding_of, stat_type, tensor_type
 from fuserc.sharding import Mesh, Sharding
 
 ELEMENT_TYPES: dict[str, Attribute] = {"f32": f32, "f16": f16, "bf16": bf16, "f64": f64, "i64": i64, "i1": i1}
@@ -64,9 +64,10 @@ def make_op(
         elem = element_attr(dtype) if dtype is not None else (types[0].element_type if types else f32)  # type: ignore[union-attr]
         given = TensorType(elem, list(shape) if shape is not None else [])
     rshape, elem = cls.infer(types, kw, given)  # type: ignore[arg-type]
-    result = TensorType(elem, list(rshape), result_encoding or NoneAttr())
+    # Unencoded result types from the shared constructor (`tensor_type`): one object per type.
+    result = TensorType(elem, list(rshape), result_encoding) if result_encoding is not None else tensor_type(elem, tuple(rshape))
     count = cls.result_counts()[0] if results is None else results
-    more = [TensorType(e, list(s)) for s, e in cls.more_results(types, kw, result)[: count - 1]]  # type: ignore[arg-type]
+    more = [tensor_type(e, tuple(s)) for s, e in cls.more_results(types, kw, result)[: count - 1]]  # type: ignore[arg-type]
     return cls.create(operands=list(operands), result_types=[result, *more], properties=props)
 
 

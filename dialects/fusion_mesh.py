@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -160,9 +160,17 @@ def _parse_axis(parser: AttrParser) -> str:
 
 def sharding_of(value_or_type: SSAValue | Attribute) -> Sharding | None:
     """The sharding in a tensor type (None when undecided)."""
-    t = value_or_type.type if isinstance(value_or_type, SSAValue) else value_or_type
-    if isinstance(t, TensorType) and isinstance(t.encoding, ShardingAttr):
-        return t.encoding.model
+    cls = type(value_or_type)  # the usual classes first: an isinstance check that misses an ABC is a Python call
+    if cls is OpResult or cls is BlockArgument:
+        t = value_or_type._type  # type: ignore[union-attr]
+    elif cls is TensorType or not isinstance(value_or_type, SSAValue):
+        t = value_or_type
+    else:
+        t = value_or_type.type
+    if isinstance(t, TensorType):
+        enc = t.encoding
+        if type(enc) is not NoneAttr and isinstance(enc, ShardingAttr):
+            return enc.model
     return None
 
 
@@ -283,8 +291,25 @@ def lookup_mesh(op: Operation, name: str) -> Mesh | None:
     return model
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
+def i64_attr(value: int) -> IntegerAttr:
+    """`value : i64`, one object per value: passes give thousands of ops the
+    same few dims, counts and storage numbers, and an attribute is slow to
+    make (its parameters are verified) and to number (its hash)."""
+    return IntegerAttr(value, i64)
+
+
 def _int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
+    """`[0 : i64, 1 : i64, ...]`, one object per list of ints (`i64_attr`)."""
+    values = tuple(values)
+    if all(type(v) is int for v in values):  # a bool equals its int: not cached
+        return _int_array_of(values)
     return ArrayAttr([IntegerAttr(v, i64) for v in values])
+
+
+@functools.lru_cache(maxsize=4096)
+def _int_array_of(values: tuple[int, ...]) -> ArrayAttr[IntegerAttr]:
+    return ArrayAttr([i64_attr(v) for v in values])
 
 
 def _ints(attr: ArrayAttr[IntegerAttr]) -> list[int]:

@@ -39,6 +39,7 @@ from fuserc.dialects.hir_core import (
     REDUCTION_OPS,
     HandleType,
     HirOp,
+    TOKEN,
     TokenType,
     _check_choice,
     _check_position,
@@ -46,6 +47,7 @@ from fuserc.dialects.hir_core import (
     _constant_value,
     _same_elements,
     chunk_shape,
+    i64_attr,
     rank_array,
     team_props,
 )
@@ -167,7 +169,7 @@ class AllgatherOp(CommunicationOp):
     assembly_format = "$input `,` $output " + _TEAM_BACKEND
 
     def __init__(self, input: SSAValue | Operation, output: SSAValue | Operation, team: Sequence[int], backend: str):
-        super().__init__(operands=[input, output], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[input, output], properties=self._props(team, backend), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_stacked(self.input, self.output, len(self.team), "input", "output")
@@ -184,7 +186,7 @@ class BroadcastOp(CommunicationOp):
     assembly_format = "$buffer `root` $root " + _TEAM_BACKEND
 
     def __init__(self, buffer: SSAValue | Operation, root: SSAValue | Operation, team: Sequence[int], backend: str):
-        super().__init__(operands=[buffer, root], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[buffer, root], properties=self._props(team, backend), result_types=[TOKEN])
 
     @classmethod
     def wire_factor(cls, n: int) -> Fraction:
@@ -210,7 +212,7 @@ class ScatterOp(CommunicationOp):
         team: Sequence[int],
         backend: str,
     ):
-        super().__init__(operands=[input, output, root], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[input, output, root], properties=self._props(team, backend), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_stacked(self.output, self.input, len(self.team), "output", "input")
@@ -235,7 +237,7 @@ class GatherOp(CommunicationOp):
         team: Sequence[int],
         backend: str,
     ):
-        super().__init__(operands=[input, output, root], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[input, output, root], properties=self._props(team, backend), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_stacked(self.input, self.output, len(self.team), "input", "output")
@@ -262,7 +264,7 @@ class ReduceOp(ReducingOp):
         backend: str,
     ):
         super().__init__(
-            operands=[input, output, root], properties=self._props(team, backend, op), result_types=[TokenType()]
+            operands=[input, output, root], properties=self._props(team, backend, op), result_types=[TOKEN]
         )
 
     def verify_shapes(self) -> None:
@@ -286,7 +288,7 @@ class AllreduceOp(ReducingOp):
     def __init__(
         self, input: SSAValue | Operation, output: SSAValue | Operation, team: Sequence[int], op: str, backend: str
     ):
-        super().__init__(operands=[input, output], properties=self._props(team, backend, op), result_types=[TokenType()])
+        super().__init__(operands=[input, output], properties=self._props(team, backend, op), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
@@ -309,7 +311,7 @@ class ReduceScatterOp(ReducingOp):
     def __init__(
         self, input: SSAValue | Operation, output: SSAValue | Operation, team: Sequence[int], op: str, backend: str
     ):
-        super().__init__(operands=[input, output], properties=self._props(team, backend, op), result_types=[TokenType()])
+        super().__init__(operands=[input, output], properties=self._props(team, backend, op), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_stacked(self.output, self.input, len(self.team), "output", "input")
@@ -327,7 +329,7 @@ class AlltoallOp(CommunicationOp):
     assembly_format = "$input `,` $output " + _TEAM_BACKEND
 
     def __init__(self, input: SSAValue | Operation, output: SSAValue | Operation, team: Sequence[int], backend: str):
-        super().__init__(operands=[input, output], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[input, output], properties=self._props(team, backend), result_types=[TOKEN])
 
     def verify_shapes(self) -> None:
         _check_same_shape(self.input, self.output, "input", "output")
@@ -375,7 +377,7 @@ class AlltoallvOp(CommunicationOp):
         super().__init__(
             operands=[input, send_counts, output, recv_counts],
             properties=self._props(team, backend),
-            result_types=[TokenType()],
+            result_types=[TOKEN],
         )
 
     def verify_team_op(self) -> None:
@@ -419,7 +421,7 @@ class SendOp(CommunicationOp):
     assembly_format = "$buffer `to` $peer " + _TEAM_BACKEND
 
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
-        super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TOKEN])
 
     @classmethod
     def wire_factor(cls, n: int) -> Fraction:
@@ -437,7 +439,7 @@ class RecvOp(CommunicationOp):
     assembly_format = "$buffer `from` $peer " + _TEAM_BACKEND
 
     def __init__(self, buffer: SSAValue | Operation, peer: SSAValue | Operation, team: Sequence[int], backend: str):
-        super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(operands=[buffer, peer], properties=self._props(team, backend), result_types=[TOKEN])
 
     @classmethod
     def wire_factor(cls, n: int) -> Fraction:
@@ -457,7 +459,7 @@ class BarrierOp(CommunicationOp):
     assembly_format = "`team` `=` custom<TeamList>($team, $translates) `backend` `=` custom<Word>($backend) attr-dict `:` type($token)"
 
     def __init__(self, team: Sequence[int], backend: str):
-        super().__init__(properties=self._props(team, backend), result_types=[TokenType()])
+        super().__init__(properties=self._props(team, backend), result_types=[TOKEN])
 
 
 @irdl_op_definition
@@ -518,7 +520,7 @@ class _PeerCopyOp(HirOp):
     def _props(backend: str, chunks: int | None) -> dict[str, Attribute]:
         props: dict[str, Attribute] = {"backend": StringAttr(backend)}
         if chunks is not None:
-            props["chunks"] = IntegerAttr(chunks, i64)
+            props["chunks"] = i64_attr(chunks)
         return props
 
     def local_buffer(self) -> SSAValue:
@@ -577,7 +579,7 @@ class PutOp(_PeerCopyOp):
         super().__init__(
             operands=[source, handle, peer, [block] if block is not None else []],
             properties=self._props(backend, chunks),
-            result_types=[TokenType()],
+            result_types=[TOKEN],
         )
 
     def local_buffer(self) -> SSAValue:
@@ -610,7 +612,7 @@ class GetOp(_PeerCopyOp):
         super().__init__(
             operands=[handle, peer, dest, [block] if block is not None else []],
             properties=self._props(backend, chunks),
-            result_types=[TokenType()],
+            result_types=[TOKEN],
         )
 
     def local_buffer(self) -> SSAValue:

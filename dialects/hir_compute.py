@@ -13,7 +13,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     TensorType,
-    i64,
 )
 from xdsl.ir import (
     Block,
@@ -38,6 +37,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
 from fuserc.dialects.fusion import element_type_of, shape_of
+from fuserc.dialects.fusion_mesh import tensor_type
 from fuserc.dialects.hir_comm import _check_same_shape
 from fuserc.dialects.hir_control import YieldOp, _segment_sizes, _single_block
 from fuserc.dialects.hir_core import (
@@ -50,8 +50,10 @@ from fuserc.dialects.hir_core import (
     _same_elements,
     check_buffer_type,
     chunk_shape,
+    i64_attr,
     select_shape,
 )
+from fuserc.ir import ClassTest
 
 # --------------------------------------------------------------------------
 # Views
@@ -75,8 +77,8 @@ class SelectOp(HirOp):
         src = SSAValue.get(source)
         t = src.type
         assert isinstance(t, TensorType)
-        result_type = TensorType(t.element_type, select_shape(t.get_shape(), dim))
-        super().__init__(operands=[src, index], properties={"dim": IntegerAttr(dim, i64)}, result_types=[result_type])
+        result_type = tensor_type(t.element_type, select_shape(t.get_shape(), dim))
+        super().__init__(operands=[src, index], properties={"dim": i64_attr(dim)}, result_types=[result_type])
 
     @property
     def dim(self) -> int:
@@ -111,10 +113,10 @@ class ChunkOp(HirOp):
         src = SSAValue.get(source)
         t = src.type
         assert isinstance(t, TensorType)
-        result_type = TensorType(t.element_type, chunk_shape(t.get_shape(), dim, chunks))
+        result_type = tensor_type(t.element_type, chunk_shape(t.get_shape(), dim, chunks))
         super().__init__(
             operands=[src, index],
-            properties={"dim": IntegerAttr(dim, i64), "chunks": IntegerAttr(chunks, i64)},
+            properties={"dim": i64_attr(dim), "chunks": i64_attr(chunks)},
             result_types=[result_type],
         )
 
@@ -162,7 +164,7 @@ class ViewOp(HirOp):
         src = SSAValue.get(source)
         t = src.type
         assert isinstance(t, TensorType)
-        self._init(operands=[src], result_types=[TensorType(t.element_type, shape)])
+        self._init(operands=[src], result_types=[tensor_type(t.element_type, tuple(shape))])
 
     def verify_op(self) -> None:
         a, b = shape_of(self.source), shape_of(self.result)
@@ -190,7 +192,7 @@ class TransposeOp(HirOp):
         src = SSAValue.get(source)
         t = src.type
         assert isinstance(t, TensorType)
-        self._init(operands=[src], result_types=[TensorType(t.element_type, list(reversed(t.get_shape())))])
+        self._init(operands=[src], result_types=[tensor_type(t.element_type, tuple(reversed(t.get_shape())))])
 
     def verify_op(self) -> None:
         a = shape_of(self.source)
@@ -432,16 +434,15 @@ class LaunchOp(HirOp):
         return op is not None and self.is_ancestor(op)
 
 
-_TENSOR_OP_CLASSES: dict[type[Operation], bool] = {}
-
-
 def _is_tensor_op(op: Operation) -> bool:
-    """Whether `op` is a fusion tensor op: the isinstance test against the
-    63 classes (each an ABC's test) made once per class, as a launch's
-    region is checked at every verification."""
-    known = _TENSOR_OP_CLASSES.get(type(op))
-    if known is None:
+    """Whether `op` is a fusion tensor op: the test against the 63 classes
+    made once per class (`ClassTest`), as a launch's region is checked at
+    every verification."""
+    if not _TENSOR_OP:
         from fuserc.dialects.fusion import TENSOR_OPS
 
-        known = _TENSOR_OP_CLASSES[type(op)] = isinstance(op, TENSOR_OPS)
-    return known
+        _TENSOR_OP.append(ClassTest(TENSOR_OPS))
+    return _TENSOR_OP[0](op)
+
+
+_TENSOR_OP: list[ClassTest] = []

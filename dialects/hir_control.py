@@ -43,6 +43,7 @@ from fuserc.dialects.hir_core import (
     _INDEX,
     EventType,
     HirOp,
+    STREAM,
     StreamType,
     _check_position,
     _check_positive,
@@ -51,6 +52,7 @@ from fuserc.dialects.hir_core import (
     Ranks,
     check_ranks,
     format_runs,
+    i64_attr,
     parse_runs,
     rank_array,
     rank_runs,
@@ -133,7 +135,7 @@ class ForOp(HirOp):
         region = _single_block(body, [_INDEX])
         _ensure_yield(region)
         super().__init__(
-            properties={"lb": IntegerAttr(lb, i64), "ub": IntegerAttr(ub, i64), "step": IntegerAttr(step, i64)},
+            properties={"lb": i64_attr(lb), "ub": i64_attr(ub), "step": i64_attr(step)},
             regions=[region],
         )
 
@@ -370,7 +372,7 @@ class AddModOp(HirOp):
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, modulus: int):
         super().__init__(
-            operands=[lhs, rhs], properties={"modulus": IntegerAttr(modulus, i64)}, result_types=[_INDEX]
+            operands=[lhs, rhs], properties={"modulus": i64_attr(modulus)}, result_types=[_INDEX]
         )
 
     @property
@@ -394,7 +396,7 @@ class DivOp(HirOp):
     assembly_format = "$lhs `by` $divisor attr-dict `:` type($result)"
 
     def __init__(self, lhs: SSAValue | Operation, divisor: int):
-        super().__init__(operands=[lhs], properties={"divisor": IntegerAttr(divisor, i64)}, result_types=[_INDEX])
+        super().__init__(operands=[lhs], properties={"divisor": i64_attr(divisor)}, result_types=[_INDEX])
 
     @property
     def divisor(self) -> int:
@@ -419,7 +421,7 @@ class GetCurrentStreamOp(HirOp):
     assembly_format = "attr-dict `:` type($stream)"
 
     def __init__(self):
-        super().__init__(result_types=[StreamType()])
+        super().__init__(result_types=[STREAM])
 
 
 @irdl_op_definition
@@ -449,7 +451,7 @@ class StreamForOp(HirOp):
 
     def __init__(self, index: SSAValue | Operation, count: int):
         super().__init__(
-            operands=[index], properties={"count": IntegerAttr(count, i64)}, result_types=[StreamType()]
+            operands=[index], properties={"count": i64_attr(count)}, result_types=[STREAM]
         )
 
     @property

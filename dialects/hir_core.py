@@ -4,11 +4,12 @@ Part of the hir dialect (`fuserc.dialects.hir` gathers the ops and defines the d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
+    UNKNOWN_LOC,
     ArrayAttr,
     BytesAttr,
     I64,
@@ -24,6 +25,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import (
     Attribute,
     Operation,
+    OpResult,
     ParametrizedAttribute,
     Region,
     SSAValue,
@@ -31,6 +33,7 @@ from xdsl.ir import (
 )
 from xdsl.irdl import (
     IRDLOperation,
+    VariadicDef,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
@@ -50,6 +53,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc.dialects.fusion import element_type_of
+from fuserc.dialects.fusion_mesh import _int_array, i64_attr
 from fuserc.dialects.hir_team import Team
 from fuserc.sharding import MAX_MESH_DEVICES
 
@@ -86,6 +90,10 @@ class StreamType(ParametrizedAttribute, TypeAttribute):
     name = "hir.stream"
 
 
+TOKEN, STREAM = TokenType(), StreamType()
+"""The token and stream types, made once (the passes make thousands of ops of them)."""
+
+
 @irdl_attr_definition
 class EventType(ParametrizedAttribute, TypeAttribute):
     """`!hir.event`: a point in a stream's work, recorded and waited on."""
@@ -107,7 +115,7 @@ class HandleType(ParametrizedAttribute, TypeAttribute):
 
 def int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
     """`[0 : i64, 1 : i64, ...]`: short int lists (dims, starts, limits)."""
-    return ArrayAttr([IntegerAttr(v, i64) for v in values])
+    return _int_array(values)
 
 
 def rank_array(values: Sequence[int]) -> DenseArrayBase:
@@ -485,11 +493,50 @@ class HirOp(IRDLOperation):
         host program has thousands). The verifier checks them instead."""
         Operation.__init__(
             self,
-            operands=[SSAValue.get(v) for v in operands],
+            operands=[v if type(v) is OpResult else SSAValue.get(v) for v in operands],  # the usual class first: SSAValue.get's isinstance check is a Python call
             result_types=result_types,
             properties=properties or {},
+            location=UNKNOWN_LOC,  # what xDSL gives, without its import per op
             regions=regions,
         )
+
+    def __init__(
+        self,
+        *,
+        operands: Sequence[Any] | None = None,
+        result_types: Sequence[Any] | None = None,
+        properties: Mapping[str, Attribute | None] | None = None,
+        attributes: Mapping[str, Attribute | None] | None = None,
+        successors: Sequence[Any] | None = None,
+        regions: Sequence[Any] | None = None,
+    ) -> None:
+        """IRDL's builder, or `_init` where the op's definition is flat
+        (`_flat`: each operand, result and region one, no segment sizes) and
+        it is given its operands, results and regions as they are: then the
+        builder would make the same op, more slowly (stream-pipeline makes
+        thousands of hir.chunk, hir.set_current_stream, ...)."""
+        if not attributes and not successors and _flat(type(self)) and all(type(r) is Region for r in regions or ()):
+            props = {k: v for k, v in properties.items() if v is not None} if properties else {}
+            self._init(operands or (), result_types or (), props, regions or ())
+            return
+        super().__init__(
+            operands=operands, result_types=result_types, properties=properties, attributes=attributes, successors=successors, regions=regions
+        )
+
+
+_FLAT: dict[type[IRDLOperation], bool] = {}
+
+
+def _flat(cls: type[IRDLOperation]) -> bool:
+    """Whether `cls`'s definition has no variadic or optional operand,
+    result, region or successor and no option (segment sizes): IRDL's
+    builder then only checks its arguments. Once per class."""
+    flat = _FLAT.get(cls)
+    if flat is None:
+        d = cls.get_irdl_definition()
+        defs = [x for _, x in (*d.operands, *d.results, *d.regions, *d.successors)]
+        flat = _FLAT[cls] = not d.options and not any(isinstance(x, VariadicDef) for x in defs)
+    return flat
 
 
 # --------------------------------------------------------------------------
@@ -519,7 +566,7 @@ class AllocOp(HirOp):
     def __init__(self, site: str, result_type: TensorType, storage: int | None = None):
         props: dict[str, Attribute] = {"site": StringAttr(site)}
         if storage is not None:
-            props["storage"] = IntegerAttr(storage, i64)
+            props["storage"] = i64_attr(storage)
         self._init(result_types=[result_type], properties=props)
 
     @property
@@ -536,7 +583,7 @@ class AllocOp(HirOp):
         if value is None:
             self.properties.pop("storage", None)
         else:
-            self.properties["storage"] = IntegerAttr(value, i64)
+            self.properties["storage"] = i64_attr(value)
 
     def verify_sites(self, seen: dict[tuple[Operation | None, str], "AllocOp"]) -> None:
         """That no earlier hir.alloc of its function uses its site; `seen`

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, TypeAttribute
 from xdsl.parser import Parser
@@ -133,6 +133,7 @@ class _LocatingParser(Parser):
         self._filename = filename
         self._op_start: Span = self._current_token.span
         self._types: dict[str, TypeAttribute] = {}
+        self._function_types: dict[str, FunctionType] = {}
         self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
         self._regions: list[Span] = []  # where each region being read opens
 
@@ -286,6 +287,25 @@ class _LocatingParser(Parser):
         after = self._current_token.span.start
         if parsed is not None and after >= end and not content[end:after].strip():
             self._types[key] = parsed
+        return parsed
+
+    def parse_optional_function_type(self) -> FunctionType | None:
+        """xDSL's, reading each distinct `(...) -> ...` that ends its line
+        (an op's signature) once: programs repeat a few on every op."""
+        token = self._current_token
+        if token.kind != MLIRTokenKind.L_PAREN:
+            return None
+        content = self.lexer.input.content
+        start = token.span.start
+        end = content.find("\n", start)
+        key = content[start : len(content) if end < 0 else end].rstrip()
+        known = self._function_types.get(key)
+        if known is not None:
+            self._resume_from(start + len(key))
+            return known
+        parsed = super().parse_optional_function_type()
+        if parsed is not None and content[start : self._current_token.span.start].rstrip() == key:
+            self._function_types[key] = parsed  # it took the rest of the line (a comment aside): the same text, the same type
         return parsed
 
     def parse_dimension_list(self) -> list[int]:
@@ -518,19 +538,24 @@ class _Verification:
     the ops in its regions)."""
 
     def __init__(self, signature: _Signatures):
+        from fuserc.dialects.hir import AllocOp, is_host_program, verify_discardable
+        from fuserc.passes.plan_memory import check_storage
+
         self.signature = signature
         self.verified = signature.verified
         self.sites: dict = {}
+        self.alloc_op, self.is_host_program, self.verify_discardable, self.check_storage = AllocOp, is_host_program, verify_discardable, check_storage
+        """What the walk calls, imported once per walk, not per op (the dialects import this module)."""
+        self.stored: list[Operation] = []
+        """The hir.allocs with a `storage` number met so far in the host program walked."""
 
     def op(self, op: Operation, visible: dict[int, set[int]]) -> None:
         """Verify `op` and then its regions; `visible`: per enclosing block
         (those inside the nearest op isolated from above), the ops before
         the one that encloses `op`, and its own block's ops before `op`
         (by id: an op's hash is a Python call)."""
-        from fuserc.dialects.hir import AllocOp, is_host_program, verify_discardable
-        from fuserc.passes.plan_memory import check_storage
-
         cls = type(op)
+        host = False
         try:
             _defined_before_use(op, visible)
             if _is_symbol_table(cls):
@@ -538,28 +563,41 @@ class _Verification:
             key = self.signature.of(op)
             if key is None or key not in self.verified:
                 op.verify(verify_nested_ops=False)
-                verify_discardable(op)
+                self.verify_discardable(op)
                 if key is not None:
                     self.verified.add(key)
-            if cls is AllocOp:
+            if cls is self.alloc_op:
                 op.verify_sites(self.sites)
+                if op.storage_attr is not None:  # type: ignore[attr-defined]
+                    self.stored.append(op)  # type: ignore[arg-type]
             elif cls is FuncOp:
                 _verify_func_signature(op)  # type: ignore[arg-type]
                 _verify_one_block(op)  # type: ignore[arg-type]
-                if is_host_program(op):  # type: ignore[arg-type]
-                    check_storage(op)  # type: ignore[arg-type]
+                host = self.is_host_program(op)  # type: ignore[arg-type]
         except VerifyException as e:
             raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
         if not op.regions:
             return
         outer = {} if _is_isolated(cls) else visible
+        if host:
+            stored, self.stored = self.stored, []
         for region in op.regions:
             for block in region.blocks:
                 here: set[int] = set()
                 inner = {**outer, id(block): here}
-                for child in block.ops:
+                child = block._first_op  # `block.ops` without its iterator (this walk changes nothing)
+                while child is not None:
                     self.op(child, inner)
                     here.add(id(child))
+                    child = child._next_op
+        if host:
+            # Its `storage` numbers, once its ops are verified, from the
+            # allocations this walk met (not a walk of its own).
+            try:
+                self.check_storage(op, self.stored)  # type: ignore[arg-type]
+            except VerifyException as e:
+                raise Diagnostic(f"'{op.name}' op {e}", location_of(op)) from None
+            self.stored = stored
 
 
 def _defined_before_use(op: Operation, visible: Mapping[int, set[int]]) -> None:
@@ -593,6 +631,24 @@ def _is_symbol_table(cls: type[Operation]) -> bool:
     if known is None:
         known = _SYMBOL_TABLES[cls] = cls.has_trait(SymbolTable)
     return known
+
+
+class ClassTest:
+    """`isinstance(x, classes)`, decided once per class of `x`: xDSL's ops
+    and attributes are ABCs, whose isinstance check is a Python call each
+    time it misses, and hot walks test thousands of ops against the same
+    few classes."""
+
+    def __init__(self, classes: type | tuple[type, ...]):
+        self.classes = classes
+        self.known: dict[type, bool] = {}
+
+    def __call__(self, x: object) -> bool:
+        cls = type(x)
+        known = self.known.get(cls)
+        if known is None:
+            known = self.known[cls] = issubclass(cls, self.classes)
+        return known
 
 
 _ISOLATED: dict[type[Operation], bool] = {}
@@ -652,7 +708,13 @@ class _Signatures:
     attributes numbered (`Numbering`)."""
 
     def __init__(self) -> None:
-        self.scopes: dict[Operation | None, Operation | None] = {}
+        self.scopes: dict[int, int] = {}
+        """By id of a parent op (None's too), the number of its symbol table (`tables`)."""
+        self.tables: dict[int, int] = {}
+        """By id, each symbol table op met, numbered: a signature holds the
+        number, not the op (whose hash is a Python call)."""
+        self.kept: list[Operation | None] = []
+        """The tables numbered, so that their ids stay theirs while the numbers are used."""
         self.number = Numbering()
         self.ids = self.number.ids
         self.verified: set[tuple] = set()
@@ -675,7 +737,7 @@ class _Signatures:
         if key is not False:
             return key  # type: ignore[return-value]
         cls = type(op)
-        if op.successors:
+        if op._successors:  # `op.successors` makes a view of this tuple
             key = None
         elif not op.regions:
             key = self(op)
@@ -688,54 +750,64 @@ class _Signatures:
             parts: list = [self(op)]
             for region in op.regions:
                 for block in region.blocks:
-                    where: dict = {a: ("a", a.index) for a in block.args}
+                    where: dict[int, tuple] = {id(a): ("a", a.index) for a in block.args}  # by id: a value's hash is a Python call
                     parts.append(tuple(self.number(a.type) for a in block.args))
                     for k, child in enumerate(block.ops):
-                        if child.regions or child.successors:
+                        if child.regions or child._successors:
                             self.keys[id(op)] = None
                             return None
                         ck = self.keys[id(child)] = self(child)
-                        parts.append((ck, tuple(where.get(v, "x") for v in child._operands)))
+                        parts.append((ck, tuple(where.get(id(v), "x") for v in child._operands)))
                         for r in child.results:
-                            where[r] = (k, r.index)
+                            where[id(r)] = (k, r.index)
                     parts.append(None)
             key = tuple(parts)
         self.keys[id(op)] = key
         return key
 
-    def scope(self, parent: Operation | None) -> Operation | None:
-        if parent not in self.scopes:
+    def scope(self, parent: Operation | None) -> int:
+        """The number of the symbol table that `parent` is or is inside."""
+        n = self.scopes.get(id(parent))
+        if n is None:
             scope = parent
             while scope is not None and not _is_symbol_table(type(scope)):
                 scope = scope.parent_op()
-            self.scopes[parent] = scope
-        return self.scopes[parent]
+            n = self.tables.get(id(scope))
+            if n is None:
+                n = self.tables[id(scope)] = len(self.kept)
+                self.kept.append(scope)
+            self.scopes[id(parent)] = n
+        return n
 
     def __call__(self, op: Operation) -> tuple:
         ids, number = self.ids, self.number
         cls = type(op)
         ignored = getattr(cls, "SIGNATURE_IGNORES", ())
         key: list = [cls]
-        for v in op._operands:  # the tuple `op.operands` views (the hot path of every verification)
-            t = v.type
+        # The fields behind xDSL's properties (`op.operands` views `_operands`,
+        # `v.type` reads `_type`): the hot path of every verification.
+        for v in op._operands:
+            t = v._type
             n = ids.get(id(t))
             key += (number(t) if n is None else n, type(v.op) if type(v) is OpResult else Block)
         key.append(None)
         for r in op.results:
-            t = r.type
+            t = r._type
             n = ids.get(id(t))
             key.append(number(t) if n is None else n)
         key.append(None)
         for name, value in op.properties.items():
             if name not in ignored:
-                key += (name, number(value))
+                n = ids.get(id(value))
+                key += (name, number(value) if n is None else n)
         key.append(None)
         for name, value in op.attributes.items():
-            key += (name, number(value))
+            n = ids.get(id(value))
+            key += (name, number(value) if n is None else n)
         block = op.parent
         region = block.parent if block is not None else None
         parent = region.parent if region is not None else None
-        key += (type(parent), block is not None and op.next_op is None, self.scope(parent))
+        key += (type(parent), block is not None and op._next_op is None, self.scope(parent))
         return tuple(key)
 
 
@@ -810,6 +882,10 @@ class _Printer(Printer):
     def __init__(self, stream: io.StringIO, generic: bool) -> None:
         super().__init__(stream=stream, print_generic_format=generic)
         self._types: dict[TensorType, str] = {}
+        self._texts: dict[int, str] = {}
+        """By id, each tensor type object's text (an attribute's hash walks all of it)."""
+        self._kept: list[TensorType] = []
+        """The objects `_texts` holds, so that their ids stay theirs while it prints."""
 
     def print_string(self, text: str, *, indent: int | None = None) -> None:
         if "\n" in text:
@@ -820,14 +896,18 @@ class _Printer(Printer):
         self.stream.write(text)
 
     def print_attribute(self, attribute: Attribute) -> None:
-        if not isinstance(attribute, TensorType):
-            super().print_attribute(attribute)
-            return
-        text = self._types.get(attribute)
+        text = self._texts.get(id(attribute))
         if text is None:
-            out = io.StringIO()
-            Printer(stream=out).print_attribute(attribute)
-            text = self._types[attribute] = out.getvalue()
+            if not isinstance(attribute, TensorType):
+                super().print_attribute(attribute)
+                return
+            text = self._types.get(attribute)
+            if text is None:
+                out = io.StringIO()
+                Printer(stream=out).print_attribute(attribute)
+                text = self._types[attribute] = out.getvalue()
+            self._texts[id(attribute)] = text
+            self._kept.append(attribute)
         self.print_string(text)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fuserc.check import CHECK_TOLERANCES, CheckResult, compare, precision_of  # noqa: F401  (their home is fuserc.check)
+from fuserc.cli import mesh_options
 
 if TYPE_CHECKING:  # torch and numpy load only when a program runs
     import numpy as np
@@ -162,20 +163,6 @@ def run_file(
     `fuserc run`."""
     options = _Options(file, entry, pipeline, [], seed, None, check, backend, None, None, False, None, meshes or {})
     return _run(options, job)
-
-
-def mesh_options(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """`--mesh NAME=SHAPE` options as {name: shape}; bad usage if malformed."""
-    from fuserc.ir import mesh_option
-
-    out: dict[str, tuple[int, ...]] = {}
-    for v in values:
-        try:
-            name, shape = mesh_option(v)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="'--mesh'") from None
-        out[name] = shape
-    return out
 
 
 def read_shared_source(job: Any, path: str) -> tuple[str, str]:

@@ -39,7 +39,7 @@ the IR (the communication report prints it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
+from fuserc.ir import ClassTest
 from fuserc.passes.stream_order import MAIN, STEPS, Clock, Issued, Kinds, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
@@ -335,12 +336,13 @@ def _uses(func: FuncOp) -> tuple[dict[hir.AllocOp, Buffer], str]:
         return buffers, ""
 
 
-def check_storage(func: FuncOp) -> None:
+def check_storage(func: FuncOp, allocs: Sequence[hir.AllocOp]) -> None:
     """That the `storage` numbers a host program carries (written by hand,
     or by this pass) are safe: each buffer with one may share memory, and
-    buffers with the same one are never in use at the same time. Raises a
-    Diagnostic at the first allocation that breaks it."""
-    allocs = [op for op in func.walk() if isinstance(op, hir.AllocOp) and op.storage is not None]
+    buffers with the same one are never in use at the same time. `allocs`:
+    its hir.allocs with a `storage` number, in program order (the verifier
+    collects them in its walk). Raises a Diagnostic at the first allocation
+    that breaks it."""
     if not allocs:
         return
     buffers, why = _uses(func)
@@ -368,6 +370,9 @@ def check_storage(func: FuncOp) -> None:
         merge_last(last, b)
 
 
+_is_alloc, _is_view, _is_yield, _is_kept = ClassTest(hir.AllocOp), ClassTest(_VIEWS), ClassTest(hir.YieldOp), ClassTest((hir.ShareOp, ReturnOp))
+
+
 def _any_candidate(func: FuncOp) -> bool:
     """Whether some allocation might be planned: one not in a loop whose
     buffer (or a view) is neither returned nor shared, read off the ops
@@ -377,20 +382,20 @@ def _any_candidate(func: FuncOp) -> bool:
     kept: set[Operation] = set()
     allocs: list[Operation] = []
     for op in func.walk():
-        if isinstance(op, hir.AllocOp):
+        if _is_alloc(op):
             allocs.append(op)
-            roots[op.result] = {op}
+            roots[op.result] = {op}  # type: ignore[attr-defined]
             parent = op.parent_op()
             while parent is not None and parent is not func:
                 if isinstance(parent, hir.ForOp):
                     kept.add(op)
                 parent = parent.parent_op()
-        elif isinstance(op, _VIEWS):
+        elif _is_view(op):
             roots[op.results[0]] = roots.get(op.operands[0], set())
-        elif isinstance(op, hir.YieldOp) and isinstance(op.parent_op(), hir.IfRankOp):
+        elif _is_yield(op) and isinstance(op.parent_op(), hir.IfRankOp):
             for r, v in zip(op.parent_op().results, op.values):  # type: ignore[union-attr]
                 roots[r] = roots.get(r, set()) | roots.get(v, set())
-        elif isinstance(op, (hir.ShareOp, ReturnOp)):
+        elif _is_kept(op):
             for v in op.operands:
                 kept |= roots.get(v, set())
     return any(op not in kept for op in allocs)

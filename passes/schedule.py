@@ -39,6 +39,7 @@ from xdsl.traits import IsTerminator
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import AddOp, FusionOp, element_type_of, shape_of
 from fuserc.dialects.fusion_reduction import ReductionOp
+from fuserc.ir import ClassTest
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
@@ -68,17 +69,27 @@ def _written(op: Operation) -> set[SSAValue]:
     here."""
     out: set[SSAValue] = set()
     for o in op.walk():
-        if isinstance(o, (hir.MatmulOp, hir.LinearOp)):
-            out.add(_root(o.out))
-        elif isinstance(o, hir.CopyOp):
-            out.add(_root(o.dest))
-        elif isinstance(o, hir.LaunchOp):
-            out.update(_root(v) for v in o.outs)
-        elif isinstance(o, hir.DeallocOp):
-            out.add(_root(o.buffer))
-        elif not isinstance(o, _READS_ONLY):
+        kind = _WRITES.get(type(o))
+        if kind is None:
+            kind = _WRITES[type(o)] = next((k for k, classes in enumerate(_WRITE_KINDS) if isinstance(o, classes)), len(_WRITE_KINDS))
+        if kind == 0:
+            out.add(_root(o.out))  # type: ignore[attr-defined]
+        elif kind == 1:
+            out.add(_root(o.dest))  # type: ignore[attr-defined]
+        elif kind == 2:
+            out.update(_root(v) for v in o.outs)  # type: ignore[attr-defined]
+        elif kind == 3:
+            out.add(_root(o.buffer))  # type: ignore[attr-defined]
+        elif kind == len(_WRITE_KINDS):
             out.update(_root(v) for v in o.operands if isinstance(v.type, TensorType))
     return out
+
+
+_WRITE_KINDS: tuple[tuple[type[Operation], ...], ...] = ((hir.MatmulOp, hir.LinearOp), (hir.CopyOp,), (hir.LaunchOp,), (hir.DeallocOp,), _READS_ONLY)
+"""What `_written` reads of an op, by the first of these it is: its out, its
+dest, its outs, its buffer, nothing; else every tensor operand."""
+_WRITES: dict[type[Operation], int] = {}
+"""Each op class's place in `_WRITE_KINDS`, decided once per class."""
 
 
 def _touching(roots: Collection[SSAValue], block: Block) -> set[Operation]:
@@ -353,7 +364,10 @@ def _bounds(op: Operation) -> bool:
     """`op` is or holds a boundary: a pipeline's join (`hir.for` of
     `hir.sync_stream`s) orders the compute after it behind the worker
     streams' writes, which name no buffer in the join itself."""
-    return any(isinstance(o, _BOUNDARY) for o in op.walk())
+    return any(_is_boundary(o) for o in op.walk())
+
+
+_is_boundary = ClassTest(_BOUNDARY)
 
 
 def _needed_first(comm: Operation) -> None:

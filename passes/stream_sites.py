@@ -38,6 +38,7 @@ from typing import Protocol
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, SliceOp, element_type_of, shape_of
+from fuserc.ir import ClassTest
 from fuserc.passes import cost_model
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.cost_model import ALLGATHER, CHUNKS, REDUCE_SCATTER
@@ -156,9 +157,12 @@ def alloc_in(value: SSAValue, block: Block) -> hir.AllocOp | None:
 
 def root(v: SSAValue) -> SSAValue:
     """The buffer a view (a chunk, select, reshaped view or transpose) aliases."""
-    while isinstance(v.owner, hir.VIEW_OPS):
+    while _is_view(v.owner):
         v = v.owner.operands[0]
     return v
+
+
+_is_view = ClassTest(hir.VIEW_OPS)
 
 
 def sole_users(value: SSAValue, allowed: set[Operation]) -> list[Operation]:

@@ -43,10 +43,12 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from fuserc.diagnostics import Diagnostic
-from fuserc.runtime.job.watchdog import Board, Watchdog
+
+if TYPE_CHECKING:  # imported where a job starts: `fuserc opt` and the launcher checks run without them
+    from fuserc.runtime.job.watchdog import Board, Watchdog
 
 DEBUG_ENV = "FUSERC_DEBUG"
 PEER_GRACE_S = 0.5
@@ -238,6 +240,8 @@ class Job:
         `prepare`, its local work: imports) and the job's board.
         `own_process`: the process is fuserc's (`fuserc run`, a tool), so
         the watchdog may take SIGTERM (runtime/job/watchdog.py)."""
+        from fuserc.runtime.job.watchdog import Board, Watchdog
+
         dog = Watchdog(launcher_rank() or 0, launcher_size() or 1, timeout, own_signals=own_process)
         dog.launcher_pid = follow_launcher()
         dog.start()
