@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
     NoneAttr,
     TensorType,
     f64,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute, Operation, OpResult, SSAValue
@@ -476,14 +477,8 @@ def keyword_value(value: Attribute) -> Any:
     if isinstance(value, FloatAttr):
         return value.value.data
     if isinstance(value, IntegerAttr):
-        return bool(value.value.data) if value.type == _I1 else value.value.data
+        return bool(value.value.data) if value.type == i1 else value.value.data  # xDSL's i1, not a new IntegerType per read (30 us)
     return value
-
-
-_I1 = IntegerType(1)
-"""A bool keyword's type, made once: `keyword` runs at every launch of
-an op read at run time (attention's causal flag), and making an
-IntegerType took 30 us."""
 
 
 def keyword_attr(value: Any, kind: str) -> Attribute:
@@ -493,7 +488,7 @@ def keyword_attr(value: Any, kind: str) -> Attribute:
     if kind == "int":
         return IntegerAttr(int(value), i64)
     if kind == "bool":
-        return IntegerAttr(int(bool(value)), IntegerType(1))
+        return IntegerAttr(int(bool(value)), i1)
     if kind == "float":
         return FloatAttr(float(value), f64)
     raise AssertionError(kind)
@@ -568,7 +563,7 @@ def _parse_keyword_value(parser: Parser, key: str, kind: str) -> Attribute:
     if kind == "int":
         return IntegerAttr(parser.parse_integer(allow_boolean=False), i64)
     if kind == "bool":
-        return IntegerAttr(int(parser.parse_boolean()), IntegerType(1))
+        return IntegerAttr(int(parser.parse_boolean()), i1)
     if kind == "float":
         negative = parser.parse_optional_punctuation("-") is not None
         word = parser.parse_optional_identifier()
