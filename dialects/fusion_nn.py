@@ -531,9 +531,8 @@ class EmbeddingGradOp(FusionOp):
     up (bf16 and f16 in f32, rounded once). A launch of its own run by
     PyTorch's kernel (`ALONE`), which sums each id's rows after sorting the
     ids: no [vocab, dim] accumulator in f32 (512 MiB for a 32768 x 4096
-    table), as a traced index_add would allocate. The ids and `grad`'s rows
-    are whole on each device; a device makes the rows of its block of the
-    vocabulary (ids outside it add nothing)."""
+    table), as a traced index_add would allocate. The ids, `grad`'s rows and
+    the vocabulary are whole on each device (a split `dim` stays split)."""
 
     name = "fusion.embedding_grad"
     OPERANDS: ClassVar[tuple[str, ...]] = ("grad", "ids")
