@@ -41,7 +41,7 @@ from fuserc.dialects.fusion import (
 )
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
-from fuserc.passes.expert_chunks import chunk_function, hoist
+from fuserc.passes.expert_chunks import check_chunks, chunk_function, hoist
 from fuserc.passes.reshard_util import inverse
 from fuserc.sharding import Mesh, Sharding
 
@@ -80,8 +80,7 @@ class Autodiff(ModulePass):
             raise ValueError(f"gathered-mib must be -1 (no limit) or a size in MiB, got {self.gathered_mib}")
         if self.budget < -1:
             raise ValueError(f"budget must be -1 (no limit) or a size in MiB, got {self.budget}")
-        if self.token_chunks is not None and self.token_chunks < 1:
-            raise ValueError(f"token-chunks must be positive, got {self.token_chunks}")
+        check_chunks(self.token_chunks)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}

@@ -51,6 +51,7 @@ from fuserc.dialects.fusion_builder import ELEMENT_TYPES, make_op
 from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.dialects.fusion_moe import GroupedMatmulOp
 from fuserc.passes import cost_model
+from fuserc.passes.reshard_util import element_bytes
 from fuserc.sharding import Mesh, Sharding
 
 CHUNKS_ATTR = "fusion.token_chunks"
@@ -68,13 +69,18 @@ class ChunkExperts(ModulePass):
     token_chunks: int | None = None
 
     def __post_init__(self) -> None:
-        if self.token_chunks is not None and self.token_chunks < 1:
-            raise ValueError(f"token-chunks must be positive, got {self.token_chunks}")
+        check_chunks(self.token_chunks)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
         for func in [f for f in op.ops if isinstance(f, FuncOp) and not f.is_declaration and not hir.is_host_program(f)]:
             chunk_function(func, meshes, self.token_chunks)
+
+
+def check_chunks(count: int | None) -> None:
+    """The option `token-chunks` (of this pass and of autodiff) is positive or unset."""
+    if count is not None and count < 1:
+        raise ValueError(f"token-chunks must be positive, got {count}")
 
 
 @dataclass
@@ -191,9 +197,8 @@ def _work(chain: Chain) -> tuple[int, int, list[float], str]:
     x = chain.dispatch.input.type
     assert isinstance(x, TensorType)
     elem = next((n for n, t in ELEMENT_TYPES.items() if t == x.element_type), "f32")
-    size = {"bf16": 2, "f16": 2, "f64": 8}.get(elem, 4)
     flops = [2.0 * shape_of(o.lhs)[-1] * shape_of(o.results[0])[-1] for o in chain.body if isinstance(o, GroupedMatmulOp)]
-    return shape_of(chain.dispatch.ids)[1], shape_of(x)[-1] * size, flops, elem
+    return shape_of(chain.dispatch.ids)[1], shape_of(x)[-1] * element_bytes(x), flops, elem
 
 
 # ---- the rewrite ------------------------------------------------------------

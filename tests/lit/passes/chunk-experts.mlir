@@ -9,6 +9,8 @@
 // RUN: diff %t.whole %t.one
 // RUN: %fuserc opt %examples/moe_layer.mlir --mesh tp=1 -p 'propagate-shardings,chunk-experts{token-chunks=2}' | filecheck %s --check-prefix=D1
 // RUN: not %fuserc opt %examples/moe_layer.mlir -p 'default{token-chunks=3}' 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: not %fuserc opt %examples/moe_layer.mlir -p 'default{token-chunks=0}' 2>&1 | filecheck %s --check-prefix=ZERO
+// RUN: not %fuserc opt %examples/moe_layer.mlir -p 'autodiff{token-chunks=0},default' 2>&1 | filecheck %s --check-prefix=ZEROAD
 
 // chunk-experts on examples/moe_layer.mlir (16 tokens split over 4
 // devices, top 2 of 4 experts, one a device): in 2 chunks, chunk c taking
@@ -77,3 +79,6 @@
 
 // A forced count must divide each device's tokens.
 // BAD: moe_layer.mlir:36:3: error: chunk-experts: token-chunks = 3 does not divide the 4 tokens each of the 4 devices holds (#fusion.sharding<@tp, [DIDx, -]>)
+
+// ZERO: error: invalid options for pass 'chunk-experts': token-chunks must be positive, got 0
+// ZEROAD: error: invalid options for pass 'autodiff': token-chunks must be positive, got 0
