@@ -58,6 +58,15 @@ imports torch and Inductor and makes a CUDA context beside the others.
 On 2 H200s (32 cores), the GPT layer's first fwd+bwd step (14 kernels a
 rank, every cache empty) took 9.6 s with 2 workers a rank, 11.3 s with
 none and 15.7 s with 8; on 4 H200s with 8 a rank, 19.3 s."""
+MAX_BACKGROUND_WORKERS = 4
+"""Workers of one rank at most when the kernels are built in the
+background of the runs (`Background`): the workers are then the only
+builders, and a worker's first kernel waits for its start (about 6 s
+importing torch, then about 11 s for its first Inductor compile, on one
+H200's host), so the cold starts are better paid side by side. The
+12-layer GPT of train_gpt.py (14 kernels, 16 cores, every cache empty)
+had its kernels in after 27.1 s and 22.2 s with 2 workers, 20.7 s with 4
+and 24.7 s with 6."""
 MIN_JOBS_FOR_WORKERS = 10
 """A worker pays for itself once a process has this many kernels to build.
 A worker takes about as long to start (Python, torch, Inductor, a CUDA
@@ -310,7 +319,7 @@ class Background:
         self._stop = threading.Event()
         _LIVE.add(self)
         at_exit_first(_stop_at_exit)
-        n = worker_count(len(groups), local_size) if workers is None else workers
+        n = worker_count(len(groups), local_size, background=True) if workers is None else workers
         if workers is None and not os.environ.get(WORKERS_ENV, "").strip():
             n = max(1, n)  # a build in this process would hold the interpreter the runs need
         self._thread = threading.Thread(
@@ -552,11 +561,12 @@ def _finish(group: Sequence[Job], lock: KeyLock, error: str | None, cache: Kerne
         lock.release()
 
 
-def worker_count(jobs: int, local_size: int) -> int:
+def worker_count(jobs: int, local_size: int, background: bool = False) -> int:
     """Build workers for `jobs` kernels to build: `$FUSERC_BUILD_WORKERS`,
     else none under `MIN_JOBS_FOR_WORKERS` kernels, else one per kernel
     beyond the first, at most one per CPU core this rank's share of the
-    machine has beyond its own, at most `MAX_WORKERS`."""
+    machine has beyond its own, at most `MAX_WORKERS` (in the
+    `background` of the runs: `MAX_BACKGROUND_WORKERS`)."""
     explicit = os.environ.get(WORKERS_ENV, "").strip()
     if explicit:
         try:
@@ -568,7 +578,7 @@ def worker_count(jobs: int, local_size: int) -> int:
     if jobs < MIN_JOBS_FOR_WORKERS:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(jobs - 1, cores // max(local_size, 1) - 1, MAX_WORKERS))
+    return max(0, min(jobs - 1, cores // max(local_size, 1) - 1, MAX_BACKGROUND_WORKERS if background else MAX_WORKERS))
 
 
 SLOWEST_SHOWN = 3

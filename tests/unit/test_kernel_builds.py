@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -484,7 +485,8 @@ def test_the_gpu_opened_early_is_the_launchers_local_rank(env: dict[str, str], l
 def test_a_rank_starts_few_build_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers start from MIN_JOBS_FOR_WORKERS kernels, one per kernel
     beyond the first, within the rank's share of the cores, and never more
-    than MAX_WORKERS (2: more started slower than they built on 2 H200s);
+    than MAX_WORKERS (2: more started slower than they built on 2 H200s),
+    or MAX_BACKGROUND_WORKERS (4) for builds behind the runs;
     $FUSERC_BUILD_WORKERS overrides, a bad value is a diagnostic."""
     from fuserc.diagnostics import Diagnostic
 
@@ -492,6 +494,8 @@ def test_a_rank_starts_few_build_workers(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
     assert kernel_builds.worker_count(kernel_builds.MIN_JOBS_FOR_WORKERS - 1, 1) == 0
     assert kernel_builds.worker_count(14, 4) == kernel_builds.MAX_WORKERS == 2
+    assert kernel_builds.worker_count(14, 4, background=True) == kernel_builds.MAX_BACKGROUND_WORKERS == 4
+    assert kernel_builds.worker_count(14, 16, background=True) == 3  # 4 cores a rank
     assert kernel_builds.worker_count(14, 32) == 1  # 2 cores a rank: one for the rank, one worker
     assert kernel_builds.worker_count(14, 64) == 0
     monkeypatch.setenv(kernel_builds.WORKERS_ENV, "5")
@@ -506,6 +510,19 @@ def _operands(launch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     _, ins, outs, _ = launch
     made = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).normal_() for t in (*ins, *outs)]
     return made[: len(ins)], made[len(ins) :]
+
+
+def test_background_builds_take_the_background_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `Background` asks for the workers of builds behind the runs
+    (MAX_BACKGROUND_WORKERS), and feeds its build that many."""
+    monkeypatch.delenv(kernel_builds.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    given: list[int] = []
+    monkeypatch.setattr(kernel_builds, "build_all", lambda groups, device, lr, ls, workers, **kw: given.append(workers))
+    jobs = [[SimpleNamespace(ident=("job", i))] for i in range(14)]
+    background = kernel_builds.Background(jobs, CPU, 0, 1, None)  # type: ignore[arg-type]
+    assert background.wait(timeout=30)
+    assert given == [kernel_builds.MAX_BACKGROUND_WORKERS]
 
 
 def test_kernels_built_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
