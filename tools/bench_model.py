@@ -540,7 +540,7 @@ def timing(a: argparse.Namespace, together: bool, count: int, need: float | None
         return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed steps of each variant a round)"
     if count < 2:
         return "one variant, alone"
-    return f"one after another (the variants would need about {need:,.0f} MiB together, {free:,.0f} MiB free)"
+    return f"one after another (the variants would need about {num_text(need, ',.0f')} MiB together, {num_text(free, ',.0f')} MiB free)"
 
 
 # --------------------------------------------------------------------------
