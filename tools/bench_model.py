@@ -482,13 +482,21 @@ def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
             res.results[key] = Result(reason=why[key])
             continue
         before = allocated_mib(job)
-        got, reason = agreed(job.comm, lambda: begin(makers[key][1], job, a, key))
+        opened: list[tuple[Variant, Result]] = []
+
+        def body() -> tuple[Variant, Result]:
+            opened.append(begin(makers[key][1], job, a, key))
+            return opened[0]
+
+        got, reason = agreed(job.comm, body)
         if got is None:
+            while opened:  # begun here, failed on another rank
+                end(opened.pop()[0])
             res.results[key] = Result(reason=reason)
             job.release()
             continue
         v, r = got
-        del got
+        del got, opened
         if together is None:  # its memory between steps and its peak, times the variants
             after = allocated_mib(job)
             mine = None if after is None or before is None else count * (after - before + (r.peak_mib or 0.0)) * MEMORY_MARGIN

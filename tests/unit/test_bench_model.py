@@ -160,3 +160,15 @@ def test_variants_that_do_not_fit_are_timed_one_after_another(monkeypatch: pytes
     assert res.timing == "one after another (the variants would need about 4,500 MiB together, 4,000 MiB free)", res.timing
     res, log = shape_run(monkeypatch, free=4500.0)
     assert res.timing.startswith("interleaved") and log.index("close eager") > log.index("make compile reset=False")
+
+
+def test_a_variant_failing_on_another_rank_is_closed_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant begins here but fails on a second rank: each is closed
+    here before the next is made, and each reads the other rank's reason."""
+    job = Recorded(monkeypatch)
+    job.allgather = lambda x: [x, "RuntimeError: no memory" if x == "" else x]  # type: ignore[method-assign]
+    a = bench_model.resolve(bench_model.parser().parse_args(["--small", "--warmup", "1", "--iters", "2", "--repeats", "3"]))
+    res = bench_model.bench_shape(a.shape_list[0], job, a)  # type: ignore[arg-type]
+    assert job.log == ["make eager", *alone("eager"), "close eager", "make fuserc", *alone("fuserc"), "close fuserc",
+                       "make compile reset=True", *alone("compile"), "close compile"]  # fmt: skip
+    assert all(res.results[k].reason == "rank 1: RuntimeError: no memory" for k in ("eager", "fuserc", "compile")), res.results
