@@ -518,22 +518,25 @@ def module_variant(m: nn.Module, x: torch.Tensor, job: Job, options: dict[str, A
 # --------------------------------------------------------------------------
 
 
+def window_s(step: Callable[[], Any], job: Job, iters: int) -> float:
+    """Seconds per iteration of `iters` back-to-back calls of `step`: the
+    device drained before and after, the ranks meeting at a barrier before,
+    the garbage collector paused while it runs (`gc_paused`)."""
+    job.drain()
+    with gc_paused():
+        job.comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        job.drain()
+        return (time.perf_counter() - t0) / iters
+
+
 def timed(step: Callable[[], Any], job: Job, a: argparse.Namespace) -> list[float]:
-    """Seconds per iteration of each repeat (the slowest rank's), the
-    garbage collector paused while a repeat runs (`gc_paused`)."""
+    """Seconds per iteration of each repeat (`window_s`) after the warm-up."""
     for _ in range(a.warmup):
         step()
-    times = []
-    for _ in range(a.repeats):
-        job.drain()
-        with gc_paused():
-            job.comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(a.iters):
-                step()
-            job.drain()
-            times.append((time.perf_counter() - t0) / a.iters)
-    return times
+    return [window_s(step, job, a.iters) for _ in range(a.repeats)]
 
 
 @dataclass

@@ -26,13 +26,26 @@ tokens:
 - async TP (d > 1, CUDA): under torch.compile with Inductor's
   `_micro_pipeline_tp`.
 
-Each variant's line gives its step time (median of R repeats of N steps
-after W warm-up steps), tokens/s (the global tokens of a step over its
-time), peak memory (torch.cuda.max_memory_allocated over the timed steps
-above what is allocated between steps: parameters, optimizer state,
-inputs), its first step (compilation included) and its compile time
-(fuserc: its passes and kernels, as `Function.startup` counts them;
-torch.compile: the first step less a timed one), the kernels it built
+Each variant is made, takes its first step, waits for what it builds,
+takes W warm-up steps and then R repeats of N steps alone, over which its
+peak memory is taken (torch.cuda.max_memory_allocated above what is
+allocated between steps: parameters, optimizer state, inputs). Its step
+time: where the variants fit in memory together, they all stay and are
+timed in turn (bench_torch.interleaved_ms): R rounds, in each every
+variant takes W warm-up steps then N timed ones, round r starting with
+variant r mod V; the median over rounds. So the device's clock drifting
+between windows (3-10% on an H200, either way) touches every variant
+alike. They fit when V x the first variant's memory (held between steps
+plus its peak) x 1.5 (`MEMORY_MARGIN`) is at most what torch could
+allocate on the device before it, on every rank; on the CPU always.
+Otherwise (at 24 x 4096 x 4096, about 29 GB held and 13 GB of peak a
+variant) each is timed alone, the median of its R repeats, and closed
+before the next is made. The shape's "timing" line says which. Each
+variant's line gives its step time, tokens/s (the global tokens of a step
+over its time), its peak memory, its first step (compilation included)
+and its compile time (fuserc: its passes and kernels, as
+`Function.startup` counts them; torch.compile: the first step less a
+timed one), the kernels it built
 (fuserc: loaded and built from its kernel cache; torch.compile:
 Inductor's generated kernels), and for fuserc the steps taken while its
 kernels were still building (their median time) and when the first step
@@ -70,7 +83,8 @@ sys.path.insert(0, str(ROOT / "examples" / "python"))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from bench import agreed, num_text  # noqa: E402
-from bench_layer import HEAD_DIM, Job, tensor_parallel, timed, tool_main, variant_list  # noqa: E402
+from bench_layer import HEAD_DIM, Job, tensor_parallel, timed, tool_main, variant_list, window_s  # noqa: E402
+from bench_torch import interleaved_ms  # noqa: E402
 from gpt_layer import WEIGHTS, Block  # noqa: E402
 from train_gpt import DTYPES, initial_weights, shapes  # noqa: E402
 from train_gpt import build as build_model  # noqa: E402
@@ -134,9 +148,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=None, help="tokens a step (sequence x batch) (default 8192)")
     p.add_argument("--shapes", type=shape_list, default=None, metavar="LxHxT,...", help="several shapes (instead of --layers/--hidden/--tokens)")
     p.add_argument("--vocab", type=int, default=None, help="vocabulary (default 32768; --small 128)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps before the timed ones (default 3; --small 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps before the timed ones, in each round (default 3; --small 1)")
     p.add_argument("--iters", type=int, default=None, help="steps per timed repeat (default 5; --small 2)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default 3; --small 2)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats or rounds, the median reported (default 3; --small 2)")
     p.add_argument("--small", action="store_true", help="the CPU, f32, head dim 16, a 2-layer model of hidden 64: tests the harness")
     p.add_argument("--cpu-compile", action="store_true", help="with --small, run torch.compile on the CPU too (Inductor's C++ builds)")
     p.add_argument("--variants", type=partial(variant_list, variants=VARIANTS), default=None, metavar="LIST", help=f"of {','.join(k for k, _ in VARIANTS)} (default all)")
@@ -289,13 +303,16 @@ def fuserc_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor,
     return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), kernels=kernels, runs=runs, compile_s=compile_s, close=f.close)
 
 
-def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, options: dict[str, Any] | None) -> Variant:
+def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, options: dict[str, Any] | None,
+                   reset: bool = True) -> Variant:  # fmt: skip
     """The module eager, or under torch.compile with Inductor `options`
-    (compiled afresh)."""
+    (compiled afresh; Dynamo's caches dropped first unless `reset` is
+    False: where another compiled variant is still to be timed beside it)."""
     m = torch_model(s, weights, job)
     fn: Callable[[torch.Tensor], torch.Tensor] = m
     if options is not None:
-        torch._dynamo.reset()
+        if reset:
+            torch._dynamo.reset()
         fn = torch.compile(m, options=options)
     parallel = job.d > 1
     v = Variant(lambda: F.cross_entropy(fn(ids), labels), list(m.parameters()), parallel_loss=parallel)
@@ -339,6 +356,7 @@ class ShapeResult:
     speedup: dict[str, float | None] = field(default_factory=dict)  # baseline ms / fuserc ms
     peak_vs_eager: dict[str, float | None] = field(default_factory=dict)
     loss_diff: dict[str, float | None] = field(default_factory=dict)  # first loss vs eager's, relative
+    timing: str = ""  # how the step times were taken: interleaved, or one variant after another
 
 
 def inputs(s: Shape, job: Job, dtype: torch.dtype) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -350,8 +368,17 @@ def inputs(s: Shape, job: Job, dtype: torch.dtype) -> tuple[list[torch.Tensor], 
     return weights, seq[:-1].contiguous(), seq[1:].contiguous()
 
 
-def measure(make: Callable[[], Variant], s: Shape, job: Job, a: argparse.Namespace, key: str) -> Result:
-    """A variant's first step, the steps while it builds (fuserc), then its timed steps."""
+MEMORY_MARGIN = 1.5
+"""The variants are kept together and timed in turn when V times the first
+one's memory (held between steps, plus its peak above that), times this,
+fits in what the device had free at the shape's start."""
+
+
+def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str) -> tuple[Variant, Result]:
+    """A variant made and its first step, the steps while it builds
+    (fuserc), its warm-up, then its steps alone: their peak memory, and
+    their time (the step time where the variants are timed one after
+    another). The variant is left open (`finish` closes it)."""
     r = Result()
     v = make()
     try:
@@ -378,26 +405,58 @@ def measure(make: Callable[[], Variant], s: Shape, job: Job, a: argparse.Namespa
         job.drain()
         v.opt.zero_grad(set_to_none=True)
         job.release()
-        base = torch.cuda.memory_allocated(job.device) / 2**20 if job.cuda else None  # parameters, optimizer state, inputs
+        base = allocated_mib(job)  # parameters, optimizer state, inputs
         job.reset_peak()
         times = timed(v.step, job, argparse.Namespace(warmup=0, iters=a.iters, repeats=a.repeats))
         peak = job.peak_mib()
         r.peak_mib = max(job.comm.allgather(peak - base)) if peak is not None and base is not None else None
         r.step_ms = statistics.median(times) * 1e3
+        r.kernels = v.kernels()  # (Inductor's count starts again with the next compiled variant)
+        v.opt.zero_grad(set_to_none=True)
+    except BaseException:
+        end(v)
+        raise
+    return v, r
+
+
+def finish(v: Variant, r: Result, s: Shape) -> Result:
+    """The figures that follow from the step time; the variant closed (its
+    memory goes once its last reference does)."""
+    try:
         r.tokens_per_s = s.tokens / (r.step_ms / 1e3)
         r.compile_s = v.compile_s(r.first_step_s, r.step_ms / 1e3)
-        r.kernels = v.kernels()
         r.runs = v.runs()
     finally:
-        v.close()
-        for p in v.params:
-            p.grad = None
-        del v
-        job.release()
+        end(v)
     return r
 
 
+def end(v: Variant) -> None:
+    v.close()
+    for p in v.params:
+        p.grad = None
+
+
+def allocated_mib(job: Job) -> float | None:
+    """What torch has allocated on this rank's GPU (None on the CPU)."""
+    return torch.cuda.memory_allocated(job.device) / 2**20 if job.cuda else None
+
+
+def free_mib(job: Job) -> float | None:
+    """What torch could allocate on this rank's GPU now (None on the CPU):
+    the device's free memory and torch's cached, unallocated blocks."""
+    if not job.cuda:
+        return None
+    return (torch.cuda.mem_get_info(job.device)[0] + torch.cuda.memory_reserved(job.device) - torch.cuda.memory_allocated(job.device)) / 2**20
+
+
 def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
+    """Every variant at one shape. Each is made, takes its first steps and
+    its steps alone (`begin`: its peak memory); then, where they fit in
+    memory together (`MEMORY_MARGIN`; on the CPU always), they stay and
+    their step times are taken in turn (`interleaved_ms`), else each is
+    timed alone and closed before the next (`ShapeResult.timing` says
+    which)."""
     res = ShapeResult(s)
     problem = s.problem(job.d)
     if problem:
@@ -405,21 +464,67 @@ def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
         return res
     dtype = DTYPES[a.dtype]
     weights, ids, labels = inputs(s, job, dtype)
+    job.release()
+    free = free_mib(job)
+    live: dict[str, tuple[Variant, Result]] = {}
     makers: dict[str, tuple[str | None, Callable[[], Variant]]] = {
         "eager": (None, lambda: module_variant(s, weights, ids, labels, job, None)),
         "fuserc": (None, lambda: fuserc_variant(s, weights, ids, labels, job, a)),
-        "compile": (job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {})),
-        "async_tp": (job.async_tp_reason or job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {"_micro_pipeline_tp": True})),
+        "compile": (job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {}, reset=not live)),
+        "async_tp": (job.async_tp_reason or job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {"_micro_pipeline_tp": True}, reset=not live)),
     }
-    for key in ("eager", "fuserc", "compile", "async_tp"):  # eager first: the others are compared with it
-        why, make = makers[key]
-        if key not in a.variants:
-            why = "not asked for (--variants)"
-        if why:
-            res.results[key] = Result(reason=why)
+    order = ("eager", "fuserc", "compile", "async_tp")  # eager first: the others are compared with it
+    why = {k: "not asked for (--variants)" if k not in a.variants else makers[k][0] for k in order}
+    count = sum(1 for k in order if not why[k])
+    together: bool | None = None  # decided by the first variant that runs
+    for key in order:
+        if why[key]:
+            res.results[key] = Result(reason=why[key])
             continue
-        got, reason = agreed(job.comm, lambda: measure(make, s, job, a, key))
-        res.results[key] = got if got is not None else Result(reason=reason)
+        before = allocated_mib(job)
+        opened: list[tuple[Variant, Result]] = []
+
+        def body() -> tuple[Variant, Result]:
+            opened.append(begin(makers[key][1], job, a, key))
+            return opened[0]
+
+        got, reason = agreed(job.comm, body)
+        if got is None:
+            while opened:  # begun here, failed on another rank
+                end(opened.pop()[0])
+            res.results[key] = Result(reason=reason)
+            job.release()
+            continue
+        v, r = got
+        del got, opened
+        if together is None:  # its memory between steps and its peak, times the variants
+            after = allocated_mib(job)
+            mine = None if after is None or before is None else count * (after - before + (r.peak_mib or 0.0)) * MEMORY_MARGIN
+            need = None if mine is None else max(job.comm.allgather(mine))
+            least = None if free is None else min(job.comm.allgather(free))
+            together = count > 1 and (need is None or least is None or need <= least)
+            res.timing = timing(a, together, count, need, least)
+        if together:
+            live[key] = (v, r)
+        else:
+            res.results[key] = finished(v, r, s, job)
+        del v
+        job.release()
+    if live:
+        steps = {k: v.step for k, (v, _) in live.items()}
+        times, reason = agreed(job.comm, lambda: interleaved_ms(steps, a, window=lambda step, n: window_s(step, job, n) * 1e3))
+        del steps
+        for key in list(live):
+            v, r = live.pop(key)
+            if times is None:
+                end(v)
+                res.results[key] = Result(reason=f"timed in turn: {reason}")
+            else:
+                r.step_ms = times[key]
+                res.results[key] = finished(v, r, s, job)
+            del v
+            job.release()
+    res.results = {k: res.results[k] for k in order}
     fus, eager = res.results["fuserc"], res.results["eager"]
     for key, _ in BASELINES:
         ms = res.results[key].step_ms
@@ -429,6 +534,21 @@ def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
         res.peak_vs_eager[key] = r.peak_mib / eager.peak_mib if r.peak_mib is not None and eager.peak_mib else None
         res.loss_diff[key] = abs(r.loss - eager.loss) / max(abs(eager.loss), 1e-12) if r.loss is not None and eager.loss is not None else None
     return res
+
+
+def finished(v: Variant, r: Result, s: Shape, job: Job) -> Result:
+    """`finish`, its failure on any rank the variant's reason."""
+    got, reason = agreed(job.comm, lambda: finish(v, r, s))
+    return got if got is not None else Result(reason=reason)
+
+
+def timing(a: argparse.Namespace, together: bool, count: int, need: float | None, free: float | None) -> str:
+    """How a shape's step times were taken, for a reader of the output."""
+    if together:
+        return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed steps of each variant a round)"
+    if count < 2:
+        return "one variant, alone"
+    return f"one after another (the variants would need about {num_text(need, ',.0f')} MiB together, {num_text(free, ',.0f')} MiB free)"
 
 
 # --------------------------------------------------------------------------
@@ -463,6 +583,8 @@ def markdown(results: Sequence[ShapeResult], d: int, dtype: str, device: str) ->
     out = [f"### training step (fwd+bwd+AdamW), {d} rank(s), {dtype}, {device}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     notes: dict[str, None] = {}
     for res in results:
+        if res.timing:
+            notes[f"timing at {res.shape.text()}: {res.timing}"] = None
         cells = [res.shape.text()]
         for key, title in VARIANTS:
             r = res.results[key]
@@ -507,12 +629,13 @@ def run(a: argparse.Namespace) -> int:
     if lead:
         extra = f", autodiff options '{a.autodiff}'" if a.autodiff else ""
         print(f"fuserc bench_model: {job.d} rank(s) on {job.device_name()}, {a.dtype}, head dim {a.head_dim}, vocab {a.vocab}, "
-              f"warmup {a.warmup}, {a.repeats} x {a.iters} steps{extra}", flush=True)  # fmt: skip
+              f"warmup {a.warmup}, {a.repeats} x {a.iters} steps, variants interleaved where they fit in memory together{extra}", flush=True)  # fmt: skip
     results = []
     for s in a.shape_list:
         res = bench_shape(s, job, a)
         results.append(res)
         if lead:
+            print(f"[{s.text()} d={job.d}] timing: {res.timing or 'n/a'}", flush=True)
             for key, title in VARIANTS:
                 print(line(res, key, title, job.d), flush=True)
     bad = failures(results, a.dtype)
@@ -526,7 +649,7 @@ def run(a: argparse.Namespace) -> int:
             figures = {
                 "ranks": job.d, "device": job.device_name(), "torch": torch.__version__, "dtype": a.dtype, "autodiff": a.autodiff,
                 "shapes": [{**asdict(res.shape), "results": {k: asdict(r) for k, r in res.results.items()}, "speedup": res.speedup,
-                            "peak_vs_eager": res.peak_vs_eager, "loss_diff": res.loss_diff} for res in results],
+                            "peak_vs_eager": res.peak_vs_eager, "loss_diff": res.loss_diff, "timing": res.timing} for res in results],
             }  # fmt: skip
             (folder / "bench_model.json").write_text(json.dumps(figures, indent=1))
             print(f"tables: {folder / 'bench_model.md'}")

@@ -11,16 +11,20 @@ experts, top 2; `deepseek`, hidden 2048, expert ffn 1408, 64 experts, top
 6, a shared expert of ffn 1408. Both layers: softmax router (f32), top-k
 weights normalized, the (token, choice) pairs sorted by expert, SwiGLU
 experts by grouped GEMMs over the sorted tokens, index_add combine, the
-load-balancing loss (fuserc's: examples/python/moe_layer.py). Each figure
-is the median over R repeats of N back-to-back iterations (device time
-between CUDA events), for the forward (no_grad) and forward+backward
-(fuserc's once its kernels are in and its programs' trial of CUDA graphs
-is over: `SETTLE`);
-with it the peak memory allocated above the inputs (cuda). Then the
-grouped GEMMs alone: fuserc's `fusion.grouped_matmul` of the first expert
-GEMM ([T*k, H] x [E, H, F]) beside torch._grouped_mm on the same groups
-(the layer's routing of random tokens). Last, how fuserc's programs ran
-(replayed as CUDA graphs or op by op, and why).
+load-balancing loss (fuserc's: examples/python/moe_layer.py). Forward
+(no_grad) and forward+backward: every layer is first built and warmed up
+(fuserc's until its kernels are in and its programs' trial of CUDA graphs
+is over: `SETTLE`; torch.compile's compiled) and its peak memory
+allocated above the inputs (cuda) measured alone; then the layers are
+timed in turn (bench_torch.interleaved_ms): R rounds, in each every layer
+runs W warm-up calls then N back-to-back timed ones (device time between
+CUDA events), round r starting with layer r mod V; each figure is the
+median over rounds, so the device's clock drifting between windows
+touches every layer alike. Then the grouped GEMMs alone, timed the same
+way: fuserc's `fusion.grouped_matmul` of the first expert GEMM ([T*k, H]
+x [E, H, F]) beside torch._grouped_mm on the same groups (the layer's
+routing of random tokens). Last, how fuserc's programs ran (replayed as
+CUDA graphs or op by op, and why).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench_torch import device_ms  # noqa: E402
+from bench_torch import interleaved_ms  # noqa: E402
 
 CASES = {
     "mixtral": {"hidden": 4096, "ffn": 14336, "experts": 8, "top": 2, "shared": False},
@@ -65,8 +69,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--case", choices=["mixtral", "deepseek", "both"], default="both")
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=3, help="untimed iterations before each figure")
+    p.add_argument("--repeats", type=int, default=5, help="rounds, each variant timed once in each (the median reported)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations of each variant before its window in a round")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--small", action="store_true", help="CPU, tiny shapes, f32: a smoke run")
     p.add_argument("--json", metavar="FILE")
@@ -148,14 +152,11 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
 
         return step
 
-    ms: dict[str, float | None] = {}
+    live = {key: fn for key, fn in layers.items() if fn is not None}
     mib: dict[str, float | None] = {}
     base = torch.cuda.memory_allocated(device) if cuda else 0  # the inputs: before fuserc's first call
-    for key, fn in layers.items():
+    for key, fn in live.items():  # each built, warmed up and its peaks measured alone
         held = 0
-        if fn is None:
-            ms[key + "_fwd"] = ms[key] = mib[key + "_fwd"] = mib[key] = None
-            continue
         if fn is f:  # its first calls start its kernels' builds: timed once they are in, not on the stand-ins
             with torch.no_grad():
                 f(*args)
@@ -170,11 +171,18 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
                     p.grad = None
                 torch.cuda.synchronize(device)
                 held = torch.cuda.memory_allocated(device) - base
+        for _ in range(max(a.warmup, 1)):  # (torch.compile compiles both graphs here)
+            with torch.no_grad():
+                fn(*args)
+            train_step(fn)()
         with torch.no_grad():
-            ms[key + "_fwd"] = device_ms(lambda fn=fn: fn(*args), a, cuda)
             mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda, held)
-        ms[key] = device_ms(train_step(fn), a, cuda)
         mib[key] = peak_mib(train_step(fn), cuda, held)
+    with torch.no_grad():  # then timed in turn (`interleaved_ms`)
+        times = interleaved_ms({key + "_fwd": lambda fn=fn: fn(*args) for key, fn in live.items()}, a, cuda)
+    times |= interleaved_ms({key: train_step(fn) for key, fn in live.items()}, a, cuda)
+    order = [key + suffix for key in layers for suffix in ("_fwd", "")]
+    ms, mib = {k: times.get(k) for k in order}, {k: mib.get(k) for k in order}
     with torch.no_grad():  # fuserc's output against eager PyTorch's, in f32
         want = torch_layer(*[t.float() for t in args], k=k)[0]
         err = ((f(*args)[0].float() - want).abs().max() / want.abs().max()).item()
@@ -182,7 +190,12 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
     f.close()
     gemm = bench_grouped(case, a, args, device)
     return {"case": name, "tokens": a.tokens, **case, "dtype": dt, "device": str(device), "ms": ms, "peak_mib": mib,
-            "max_rel_err": err, "grouped": gemm, "runs": runs}  # fmt: skip
+            "max_rel_err": err, "grouped": gemm, "runs": runs, "timing": timing(a)}  # fmt: skip
+
+
+def timing(a: argparse.Namespace) -> str:
+    """How the figures were timed, for a reader of the output."""
+    return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed calls of each variant a round)"
 
 
 def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.Tensor], device: torch.device) -> dict[str, Any]:
@@ -207,8 +220,8 @@ def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.
     want = grouped_mm(xs, w, ends)
     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
     flops = 2 * xs.shape[0] * h * ffn
-    fus = device_ms(lambda: program.execute(ins, local=True, gather=False), a, cuda)
-    ref = device_ms(lambda: grouped_mm(xs, w, ends), a, cuda)
+    times = interleaved_ms({"fuserc": lambda: program.execute(ins, local=True, gather=False), "torch": lambda: grouped_mm(xs, w, ends)}, a, cuda)
+    fus, ref = times["fuserc"], times["torch"]
     program.close()
     return {"rows": xs.shape[0], "fuserc_ms": fus, "torch_ms": ref, "tflops": flops / fus / 1e9, "max_rel_err": err,
             "counts": torch.diff(ends, prepend=ends.new_zeros(1)).tolist()}  # fmt: skip
@@ -234,7 +247,7 @@ def report(row: dict[str, Any]) -> str:
     return "\n".join([
         f"{row['case']}: {row['tokens']} tokens, hidden {row['hidden']}, ffn {row['ffn']}, {row['experts']} experts, "
         f"top {row['top']}{', shared expert' if row['shared'] else ''}, {row['dtype']} on {row['device']} "
-        f"(max rel err vs eager {row['max_rel_err']:.1e})",
+        f"(max rel err vs eager {row['max_rel_err']:.1e}; timing: {row['timing']})",
         phase("_fwd", "forward"),
         phase("", "forward+backward"),
         f"  grouped GEMM [{g['rows']}, {row['hidden']}] x [{row['experts']}, {row['hidden']}, {row['ffn']}]: "

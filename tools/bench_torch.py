@@ -35,8 +35,7 @@ import argparse
 import json
 import statistics
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "python"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench import cuda_clock, host_clock  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
@@ -93,27 +95,53 @@ def gpt_case(a: argparse.Namespace) -> tuple[Any, Callable[..., torch.Tensor], l
 
 
 # -- timing ---------------------------------------------------------------------
-def device_ms(step: Callable[[], Any], a: argparse.Namespace, cuda: bool) -> float:
+Step = Callable[[], Any]
+Window = Callable[[Step, int], float]
+"""Times `iters` back-to-back calls of a step: ms per call."""
+
+
+def window_ms(step: Step, iters: int, cuda: bool) -> float:
+    """ms per call of `iters` back-to-back calls of `step`: device time
+    between two CUDA events on torch's current stream (cuda; the host
+    enqueues ahead, nothing waits on it inside the window), else the host's
+    time."""
+    clock = cuda_clock() if cuda else host_clock()
+    clock.sync()
+    mark = clock.start()
+    for _ in range(iters):
+        step()
+    return clock.stop(mark) * 1e3 / iters
+
+
+def device_ms(step: Step, a: argparse.Namespace, cuda: bool) -> float:
     """Median over repeats of (N back-to-back iterations) / N, in ms."""
     for _ in range(a.warmup):
         step()
-    samples = []
-    for _ in range(a.repeats):
-        if cuda:
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(a.iters):
-                step()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / a.iters)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(a.iters):
-                step()
-            samples.append((time.perf_counter() - t0) * 1e3 / a.iters)
-    return statistics.median(samples)
+    return statistics.median(window_ms(step, a.iters, cuda) for _ in range(a.repeats))
+
+
+def interleaved_ms(steps: Mapping[str, Step], a: argparse.Namespace, cuda: bool = False, window: Window | None = None) -> dict[str, float]:
+    """Each step's ms per call, its variants timed in turn: `a.repeats`
+    rounds, in each every step runs `a.warmup` untimed calls then a window
+    of `a.iters` timed ones (`window`, by default `window_ms`); round r
+    starts with the (r mod V)-th step, so none always follows the same one.
+    Each figure is the median of its rounds. Timed one after another, the
+    variants' figures carry the device's drift between their windows (its
+    clock: on an H200 the same GEMMs measured 3-10% apart, either way);
+    interleaved, every variant sees each stretch of it.
+
+    The steps are built and warmed up before (their kernels in, compiled):
+    the warm-up calls of a round only bring each back after the others."""
+    timer: Window = window or (lambda step, iters: window_ms(step, iters, cuda))
+    names = list(steps)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(a.repeats):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            for _ in range(a.warmup):
+                steps[name]()
+            samples[name].append(timer(steps[name], a.iters))
+    return {n: statistics.median(s) for n, s in samples.items()}
 
 
 def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """tools/bench_model.py's parts on the CPU: its PyTorch model is train_gpt's
 (the same loss as `reference_loss` on the same weights), its options make
-the shapes and autodiff's options, and fuserc.torch.function hands those
-options to the autodiff pass."""
+the shapes and autodiff's options, fuserc.torch.function hands those
+options to the autodiff pass, and a shape's variants are timed in turn
+where they fit in memory together, else one after another, each closed
+before the next is made."""
 
 from __future__ import annotations
 
@@ -70,3 +72,103 @@ def test_autodiff_options_reach_the_pass() -> None:
     assert torch.allclose(x0.grad, 1 - torch.tanh(x0.detach()) ** 2, atol=1e-6)
     with pytest.raises(Diagnostic, match="has no option .no-such-option."):
         ft.function(fd, autodiff="no_such_option=3")(torch.randn(4, 8, requires_grad=True))
+
+
+class Recorded:
+    """bench_model's variants as stand-ins that log what happens to them
+    (made, a step, closed), and a job of one process on the CPU."""
+
+    d, rank, cuda, device = 1, 0, False, torch.device("cpu")
+    compile_reason, async_tp_reason = None, "needs CUDA (symmetric memory)"
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.log: list[str] = []
+        self.comm = self
+        monkeypatch.setattr(bench_model, "inputs", lambda s, job, dtype: ([], None, None))
+        monkeypatch.setattr(bench_model, "module_variant", lambda s, w, i, l, job, options, reset=True: self.variant("eager" if options is None else f"compile reset={reset}"))
+        monkeypatch.setattr(bench_model, "fuserc_variant", lambda *args: self.variant("fuserc"))
+
+    def variant(self, name: str) -> bench_model.Variant:
+        name, _, how = name.partition(" ")
+        self.log.append(f"make {name} {how}".strip())
+        w = torch.nn.Parameter(torch.ones(2))
+
+        def loss() -> torch.Tensor:
+            self.log.append(name)
+            return (w * w).sum()
+
+        return bench_model.Variant(loss, [w], close=lambda: self.log.append(f"close {name}"))
+
+    def Barrier(self) -> None:
+        pass
+
+    def allgather(self, x: object) -> list[object]:
+        return [x]
+
+    def drain(self) -> None:
+        pass
+
+    release = reset_peak = drain
+
+    def peak_mib(self) -> None:
+        return None
+
+
+def shape_run(monkeypatch: pytest.MonkeyPatch, free: float | None = None) -> tuple[bench_model.ShapeResult, list[str]]:
+    """One shape's run; with `free` MiB, as on a GPU where each open variant
+    holds 1,000 MiB."""
+    job = Recorded(monkeypatch)
+    if free is not None:
+        opened = lambda: sum(e.startswith("make") for e in job.log) - sum(e.startswith("close") for e in job.log)  # noqa: E731
+        monkeypatch.setattr(bench_model, "allocated_mib", lambda job: 1000.0 * opened())
+        monkeypatch.setattr(bench_model, "free_mib", lambda job: free)
+    a = bench_model.resolve(bench_model.parser().parse_args(["--small", "--warmup", "1", "--iters", "2", "--repeats", "3"]))
+    res = bench_model.bench_shape(a.shape_list[0], job, a)  # type: ignore[arg-type]
+    assert all(res.results[k].step_ms for k in ("eager", "fuserc", "compile")), res.results
+    assert res.results["async_tp"].reason == "needs CUDA (symmetric memory)"
+    return res, job.log
+
+
+def alone(name: str) -> list[str]:
+    """A variant's first step, warm-up step and its 3 x 2 steps alone."""
+    return [name] * 8
+
+
+def test_variants_that_fit_together_are_timed_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU always: all three made (torch.compile's without dropping
+    Dynamo's caches, the others' being timed beside it), each with its
+    steps alone; then 3 rounds of 1 warm-up + 2 timed steps each, round r
+    starting with the r-th; then each closed."""
+    res, log = shape_run(monkeypatch)
+    want = ["make eager", *alone("eager"), "make fuserc", *alone("fuserc"), "make compile reset=False", *alone("compile")]
+    for first in range(3):
+        for i in range(3):
+            want += [("eager", "fuserc", "compile")[(first + i) % 3]] * 3
+    want += ["close eager", "close fuserc", "close compile"]
+    assert log == want
+    assert res.timing.startswith("interleaved, 3 rounds"), res.timing
+
+
+def test_variants_that_do_not_fit_are_timed_one_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the first variant's memory (1,000 MiB held) times 3 variants
+    times the margin does not fit in what is free at the start, each is
+    timed alone and closed before the next is made (compiled afresh); where
+    it fits, they are timed in turn."""
+    res, log = shape_run(monkeypatch, free=4000.0)
+    assert log == ["make eager", *alone("eager"), "close eager", "make fuserc", *alone("fuserc"), "close fuserc",
+                   "make compile reset=True", *alone("compile"), "close compile"]  # fmt: skip
+    assert res.timing == "one after another (the variants would need about 4,500 MiB together, 4,000 MiB free)", res.timing
+    res, log = shape_run(monkeypatch, free=4500.0)
+    assert res.timing.startswith("interleaved") and log.index("close eager") > log.index("make compile reset=False")
+
+
+def test_a_variant_failing_on_another_rank_is_closed_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant begins here but fails on a second rank: each is closed
+    here before the next is made, and each reads the other rank's reason."""
+    job = Recorded(monkeypatch)
+    job.allgather = lambda x: [x, "RuntimeError: no memory" if x == "" else x]  # type: ignore[method-assign]
+    a = bench_model.resolve(bench_model.parser().parse_args(["--small", "--warmup", "1", "--iters", "2", "--repeats", "3"]))
+    res = bench_model.bench_shape(a.shape_list[0], job, a)  # type: ignore[arg-type]
+    assert job.log == ["make eager", *alone("eager"), "close eager", "make fuserc", *alone("fuserc"), "close fuserc",
+                       "make compile reset=True", *alone("compile"), "close compile"]  # fmt: skip
+    assert all(res.results[k].reason == "rank 1: RuntimeError: no memory" for k in ("eager", "fuserc", "compile")), res.results
