@@ -41,7 +41,7 @@ from fuserc.dialects.fusion import (
 )
 from fuserc.dialects.fusion_builder import FusionBuilder
 from fuserc.dialects.fusion_grad import zeros
-from fuserc.passes.expert_chunks import check_chunks, chunk_function, hoist
+from fuserc.passes.expert_chunks import check_chunks, chunk_function, hoist, note_chunks
 from fuserc.passes.reshard_util import inverse
 from fuserc.sharding import Mesh, Sharding
 
@@ -98,6 +98,7 @@ class Autodiff(ModulePass):
         src = _propagated(op, main)
         meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
         chunked = chunk_function(src, meshes, self.token_chunks)
+        note_chunks(op, self.token_chunks)
         _for_derivative(src)
         if self.save == "activations":
             _gather_explicitly(op, src, self.gathered_mib)

@@ -55,7 +55,9 @@ from fuserc.passes.reshard_util import element_bytes
 from fuserc.sharding import Mesh, Sharding
 
 CHUNKS_ATTR = "fusion.token_chunks"
-"""On each chunk's dispatch: the chunk count of its layer (not cut again)."""
+"""On each chunk's dispatch: the chunk count of its layer (not cut again);
+on the module: the count `autodiff{token-chunks=N}` was given, which the
+pass then keeps to (`module_chunks`)."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,23 @@ class ChunkExperts(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         meshes = {m.sym_name.data: m.model for m in op.ops if isinstance(m, MeshOp)}
+        forced = self.token_chunks if self.token_chunks is not None else module_chunks(op)
         for func in [f for f in op.ops if isinstance(f, FuncOp) and not f.is_declaration and not hir.is_host_program(f)]:
-            chunk_function(func, meshes, self.token_chunks)
+            chunk_function(func, meshes, forced)
+
+
+def module_chunks(module: ModuleOp) -> int | None:
+    """The chunk count `autodiff{token-chunks=N}` left on the module
+    (`CHUNKS_ATTR`), which this pass keeps to where its own option is unset:
+    the forward and backward it derived are cut as it cut the layer."""
+    attr = module.attributes.get(CHUNKS_ATTR)
+    return attr.value.data if isinstance(attr, IntegerAttr) else None
+
+
+def note_chunks(module: ModuleOp, count: int | None) -> None:
+    """Leave a forced chunk count on the module (`module_chunks`)."""
+    if count is not None:
+        module.attributes[CHUNKS_ATTR] = IntegerAttr(count, i64)
 
 
 def check_chunks(count: int | None) -> None:

@@ -97,3 +97,25 @@ def test_chunks_are_not_cut_again_and_an_escaping_slot_keeps_its_layer() -> None
     )
     kept = lowered(escaping, "propagate-shardings,chunk-experts{token-chunks=2}")
     assert len(dispatches(kept)) == 1 and CHUNKS_ATTR not in dispatches(kept)[0].attributes
+
+
+def test_autodiffs_count_holds_for_the_pipeline_after_it() -> None:
+    """`autodiff{token-chunks=N}` alone forces N through the default
+    pipeline too, in @main (the call without gradients, which autodiff does
+    not derive) as in @main_fwd and @main_bwd: the module keeps N
+    (`module_chunks`). On the DeepSeek-like layer, where the cost model's
+    own choice is 4, N = 1 leaves one dispatch and one combine in each, N =
+    2 two; `default`'s own option still wins (in @main: the derived ones,
+    whose slots are saved for the backward, are not cut after autodiff)."""
+    fd = definition(8 * 8192, 2048, 1408, 64, 6, False, "softmax", "bf16", 8)
+
+    def alltoallvs(pipeline: str) -> list[int]:
+        report = fd.comm_report(pipeline)
+        return [sum(line.kind == "alltoallv" for line in report.function(f).lines) for f in ("main", "main_fwd", "main_bwd")]
+
+    assert alltoallvs("autodiff,default") == [8, 8, 8]
+    assert alltoallvs("autodiff{token-chunks=1},default") == [2, 2, 2]
+    assert alltoallvs("autodiff{token-chunks=2},default") == [4, 4, 4]
+    assert alltoallvs("autodiff{token-chunks=1},default{token-chunks=2}") == [4, 2, 2]
+    module = lowered(fd.to_mlir(), "autodiff{token-chunks=1}")
+    assert module.attributes[CHUNKS_ATTR].value.data == 1  # type: ignore[attr-defined]
