@@ -30,6 +30,7 @@ CUDA graphs or op by op, and why).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Callable
@@ -154,6 +155,7 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
 
     live = {key: fn for key, fn in layers.items() if fn is not None}
     mib: dict[str, float | None] = {}
+    gc.collect()  # what an earlier case left unreachable goes now, not under this one's figures
     base = torch.cuda.memory_allocated(device) if cuda else 0  # the inputs: before fuserc's first call
     for key, fn in live.items():  # each built, warmed up and its peaks measured alone
         held = 0

@@ -364,6 +364,11 @@ class Backend(ABC):
         each staged input (source, the graph's buffer) in on that stream."""
         raise NotImplementedError(f"the {self.name} backend cannot replay graphs ({self.graphs_unavailable})")
 
+    def hold(self, seconds: float) -> None:
+        """The main stream waits about `seconds` on the device before its
+        next work, which the host meanwhile enqueues (a gauged run:
+        runtime/evaluator/graphs.py); nothing where the host runs the ops."""
+
     def mark(self, join: bool = False) -> Any:
         """A point on the main stream, now (with `join`, after all work of
         every stream); never blocks the host. `span` measures between two."""

@@ -78,6 +78,12 @@ def unavailable_reason() -> str | None:
     return None if count > 0 else "no CUDA device"
 
 
+HOLD_CYCLES_PER_S = 2.2e9
+"""GPU clock cycles a `hold` counts per second: above the SM clock of the
+GPUs in use (an H200 runs at up to 1.98 GHz), so a hold lasts at least as
+long as asked."""
+
+
 @dataclass(eq=False)
 class CudaStream(Stream):
     """A CuPy stream and the torch view of the same CUDA stream."""
@@ -827,6 +833,12 @@ class CudaBackend(TorchResults, Backend):
                     raise
             self.comms.forget_order()
         return graph, result
+
+    def hold(self, seconds: float) -> None:
+        """A kernel that spins `seconds` on the main stream (`HOLD_CYCLES_PER_S`)."""
+        self.comms.flush()
+        self.set_current_stream(self._main)
+        torch.cuda._sleep(int(seconds * HOLD_CYCLES_PER_S))
 
     def mark(self, join: bool = False) -> Any:
         self.comms.flush()

@@ -53,6 +53,7 @@ from fuserc.runtime.evaluator.graphs import (
     InputKey,
     Loans,
     Replays,
+    hold_for,
 )
 from fuserc.runtime.evaluator.interpreter import (  # noqa: F401  (FAIL_RANK_ENV, InjectedFailure re-exported)
     FAIL_RANK_ENV,
@@ -179,6 +180,9 @@ class Program:
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
         self.runs = 0
+        self._host_s: float | None = None
+        """The host's time for the last run op by op until the gauge judged
+        (the hold before the gauged run: graphs.hold_for)."""
         self.tracer: Any = None  # a runtime.trace.Tracer while a run is traced
         self._owner = next(_OWNERS)  # names this program's runs to the backend
         self.result_sites = _result_sites(func)
@@ -295,6 +299,8 @@ class Program:
         try:
             if timed:  # a trial run starts on an idle device: the host's latency counts
                 b.synchronize()
+                if action == OPS and not replays.judged:  # the gauge: the device's time alone
+                    b.hold(hold_for(self._host_s))
             captured = replays.captured if action == REPLAY else None
             if action == CAPTURE:
                 captured = self._capture(interp, inputs, key)
@@ -311,10 +317,13 @@ class Program:
                     replays.sample(GRAPH, start, b.mark(join=True))
             else:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
-                issued = b.host_clock() if start is not None else 0.0  # timed runs only: none on the hot path
+                clocked = start is not None or not replays.judged  # none on the hot path
+                issued = b.host_clock() if clocked else 0.0
                 results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
+                if clocked:
+                    self._host_s = b.host_clock() - issued
                 if start is not None:
-                    replays.sample(OPS, start, b.mark(join=True), b.host_clock() - issued)
+                    replays.sample(OPS, start, b.mark(join=True), self._host_s)
             if synchronize or temp_handles:
                 self.backend.synchronize()
             if copy_outputs:

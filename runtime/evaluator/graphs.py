@@ -17,7 +17,10 @@ chosen per shape (cuda_gemm.py):
   values change every run, a buffer shared for one run only);
 - the next run op by op once the generated kernels are in is gauged: if the
   host issued it in less than DEVICE_BOUND (0.9) of the device's time for it,
-  the device is the bottleneck and a graph could only spare host time the
+  the device is the bottleneck (the device's time alone: the gauged run
+  starts behind a hold on the device, `hold_for`, so that the host has
+  issued it whole before the device starts, and the device's span counts
+  no wait for the host) and a graph could only spare host time the
   device never waits for (in a training step the host runs ahead of it),
   while the graph's memory pool would hold the run's buffers between runs
   and each staged input a copy: such a program always runs op by op (a
@@ -131,6 +134,22 @@ from an idle device the host's head start is its lead. At 0.5, the
 an idle device, 24.1 ms replayed) was still tried and kept as a graph, and
 its backward too: 95.7 ms a step with 30.5 GiB reserved, against 93.2 ms
 and 6.7 GiB at the peak op by op (eager PyTorch: 89.6 ms, 7.6 GiB)."""
+
+HOLD_PER_HOST = 2.0
+HOLD_MAX_S = 0.5
+"""The hold before a gauged run (`hold_for`): twice the host's time for
+the run before it, at most half a second. Without it the device's span of
+a run from an idle device counts its waits for the host, and a program
+whose host barely keeps up looks device-bound: the DeepSeek-like MoE
+layer's forward+backward on one H200 was gauged at 7.97 ms of host against
+8.93 of device span, run op by op at 9.75 ms, where replays had taken 7.17."""
+
+
+def hold_for(host_s: float | None) -> float:
+    """Seconds the device waits before a gauged run, given the host's time
+    for the run op by op before it (None: not measured)."""
+    return HOLD_MAX_S if host_s is None else min(HOLD_MAX_S, HOLD_PER_HOST * host_s)
+
 
 STALL = 2.0
 """A trial run this many times as long as the other run of its way stalled

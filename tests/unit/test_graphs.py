@@ -61,6 +61,7 @@ class _Pretend(CpuBackend):
         self.seconds = {"ops": ops_s, "graph": graph_s}
         self.timeline: list[float] = []  # seconds of the n-th timed run, when given
         self.ends = 0
+        self.holds: list[float] = []
         self._last = "ops"
 
     def begin_run(self, owner: Any) -> None:
@@ -87,6 +88,10 @@ class _Pretend(CpuBackend):
         for src, dst in staged:
             dst.copy_(src)
         graph()
+
+    def hold(self, seconds: float) -> None:
+        self.log.append("hold")
+        self.holds.append(seconds)
 
     def mark(self, join: bool = False) -> Any:
         self.log.append("mark")
@@ -120,11 +125,13 @@ def _runs(prog: Any, x: torch.Tensor, n: int) -> list[list[str]]:
 # timed run of the trial also starts with it
 OP_BY_OP = ["begin", "end", "sync"]
 TIMED_OPS = ["sync", "mark", "begin", "end", "mark", "sync"]
+GAUGED_OPS = ["sync", "hold", "mark", "begin", "end", "mark", "sync"]
 CAPTURED = ["begin", "capture", "end", "replay", "sync"]
 REPLAY = ["replay", "sync"]
 TIMED_REPLAY = ["sync", "mark", "replay", "mark", "sync"]
-TRIAL = [OP_BY_OP, TIMED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS]
-"""Run 1 op by op, then the trial: run 2 timed op by op, run 3 captured
+TRIAL = [OP_BY_OP, GAUGED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS]
+"""Run 1 op by op, then the trial: run 2 gauged (timed op by op behind a
+hold on the device), run 3 captured
 and replayed untimed (a first replay's one-time costs), runs 4 and 5 timed
 replays, run 6 timed op by op."""
 
@@ -149,7 +156,8 @@ def test_a_program_the_device_is_busy_with_runs_op_by_op() -> None:
     spare only host time the device never waits for."""
     prog = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=0.4e-3))
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
-    assert _runs(prog, x, 6) == [OP_BY_OP, TIMED_OPS] + [OP_BY_OP] * 4
+    assert _runs(prog, x, 6) == [OP_BY_OP, GAUGED_OPS] + [OP_BY_OP] * 4
+    assert prog.backend.holds == [pytest.approx(2 * 0.4e-3)]  # twice the host's time for run 1 (`hold_for`)
     r = prog.replays
     assert (r.captures, r.replays, r.prefer_graph) == (0, 0, False)
     assert r.mode() == "op by op: the device is the bottleneck (the host issued a run in 0.400 ms, the device ran it in 2.000 ms)"
@@ -170,7 +178,7 @@ def test_a_forward_and_its_backward_are_judged_together() -> None:
     (x,) = fwd.prepare_inputs([torch.randn(4, 2)])
     (y,) = bwd.prepare_inputs([torch.randn(4, 2)])
     logs = [(_runs(fwd, x, 1)[0], _runs(bwd, y, 1)[0]) for _ in range(5)]
-    assert logs[1] == (TIMED_OPS, TIMED_OPS) and all(step == (OP_BY_OP, OP_BY_OP) for i, step in enumerate(logs) if i != 1)
+    assert logs[1] == (GAUGED_OPS, GAUGED_OPS) and all(step == (OP_BY_OP, OP_BY_OP) for i, step in enumerate(logs) if i != 1)
     for r in (fwd.replays, bwd.replays):
         assert (r.captures, r.prefer_graph) == (0, False)
         assert r.mode() == "op by op: the device is the bottleneck (the host issued @main_fwd and @main_bwd in 2.300 ms, the device ran them in 4.000 ms)"
@@ -190,9 +198,20 @@ def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -
     (x,) = prog.prepare_inputs([torch.randn(4, 2)])
     (y,) = prog.prepare_inputs([torch.randn(4, 2)])
     assert _runs(prog, x, 2) == [OP_BY_OP, OP_BY_OP]  # run 2: kernels still building
-    assert _runs(prog, y, 1) == [TIMED_OPS] and prog.replays.judged is False  # gauged; another input
+    assert _runs(prog, y, 1) == [GAUGED_OPS] and prog.replays.judged is False  # gauged; another input
     assert _runs(prog, y, 1) == [TIMED_OPS] and prog.replays.judged  # host-bound: the trial's first run
     assert len(prog.replays.samples["ops"]) == 1
+
+
+def test_the_hold_before_a_gauged_run() -> None:
+    """Twice the host's time for the run before, at most HOLD_MAX_S (also
+    where that time is unknown): the device starts the gauged run once the
+    host has issued it, so its span is its own time, without waits for the
+    host, which made a host-bound program look device-bound."""
+    from fuserc.runtime.evaluator.graphs import HOLD_MAX_S, hold_for
+
+    assert hold_for(1e-3) == pytest.approx(2e-3)
+    assert hold_for(10.0) == hold_for(None) == HOLD_MAX_S == 0.5
 
 
 def test_the_first_replay_of_a_capture_is_not_timed() -> None:
@@ -307,7 +326,7 @@ def test_a_trial_lost_while_staging_is_run_again_once_inputs_settle() -> None:
     moving = [prog.prepare_inputs([torch.randn(4, 2)])[0] for _ in range(7)]
     logs = [_runs(prog, x, 1)[0] for x in moving]
     # run 2 (an input moved: not the trial's) is gauged, the trial starts at run 3
-    assert logs == [OP_BY_OP, TIMED_OPS, TIMED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS] and prog.replays.staged == {0}
+    assert logs == [OP_BY_OP, GAUGED_OPS, TIMED_OPS, CAPTURED, TIMED_REPLAY, TIMED_REPLAY, TIMED_OPS] and prog.replays.staged == {0}
     z = prog.prepare_inputs([torch.randn(4, 2)])[0]
     assert _runs(prog, z, 3) == [OP_BY_OP] * 3
     assert prog.replays.mode() == (
