@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,12 @@ SMALL = {
 }
 
 
+GEMM_WINDOW_MS = 20.0
+"""The grouped GEMMs alone are timed in windows of at least this much
+work (a first untimed call tells each call's time): a window starts on an
+idle device, whose first call waits for the host's (a one-op fuserc
+program's call costs more host time than torch._grouped_mm's), and in a
+window of 5 calls of 0.5 ms that wait would weigh on the figure."""
 SETTLE = 12
 """Untimed calls of fuserc's layer (forward, and forward+backward) once its
 kernels are in: its programs' trial of CUDA graphs against runs op by op
@@ -222,7 +229,10 @@ def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.
     want = grouped_mm(xs, w, ends)
     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
     flops = 2 * xs.shape[0] * h * ffn
-    times = interleaved_ms({"fuserc": lambda: program.execute(ins, local=True, gather=False), "torch": lambda: grouped_mm(xs, w, ends)}, a, cuda)
+    steps = {"fuserc": lambda: program.execute(ins, local=True, gather=False), "torch": lambda: grouped_mm(xs, w, ends)}
+    rough = interleaved_ms(steps, argparse.Namespace(repeats=1, warmup=1, iters=1), cuda)
+    calls = max(a.iters, math.ceil(GEMM_WINDOW_MS / max(min(rough.values()), 1e-3)))
+    times = interleaved_ms(steps, argparse.Namespace(repeats=a.repeats, warmup=a.warmup, iters=calls), cuda)
     fus, ref = times["fuserc"], times["torch"]
     program.close()
     return {"rows": xs.shape[0], "fuserc_ms": fus, "torch_ms": ref, "tflops": flops / fus / 1e9, "max_rel_err": err,
