@@ -86,7 +86,8 @@ class Autodiff(ModulePass):
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, FuncOp)}
         main = funcs.get(self.entry)
         if main is None:
-            raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry})")
+            have = ", ".join(f"@{n}" for n in funcs) or "none"
+            raise Diagnostic(f"autodiff: no function @{self.entry} to differentiate (entry = {self.entry}; functions: {have})")
         if main.is_declaration:
             raise error_at(main, f"autodiff: @{self.entry} is a declaration (no body): nothing to differentiate")
         if "hir.host" in main.attributes:

@@ -1,7 +1,7 @@
 // RUN: %fuserc opt -p autodiff --split-input-file --verify-diagnostics %s
 // RUN: not %fuserc opt -p 'autodiff{entry=nope}' --split-input-file %s 2>&1 | filecheck %s --check-prefix=ENTRY
 // RUN: not %fuserc opt -p 'autodiff{save=all}' %s 2>&1 | filecheck %s --check-prefix=SAVE
-// ENTRY: autodiff: no function @nope to differentiate (entry = nope)
+// ENTRY: autodiff: no function @nope to differentiate (entry = nope; functions: @main)
 // SAVE: save must be one of activations, inputs, got 'all'
 
 // A rule that cannot apply is a diagnostic at the op it differentiates:
