@@ -10,9 +10,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc, UnregisteredOp
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, TypeAttribute
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.printer import Printer
@@ -651,6 +651,36 @@ class ClassTest:
         return known
 
 
+def walk(op: Operation | Region) -> list[Operation]:
+    """`op` and the ops nested in it (a region: its ops and theirs), in the
+    order of xDSL's `walk()` (an op before the ops of its regions), as a
+    list taken now: xDSL's walk nests a generator per level and op, and the
+    passes walk every op of a program many times, most often an op without
+    regions."""
+    out: list[Operation] = []
+    if type(op) is Region:
+        _walk_region(op, out)
+    elif op.regions:
+        out.append(op)
+        for region in op.regions:
+            _walk_region(region, out)
+    else:
+        out.append(op)
+    return out
+
+
+def _walk_region(region: Region, out: list[Operation]) -> None:
+    block = region._first_block
+    while block is not None:
+        op = block._first_op
+        while op is not None:
+            out.append(op)
+            for inner in op.regions:
+                _walk_region(inner, out)
+            op = op._next_op
+        block = block._next_block
+
+
 _ISOLATED: dict[type[Operation], bool] = {}
 
 
@@ -782,33 +812,51 @@ class _Signatures:
     def __call__(self, op: Operation) -> tuple:
         ids, number = self.ids, self.number
         cls = type(op)
-        ignored = getattr(cls, "SIGNATURE_IGNORES", ())
+        ignored = _IGNORED.get(cls)
+        if ignored is None:
+            ignored = _IGNORED[cls] = frozenset(getattr(cls, "SIGNATURE_IGNORES", ()))
         key: list = [cls]
+        append = key.append
         # The fields behind xDSL's properties (`op.operands` views `_operands`,
         # `v.type` reads `_type`): the hot path of every verification.
         for v in op._operands:
             t = v._type
             n = ids.get(id(t))
-            key += (number(t) if n is None else n, type(v.op) if type(v) is OpResult else Block)
-        key.append(None)
+            append(number(t) if n is None else n)
+            append(type(v.op) if type(v) is OpResult else Block)
+        append(None)
         for r in op.results:
             t = r._type
             n = ids.get(id(t))
-            key.append(number(t) if n is None else n)
-        key.append(None)
+            append(number(t) if n is None else n)
+        append(None)
         for name, value in op.properties.items():
             if name not in ignored:
                 n = ids.get(id(value))
-                key += (name, number(value) if n is None else n)
-        key.append(None)
+                append(name)
+                append(number(value) if n is None else n)
+        append(None)
         for name, value in op.attributes.items():
             n = ids.get(id(value))
-            key += (name, number(value) if n is None else n)
+            append(name)
+            append(number(value) if n is None else n)
         block = op.parent
-        region = block.parent if block is not None else None
-        parent = region.parent if region is not None else None
-        key += (type(parent), block is not None and op._next_op is None, self.scope(parent))
+        if block is None:
+            append(type(None))
+            append(False)
+            append(self.scope(None))
+        else:
+            region = block.parent
+            parent = region.parent if region is not None else None
+            append(type(parent))
+            append(op._next_op is None)
+            n = self.scopes.get(id(parent))
+            append(self.scope(parent) if n is None else n)
         return tuple(key)
+
+
+_IGNORED: dict[type[Operation], frozenset[str]] = {}
+"""Each op class's `SIGNATURE_IGNORES`, read once per class."""
 
 
 def _verify_unique_symbols(table: Operation) -> None:
@@ -895,6 +943,25 @@ class _Printer(Printer):
         assert self.stream is not None
         self.stream.write(text)
 
+    def print_op(self, op: Operation) -> None:
+        """xDSL's, with what it asks of each op's class (a search of its
+        traits, an ABC check, whether it prints itself) answered once per
+        class: an op that opens no scope prints its results, its name and
+        its custom form, as xDSL's does. Anything else is xDSL's."""
+        cls = type(op)
+        custom = _CUSTOM_FORMAT.get(cls)
+        if custom is None:
+            custom = _CUSTOM_FORMAT[cls] = (
+                not cls.get_traits_of_type(IsolatedFromAbove) and not issubclass(cls, UnregisteredOp) and Operation.print is not cls.print
+            )
+        if not custom or self.print_generic_format or self.print_debuginfo or self.diagnostic.op_messages:
+            super().print_op(op)
+            return
+        if op.results:
+            self._print_results(op)
+        self.print_string(op.name)
+        op.print(self)
+
     def print_attribute(self, attribute: Attribute) -> None:
         text = self._texts.get(id(attribute))
         if text is None:
@@ -909,6 +976,11 @@ class _Printer(Printer):
             self._texts[id(attribute)] = text
             self._kept.append(attribute)
         self.print_string(text)
+
+
+_CUSTOM_FORMAT: dict[type[Operation], bool] = {}
+"""Per op class, whether `_Printer.print_op` prints it itself: it opens no
+scope (is not isolated from above), is registered and has a custom form."""
 
 
 def to_text(op: Operation, generic: bool = False) -> str:

@@ -35,7 +35,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation
 
-from fuserc.ir import Numbering
+from fuserc.ir import Numbering, walk
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split, one_or_many
 
 Shape = tuple[int, ...]
@@ -337,7 +337,7 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     """Every `fusion.mesh` of `module`, by name."""
     from fuserc.dialects.fusion import MeshOp
 
-    return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
+    return {m.sym_name.data: m.model for m in walk(module) if isinstance(m, MeshOp)}
 
 
 class Resharding:
