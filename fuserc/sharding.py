@@ -281,6 +281,16 @@ class Sharding:
             p = (p,) if isinstance(p, str) else axis_order(p or ())
             object.__setattr__(self, "partial", p)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields), found once per object:
+        passes key their caches by shardings, and the fields' hash is a
+        Python call per split."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.mesh, self.dims, self.partial))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     # ---- construction / printing -------------------------------------------
     @staticmethod
     def replicated(mesh: str, rank: int) -> "Sharding":
