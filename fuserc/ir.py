@@ -542,7 +542,7 @@ class _Verification:
         from fuserc.passes.plan_memory import check_storage
 
         self.signature = signature
-        self.verified = signature.verified
+        self.verified, self.keys = signature.verified, signature.keys
         self.sites: dict = {}
         self.alloc_op, self.is_host_program, self.verify_discardable, self.check_storage = AllocOp, is_host_program, verify_discardable, check_storage
         """What the walk calls, imported once per walk, not per op (the dialects import this module)."""
@@ -560,7 +560,10 @@ class _Verification:
             _defined_before_use(op, visible)
             if _is_symbol_table(cls):
                 _verify_unique_symbols(op)
-            key = self.signature.of(op)
+            if op.regions or op._successors:
+                key = self.signature.of(op)
+            else:  # an op without regions: its signature (found already where its parent is a launch's)
+                key = self.keys.get(id(op)) or self.signature(op)
             if key is None or key not in self.verified:
                 op.verify(verify_nested_ops=False)
                 self.verify_discardable(op)

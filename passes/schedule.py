@@ -56,8 +56,10 @@ keep their order (every rank must issue them in the same order)."""
 
 
 def _touched(op: Operation) -> set[SSAValue]:
-    """The buffers (roots) `op` and the ops of its regions use."""
-    return {_root(v) for o in walk(op) for v in o.operands if isinstance(v.type, TensorType)}
+    """The buffers (roots) `op` and the ops of its regions use (read off
+    xDSL's fields: `o.operands` makes a view per call, and a miss of an
+    isinstance check against an attribute class is a Python call)."""
+    return {_root(v) for o in walk(op) for v in o._operands if type(v._type) is TensorType}
 
 
 _READS_ONLY = (hir.AllocOp, hir.SelectOp, hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.ConstantOp)
@@ -82,7 +84,7 @@ def _written(op: Operation) -> set[SSAValue]:
         elif kind == 3:
             out.add(_root(o.buffer))  # type: ignore[attr-defined]
         elif kind == len(_WRITE_KINDS):
-            out.update(_root(v) for v in o.operands if isinstance(v.type, TensorType))
+            out.update(_root(v) for v in o._operands if type(v._type) is TensorType)
     return out
 
 
@@ -410,13 +412,13 @@ def _window(comm: Operation) -> list[Operation]:
 def _cone(comm: Operation, window: list[Operation]) -> set[Operation]:
     """The ops of `window` that `comm` depends on, transitively."""
     cone: set[Operation] = set()
-    need_values = {v for o in walk(comm) for v in o.operands}
+    need_values = {v for o in walk(comm) for v in o._operands}
     cone_touched, cone_written = _touched(comm), _written(comm)
     for op in reversed(window):
         touched, written = _touched(op), _written(op)
         if set(op.results) & need_values or written & cone_touched or touched & cone_written:
             cone.add(op)
-            need_values |= {v for o in walk(op) for v in o.operands}
+            need_values |= {v for o in walk(op) for v in o._operands}
             cone_touched |= touched
             cone_written |= written
     return cone
