@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from xdsl.context import Context
 from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc, UnregisteredOp
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, TypeAttribute
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.printer import Printer
@@ -937,14 +937,22 @@ class _Printer(Printer):
         """By id, each tensor type object's text (an attribute's hash walks all of it)."""
         self._kept: list[TensorType] = []
         """The objects `_texts` holds, so that their ids stay theirs while it prints."""
+        self._write = stream.write
 
     def print_string(self, text: str, *, indent: int | None = None) -> None:
         if "\n" in text:
             super().print_string(text, indent=indent)
             return
         self._current_column += len(text)
-        assert self.stream is not None
-        self.stream.write(text)
+        self._write(text)
+
+    def print_ssa_value(self, value: SSAValue) -> str:
+        """xDSL's, looking a named value up once (a value's hash is a Python call)."""
+        name = self._ssa_values.get(value)
+        if name is None:
+            return super().print_ssa_value(value)
+        self.print_string(f"%{name}")
+        return name
 
     def print_op(self, op: Operation) -> None:
         """xDSL's, with what it asks of each op's class (a search of its
