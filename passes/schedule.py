@@ -142,7 +142,7 @@ def _computes(op: Operation) -> bool:
     """Work a collective can run beside (allocations, views and stream
     bookkeeping are none: moving a collective past only those costs a
     stream switch and gains nothing)."""
-    return any(_is_compute(o) for o in walk(op))
+    return _is_compute(op) or bool(op.regions) and any(_is_compute(o) for o in walk(op))
 
 
 def _communicates(op: Operation) -> bool:
@@ -150,6 +150,8 @@ def _communicates(op: Operation) -> bool:
     another one must not run at the same time on the communicator (NCCL
     kernels of one communicator on two streams may deadlock), so scheduled
     collectives do not move past it. Copy-engine transfers (CUDA IPC) may."""
+    if not op.regions:  # the usual op: no walk
+        return _is_communication(op) and op.backend != "cuda_ipc"  # type: ignore[attr-defined]
     return any(_is_communication(o) and o.backend != "cuda_ipc" for o in walk(op))
 
 
@@ -367,7 +369,7 @@ def _bounds(op: Operation) -> bool:
     """`op` is or holds a boundary: a pipeline's join (`hir.for` of
     `hir.sync_stream`s) orders the compute after it behind the worker
     streams' writes, which name no buffer in the join itself."""
-    return any(_is_boundary(o) for o in walk(op))
+    return _is_boundary(op) or bool(op.regions) and any(_is_boundary(o) for o in walk(op))
 
 
 _is_boundary = ClassTest(_BOUNDARY)
