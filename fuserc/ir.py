@@ -64,11 +64,18 @@ class _Lexer(MLIRLexer):
 
     _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
 
+    def __init__(self, input: Input[str]) -> None:
+        super().__init__(input)
+        self._all_ascii = input.content.isascii()
+
     def lex(self) -> MLIRToken:
         """xDSL's, refusing a token that starts with a character outside
         ASCII: integers are ASCII digits (xDSL reads `٣` or `４` as 3 and 4,
         and fails with a ValueError on `²`), names ASCII letters. Strings
-        and comments hold any character."""
+        and comments hold any character. An input all ASCII (the usual one)
+        is not looked at token by token."""
+        if self._all_ascii:
+            return super().lex()
         self._consume_whitespace()
         self._refuse_non_ascii(self.pos)
         return super().lex()
@@ -82,7 +89,8 @@ class _Lexer(MLIRLexer):
         return token
 
     def _lex_at_ident(self, start_pos: Position) -> MLIRToken:
-        self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
+        if not self._all_ascii:
+            self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
         return super()._lex_at_ident(start_pos)
 
     def _refuse_non_ascii(self, pos: Position) -> None:
