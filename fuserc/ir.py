@@ -143,6 +143,9 @@ class _LocatingParser(Parser):
         self._types: dict[str, TypeAttribute] = {}
         self._function_types: dict[str, FunctionType] = {}
         self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
+        self._file_attr = StringAttr(filename)
+        self._columns: dict[int, IntAttr] = {}
+        """`_file_loc`'s attributes made once: making an attribute verifies its parameters."""
         self._regions: list[Span] = []  # where each region being read opens
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
@@ -156,7 +159,11 @@ class _LocatingParser(Parser):
         self._line += content.count("\n", self._line_start, line_start)
         self._line_start = line_start
         line = self._line + 1 + span.line_offset
-        return FileLineColLoc(StringAttr(self._filename), IntAttr(line), IntAttr(span.start - line_start + 1))
+        col = span.start - line_start + 1
+        col_attr = self._columns.get(col)
+        if col_attr is None:  # most ops start in one of a few columns
+            col_attr = self._columns[col] = IntAttr(col)
+        return FileLineColLoc(self._file_attr, IntAttr(line), col_attr)
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         start = self._current_token.span
