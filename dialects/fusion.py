@@ -32,9 +32,10 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Operation, OpResult, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
+    VariadicDef,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -214,8 +215,13 @@ class FusionOp(IRDLOperation):
             )
         operands = parser.resolve_operands(unresolved, ftype.inputs.data, pos)
         try:
+            grouped = cls.group_operands(operands)  # raises when their number cannot fit
+            if flat_definition(cls):  # IRDL's builder would only count what is counted above
+                op = cls.__new__(cls)
+                Operation.__init__(op, operands=operands, result_types=ftype.outputs.data, properties=props, attributes=attrs)
+                return op
             return cls.build(
-                operands=cls.group_operands(operands),
+                operands=grouped,
                 result_types=cls.group_results(list(ftype.outputs.data)),
                 properties=props,
                 attributes=attrs,
@@ -499,11 +505,33 @@ def _tensor(v: SSAValue) -> TensorType:
     return v.type
 
 
+_FLAT: dict[type[IRDLOperation], bool] = {}
+
+
+def flat_definition(cls: type[IRDLOperation]) -> bool:
+    """Whether `cls`'s definition has no variadic or optional operand,
+    result, region or successor and no option (segment sizes): IRDL's
+    builder then only checks its arguments' numbers, and `Operation`'s
+    own constructor makes the same op. Once per class."""
+    flat = _FLAT.get(cls)
+    if flat is None:
+        d = cls.get_irdl_definition()
+        defs = [x for _, x in (*d.operands, *d.results, *d.regions, *d.successors)]
+        flat = _FLAT[cls] = not d.options and not any(isinstance(x, VariadicDef) for x in defs)
+    return flat
+
+
 def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
-    """The static shape of a tensor-typed value, or of a tensor type."""
-    t = v.type if isinstance(v, SSAValue) else v
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
+    """The static shape of a tensor-typed value, or of a tensor type: read
+    once per type object (xDSL's `get_shape` builds it each time; passes ask
+    for the shapes of the same few types many times)."""
+    cls = type(v)  # the usual classes first: an isinstance check that misses an ABC is a Python call
+    t = v._type if cls is OpResult or cls is BlockArgument else v.type if isinstance(v, SSAValue) else v  # type: ignore[union-attr]
+    shape = t.__dict__.get("_fuserc_shape")
+    if shape is None:
+        assert isinstance(t, TensorType)
+        shape = t.__dict__["_fuserc_shape"] = tuple(t.get_shape())
+    return shape
 
 
 def element_type_of(v: SSAValue) -> Attribute:
@@ -642,11 +670,10 @@ def alloc_order_errors(op: Operation) -> list[str]:
 
 def alloc_order_of(value: SSAValue) -> tuple[int, ...]:
     """The memory order of `value`'s buffer, outermost first."""
-    assert isinstance(value.type, TensorType)
-    ident = tuple(range(len(value.type.get_shape())))
-    if isinstance(value, OpResult):
+    ident = tuple(range(len(shape_of(value))))
+    if type(value) is OpResult:
         attr = value.op.attributes.get(ALLOC_ORDER)
-        if isinstance(attr, DenseArrayBase) and len(attr) == len(ident):
+        if attr is not None and isinstance(attr, DenseArrayBase) and len(attr) == len(ident):
             return tuple(int(v) for v in attr.get_values())
     return ident
 

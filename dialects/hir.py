@@ -90,6 +90,7 @@ from fuserc.dialects.hir_team import Team, Translate  # noqa: F401
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, TensorType, UnitAttr
 
 from fuserc.diagnostics import error_at
+from fuserc.ir import walk
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Dialect, Operation
 
@@ -107,7 +108,7 @@ def check_fusion_function(func_op: FuncOp) -> None:
     """Fusion passes transform functions of fusion ops: one that holds
     host-IR ops without being marked a host program is refused at its
     first such op (its tensors are local buffers, not global values)."""
-    for op in func_op.walk():
+    for op in walk(func_op):
         if op.name.startswith("hir."):
             raise error_at(
                 op,
@@ -178,7 +179,7 @@ def storage_blocks(func_op: FuncOp) -> dict[int, int]:
     """The memory blocks of a host program's allocation sites that have a
     `storage` number (plan-memory): number -> bytes of its largest site."""
     blocks: dict[int, int] = {}
-    for op in func_op.walk():
+    for op in walk(func_op):
         if isinstance(op, AllocOp) and op.storage is not None:
             blocks[op.storage] = max(blocks.get(op.storage, 0), buffer_bytes(op.result))
     return blocks

@@ -33,7 +33,6 @@ from xdsl.ir import (
 )
 from xdsl.irdl import (
     IRDLOperation,
-    VariadicDef,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
@@ -52,7 +51,7 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from fuserc.dialects.fusion import element_type_of
+from fuserc.dialects.fusion import element_type_of, flat_definition
 from fuserc.dialects.fusion_mesh import _int_array, i64_attr
 from fuserc.dialects.hir_team import Team
 from fuserc.sharding import MAX_MESH_DEVICES
@@ -511,32 +510,17 @@ class HirOp(IRDLOperation):
         regions: Sequence[Any] | None = None,
     ) -> None:
         """IRDL's builder, or `_init` where the op's definition is flat
-        (`_flat`: each operand, result and region one, no segment sizes) and
+        (`flat_definition`: each operand, result and region one, no segment sizes) and
         it is given its operands, results and regions as they are: then the
         builder would make the same op, more slowly (stream-pipeline makes
         thousands of hir.chunk, hir.set_current_stream, ...)."""
-        if not attributes and not successors and _flat(type(self)) and all(type(r) is Region for r in regions or ()):
+        if not attributes and not successors and flat_definition(type(self)) and all(type(r) is Region for r in regions or ()):
             props = {k: v for k, v in properties.items() if v is not None} if properties else {}
             self._init(operands or (), result_types or (), props, regions or ())
             return
         super().__init__(
             operands=operands, result_types=result_types, properties=properties, attributes=attributes, successors=successors, regions=regions
         )
-
-
-_FLAT: dict[type[IRDLOperation], bool] = {}
-
-
-def _flat(cls: type[IRDLOperation]) -> bool:
-    """Whether `cls`'s definition has no variadic or optional operand,
-    result, region or successor and no option (segment sizes): IRDL's
-    builder then only checks its arguments. Once per class."""
-    flat = _FLAT.get(cls)
-    if flat is None:
-        d = cls.get_irdl_definition()
-        defs = [x for _, x in (*d.operands, *d.results, *d.regions, *d.successors)]
-        flat = _FLAT[cls] = not d.options and not any(isinstance(x, VariadicDef) for x in defs)
-    return flat
 
 
 # --------------------------------------------------------------------------

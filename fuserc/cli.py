@@ -257,7 +257,7 @@ def opt(
     fuserc opt prog.mlir -p autodiff,default --comm-report -o /dev/null
 
     --list-passes prints every pass and its options (docs/passes.md has the details)."""
-    from fuserc import expected, ir
+    from fuserc import ir
     from fuserc import pipeline as pl
     from fuserc.runtime.job.mpi_env import ENDS_PROCESS
 
@@ -298,6 +298,8 @@ def opt(
                 failed = True
             produced.append(d)
         if verify_diagnostics:
+            from fuserc import expected
+
             exp = expected.expectations(chunk.split("\n", offset)[-1] if offset else chunk, offset + 1)
             problems.extend(expected.check(exp, produced, name))
     if time_passes:

@@ -10,9 +10,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Builtin, FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr, TensorType, UnknownLoc, UnregisteredOp
 from xdsl.dialects.func import Func, FuncOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, TypeAttribute
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.printer import Printer
@@ -64,11 +64,18 @@ class _Lexer(MLIRLexer):
 
     _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
 
+    def __init__(self, input: Input[str]) -> None:
+        super().__init__(input)
+        self._all_ascii = input.content.isascii()
+
     def lex(self) -> MLIRToken:
         """xDSL's, refusing a token that starts with a character outside
         ASCII: integers are ASCII digits (xDSL reads `٣` or `４` as 3 and 4,
         and fails with a ValueError on `²`), names ASCII letters. Strings
-        and comments hold any character."""
+        and comments hold any character. An input all ASCII (the usual one)
+        is not looked at token by token."""
+        if self._all_ascii:
+            return super().lex()
         self._consume_whitespace()
         self._refuse_non_ascii(self.pos)
         return super().lex()
@@ -82,7 +89,8 @@ class _Lexer(MLIRLexer):
         return token
 
     def _lex_at_ident(self, start_pos: Position) -> MLIRToken:
-        self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
+        if not self._all_ascii:
+            self._refuse_non_ascii(self.pos)  # `@é`: symbol names are ASCII too (or quoted)
         return super()._lex_at_ident(start_pos)
 
     def _refuse_non_ascii(self, pos: Position) -> None:
@@ -135,6 +143,9 @@ class _LocatingParser(Parser):
         self._types: dict[str, TypeAttribute] = {}
         self._function_types: dict[str, FunctionType] = {}
         self._line_start, self._line = 0, 0  # a line start and its number - 1 (`_file_loc`)
+        self._file_attr = StringAttr(filename)
+        self._columns: dict[int, IntAttr] = {}
+        """`_file_loc`'s attributes made once: making an attribute verifies its parameters."""
         self._regions: list[Span] = []  # where each region being read opens
 
     def _file_loc(self, span: Span) -> FileLineColLoc:
@@ -148,7 +159,11 @@ class _LocatingParser(Parser):
         self._line += content.count("\n", self._line_start, line_start)
         self._line_start = line_start
         line = self._line + 1 + span.line_offset
-        return FileLineColLoc(StringAttr(self._filename), IntAttr(line), IntAttr(span.start - line_start + 1))
+        col = span.start - line_start + 1
+        col_attr = self._columns.get(col)
+        if col_attr is None:  # most ops start in one of a few columns
+            col_attr = self._columns[col] = IntAttr(col)
+        return FileLineColLoc(self._file_attr, IntAttr(line), col_attr)
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         start = self._current_token.span
@@ -542,7 +557,7 @@ class _Verification:
         from fuserc.passes.plan_memory import check_storage
 
         self.signature = signature
-        self.verified = signature.verified
+        self.verified, self.keys = signature.verified, signature.keys
         self.sites: dict = {}
         self.alloc_op, self.is_host_program, self.verify_discardable, self.check_storage = AllocOp, is_host_program, verify_discardable, check_storage
         """What the walk calls, imported once per walk, not per op (the dialects import this module)."""
@@ -560,7 +575,10 @@ class _Verification:
             _defined_before_use(op, visible)
             if _is_symbol_table(cls):
                 _verify_unique_symbols(op)
-            key = self.signature.of(op)
+            if op.regions or op._successors:
+                key = self.signature.of(op)
+            else:  # an op without regions: its signature (found already where its parent is a launch's)
+                key = self.keys.get(id(op)) or self.signature(op)
             if key is None or key not in self.verified:
                 op.verify(verify_nested_ops=False)
                 self.verify_discardable(op)
@@ -649,6 +667,36 @@ class ClassTest:
         if known is None:
             known = self.known[cls] = issubclass(cls, self.classes)
         return known
+
+
+def walk(op: Operation | Region) -> list[Operation]:
+    """`op` and the ops nested in it (a region: its ops and theirs), in the
+    order of xDSL's `walk()` (an op before the ops of its regions), as a
+    list taken now: xDSL's walk nests a generator per level and op, and the
+    passes walk every op of a program many times, most often an op without
+    regions."""
+    out: list[Operation] = []
+    if type(op) is Region:
+        _walk_region(op, out)
+    elif op.regions:
+        out.append(op)
+        for region in op.regions:
+            _walk_region(region, out)
+    else:
+        out.append(op)
+    return out
+
+
+def _walk_region(region: Region, out: list[Operation]) -> None:
+    block = region._first_block
+    while block is not None:
+        op = block._first_op
+        while op is not None:
+            out.append(op)
+            for inner in op.regions:
+                _walk_region(inner, out)
+            op = op._next_op
+        block = block._next_block
 
 
 _ISOLATED: dict[type[Operation], bool] = {}
@@ -782,33 +830,51 @@ class _Signatures:
     def __call__(self, op: Operation) -> tuple:
         ids, number = self.ids, self.number
         cls = type(op)
-        ignored = getattr(cls, "SIGNATURE_IGNORES", ())
+        ignored = _IGNORED.get(cls)
+        if ignored is None:
+            ignored = _IGNORED[cls] = frozenset(getattr(cls, "SIGNATURE_IGNORES", ()))
         key: list = [cls]
+        append = key.append
         # The fields behind xDSL's properties (`op.operands` views `_operands`,
         # `v.type` reads `_type`): the hot path of every verification.
         for v in op._operands:
             t = v._type
             n = ids.get(id(t))
-            key += (number(t) if n is None else n, type(v.op) if type(v) is OpResult else Block)
-        key.append(None)
+            append(number(t) if n is None else n)
+            append(type(v.op) if type(v) is OpResult else Block)
+        append(None)
         for r in op.results:
             t = r._type
             n = ids.get(id(t))
-            key.append(number(t) if n is None else n)
-        key.append(None)
+            append(number(t) if n is None else n)
+        append(None)
         for name, value in op.properties.items():
             if name not in ignored:
                 n = ids.get(id(value))
-                key += (name, number(value) if n is None else n)
-        key.append(None)
+                append(name)
+                append(number(value) if n is None else n)
+        append(None)
         for name, value in op.attributes.items():
             n = ids.get(id(value))
-            key += (name, number(value) if n is None else n)
+            append(name)
+            append(number(value) if n is None else n)
         block = op.parent
-        region = block.parent if block is not None else None
-        parent = region.parent if region is not None else None
-        key += (type(parent), block is not None and op._next_op is None, self.scope(parent))
+        if block is None:
+            append(type(None))
+            append(False)
+            append(self.scope(None))
+        else:
+            region = block.parent
+            parent = region.parent if region is not None else None
+            append(type(parent))
+            append(op._next_op is None)
+            n = self.scopes.get(id(parent))
+            append(self.scope(parent) if n is None else n)
         return tuple(key)
+
+
+_IGNORED: dict[type[Operation], frozenset[str]] = {}
+"""Each op class's `SIGNATURE_IGNORES`, read once per class."""
 
 
 def _verify_unique_symbols(table: Operation) -> None:
@@ -886,14 +952,41 @@ class _Printer(Printer):
         """By id, each tensor type object's text (an attribute's hash walks all of it)."""
         self._kept: list[TensorType] = []
         """The objects `_texts` holds, so that their ids stay theirs while it prints."""
+        self._write = stream.write
 
     def print_string(self, text: str, *, indent: int | None = None) -> None:
         if "\n" in text:
             super().print_string(text, indent=indent)
             return
         self._current_column += len(text)
-        assert self.stream is not None
-        self.stream.write(text)
+        self._write(text)
+
+    def print_ssa_value(self, value: SSAValue) -> str:
+        """xDSL's, looking a named value up once (a value's hash is a Python call)."""
+        name = self._ssa_values.get(value)
+        if name is None:
+            return super().print_ssa_value(value)
+        self.print_string(f"%{name}")
+        return name
+
+    def print_op(self, op: Operation) -> None:
+        """xDSL's, with what it asks of each op's class (a search of its
+        traits, an ABC check, whether it prints itself) answered once per
+        class: an op that opens no scope prints its results, its name and
+        its custom form, as xDSL's does. Anything else is xDSL's."""
+        cls = type(op)
+        custom = _CUSTOM_FORMAT.get(cls)
+        if custom is None:
+            custom = _CUSTOM_FORMAT[cls] = (
+                not cls.get_traits_of_type(IsolatedFromAbove) and not issubclass(cls, UnregisteredOp) and Operation.print is not cls.print
+            )
+        if not custom or self.print_generic_format or self.print_debuginfo or self.diagnostic.op_messages:
+            super().print_op(op)
+            return
+        if op.results:
+            self._print_results(op)
+        self.print_string(op.name)
+        op.print(self)
 
     def print_attribute(self, attribute: Attribute) -> None:
         text = self._texts.get(id(attribute))
@@ -909,6 +1002,11 @@ class _Printer(Printer):
             self._texts[id(attribute)] = text
             self._kept.append(attribute)
         self.print_string(text)
+
+
+_CUSTOM_FORMAT: dict[type[Operation], bool] = {}
+"""Per op class, whether `_Printer.print_op` prints it itself: it opens no
+scope (is not isolated from above), is registered and has a custom form."""
 
 
 def to_text(op: Operation, generic: bool = False) -> str:

@@ -281,6 +281,16 @@ class Sharding:
             p = (p,) if isinstance(p, str) else axis_order(p or ())
             object.__setattr__(self, "partial", p)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields), found once per object:
+        passes key their caches by shardings, and the fields' hash is a
+        Python call per split."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.mesh, self.dims, self.partial))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     # ---- construction / printing -------------------------------------------
     @staticmethod
     def replicated(mesh: str, rank: int) -> "Sharding":
@@ -341,12 +351,17 @@ class Sharding:
         dimension (`Stream(2)*DIDx` interleaves the device blocks: each
         device holds one block of every chunk). Stream splits with no device
         split inside them only say how the producing op is computed, and are
-        dropped (`DIDx*Stream(2)` and `Stream(2)` place as `DIDx` and `-`)."""
-        dims = []
-        for d in self.dims:
-            last = max((i for i, s in enumerate(d) if not s.is_stream), default=-1)
-            dims.append(d[: last + 1])
-        return self.with_dims(dims)
+        dropped (`DIDx*Stream(2)` and `Stream(2)` place as `DIDx` and `-`).
+        Found once per object (it is immutable; passes ask for it often)."""
+        placed = self.__dict__.get("_placement")
+        if placed is None:
+            dims = []
+            for d in self.dims:
+                last = max((i for i, s in enumerate(d) if not s.is_stream), default=-1)
+                dims.append(d[: last + 1])
+            placed = self.with_dims(dims)
+            object.__setattr__(self, "_placement", placed)
+        return placed
 
     def interleaved_dims(self) -> list[int]:
         """Dimensions whose device blocks a Stream split interleaves (a

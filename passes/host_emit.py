@@ -13,6 +13,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import AddOp
+from fuserc.ir import walk
 from fuserc.passes.stream_sites import LaunchChunks, chunk_dims
 
 IPC = "cuda_ipc"
@@ -34,7 +35,7 @@ class Emitter:
         self.joined_at: int | None = None
 
     def add(self, op: Operation, hint: str | None = None) -> Operation:
-        for o in op.walk():
+        for o in walk(op):
             o.location = self.location
         self.ops.append(op)
         if hint is not None and op.results:

@@ -49,6 +49,7 @@ from fuserc.dialects.fusion import (
     shape_of,
     sharding_of,
 )
+from fuserc.ir import walk
 
 
 def launched(op: Operation) -> bool:
@@ -78,7 +79,7 @@ def _any_order(op: Operation) -> bool:
 
 def choose(func: FuncOp) -> None:
     """Give `alloc_order`s to the function's local values (module docstring)."""
-    for op in func.body.walk():
+    for op in walk(func.body):
         if _any_order(op) and ALLOC_ORDER not in op.attributes:
             _written_permuted(op)
         elif isinstance(op, PermuteOp) and ALLOC_ORDER not in op.attributes:

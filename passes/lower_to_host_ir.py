@@ -77,6 +77,7 @@ from fuserc.dialects.fusion import (
     SliceOp,
     tensor_type,
 )
+from fuserc.ir import walk
 from fuserc.passes import expert_parallel, launch_regions, local_layouts, lower_reshard, ring_attention
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
@@ -116,7 +117,7 @@ class Emitter:
 
     # ---- basics -----------------------------------------------------------
     def emit(self, op: Operation, tag: Tag, marked: bool = False) -> Operation:
-        for o in op.walk():
+        for o in walk(op):
             o.location = self.location
         if marked:
             for k, v in self.marks.items():
@@ -262,7 +263,7 @@ def _top_index(items: Sequence[tuple[Operation, Tag]]) -> dict[Operation, int]:
     """Every op (nested ones too) -> the index of the flat item holding it."""
     top: dict[Operation, int] = {}
     for i, (op, _) in enumerate(items):
-        for o in op.walk():
+        for o in walk(op):
             top[o] = i
     return top
 
@@ -270,7 +271,7 @@ def _top_index(items: Sequence[tuple[Operation, Tag]]) -> dict[Operation, int]:
 def _buffers_used(op: Operation) -> Sequence[SSAValue]:
     """The values `op` reads or writes; a wait uses the buffers of the
     communication it completes (they stay in use until then)."""
-    if isinstance(op, hir.WaitOp) and isinstance(op.token.owner, Operation):
+    if type(op) is hir.WaitOp and isinstance(op.token.owner, Operation):
         return op.token.owner.operands
     return op.operands
 
@@ -284,7 +285,7 @@ def place_deallocs(em: Emitter, keep: set[SSAValue]) -> None:
         assert isinstance(value.owner, Operation)
         last[value] = top[value.owner]
     for i, (op, _) in enumerate(em.items):
-        for o in op.walk():
+        for o in walk(op):
             for v in _buffers_used(o):
                 r = em.root(v)
                 if r in last:
@@ -367,7 +368,7 @@ def _check_annotated(func: FuncOp) -> None:
             raise error_at(
                 func, f"result #{i} of @{func.sym_name.data} has no sharding: run propagate-shardings first"
             )
-    for op in func.walk():
+    for op in walk(func):
         if op is func:
             continue
         for v in (*op.operands, *op.results):

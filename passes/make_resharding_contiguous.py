@@ -93,6 +93,7 @@ from fuserc.dialects.fusion import (
     tensor_type,
     with_sharding,
 )
+from fuserc.ir import walk
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import (
     ALLTOALL,
@@ -123,13 +124,13 @@ class MakeReshardingContiguous(ModulePass):
     name = "make-resharding-contiguous"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for o in op.walk():
+        for o in walk(op):
             errs = alloc_order_errors(o)
             if errs:
                 raise error_at(o, f"'{o.name}' op {errs[0]}")
         meshes = mesh_table(op)
         resharding = Resharding()
-        for func in [f for f in op.walk() if isinstance(f, FuncOp)]:
+        for func in [f for f in walk(op) if isinstance(f, FuncOp)]:
             if func.is_declaration or "hir.host" in func.attributes:
                 continue
             hir.check_fusion_function(func)
@@ -243,7 +244,7 @@ def _bucket_returned_reductions(func: FuncOp, meshes: Meshes) -> None:
 
 def _tensor_values(func: FuncOp) -> list[SSAValue]:
     args = [a for b in func.body.blocks for a in b.args]
-    res = [r for o in func.body.walk() for r in o.results]
+    res = [r for o in walk(func.body) for r in o.results]
     return [v for v in [*args, *res] if isinstance(v.type, TensorType)]
 
 
@@ -257,7 +258,7 @@ def _require_shardings(func: FuncOp) -> None:
     for i, a in enumerate(func.args):
         if isinstance(a.type, TensorType) and sharding_of(a) is None:
             raise error_at(func, f"argument #{i} of @{func.sym_name.data} has no sharding: {_NEEDS_SHARDINGS}")
-    for op in func.body.walk():
+    for op in walk(func.body):
         for i, v in enumerate([*op.operands, *op.results]):
             if isinstance(v.type, TensorType) and sharding_of(v) is None:
                 what = f"operand #{i}" if i < len(op.operands) else "its result"
@@ -323,7 +324,7 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes, resharding: Resharding) -> No
 
     for _ in range(_MAX_EXPANSION_ROUNDS):
         expanded = False
-        for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
+        for op in [o for o in walk(func.body) if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
             if any(sharding_of(v) is None for v in (*op.operands, *op.results)) or not resharding(op):
                 continue
             if 0 in shape_of(op.results[0]):  # nothing to compute: no statistics (no max of nothing)
@@ -419,7 +420,7 @@ class _Decomposer:
         return self.meshes.get(name)
 
     def run(self, func: FuncOp) -> None:
-        for op in [o for o in func.body.walk() if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
+        for op in [o for o in walk(func.body) if isinstance(o, FusionOp) and not isinstance(o, SetOp)]:
             self.decompose(op)
 
     def valid(self, s: Sharding, shape: Shape) -> bool:
@@ -621,7 +622,7 @@ class _Decomposer:
 
 
 def _split_multi_step_sets(func: FuncOp, meshes: Meshes) -> None:
-    for s in [o for o in func.body.walk() if isinstance(o, SetOp)]:
+    for s in [o for o in walk(func.body) if isinstance(o, SetOp)]:
         src, dst = sharding_of(s.operands[0]), sharding_of(s.results[0])
         assert src is not None and dst is not None
         shape = shape_of(s.results[0])
@@ -738,7 +739,7 @@ class _Layouts:
 
     # ---- the walk ------------------------------------------------------------
     def run(self, func: FuncOp) -> None:
-        for s in [o for o in func.body.walk() if isinstance(o, SetOp)]:
+        for s in [o for o in walk(func.body) if isinstance(o, SetOp)]:
             self.visit(s)
         for v in list(self.parent):
             if not isinstance(v, OpResult) or v.op.parent is None or ALLOC_ORDER in v.op.attributes:
@@ -859,15 +860,15 @@ def check_contract(module: ModuleOp, resharding: Resharding | None = None) -> li
     meshes = mesh_table(module)
     resharding = resharding or Resharding()
     problems: list[str] = []
-    for op in module.walk():
+    for op in walk(module):
         problems += [_where(op, f"'{op.name}' op {e}") for e in alloc_order_errors(op)]
-    for func in [f for f in module.walk() if isinstance(f, FuncOp)]:
+    for func in [f for f in walk(module) if isinstance(f, FuncOp)]:
         if func.is_declaration or "hir.host" in func.attributes or not _is_sharded(func):
             continue
         for i, a in enumerate(func.args):
             if isinstance(a.type, TensorType) and sharding_of(a) is None:
                 problems.append(_where(func, f"argument #{i} of @{func.sym_name.data} has no sharding"))
-        for op in func.body.walk():
+        for op in walk(func.body):
             if any(isinstance(v.type, TensorType) and sharding_of(v) is None for v in op.results):
                 problems.append(_where(op, f"'{op.name}' op result has no sharding"))
                 continue

@@ -52,7 +52,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import Diagnostic, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import MeshOp
-from fuserc.ir import ClassTest
+from fuserc.ir import ClassTest, walk
 from fuserc.passes.stream_order import MAIN, STEPS, Clock, Issued, Kinds, RankWalk, Stream
 
 _VIEWS = (hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.SelectOp)
@@ -381,7 +381,7 @@ def _any_candidate(func: FuncOp) -> bool:
     roots: dict[SSAValue, set[Operation]] = {}
     kept: set[Operation] = set()
     allocs: list[Operation] = []
-    for op in func.walk():
+    for op in walk(func):
         if _is_alloc(op):
             allocs.append(op)
             roots[op.result] = {op}  # type: ignore[attr-defined]
@@ -456,7 +456,7 @@ class MemoryPlan:
 
 def memory_plan(func: FuncOp) -> MemoryPlan:
     """`func`'s buffers as its `storage` numbers lay them out (read from the IR)."""
-    allocs = [op for op in func.walk() if isinstance(op, hir.AllocOp)]
+    allocs = [op for op in walk(func) if isinstance(op, hir.AllocOp)]
     alone = sum(hir.buffer_bytes(op.result) for op in allocs if op.storage is None)
     blocks = hir.storage_blocks(func)
     counts: dict[int, int] = {}
@@ -475,8 +475,8 @@ class PlanMemory(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for func in host_funcs(op):
-            for alloc in func.walk():
-                if isinstance(alloc, hir.AllocOp):
+            for alloc in walk(func):
+                if _is_alloc(alloc):
                     alloc.storage = None
             blocks, _, _ = plan(func)
             for number, k in enumerate(blocks):

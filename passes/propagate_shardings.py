@@ -56,6 +56,7 @@ from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, lookup_mesh, shape_of, sharding_of, with_sharding
+from fuserc.ir import walk
 from fuserc.passes import sharding_rules as rules
 from fuserc.sharding import Mesh, Sharding, format_partial
 
@@ -67,10 +68,10 @@ class PropagateShardings(ModulePass):
     name = "propagate-shardings"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        funcs = [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration and "hir.host" not in f.attributes]
+        funcs = [f for f in walk(op) if isinstance(f, FuncOp) and not f.is_declaration and "hir.host" not in f.attributes]
         for f in funcs:
             hir.check_fusion_function(f)
-        if funcs and not any(isinstance(o, MeshOp) for o in op.walk()):
+        if funcs and not any(isinstance(o, MeshOp) for o in walk(op)):
             _declare_implicit_mesh(op)
         for func in funcs:
             propagate_function(func)
@@ -94,9 +95,9 @@ def _declare_implicit_mesh(module: ModuleOp) -> None:
     meshes (a name no symbol of the module uses)."""
     taken = {
         o.properties["sym_name"].data
-        for o in module.walk()
+        for o in walk(module)
         if isinstance(o.properties.get("sym_name"), StringAttr)
-    } | {o.sym_name.data for o in module.walk() if isinstance(o, FuncOp)}
+    } | {o.sym_name.data for o in walk(module) if isinstance(o, FuncOp)}
     name, k = IMPLICIT_MESH, 1
     while name in taken:
         name, k = f"{IMPLICIT_MESH}_{k}", k + 1
@@ -117,7 +118,7 @@ class _FunctionPropagation:
         self.mesh_ops = mesh_ops
         self.module_meshes = [m.sym_name.data for m in mesh_ops]
         self.search = search
-        self.ops: list[Operation] = [o for o in func.walk() if o is not func]
+        self.ops: list[Operation] = [o for o in walk(func) if o is not func]
         args = [a for block in func.body.blocks for a in block.args]
         results = [r for o in self.ops for r in o.results]
         self.values: list[SSAValue] = [v for v in [*args, *results] if isinstance(v.type, TensorType)]

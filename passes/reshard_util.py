@@ -20,6 +20,7 @@ it (`fuserc.dialects.fusion.alloc_order_of`): see `ALLOC_ORDER` there.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -35,7 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation
 
-from fuserc.ir import Numbering
+from fuserc.ir import Numbering, walk
 from fuserc.sharding import DEVICE_TYPES, Mesh, Sharding, Split, one_or_many
 
 Shape = tuple[int, ...]
@@ -244,6 +245,15 @@ def reshard_step(src: Sharding, dst: Sharding, shape: Shape, meshes: Meshes) -> 
     a, b = src.placement(), dst.placement()
     if a == b or a.mesh not in meshes:
         return None
+    return _step(a, b, tuple(shape), meshes[a.mesh], meshes.get(b.mesh))
+
+
+@functools.lru_cache(maxsize=4096)
+def _step(a: Sharding, b: Sharding, shape: Shape, mesh: Mesh, target: Mesh | None) -> Step | None:
+    """`reshard_step` between placements, once per its inputs: the moves
+    read the two meshes alone, and a program reshards few pairs of
+    placements many times (each pass and each check asks again)."""
+    meshes = {a.mesh: mesh} if target is None else {a.mesh: mesh, b.mesh: target}
     for step, t in _moves(a, shape, meshes, b):
         if t == b:
             return step
@@ -301,6 +311,15 @@ def plan_reshard(
         return []
     if a.mesh not in meshes or b.mesh not in meshes:
         return None
+    plan = _plan(a, b, tuple(shape), meshes[a.mesh], meshes[b.mesh])
+    return None if plan is None else list(plan)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(a: Sharding, b: Sharding, shape: Shape, mesh: Mesh, target: Mesh) -> tuple[tuple[Step, Sharding], ...] | None:
+    """`plan_reshard` between placements, once per its inputs (as `_step`:
+    the search reads the two meshes alone)."""
+    meshes = {a.mesh: mesh, b.mesh: target}
     tie = itertools.count()
     heap: list[tuple[float, int, int, Sharding]] = [(0.0, 0, next(tie), a)]
     best: dict[Sharding, tuple[float, int]] = {a: (0.0, 0)}
@@ -315,7 +334,7 @@ def plan_reshard(
                 p, step = prev[s]
                 path.append((step, s))
                 s = p
-            return path[::-1]
+            return tuple(path[::-1])
         for step, t in _moves(s, shape, meshes, b):
             key = (cost + step_cost(step, s, t, shape, meshes), steps + 1)
             if t not in best or key < best[t]:
@@ -337,7 +356,7 @@ def mesh_table(module: Operation) -> dict[str, Mesh]:
     """Every `fusion.mesh` of `module`, by name."""
     from fuserc.dialects.fusion import MeshOp
 
-    return {m.sym_name.data: m.model for m in module.walk() if isinstance(m, MeshOp)}
+    return {m.sym_name.data: m.model for m in walk(module) if isinstance(m, MeshOp)}
 
 
 class Resharding:

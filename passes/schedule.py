@@ -39,7 +39,7 @@ from xdsl.traits import IsTerminator
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import AddOp, FusionOp, element_type_of, shape_of
 from fuserc.dialects.fusion_reduction import ReductionOp
-from fuserc.ir import ClassTest
+from fuserc.ir import ClassTest, walk
 from fuserc.passes.cost_model import Machine
 from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
@@ -48,6 +48,7 @@ from fuserc.passes.stream_sites import root as _root
 SCHEDULED = (hir.AllgatherOp, hir.ReduceScatterOp, hir.AllreduceOp, hir.AlltoallOp, hir.AlltoallvOp)
 """Collectives whose start and wait move (not sends, puts or fences: their
 peers' order matters)."""
+is_scheduled = ClassTest(SCHEDULED)
 
 POOL = 1
 """The worker stream pool of scheduled collectives: one stream, so that they
@@ -55,8 +56,10 @@ keep their order (every rank must issue them in the same order)."""
 
 
 def _touched(op: Operation) -> set[SSAValue]:
-    """The buffers (roots) `op` and the ops of its regions use."""
-    return {_root(v) for o in op.walk() for v in o.operands if isinstance(v.type, TensorType)}
+    """The buffers (roots) `op` and the ops of its regions use (read off
+    xDSL's fields: `o.operands` makes a view per call, and a miss of an
+    isinstance check against an attribute class is a Python call)."""
+    return {_root(v) for o in walk(op) for v in o._operands if type(v._type) is TensorType}
 
 
 _READS_ONLY = (hir.AllocOp, hir.SelectOp, hir.ChunkOp, hir.ViewOp, hir.TransposeOp, hir.ConstantOp)
@@ -68,7 +71,7 @@ def _written(op: Operation) -> set[SSAValue]:
     communication's buffers; every tensor it touches for an op not known
     here."""
     out: set[SSAValue] = set()
-    for o in op.walk():
+    for o in walk(op):
         kind = _WRITES.get(type(o))
         if kind is None:
             kind = _WRITES[type(o)] = next((k for k, classes in enumerate(_WRITE_KINDS) if isinstance(o, classes)), len(_WRITE_KINDS))
@@ -81,7 +84,7 @@ def _written(op: Operation) -> set[SSAValue]:
         elif kind == 3:
             out.add(_root(o.buffer))  # type: ignore[attr-defined]
         elif kind == len(_WRITE_KINDS):
-            out.update(_root(v) for v in o.operands if isinstance(v.type, TensorType))
+            out.update(_root(v) for v in o._operands if type(v._type) is TensorType)
     return out
 
 
@@ -139,7 +142,7 @@ def _computes(op: Operation) -> bool:
     """Work a collective can run beside (allocations, views and stream
     bookkeeping are none: moving a collective past only those costs a
     stream switch and gains nothing)."""
-    return any(isinstance(o, hir.COMPUTE_OPS) for o in op.walk())
+    return _is_compute(op) or bool(op.regions) and any(_is_compute(o) for o in walk(op))
 
 
 def _communicates(op: Operation) -> bool:
@@ -147,7 +150,9 @@ def _communicates(op: Operation) -> bool:
     another one must not run at the same time on the communicator (NCCL
     kernels of one communicator on two streams may deadlock), so scheduled
     collectives do not move past it. Copy-engine transfers (CUDA IPC) may."""
-    return any(isinstance(o, hir.CommunicationOp) and o.backend != "cuda_ipc" for o in op.walk())
+    if not op.regions:  # the usual op: no walk
+        return _is_communication(op) and op.backend != "cuda_ipc"  # type: ignore[attr-defined]
+    return any(_is_communication(o) and o.backend != "cuda_ipc" for o in walk(op))
 
 
 def _definitions(comm: Operation, block: Block) -> set[Operation]:
@@ -177,7 +182,7 @@ def overlap_collectives(block: Block) -> int:
     the size of its window, not of the block."""
     moved = 0
     last = block.last_op
-    for comm in [o for o in block.ops if isinstance(o, SCHEDULED)]:
+    for comm in [o for o in block.ops if is_scheduled(o)]:
         wait = _wait_of(comm, block)
         if wait is None:
             continue
@@ -262,7 +267,7 @@ def share_compute(block: Block, machine: Machine) -> int:
     make, neither writes what the other touches, no stream op or other
     communication lies between), so the result is the same."""
     moved = 0
-    comms = [o for o in block.ops if isinstance(o, SCHEDULED) and _wait_of(o, block) is not None]
+    comms = [o for o in block.ops if is_scheduled(o) and _wait_of(o, block) is not None]
     for prev, comm in zip(comms, comms[1:]):
         need = _transfer(comm, machine)
         have = _beside(comm, block, machine)
@@ -346,9 +351,9 @@ def _movable(gemm: Operation, comm: Operation) -> list[Operation] | None:
             continue
         if isinstance(o, hir.WaitOp):
             continue  # a wait orders the main stream after a collective: the GEMM may run after it
-        if _bounds(o) or _communicates(o) and not isinstance(o, SCHEDULED):
+        if _bounds(o) or _communicates(o) and not is_scheduled(o):
             return None
-        if results & {v for x in o.walk() for v in x.operands}:
+        if results & {v for x in walk(o) for v in x.operands}:
             return None
         if _written(gemm) & _touched(o) or used & _written(o):
             return None
@@ -364,10 +369,14 @@ def _bounds(op: Operation) -> bool:
     """`op` is or holds a boundary: a pipeline's join (`hir.for` of
     `hir.sync_stream`s) orders the compute after it behind the worker
     streams' writes, which name no buffer in the join itself."""
-    return any(_is_boundary(o) for o in op.walk())
+    return _is_boundary(op) or bool(op.regions) and any(_is_boundary(o) for o in walk(op))
 
 
 _is_boundary = ClassTest(_BOUNDARY)
+_is_communication, _is_compute, _is_reduce_scatter = ClassTest(hir.CommunicationOp), ClassTest(hir.COMPUTE_OPS), ClassTest(hir.ReduceScatterOp)
+_is_barrier, _is_wait, _is_dealloc, _is_launch = ClassTest(hir.BarrierOp), ClassTest(hir.WaitOp), ClassTest(hir.DeallocOp), ClassTest(hir.LaunchOp)
+_is_get_stream, _is_set_stream = ClassTest(hir.GetCurrentStreamOp), ClassTest(hir.SetCurrentStreamOp)
+"""The classes the schedule's walks test every op against, each decided once per class (`ClassTest`)."""
 
 
 def _needed_first(comm: Operation) -> None:
@@ -405,13 +414,13 @@ def _window(comm: Operation) -> list[Operation]:
 def _cone(comm: Operation, window: list[Operation]) -> set[Operation]:
     """The ops of `window` that `comm` depends on, transitively."""
     cone: set[Operation] = set()
-    need_values = {v for o in comm.walk() for v in o.operands}
+    need_values = {v for o in walk(comm) for v in o._operands}
     cone_touched, cone_written = _touched(comm), _written(comm)
     for op in reversed(window):
         touched, written = _touched(op), _written(op)
         if set(op.results) & need_values or written & cone_touched or touched & cone_written:
             cone.add(op)
-            need_values |= {v for o in op.walk() for v in o.operands}
+            need_values |= {v for o in walk(op) for v in o._operands}
             cone_touched |= touched
             cone_written |= written
     return cone
@@ -453,7 +462,7 @@ def pull_beside(block: Block, machine: Machine) -> int:
     engines take none, the final add a pass over d + 1 blocks. Returns how
     many reduce-scatters changed."""
     changed = 0
-    for rs in [o for o in block.ops if isinstance(o, hir.ReduceScatterOp)]:
+    for rs in [o for o in block.ops if _is_reduce_scatter(o)]:
         team = rs.team
         if rs.backend != "nccl" or rs.reduction_op != "sum" or len(team) < 2 or not machine.one_node(team):
             continue
@@ -535,7 +544,7 @@ def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: B
 
 def _fence_at(op: Operation) -> hir.WaitOp | None:
     """The wait of `op` when `op` is a fence: `%f = hir.barrier ...; hir.wait %f`."""
-    if not isinstance(op, hir.BarrierOp) or len(list(op.results[0].uses)) != 1:
+    if not _is_barrier(op) or len(list(op.results[0].uses)) != 1:
         return None
     wait = op.next_op
     return wait if isinstance(wait, hir.WaitOp) and wait.operands[0] is op.results[0] else None
@@ -558,10 +567,10 @@ def merge_fences(block: Block) -> int:
     for op in list(block.ops):
         if op.parent is None:
             continue  # the wait of a fence dropped below
-        if isinstance(op, hir.GetCurrentStreamOp):
+        if _is_get_stream(op):
             ids[op.stream] = current
             continue
-        if isinstance(op, hir.SetCurrentStreamOp):
+        if _is_set_stream(op):
             current = ids.get(op.operands[0]) or object()
             continue
         wait = _fence_at(op)
@@ -574,9 +583,9 @@ def merge_fences(block: Block) -> int:
                 dropped += 1
             last = key
             continue
-        if isinstance(op, hir.DeallocOp) or isinstance(op, hir.WaitOp) and isinstance(op.operands[0].owner, hir.BarrierOp):
+        if _is_dealloc(op) or _is_wait(op) and _is_barrier(op.operands[0].owner):
             continue  # a fence's own wait
-        if op.regions and any(isinstance(o, hir.SetCurrentStreamOp) for o in op.walk()):
+        if op.regions and any(_is_set_stream(o) for o in walk(op)):
             current = object()
         last = None
     return dropped
@@ -642,7 +651,7 @@ def _delayable(gemm: Operation, anchor: Operation, site_ops: list[Operation]) ->
 def _sum_of(op: Operation) -> SSAValue | None:
     """The output of `op` when it is a launch that only adds buffers of its
     output's type (`host_emit.sum_launch`: a pull's final add), else None."""
-    if not isinstance(op, hir.LaunchOp) or len(op.outs) != 1:
+    if not _is_launch(op) or len(op.outs) != 1:
         return None
     out = op.outs[0]
     body = list(op.body.block.ops)

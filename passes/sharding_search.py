@@ -44,6 +44,7 @@ from xdsl.rewriter import Rewriter
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.fusion import FusionOp, MeshOp, SetOp, shape_of, sharding_of, with_sharding
+from fuserc.ir import walk
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.reshard_util import Meshes, element_bytes, plan_cost, plan_reshard
 from fuserc.sharding import Mesh, Sharding, Split
@@ -169,7 +170,7 @@ class PlanCost:
         except Diagnostic:
             return None
         own, wants = 0.0, []
-        for s in func.body.walk():
+        for s in walk(func.body):
             if not isinstance(s, SetOp) or (s.results[0] in made.values() and not s.results[0].uses):
                 continue
             src, dst = sharding_of(s.operands[0]), sharding_of(s.results[0])

@@ -21,6 +21,7 @@ from xdsl.traits import IsTerminator
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import element_type_of, shape_of
+from fuserc.ir import walk
 from fuserc.passes.cost_model import CHUNKS, COLLECTIVE, PULL, REDUCE_SCATTER, pulls_beside_fences
 from fuserc.passes.host_emit import IPC, Emitter, NodeOf, Ring, compute_chunk, rebuild, sum_launch
 from fuserc.passes.schedule import written_later
@@ -639,7 +640,7 @@ def _forward_into_gathered(site: Site) -> SSAValue | None:
         return None
     if written_later(x, site.anchor, site.erase):
         return None  # peers pull from it until the block's closing fence
-    site_ops = {o for op in site.erase for o in op.walk()}
+    site_ops = {o for op in site.erase for o in walk(op)}
     frees = []
     for use in x.uses:
         user = use.operation
@@ -685,7 +686,7 @@ def _deallocs_in_the_way(site: Site, block: Block) -> list[hir.DeallocOp]:
     """hir.dealloc ops between the site's first op and its anchor that give
     back a buffer the site reads: the pipeline runs at the anchor, so they
     move after it."""
-    used = {root(v) for op in site.erase for o in op.walk() for v in o.operands}
+    used = {root(v) for op in site.erase for o in walk(op) for v in o.operands}
     unplaced = {op for op in site.erase if op.parent_block() is block and op is not site.anchor}
     # The block is walked from the anchor both ways until each of the site's ops is placed (some,
     # such as a reduce-scatter's wait, follow the anchor): the cost is the site's span, not the block.

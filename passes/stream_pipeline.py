@@ -34,6 +34,7 @@ from xdsl.passes import ModulePass
 from fuserc.diagnostics import error_at
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import shape_of
+from fuserc.ir import ClassTest, walk
 from fuserc.passes import cost_model
 from fuserc.passes.cost_model import (
     ALGORITHMS,
@@ -48,10 +49,10 @@ from fuserc.passes.cost_model import (
     Machine,
 )
 from fuserc.passes.schedule import (
-    SCHEDULED,
     beside_ring,
     fold_sums,
     gemm_time,
+    is_scheduled,
     merge_fences,
     overlap_collectives,
     pull_beside,
@@ -256,7 +257,7 @@ def describe(site: Site) -> str:
 def _shareable(block: Block) -> bool:
     """Two collectives or more that `share_compute` might balance (the cost
     model is only loaded then)."""
-    return sum(isinstance(o, SCHEDULED) for o in block.ops) > 1
+    return sum(is_scheduled(o) for o in block.ops) > 1
 
 
 # --------------------------------------------------------------------------
@@ -276,6 +277,9 @@ def explain_the_rest(func: FuncOp, algorithm: str) -> None:
         op.attributes[PIPELINE_ATTR] = Plan(NONE, 1, 0, reason).attr()
 
 
+_is_for = ClassTest(hir.ForOp)
+
+
 def _marked_ops(func: FuncOp) -> list[Operation]:
     """Marked ops outside loops, and the loops holding marked ops, in
     program order (a loop's body is not entered)."""
@@ -285,7 +289,7 @@ def _marked_ops(func: FuncOp) -> list[Operation]:
         for region in op.regions:
             for block in region.blocks:
                 for o in block.ops:
-                    loop = isinstance(o, hir.ForOp)
+                    loop = _is_for(o)
                     if stream_mark(o) is not None or (loop and _loop_mark(o) is not None):
                         out.append(o)
                     if not loop:
@@ -298,7 +302,7 @@ def _marked_ops(func: FuncOp) -> list[Operation]:
 def _loop_mark(loop: Operation) -> tuple[int, int] | None:
     if not isinstance(loop, hir.ForOp):
         return None
-    return next((m for o in loop.walk() if o is not loop and (m := stream_mark(o)) is not None), None)
+    return next((m for o in walk(loop) if o is not loop and (m := stream_mark(o)) is not None), None)
 
 
 def _why(op: Operation, dim: int, chunks: int) -> str:

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp, SliceOp, element_type_of, shape_of
-from fuserc.ir import ClassTest
+from fuserc.ir import ClassTest, walk
 from fuserc.passes import cost_model
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.cost_model import ALLGATHER, CHUNKS, REDUCE_SCATTER
@@ -71,7 +71,7 @@ def carry_reshard(source: Operation, op: Operation) -> Operation:
 def stream_mark(op: Operation) -> tuple[int, int] | None:
     """(dim, S) of an op's `hir.stream = [dim, S]` marker."""
     attr = op.attributes.get(STREAM_ATTR)
-    if not isinstance(attr, ArrayAttr) or len(attr.data) != 2:
+    if attr is None or not isinstance(attr, ArrayAttr) or len(attr.data) != 2:
         return None
     dim, s = attr.data
     if not isinstance(dim, IntegerAttr) or not isinstance(s, IntegerAttr):
@@ -163,6 +163,8 @@ def root(v: SSAValue) -> SSAValue:
 
 
 _is_view = ClassTest(hir.VIEW_OPS)
+_is_for, _is_if_rank, _is_per_chunk_comm = ClassTest(hir.ForOp), ClassTest(hir.IfRankOp), ClassTest(PER_CHUNK_COMMS)
+_is_allgather, _is_reduce_scatter = ClassTest(hir.AllgatherOp), ClassTest(hir.ReduceScatterOp)
 
 
 def sole_users(value: SSAValue, allowed: set[Operation]) -> list[Operation]:
@@ -531,13 +533,13 @@ def find_sites(func: Operation) -> list[Site]:
         order = {op: i for i, op in enumerate(block.ops)}
         for op in list(block.ops):
             site = None
-            if isinstance(op, hir.ForOp) and (pc := _loop_collective(op, block)) is not None:
+            if _is_for(op) and (pc := _loop_collective(op, block)) is not None:
                 site = _chunks_site(pc, op, block, order)
-            elif isinstance(op, PER_CHUNK_COMMS) and (pc := _marked_collective(op, block)) is not None:
+            elif _is_per_chunk_comm(op) and (pc := _marked_collective(op, block)) is not None:
                 site = _chunks_site(pc, op, block, order)
-            elif isinstance(op, hir.AllgatherOp):
+            elif _is_allgather(op):
                 site = _allgather_site(op, block, order)
-            elif isinstance(op, hir.ReduceScatterOp):
+            elif _is_reduce_scatter(op):
                 site = _reduce_scatter_site(op, block, order)
             if site is not None and not (set(site.erase) & taken):
                 sites.append(site)
@@ -570,7 +572,7 @@ def host_blocks(func: Operation) -> list[Block]:
         block = stack.pop()
         out.append(block)
         for op in block.ops:
-            if isinstance(op, hir.IfRankOp):
+            if _is_if_rank(op):
                 stack.append(op.body.block)
     return out
 
@@ -687,7 +689,7 @@ def _producers(pc: PerChunk, op: Operation, block: Block, order: dict[Operation,
     the same Stream split, and nothing else reads that buffer."""
     chain: list[Operation] = []
     dims: list[int] = []
-    buf, dim, readers, limit = pc.sources[0], pc.dims[0], set(op.walk()), op
+    buf, dim, readers, limit = pc.sources[0], pc.dims[0], set(walk(op)), op
     while alloc_in(buf, block) is not None:
         writers = [u.operation for u in buf.uses if isinstance(u.operation, COMPUTE) and out_operand(u.operation) is buf]
         if len(writers) != 1 or writers[0].parent_block() is not block or order[writers[0]] > order[limit]:
@@ -718,7 +720,7 @@ def _consumer(pc: PerChunk, op: Operation, block: Block, order: dict[Operation, 
     gemm = next((g for g in users if g.parent_block() is block and order[g] > order[op]), None)
     if gemm is None or stream_mark(gemm) != (dim, pc.chunks):
         return None
-    if any(order.get(u, -1) < order[gemm] for u in sole_users(out, {gemm, *op.walk()})):
+    if any(order.get(u, -1) < order[gemm] for u in sole_users(out, {gemm, *walk(op)})):
         return None
     cut = chunk_dims(gemm, dim)
     if cut is None or cut.get(0) != dim or 1 in cut:

@@ -32,7 +32,7 @@ def test_opt_imports_neither_the_job_machinery_nor_torch() -> None:
         "from fuserc.cli import main\n"
         f"try:\n    main(['opt', {str(EXAMPLE)!r}, '-p', 'autodiff,default', '--comm-report', '-o', {os.devnull!r}])\n"
         "except SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(sorted(m for m in ('torch', 'numpy', 'fuserc.run_cli', 'fuserc.runtime.job.watchdog', 'fuserc.check') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'fuserc.run_cli', 'fuserc.runtime.job.watchdog', 'fuserc.check', 'fuserc.expected') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.splitlines()[-1] == "[]"

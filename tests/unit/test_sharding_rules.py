@@ -280,3 +280,23 @@ def test_reshards_of_a_partial_over_two_axes(dst: list[str], steps: list[tuple])
     plan = plan_reshard(src, Sharding.from_axes("g", dst), (16, 8), meshes)
     assert plan is not None and [(s.kind, s.ptype, s.scatter_dim) for s, _ in plan] == steps
     assert plan[-1][1] == Sharding.from_axes("g", dst)
+
+
+def test_reshard_plans_kept_per_meshes() -> None:
+    """`plan_reshard` and `reshard_step` are found once per placements,
+    shape and meshes: the same shardings and shape on a mesh of another
+    shape plan anew, and a caller may change the plan it got."""
+    from fuserc.passes.reshard_util import plan_reshard, reshard_step
+    from fuserc.sharding import Mesh
+
+    src, dst = Sharding.from_axes("g", ["DIDx", "-"]), Sharding.from_axes("g", ["-", "DIDx"])
+    two, four = {"g": Mesh("g", (2,))}, {"g": Mesh("g", (4,))}
+    plan = plan_reshard(src, dst, (8, 6), two)
+    assert plan is not None and [s.kind for s, _ in plan] == ["alltoall"]
+    step = reshard_step(src, dst, (8, 6), two)
+    assert step is not None and step.kind == "alltoall"
+    plan.clear()
+    assert plan_reshard(src, dst, (8, 6), dict(two)) == [(step, dst)]
+    # 6 columns do not split over 4 devices: no plan, no step
+    assert plan_reshard(src, dst, (8, 6), four) is None and reshard_step(src, dst, (8, 6), four) is None
+    assert plan_reshard(src, dst, (8, 8), four) == [(reshard_step(src, dst, (8, 8), four), dst)]

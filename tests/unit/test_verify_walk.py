@@ -16,7 +16,7 @@ from xdsl.ir import BlockArgument, OpResult
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import FusionOp
-from fuserc.ir import compiling, make_context, parse, verify
+from fuserc.ir import compiling, make_context, parse, verify, walk
 from fuserc.pipeline import run_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -98,3 +98,35 @@ def test_launch_reading_outside_value(outside: str) -> None:
         body_op.operands[list(body_op.operands).index(arg)] = launch.ins[j]
         with pytest.raises(Diagnostic, match="uses a value defined outside it"):
             verify(module)
+
+
+def test_walk_is_xdsls_order() -> None:
+    """`fuserc.ir.walk`, the passes' walk, lists what xDSL's `walk()` yields,
+    in its order, for a host program of nested regions (rank regions,
+    pipelined loops, launches), for each op in it, and for a region."""
+    ctx = make_context()
+    with compiling():
+        module = run_pipeline(parse((EXAMPLES / "sp_mlp.mlir").read_text(), "walk", ctx), "default", ctx)
+    every = list(module.walk())
+    assert any(len(o.regions) and any(len(i.regions) for i in o.walk() if i is not o) for o in every)  # nesting to walk
+    assert walk(module) == every
+    for op in every:
+        assert walk(op) == list(op.walk())
+    func = next(o for o in every if isinstance(o, FuncOp))
+    assert walk(func.body) == list(func.body.walk())
+
+
+def test_cached_shapes_and_placements() -> None:
+    """A tensor type's shape (`shape_of`) and a sharding's placement, kept
+    on the object after the first query, are what a fresh one gives."""
+    from xdsl.dialects.builtin import TensorType, f32
+
+    from fuserc.dialects.fusion import shape_of
+    from fuserc.sharding import Sharding
+
+    t = TensorType(f32, [4, 8])
+    assert shape_of(t) == shape_of(t) == (4, 8) == tuple(TensorType(f32, [4, 8]).get_shape())
+    s = Sharding.from_axes("tp", ["Stream(2)*DIDx", "DIDx*Stream(2)", "Stream(4)"])
+    assert s.placement() is s.placement()
+    assert s.placement() == Sharding.from_axes("tp", ["Stream(2)*DIDx", "DIDx", "-"])
+    assert s == Sharding.from_axes("tp", ["Stream(2)*DIDx", "DIDx*Stream(2)", "Stream(4)"]) and hash(s) == hash(Sharding.from_axes("tp", ["Stream(2)*DIDx", "DIDx*Stream(2)", "Stream(4)"]))
