@@ -96,8 +96,9 @@ class CpuWork(Work):
 
 @dataclass(eq=False)
 class CpuHandle(Handle):
-    """An MPI window over one buffer per team member (None in a job without
-    MPI windows, torchrun's: no peer copy may use it)."""
+    """An MPI window over one buffer per team member (None for a team of
+    one rank, and in a job without MPI windows, torchrun's: no copy to a
+    peer may use it; one to the rank's own buffer is a copy in memory)."""
 
     window: Any
     team: Team
@@ -443,9 +444,20 @@ class CpuBackend(TorchResults, Backend):
         self._order(reads=[buf], writes=[buf])
         mem = _words(buf).view(np.uint8) if buf.numel() else np.empty(0, np.uint8)
         # without MPI windows (torchrun) each rank is a node of its own: the
-        # handle has no window, and a copy through it is refused (_reachable)
-        window = self.env.share_memory(mem, self._comm(team)) if self.env.shares_memory else None
+        # handle has no window, and a copy through it to a peer is refused
+        # (_reachable); a team of this rank alone needs none (`_own_bytes`)
+        window = self.env.share_memory(mem, self._comm(team)) if self.env.shares_memory and len(team) > 1 else None
         return CpuHandle(window, team, buf.numel() * buf.element_size(), buf)
+
+    def _own_bytes(self, handle: CpuHandle, peer: int) -> np.ndarray | None:
+        """The shared buffer's bytes where a copy through a handle without a
+        window is to this rank's own buffer (a team of this rank alone, or a
+        job without MPI windows): a copy in memory. None otherwise. (A
+        window over one process is not made: some MPI builds make none in a
+        process started without a launcher.)"""
+        if handle.window is None and handle.team[peer] == self.rank:
+            return _words(handle.buffer).view(np.uint8)
+        return None
 
     def release_handle(self, handle: Handle) -> None:
         assert isinstance(handle, CpuHandle)
@@ -456,10 +468,14 @@ class CpuBackend(TorchResults, Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._reachable(handle, peer, "hir.put")
         _check_peer_copy(src, handle, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
+        own = self._own_bytes(handle, peer)
+        if own is not None:
+            own[:] = data
+            return CpuWork(done=True)
+        self._reachable(handle, peer, "hir.put")
         handle.window.Lock(peer, MPI.LOCK_SHARED)
         handle.window.Put(data, peer)
         handle.window.Unlock(peer)
@@ -469,13 +485,17 @@ class CpuBackend(TorchResults, Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._reachable(handle, peer, "hir.get")
         _check_peer_copy(dst, handle, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
-        handle.window.Lock(peer, MPI.LOCK_SHARED)
-        handle.window.Get(_words(staged).view(np.uint8), peer)
-        handle.window.Unlock(peer)
+        own = self._own_bytes(handle, peer)
+        if own is not None:
+            _words(staged).view(np.uint8)[:] = own
+        else:
+            self._reachable(handle, peer, "hir.get")
+            handle.window.Lock(peer, MPI.LOCK_SHARED)
+            handle.window.Get(_words(staged).view(np.uint8), peer)
+            handle.window.Unlock(peer)
         if staged is not dst:
             dst.copy_(staged)
         return CpuWork(done=True)
@@ -484,10 +504,14 @@ class CpuBackend(TorchResults, Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._reachable(handle, peer, "hir.put")
         offset, nbytes = _block_span(src, handle, index, chunks, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
+        own = self._own_bytes(handle, peer)
+        if own is not None:
+            own[offset : offset + nbytes] = data
+            return CpuWork(done=True)
+        self._reachable(handle, peer, "hir.put")
         handle.window.Lock(peer, MPI.LOCK_SHARED)
         handle.window.Put(data, peer, target=(offset, nbytes, MPI.BYTE))
         handle.window.Unlock(peer)
@@ -497,13 +521,17 @@ class CpuBackend(TorchResults, Backend):
         from mpi4py import MPI
 
         assert isinstance(handle, CpuHandle)
-        self._reachable(handle, peer, "hir.get")
         offset, nbytes = _block_span(dst, handle, index, chunks, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
-        handle.window.Lock(peer, MPI.LOCK_SHARED)
-        handle.window.Get(_words(staged).view(np.uint8), peer, target=(offset, nbytes, MPI.BYTE))
-        handle.window.Unlock(peer)
+        own = self._own_bytes(handle, peer)
+        if own is not None:
+            _words(staged).view(np.uint8)[:] = own[offset : offset + nbytes]
+        else:
+            self._reachable(handle, peer, "hir.get")
+            handle.window.Lock(peer, MPI.LOCK_SHARED)
+            handle.window.Get(_words(staged).view(np.uint8), peer, target=(offset, nbytes, MPI.BYTE))
+            handle.window.Unlock(peer)
         if staged is not dst:
             dst.copy_(staged)
         return CpuWork(done=True)
@@ -554,8 +582,8 @@ class CpuBackend(TorchResults, Backend):
             )
 
     def _reachable(self, handle: CpuHandle, peer: int, what: str) -> None:
-        """Refuse a peer copy between nodes, or through a handle without a
-        window (torchrun: no MPI windows, even for a copy to oneself)."""
+        """Refuse a peer copy between nodes, or to a peer through a handle
+        without a window (torchrun: no MPI windows)."""
         if handle.window is None:
             raise Diagnostic(f"{what} on the cpu backend: {NO_WINDOWS}")
         self._same_node(handle.team, peer, what)

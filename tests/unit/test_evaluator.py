@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -319,3 +320,21 @@ def test_module_meshes_reads_the_top_level_only(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(FuncOp, "walk", no_walk)
     meshes = module_meshes(module)
     assert {name: m.shape for name, m in meshes.items()} == {"tp": (2,), "dp": (3,)}
+
+
+def test_a_team_of_one_rank_shares_without_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffer shared in a team of this rank alone makes no MPI window (some
+    MPI builds make none in a process started without a launcher: Open MPI
+    4.1's singleton raised MPI_ERR_WIN), and the copies through it, whole or
+    by blocks, are copies in memory with the same results."""
+    from test_evaluator_speed import BLOCKS
+    from test_graphs import SHARES_ITS_INPUT
+
+    def refuse(self: Any, mem: Any, comm: Any) -> Any:
+        raise AssertionError("no window for a team of one rank")
+
+    monkeypatch.setattr(MpiEnv, "share_memory", refuse)
+    for text in (BLOCKS, SHARES_ITS_INPUT):  # put and get by blocks; a whole get
+        x = torch.randn(4, 2)
+        (out,) = load(text).run([x])
+        torch.testing.assert_close(out, x)
