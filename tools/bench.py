@@ -111,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pattern", choices=("ag", "rs", "both"), default="both")
     p.add_argument("--shapes", type=parse_shapes, default=None, help=f"comma-separated MxKxN (default {DEFAULT_SHAPES}; with --small {SMALL_SHAPES})")
-    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 6: fuserc's replay trial; --small: 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure (default 7: fuserc's gauge and replay trial; --small: 1)")
     p.add_argument("--iters", type=int, default=None, help="iterations per timed repeat, run back to back (default 10; --small: 3)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per figure, the median reported (default 5; --small: 2)")
     p.add_argument("--per-iteration", action="store_true", help="time each iteration alone, after a barrier of its own (the median over iters x repeats)")
@@ -132,7 +132,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.shapes is None:
         args.shapes = parse_shapes(SMALL_SHAPES if args.small else DEFAULT_SHAPES)
     if args.warmup is None:
-        args.warmup = 1 if args.small else 6
+        args.warmup = 1 if args.small else 7
     if args.iters is None:
         args.iters = 3 if args.small else 10
     if args.repeats is None:

@@ -178,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int_list, default=None, help="hidden sizes, multiples of 128 (default 4096,8192)")
     p.add_argument("--tokens", type=int_list, default=None, help="tokens (sequence x batch) (default 8192,16384)")
     p.add_argument("--mode", choices=("fwd", "fwdbwd", "both"), default="both")
-    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure, at least 1 (default 6: fuserc's replay trial; --small 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed iterations per figure, at least 1 (default 7: fuserc's gauge and replay trial; --small 1)")
     p.add_argument("--iters", type=int, default=None, help="iterations per timed repeat (default 10; --small 2)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default 3; --small 2)")
     p.add_argument("--small", action="store_true", help="the CPU, f32, hidden 64, 32 tokens, head dim 16: tests the harness")
@@ -208,7 +208,7 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     """Defaults that depend on --small."""
     a.hidden = a.hidden or ([64] if a.small else [4096, 8192])
     a.tokens = a.tokens or ([32] if a.small else [8192, 16384])
-    a.warmup = (1 if a.small else 6) if a.warmup is None else a.warmup
+    a.warmup = (1 if a.small else 7) if a.warmup is None else a.warmup
     a.iters = (2 if a.small else 10) if a.iters is None else a.iters
     a.repeats = (2 if a.small else 3) if a.repeats is None else a.repeats
     a.head_dim = 16 if a.small else HEAD_DIM

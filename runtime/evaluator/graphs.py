@@ -27,16 +27,17 @@ chosen per shape (cuda_gemm.py):
   whole model's forward and backward). Programs that run one after the
   other in a step (`fuserc.torch`'s forward and its backward: `Gauges`) are
   judged together, by their sums, as the host's lead carries over from one
-  to the next. Else that run is also the trial's first;
-- runs 2 to 6 (with the same inputs: the same addresses, shapes, strides
+  to the next. Else the trial follows (the gauged run is none of it: held,
+  its span has none of the host's latency the trial's runs count);
+- runs 3 to 7 (with the same inputs: the same addresses, shapes, strides
   and dtypes, since a graph reads them where they were) are the trial: run
-  2 timed op by op, run 3 captured and replayed untimed (a graph's first
+  3 timed op by op, run 4 captured and replayed untimed (a graph's first
   replay pays once for its upload to the device and for NCCL's
   registration of its buffers: timing it, the GPT layer's forward on 4
   H200s measured 4.1-7.2 ms replayed, against 2.4 ms in later replays, and
-  op by op won the trial), runs 4 and 5 timed replays, run 6 timed op by
+  op by op won the trial), runs 5 and 6 timed replays, run 7 timed op by
   op;
-- from run 7 on, the faster way (by the mean of each, but a run that
+- from run 8 on, the faster way (by the mean of each, but a run that
   stalled: `STALL`) is kept for every run
   of the program: replays (re-captured once whenever the inputs change) or
   runs op by op.
@@ -216,7 +217,6 @@ class Replays:
         self.gauges: Gauges | None = None
         """The programs judged with this one (None: alone)."""
         self._gauge: tuple[float | None, Mark, Mark] | None = None
-        self._gauge_warm = False  # the gauged run had the trial's inputs: it counts as the trial's first
         self._waiting = False  # gauged, waiting for the others of `gauges` to be gauged too
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
@@ -272,7 +272,6 @@ class Replays:
         if self.prefer_graph is not None:  # decided (or always): replay
             return (REPLAY, False) if self.captured is not None else (CAPTURE if warm else OPS, False)
         if not self.judged:  # gauged where a graph could repeat the last run
-            self._gauge_warm = warm
             return OPS, ready and not self.blockers and not self._waiting
         wanted = TRIAL[len(self.samples[OPS]) + len(self.samples[GRAPH])]
         if wanted == OPS:
@@ -284,10 +283,9 @@ class Replays:
     def sample(self, kind: str, start: Mark, end: Mark, host: float | None = None) -> None:
         """A timed run from mark `start` to `end`; `host`: the seconds the
         host took to issue it (runs op by op)."""
-        if kind == OPS and not self.judged:
+        if kind == OPS and not self.judged:  # the gauge (behind a hold: not the trial's)
             self._gauge = (host, start, end)
-            if not self._gauge_warm:
-                return
+            return
         self.samples[kind].append((start, end))
 
     def _judge(self) -> None:
