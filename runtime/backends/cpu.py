@@ -465,72 +465,57 @@ class CpuBackend(TorchResults, Backend):
             handle.window.Free()
 
     def put(self, src: torch.Tensor, handle: Handle, peer: int) -> Work:
-        from mpi4py import MPI
-
         assert isinstance(handle, CpuHandle)
         _check_peer_copy(src, handle, "put")
-        self._order(reads=[src])
-        data = _words(src.contiguous()).view(np.uint8)
-        own = self._own_bytes(handle, peer)
-        if own is not None:
-            own[:] = data
-            return CpuWork(done=True)
-        self._reachable(handle, peer, "hir.put")
-        handle.window.Lock(peer, MPI.LOCK_SHARED)
-        handle.window.Put(data, peer)
-        handle.window.Unlock(peer)
-        return CpuWork(done=True)
+        return self._put(src, handle, peer, None)
 
     def get(self, handle: Handle, peer: int, dst: torch.Tensor) -> Work:
-        from mpi4py import MPI
-
         assert isinstance(handle, CpuHandle)
         _check_peer_copy(dst, handle, "get")
-        self._order(writes=[dst])
-        staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
-        own = self._own_bytes(handle, peer)
-        if own is not None:
-            _words(staged).view(np.uint8)[:] = own
-        else:
-            self._reachable(handle, peer, "hir.get")
-            handle.window.Lock(peer, MPI.LOCK_SHARED)
-            handle.window.Get(_words(staged).view(np.uint8), peer)
-            handle.window.Unlock(peer)
-        if staged is not dst:
-            dst.copy_(staged)
-        return CpuWork(done=True)
+        return self._get(handle, peer, dst, None)
 
     def put_block(self, src: torch.Tensor, handle: Handle, peer: int, index: int, chunks: int) -> Work:
+        assert isinstance(handle, CpuHandle)
+        return self._put(src, handle, peer, _block_span(src, handle, index, chunks, "put"))
+
+    def get_block(self, handle: Handle, peer: int, dst: torch.Tensor, index: int, chunks: int) -> Work:
+        assert isinstance(handle, CpuHandle)
+        return self._get(handle, peer, dst, _block_span(dst, handle, index, chunks, "get"))
+
+    def _put(self, src: torch.Tensor, handle: CpuHandle, peer: int, span: tuple[int, int] | None) -> Work:
+        """`src` into the peer's shared buffer, whole or at byte `span`
+        (offset, count): through the MPI window, or in memory where it is
+        this rank's own (`_own_bytes`)."""
         from mpi4py import MPI
 
-        assert isinstance(handle, CpuHandle)
-        offset, nbytes = _block_span(src, handle, index, chunks, "put")
         self._order(reads=[src])
         data = _words(src.contiguous()).view(np.uint8)
         own = self._own_bytes(handle, peer)
         if own is not None:
-            own[offset : offset + nbytes] = data
-            return CpuWork(done=True)
-        self._reachable(handle, peer, "hir.put")
-        handle.window.Lock(peer, MPI.LOCK_SHARED)
-        handle.window.Put(data, peer, target=(offset, nbytes, MPI.BYTE))
-        handle.window.Unlock(peer)
+            start = span[0] if span is not None else 0
+            own[start : start + data.size] = data
+        else:
+            self._reachable(handle, peer, "hir.put")
+            handle.window.Lock(peer, MPI.LOCK_SHARED)
+            handle.window.Put(data, peer, target=None if span is None else (*span, MPI.BYTE))
+            handle.window.Unlock(peer)
         return CpuWork(done=True)
 
-    def get_block(self, handle: Handle, peer: int, dst: torch.Tensor, index: int, chunks: int) -> Work:
+    def _get(self, handle: CpuHandle, peer: int, dst: torch.Tensor, span: tuple[int, int] | None) -> Work:
+        """The peer's shared buffer, whole or at byte `span`, into `dst` (`_put`'s way)."""
         from mpi4py import MPI
 
-        assert isinstance(handle, CpuHandle)
-        offset, nbytes = _block_span(dst, handle, index, chunks, "get")
         self._order(writes=[dst])
         staged = dst if dst.is_contiguous() else torch.empty_like(dst, memory_format=torch.contiguous_format)
+        into = _words(staged).view(np.uint8)
         own = self._own_bytes(handle, peer)
         if own is not None:
-            _words(staged).view(np.uint8)[:] = own[offset : offset + nbytes]
+            start = span[0] if span is not None else 0
+            into[:] = own[start : start + into.size]
         else:
             self._reachable(handle, peer, "hir.get")
             handle.window.Lock(peer, MPI.LOCK_SHARED)
-            handle.window.Get(_words(staged).view(np.uint8), peer, target=(offset, nbytes, MPI.BYTE))
+            handle.window.Get(into, peer, target=None if span is None else (*span, MPI.BYTE))
             handle.window.Unlock(peer)
         if staged is not dst:
             dst.copy_(staged)
