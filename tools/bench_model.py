@@ -84,7 +84,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from bench import agreed, num_text  # noqa: E402
 from bench_layer import HEAD_DIM, Job, tensor_parallel, timed, tool_main, variant_list, window_s  # noqa: E402
-from bench_torch import interleaved_ms  # noqa: E402
+from bench_torch import interleaved_ms, interleaving  # noqa: E402
 from gpt_layer import WEIGHTS, Block  # noqa: E402
 from train_gpt import DTYPES, initial_weights, shapes  # noqa: E402
 from train_gpt import build as build_model  # noqa: E402
@@ -545,7 +545,7 @@ def finished(v: Variant, r: Result, s: Shape, job: Job) -> Result:
 def timing(a: argparse.Namespace, together: bool, count: int, need: float | None, free: float | None) -> str:
     """How a shape's step times were taken, for a reader of the output."""
     if together:
-        return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed steps of each variant a round)"
+        return interleaving(a, "steps")
     if count < 2:
         return "one variant, alone"
     return f"one after another (the variants would need about {num_text(need, ',.0f')} MiB together, {num_text(free, ',.0f')} MiB free)"

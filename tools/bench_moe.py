@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench_torch import interleaved_ms  # noqa: E402
+from bench_torch import interleaved_ms, interleaving  # noqa: E402
 
 CASES = {
     "mixtral": {"hidden": 4096, "ffn": 14336, "experts": 8, "top": 2, "shared": False},
@@ -199,12 +199,7 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
     f.close()
     gemm = bench_grouped(case, a, args, device)
     return {"case": name, "tokens": a.tokens, **case, "dtype": dt, "device": str(device), "ms": ms, "peak_mib": mib,
-            "max_rel_err": err, "grouped": gemm, "runs": runs, "timing": timing(a)}  # fmt: skip
-
-
-def timing(a: argparse.Namespace) -> str:
-    """How the figures were timed, for a reader of the output."""
-    return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed calls of each variant a round)"
+            "max_rel_err": err, "grouped": gemm, "runs": runs, "timing": interleaving(a)}  # fmt: skip
 
 
 def bench_grouped(case: dict[str, Any], a: argparse.Namespace, args: list[torch.Tensor], device: torch.device) -> dict[str, Any]:

@@ -120,6 +120,11 @@ def device_ms(step: Step, a: argparse.Namespace, cuda: bool) -> float:
     return statistics.median(window_ms(step, a.iters, cuda) for _ in range(a.repeats))
 
 
+def interleaving(a: argparse.Namespace, unit: str = "calls") -> str:
+    """How `interleaved_ms` timed, for a reader of the output."""
+    return f"interleaved, {a.repeats} rounds ({a.warmup} warm-up + {a.iters} timed {unit} of each variant a round)"
+
+
 def interleaved_ms(steps: Mapping[str, Step], a: argparse.Namespace, cuda: bool = False, window: Window | None = None) -> dict[str, float]:
     """Each step's ms per call, its variants timed in turn: `a.repeats`
     rounds, in each every step runs `a.warmup` untimed calls then a window
