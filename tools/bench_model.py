@@ -28,8 +28,9 @@ tokens:
 
 Each variant is made, takes its first step, waits for what it builds,
 takes W warm-up steps and then R repeats of N steps alone, over which its
-peak memory is taken (torch.cuda.max_memory_allocated above what is
-allocated between steps: parameters, optimizer state, inputs). Its step
+peak memory is taken (torch.cuda.max_memory_allocated above the inputs,
+the variant's parameters and its optimizer state: what it keeps between
+steps besides, fuserc's cached buffers and captured graphs, counts). Its step
 time: where the variants fit in memory together, they all stay and are
 timed in turn (bench_torch.interleaved_ms): R rounds, in each every
 variant takes W warm-up steps then N timed ones, round r starting with
@@ -380,6 +381,7 @@ def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str
     their time (the step time where the variants are timed one after
     another). The variant is left open (`finish` closes it)."""
     r = Result()
+    outside = allocated_mib(job)  # the inputs and what other variants hold
     v = make()
     try:
         job.drain()
@@ -405,7 +407,7 @@ def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str
         job.drain()
         v.opt.zero_grad(set_to_none=True)
         job.release()
-        base = allocated_mib(job)  # parameters, optimizer state, inputs
+        base = None if outside is None else outside + owned_mib(v)  # what the variant holds beyond: its programs' buffers and graphs
         job.reset_peak()
         times = timed(v.step, job, argparse.Namespace(warmup=0, iters=a.iters, repeats=a.repeats))
         peak = job.peak_mib()
@@ -435,6 +437,14 @@ def end(v: Variant) -> None:
     v.close()
     for p in v.params:
         p.grad = None
+
+
+def owned_mib(v: Variant) -> float:
+    """The variant's parameters and optimizer state, MiB (this rank's
+    shards): its peak is taken above them, so that what it keeps between
+    steps besides (fuserc's cached buffers and captured graphs) counts."""
+    tensors = [*v.params, *(t for state in v.opt.state.values() for t in state.values() if isinstance(t, torch.Tensor))]
+    return sum(getattr(t, "_local_tensor", t).nbytes for t in tensors) / 2**20
 
 
 def allocated_mib(job: Job) -> float | None:

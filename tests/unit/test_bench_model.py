@@ -172,3 +172,33 @@ def test_a_variant_failing_on_another_rank_is_closed_here(monkeypatch: pytest.Mo
     assert job.log == ["make eager", *alone("eager"), "close eager", "make fuserc", *alone("fuserc"), "close fuserc",
                        "make compile reset=True", *alone("compile"), "close compile"]  # fmt: skip
     assert all(res.results[k].reason == "rank 1: RuntimeError: no memory" for k in ("eager", "fuserc", "compile")), res.results
+
+
+def test_the_peak_counts_what_a_variant_keeps_between_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peak is taken above the inputs, the variant's parameters and its
+    optimizer state: what else it keeps between steps (fuserc's captured
+    graphs' pools, cached buffers) is part of its peak, as it is of the
+    memory a training step needs."""
+    job = Recorded(monkeypatch)
+    held, made = 700.0, []
+    # before the variant: 100 MiB of inputs; after its steps: those, its own 50 MiB and 700 held
+    monkeypatch.setattr(bench_model, "allocated_mib", lambda job: 100.0 + (50.0 + held if made else 0.0))
+    monkeypatch.setattr(bench_model, "owned_mib", lambda v: 50.0)
+    monkeypatch.setattr(job, "peak_mib", lambda: 100.0 + 50.0 + held + 30.0, raising=False)
+    a = bench_model.resolve(bench_model.parser().parse_args(["--small", "--warmup", "1", "--iters", "2", "--repeats", "1"]))
+
+    def make() -> bench_model.Variant:
+        made.append(True)
+        return job.variant("fuserc")
+
+    v, r = bench_model.begin(make, job, a, "fuserc")  # type: ignore[arg-type]
+    bench_model.end(v)
+    assert r.peak_mib == held + 30.0
+
+
+def test_owned_memory_is_the_parameters_and_the_optimizer_state() -> None:
+    w = torch.nn.Parameter(torch.ones(256, 1024))  # 1 MiB in f32
+    v = bench_model.Variant(lambda: (w * w).sum(), [w])
+    assert bench_model.owned_mib(v) == 1.0
+    v.step()  # AdamW's two moments (and its step count)
+    assert bench_model.owned_mib(v) == pytest.approx(3.0, abs=1e-3)
