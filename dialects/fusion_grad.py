@@ -52,14 +52,25 @@ def zeros(b: Any, like: SSAValue, shape: Sequence[int] | None = None) -> SSAValu
     return z if not shape else b.op("broadcast_in_dim", z, dims=[], shape=list(shape))
 
 
-def one_hot(b: Any, labels: SSAValue, classes: int, like: SSAValue, placed_as: SSAValue | None = None) -> SSAValue:
+def label_column(b: Any, labels: SSAValue) -> SSAValue:
+    """The labels as a `[..., 1]` column, as `one_hot` compares them. A
+    layout op, which ends a launch region: a rule whose one-hot is to share
+    a region with the ops before it makes the column first and hands it to
+    `one_hot`."""
+    return b.op("reshape", labels, shape=[*shape_of(labels), 1])
+
+
+def one_hot(
+    b: Any, labels: SSAValue, classes: int, like: SSAValue, placed_as: SSAValue | None = None, dtype: Any = None, column: SSAValue | None = None
+) -> SSAValue:
     """`[..., classes]` rows with a one at each label, in `like`'s element
-    type (an iota compared with the labels: the class dim may be sharded)."""
+    type or `dtype` (an iota compared with the labels' `column`: the class
+    dim may be sharded)."""
     shape = (*shape_of(labels), classes)
-    lab = b.op("reshape", labels, shape=[*shape_of(labels), 1])  # first: the iota's region is its users' (never a [rows, classes] buffer)
+    lab = label_column(b, labels) if column is None else column  # before the iota: its region is its users' (never a [rows, classes] buffer)
     iota = b.op("iota", dim=len(shape) - 1, shape=list(shape), dtype="i64", placed_as=placed_as)
     hit = b.op("eq", iota, lab)
-    return b.op("cast", hit, dtype=like.type.element_type)  # type: ignore[attr-defined]
+    return b.op("cast", hit, dtype=like.type.element_type if dtype is None else dtype)  # type: ignore[attr-defined]
 
 
 def count(shape: Sequence[int], dims: Sequence[int]) -> int:

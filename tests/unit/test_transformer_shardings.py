@@ -162,6 +162,35 @@ def test_cross_entropy_never_gathers_logits(logits: str, labels: str) -> None:
     assert moved and all(math.prod(shape) <= 8 for _, shape in moved), moved  # the local logits have 64
 
 
+@pytest.mark.parametrize(("devices", "axes"), [(1, "-, -"), (4, "-, DIDx")])
+def test_cross_entropy_gradient_makes_no_f32_logits(devices: int, axes: str) -> None:
+    """The cotangent of bf16 logits: on one device one launch region (the
+    cast, the row max and sum, the one-hot and the scale) whose only [rows,
+    classes] buffer is the bf16 result (a softmax op, a launch of its own,
+    made two f32 ones, each twice the logits' bytes); with the classes
+    split, the one-hot is the local block's (no buffer of all the classes)
+    and the regions between the max's and the sum's collectives keep at
+    most the f32 logits and their shifted values."""
+    lt, yt = f"tensor<8x32xbf16, #fusion.sharding<@m, [{axes}]>>", "tensor<8xi64>"
+    text = (
+        f"fusion.mesh @m shape = [{devices}]\n"
+        f"func.func @main(%l: {lt}, %y: {yt}) -> tensor<bf16> {{\n"
+        f"  %z = fusion.cross_entropy %l, %y : ({lt}, {yt}) -> tensor<bf16>\n"
+        "  func.return %z : tensor<bf16>\n}\n"
+    )
+    module = parse(text)
+    run_pipeline(module, "autodiff,default")
+    bwd = next(o for o in module.ops if getattr(o, "sym_name", None) is not None and o.sym_name.data == "main_bwd")
+    local = (8, 32 // devices)
+    allocs = [o.results[0].type for o in bwd.walk() if isinstance(o, hir.AllocOp)]
+    assert not any(32 in t.get_shape() for t in allocs if devices > 1), allocs
+    wide = sorted(str(t.element_type) for t in allocs if tuple(t.get_shape()) == local)
+    assert wide == (["bf16"] if devices == 1 else ["bf16", "f32", "f32"]), wide
+    if devices == 1:
+        launch = next(o for o in bwd.walk() if isinstance(o, hir.LaunchOp) and any(tuple(r.type.get_shape()) == local for r in o.outs))
+        assert {"fusion.max", "fusion.sum", "fusion.exp", "fusion.iota"} <= {o.name for o in launch.body.walk()}
+
+
 # ---- attention -----------------------------------------------------------------------------------
 
 
