@@ -15,7 +15,9 @@ chosen per shape (cuda_gemm.py):
   memory handles) and tells what in it a graph could not repeat
   (`Backend.end_run`: a region run op by op with torch, a fence whose flag
   values change every run, a buffer shared for one run only);
-- the next run op by op once the generated kernels are in is gauged: if the
+- the next run op by op after the first with every generated kernel in
+  (which launches the last ones for the first time: a first launch loads
+  the kernel and may time its configurations) is gauged: if the
   host issued it in less than DEVICE_BOUND (0.9) of the device's time for it,
   the device is the bottleneck (the device's time alone: the gauged run
   starts behind a hold on the device, `hold_for`, so that the host has

@@ -203,6 +203,17 @@ def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -
     assert len(prog.replays.samples["ops"]) == 1
 
 
+def test_the_first_run_with_every_kernel_in_is_not_gauged() -> None:
+    """The first run after the last kernel came in launches it for the first
+    time (loading it, maybe timing its configurations: host time and waits
+    for the device no later run has), so the gauge is the run after it."""
+    backend = _Pretend(ops_s=2e-3, graph_s=1e-3)
+    prog = load(BLOCKS, backend)
+    backend.wait_for_kernels = lambda timeout=None: prog.runs >= 2  # type: ignore[method-assign]  (in from run 2 on)
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    assert _runs(prog, x, 4) == [OP_BY_OP, OP_BY_OP, OP_BY_OP, GAUGED_OPS]
+
+
 def test_the_hold_before_a_gauged_run() -> None:
     """Twice the host's time for the run before, at most HOLD_MAX_S (also
     where that time is unknown): the device starts the gauged run once the
