@@ -26,9 +26,11 @@ be tested end to end.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,10 +187,10 @@ class Program:
         them is not gauged: it launches kernels built in the background for
         the first time, and a first launch loads the kernel and may tune it
         (Inductor times a reduction's configurations, waiting for the
-        device), host time no later run has: the 12-layer model's fused
-        cross-entropy derivative, the last kernel in, made the gauge judge
-        its forward and backward host-bound, and CUDA graphs tripled its
-        peak memory."""
+        device), host time no later run has, which would tip the gauge
+        towards graphs (a training step's replayed forward and backward
+        hold their pools between steps: the 12-layer model's peak memory
+        tripled when they were kept)."""
         self._host_s: float | None = None
         """The host's time for the last run op by op until the gauge judged
         (the hold before the gauged run: graphs.hold_for)."""
@@ -333,7 +335,8 @@ class Program:
                 start = b.mark() if timed and action == OPS else None  # not a failed capture
                 clocked = start is not None or not replays.judged  # none on the hot path
                 issued = b.host_clock() if clocked else 0.0
-                results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
+                with _no_collection(start is not None):
+                    results, flops, temp_handles = self._run_ops(interp, inputs, fail_now, key, donate if action == OPS else ())
                 if clocked:
                     self._host_s = b.host_clock() - issued
                 if start is not None:
@@ -569,6 +572,23 @@ class Program:
         self.backend.forget_owner(self._owner)
         self.cache.clear(self.backend.release_handle)
         self._entries.clear()
+
+
+@contextlib.contextmanager
+def _no_collection(timed: bool) -> Iterator[None]:
+    """Python's garbage collector held off while a timed run (the gauge, a
+    trial's run op by op) is issued: a full collection of a process that
+    holds a model's IR and tensors takes tens of milliseconds, which one
+    run's host time would count, and which can tip the gauge's verdict or
+    the trial's."""
+    if not timed or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def memory_pool(module: ModuleOp, backend: Backend) -> MemoryPool:

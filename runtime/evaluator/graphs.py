@@ -190,6 +190,9 @@ class Replays:
         self.prefer_graph: bool | None = True if always else None
         """Whether replays measured faster than runs op by op (None: not yet)."""
         self.verdict = f"{GRAPHS_ENV}={ALWAYS}" if always else ""
+        self.gauged = ""
+        """The gauge's figures (the host's time and the device's), where a
+        program was gauged: shown with a graph kept after the trial."""
         """The measured times behind `prefer_graph`."""
         self.replays = 0
         self.captures = 0
@@ -307,6 +310,7 @@ class Replays:
         """Judged on these gauged times: op by op from now on where the
         device is the bottleneck, else on to the trial."""
         self.judged, self._waiting = True, False
+        self.gauged = figures
         if host is not None and host < DEVICE_BOUND * device:
             self.prefer_graph = False
             self.verdict = figures
@@ -357,7 +361,8 @@ class Replays:
         """How the program's runs go now, in words."""
         if self.prefer_graph:
             staged = f", {len(self.staged)} input(s) staged" if self.staged else ""
-            return f"replayed as a graph ({self.verdict}; {self.captures} capture(s), {self.replays} replays{staged})"
+            gauged = f"; gauged: {self.gauged}" if self.gauged else ""
+            return f"replayed as a graph ({self.verdict}; {self.captures} capture(s), {self.replays} replays{staged}{gauged})"
         if self.off is not None:
             return f"op by op: {self.off}"
         if self._retrial:
