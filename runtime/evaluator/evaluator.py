@@ -312,11 +312,13 @@ class Program:
         self._owning = owned_results and action == OPS  # a capture's results are the graph's
         temp_handles: list[Handle] = []
         loaned: list[int] = []
+        held: float | None = None  # the hold before a gauged run, seconds
         try:
             if timed:  # a trial run starts on an idle device: the host's latency counts
                 b.synchronize()
                 if action == OPS and not replays.judged:  # the gauge: the device's time alone
-                    b.hold(hold_for(self._host_s))
+                    held = hold_for(self._host_s)
+                    b.hold(held)
             captured = replays.captured if action == REPLAY else None
             if action == CAPTURE:
                 captured = self._capture(interp, inputs, key)
@@ -340,7 +342,7 @@ class Program:
                 if clocked:
                     self._host_s = b.host_clock() - issued
                 if start is not None:
-                    replays.sample(OPS, start, b.mark(join=True), self._host_s)
+                    replays.sample(OPS, start, b.mark(join=True), self._host_s, held)
             if synchronize or temp_handles:
                 self.backend.synchronize()
             if copy_outputs:

@@ -29,7 +29,11 @@ chosen per shape (cuda_gemm.py):
   whole model's forward and backward). Programs that run one after the
   other in a step (`fuserc.torch`'s forward and its backward: `Gauges`) are
   judged together, by their sums, as the host's lead carries over from one
-  to the next. Else the trial follows (the gauged run is none of it: held,
+  to the next. Where the host took longer to issue the gauged run than
+  the hold lasted, it may have waited for the device (CUDA queues about a
+  thousand launches; a longer run issued behind the hold blocks the host
+  until the device takes them), and the gauge cannot tell: the program
+  runs op by op too. Else the trial follows (the gauged run is none of it: held,
   its span has none of the host's latency the trial's runs count);
 - runs 3 to 7 (with the same inputs: the same addresses, shapes, strides
   and dtypes, since a graph reads them where they were) are the trial: run
@@ -285,11 +289,12 @@ class Replays:
             return REPLAY, True
         return (CAPTURE if warm else OPS), False  # the capture's replay is untimed (the module says why)
 
-    def sample(self, kind: str, start: Mark, end: Mark, host: float | None = None) -> None:
+    def sample(self, kind: str, start: Mark, end: Mark, host: float | None = None, hold: float | None = None) -> None:
         """A timed run from mark `start` to `end`; `host`: the seconds the
-        host took to issue it (runs op by op)."""
+        host took to issue it (runs op by op); `hold`: the seconds the
+        device waited before it (the gauge)."""
         if kind == OPS and not self.judged:  # the gauge (behind a hold: not the trial's)
-            self._gauge = (host, start, end)
+            self._gauge = (host, start, end, hold)
             return
         self.samples[kind].append((start, end))
 
@@ -297,21 +302,33 @@ class Replays:
         """The gauged run's verdict (with the others of `gauges`, once all
         are gauged): a device-bound program runs op by op."""
         assert self._gauge is not None
-        host, start, end = self._gauge
+        host, start, end, hold = self._gauge
         self._gauge = None
         device = self._span(start, end)
+        waited = host is not None and hold is not None and host >= hold and hold < HOLD_MAX_S  # (a hold at its cap is no measure)
         if self.gauges is None:
-            self.verdict_on(host, device, f"the host issued a run in {_ms(host)}, the device ran it in {_ms(device)}")
+            self.verdict_on(host, device, f"the host issued a run in {_ms(host)}, the device ran it in {_ms(device)}", waited)
         else:
             self._waiting = True
-            self.gauges.note(self, host, device)
+            self.gauges.note(self, host, device, waited)
 
-    def verdict_on(self, host: float | None, device: float, figures: str) -> None:
+    def verdict_on(self, host: float | None, device: float, figures: str, waited: bool = False) -> None:
         """Judged on these gauged times: op by op from now on where the
-        device is the bottleneck, else on to the trial."""
+        device is the bottleneck, or where the gauge cannot tell (`waited`:
+        the host was still issuing a gauged run when the device's hold
+        ended, so it may have waited for the device: CUDA queues about a
+        thousand launches, and a run of more, issued behind the hold, blocks
+        the host until the device takes them; a model's backward has
+        that many), else on to the trial."""
         self.judged, self._waiting = True, False
         self.gauged = figures
-        if host is not None and host < DEVICE_BOUND * device:
+        if waited:
+            self.prefer_graph = False
+            self.verdict = figures
+            self.off = f"the gauge could not tell ({figures}; the host was still issuing when the device's hold ended, and may have waited for the device)"
+            self.samples = {OPS: [], GRAPH: []}
+            self.drop()
+        elif host is not None and host < DEVICE_BOUND * device:
             self.prefer_graph = False
             self.verdict = figures
             self.off = f"the device is the bottleneck ({figures})"
@@ -392,13 +409,16 @@ class Gauges:
         self.names = list(names)
         self._members: dict[int, tuple[str, Replays]] = {}
         self._figures: dict[int, tuple[float | None, float]] = {}
+        self._waited = False  # a member's gauge could not tell (`Replays.verdict_on`)
 
     def join(self, name: str, replays: Replays) -> None:
         self._members[id(replays)] = (name, replays)
         replays.gauges = self
 
-    def note(self, replays: Replays, host: float | None, device: float) -> None:
+    def note(self, replays: Replays, host: float | None, device: float, waited: bool = False) -> None:
         self._figures[id(replays)] = (host, device)
+        if waited:
+            self._waited = True
         if len(self._figures) < len(self.names) or len(self._members) < len(self.names):
             return
         hosts = [h for h, _ in self._figures.values()]
@@ -407,7 +427,7 @@ class Gauges:
         names = " and ".join(f"@{n}" for n, _ in self._members.values())
         figures = f"the host issued {names} in {_ms(host)}, the device ran them in {_ms(device)}"
         for _, member in self._members.values():
-            member.verdict_on(host, device, figures)
+            member.verdict_on(host, device, figures, self._waited)
 
 
 _HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()

@@ -206,6 +206,38 @@ def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -
     assert len(prog.replays.samples["ops"]) == 1
 
 
+@pytest.mark.parametrize("together", [False, True])
+def test_a_gauge_the_host_took_longer_than_its_hold_for_cannot_tell(together: bool) -> None:
+    """The host took 5 ms to issue the gauged run, longer than the hold
+    before it (4 ms: twice its 2 ms for the run before): it may have waited
+    for the device (CUDA queues about a thousand launches; a run of more,
+    issued behind the hold, blocks the host until the device takes them),
+    and its time says nothing of its own speed. The program runs op by op
+    (a graph's pools would hold its buffers between runs), alone or judged
+    with the others of its step, which would otherwise go to the trial."""
+    from fuserc.runtime.evaluator.graphs import Gauges
+
+    backend = _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=2e-3)  # host-bound as measured
+    prog = load(BLOCKS, backend)
+    progs = [prog]
+    if together:
+        other = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=2e-3))
+        gauges = Gauges(["main_fwd", "main_bwd"])
+        gauges.join("main_fwd", prog.replays)
+        gauges.join("main_bwd", other.replays)
+        progs.append(other)
+    ins = [p.prepare_inputs([torch.randn(4, 2)])[0] for p in progs]
+    assert [_runs(p, x, 1) for p, x in zip(progs, ins)] == [[OP_BY_OP]] * len(progs)
+    backend.host_s = 5e-3
+    assert [_runs(p, x, 1) for p, x in zip(progs, ins)] == [[GAUGED_OPS]] * len(progs)
+    assert backend.holds == [4e-3]
+    for p, x in zip(progs, ins):
+        assert _runs(p, x, 5) == [OP_BY_OP] * 5
+    for p in progs:
+        assert p.replays.mode().startswith("op by op: the gauge could not tell (the host issued "), p.replays.mode()
+        assert "the host was still issuing when the device's hold ended" in p.replays.mode()
+
+
 def test_the_first_run_with_every_kernel_in_is_not_gauged() -> None:
     """The first run after the last kernel came in launches it for the first
     time (loading it, maybe timing its configurations: host time and waits
