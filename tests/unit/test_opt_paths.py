@@ -38,6 +38,43 @@ def test_opt_imports_neither_the_job_machinery_nor_torch() -> None:
     assert out.splitlines()[-1] == "[]"
 
 
+def test_the_command_imports_xdsl_without_asyncio_and_the_collector_off() -> None:
+    """`fuserc` (`entry`) has xDSL in, without asyncio, and the collector
+    off when its command starts; asyncio imported after is the whole
+    package."""
+    code = (
+        "import gc, sys\n"
+        "import fuserc.cli as cli\n"
+        "def command():\n"
+        "    import asyncio\n"
+        "    async def f():\n        return 3\n"
+        "    print(gc.isenabled(), 'xdsl.dialects.builtin' in sys.modules, asyncio.run(f()), asyncio.coroutines.iscoroutinefunction(f))\n"
+        "cli.main = command\n"
+        "print('asyncio' in sys.modules, flush=True)\n"
+        "cli.import_xdsl()\n"
+        "print('asyncio' in sys.modules, [m for m in sys.modules if m.startswith('xdsl')] != [], flush=True)\n"
+        "cli.entry()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.splitlines() == ["False", "False True", "False True 3 True"]
+    imported = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fuserc", "opt", str(EXAMPLE), "-p", "default", "-o", os.devnull],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stderr  # fmt: skip
+    names = {line.rsplit("|", 1)[-1].strip() for line in imported.splitlines() if line.startswith("import time:")}
+    assert "xdsl.irdl.operations" in names and not {n for n in names if n.split(".")[0] in ("asyncio", "ssl")}
+
+
+def test_run_turns_the_collector_back_on() -> None:
+    gc.disable()
+    try:
+        got = CliRunner().invoke(cli.main, ["run", str(EXAMPLE), "--warmup", "1"])
+        assert got.exit_code == 2 and "--warmup needs --iters" in got.output
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_run_is_there_when_named_or_listed() -> None:
     listed = CliRunner().invoke(cli.main, ["--help"])
     assert listed.exit_code == 0 and "  run " in listed.output
