@@ -271,7 +271,9 @@ class _Walk(RankWalk):
     def device(self, op: Any) -> None:
         kind = _DEVICE(op)
         if kind is hir.AllocOp:
-            b = self.buffers.setdefault(op, Buffer(op, hir.buffer_bytes(op.result)))
+            b = self.buffers.get(op)
+            if b is None:  # the walk for a rank outside every team meets the buffers of the one before
+                b = self.buffers[op] = Buffer(op, hir.buffer_bytes(op.result))
             if self.loops:
                 b.pinned = b.pinned or "allocated in a loop"
             self.roots[op.result] = {b}

@@ -247,3 +247,23 @@ def test_class_test_is_isinstance() -> None:
     for x in (Base(), Leaf(), Other(), 3, "s", True):
         assert test(x) == isinstance(x, Base) and leaf(x) == isinstance(x, (Leaf, int)), x
         assert test(x) == isinstance(x, Base)  # the second time from the class's answer
+
+
+def test_string_literals_print_as_xdsl_prints_them() -> None:
+    """The printer writes a string literal at once, each byte as xDSL's
+    byte-by-byte printer writes it (printable ASCII as itself, `\\\\`,
+    `\\XX` for the quote and the rest)."""
+    import io
+
+    from xdsl.printer import Printer
+
+    from fuserc.ir import _Printer
+
+    cases = [bytes([b]) for b in range(256)] + [b"main/0/0", b"DIDx->-", b'a"b\\c\n\td', bytes(range(256)), b"", "é→".encode()]
+    for c in cases:
+        theirs, ours = io.StringIO(), io.StringIO()
+        Printer(stream=theirs).print_bytes_literal(c)
+        printer = _Printer(ours, False)
+        printer.print_bytes_literal(c)
+        assert ours.getvalue() == theirs.getvalue()
+        assert printer._current_column == len(theirs.getvalue())
