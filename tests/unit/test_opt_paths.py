@@ -38,6 +38,41 @@ def test_opt_imports_neither_the_job_machinery_nor_torch() -> None:
     assert out.splitlines()[-1] == "[]"
 
 
+def test_opt_imports_the_lowerings_a_program_needs(tmp_path: Path) -> None:
+    """Ring attention's and expert parallelism's lowerings, the pipelines'
+    emitter and the pulls' are imported for programs that have such ops or
+    sites only (a process compiles their sources where bytecode is not
+    cached); a program of them imports them (the lit and e2e tests check
+    their output)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from bench_compile import generate
+    finally:
+        sys.path.pop(0)
+    plain = tmp_path / "blocks.mlir"
+    plain.write_text(generate(24))
+    lowerings = ("fuserc.passes.ring_attention", "fuserc.passes.expert_parallel", "fuserc.passes.stream_emit", "fuserc.passes.host_emit")
+    code = (
+        "import sys\n"
+        "from fuserc.cli import main\n"
+        "try:\n    main(['opt', sys.argv[1], '-p', 'default', '-o', sys.argv[2]])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print(sorted(m for m in {lowerings!r} if m in sys.modules))\n"
+    )
+
+    def imported(path: Path) -> str:
+        out = subprocess.run([sys.executable, "-c", code, str(path), os.devnull], capture_output=True, text=True, cwd=ROOT, check=True)
+        return out.stdout.splitlines()[-1]
+
+    assert imported(plain) == "[]"
+    for example, needs in (
+        ("long_context.mlir", "fuserc.passes.ring_attention"),
+        ("moe_layer.mlir", "fuserc.passes.expert_parallel"),
+        ("allgather_matmul_large.mlir", "fuserc.passes.stream_emit"),
+    ):
+        assert needs in imported(ROOT / "examples" / example), example
+
+
 def test_the_command_imports_xdsl_without_asyncio_and_the_collector_off() -> None:
     """`fuserc` (`entry`) has xDSL in, without asyncio, and the collector
     off when its command starts; asyncio imported after is the whole
