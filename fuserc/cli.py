@@ -224,22 +224,20 @@ def import_xdsl() -> None:
     dropped after, so that whatever imports asyncio later (torch, for
     `fuserc run`) runs the whole package as always."""
     import importlib
-
-    if "asyncio" in sys.modules:
-        for name in XDSL_MODULES:
-            importlib.import_module(name)
-        return
     import importlib.util
 
-    package_spec = importlib.util.find_spec("asyncio")
-    folder = package_spec.submodule_search_locations[0] if package_spec and package_spec.submodule_search_locations else None
-    spec = importlib.util.spec_from_file_location("asyncio.coroutines", os.path.join(folder, "coroutines.py")) if folder else None
-    if package_spec is None or spec is None or spec.loader is None:
+    package_spec = spec = None
+    if "asyncio" not in sys.modules:
+        package_spec = importlib.util.find_spec("asyncio")
+        folders = (package_spec.submodule_search_locations or []) if package_spec is not None else []
+        path = os.path.join(folders[0], "coroutines.py") if folders else ""
+        spec = importlib.util.spec_from_file_location("asyncio.coroutines", path) if os.path.isfile(path) else None
+    if spec is None or spec.loader is None:  # asyncio is in already, or is not a folder of sources: as it comes
         for name in XDSL_MODULES:
             importlib.import_module(name)
         return
     before = set(sys.modules)
-    package = importlib.util.module_from_spec(package_spec)
+    package = importlib.util.module_from_spec(package_spec)  # type: ignore[arg-type]
     coroutines = importlib.util.module_from_spec(spec)
     package.coroutines = coroutines  # type: ignore[attr-defined]
     sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = package, coroutines
