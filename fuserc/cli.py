@@ -169,11 +169,21 @@ def entry() -> None:
     """The `fuserc` command and `python -m fuserc`: `main`, then the
     process ends without Python's teardown of torch (`quick_exit`: a second
     or more after the results are out). `main` itself returns by raising
-    SystemExit, as click's commands do, for callers in one process."""
+    SystemExit, as click's commands do, for callers in one process.
+
+    It starts with Python's cyclic garbage collector off: importing xDSL,
+    the dialects and the passes makes some hundred thousand objects that
+    live until the process ends (classes, functions, IRDL definitions),
+    and each collection meanwhile scans them again for nothing (some 15 ms
+    of `fuserc opt`'s 0.3 s of imports). `opt` keeps it off for the input
+    it compiles last and on between earlier inputs; `run` turns it on."""
+    gc.disable()  # for the imports (docstring); each command sets it for its work
     from fuserc.runtime.job.job import follow_launcher, launcher_size
-    from fuserc.runtime.job.mpi_env import ENDS_PROCESS, quick_exit
 
     follow_launcher()  # first, before the imports of seconds: a launcher that dies meanwhile ends this rank too
+    import_xdsl()
+    from fuserc.runtime.job.mpi_env import ENDS_PROCESS, quick_exit
+
     ENDS_PROCESS[0] = True
     try:
         main()
@@ -194,6 +204,51 @@ def entry() -> None:
 
         time.sleep(FAILED_RANK_GRACE_S)
     quick_exit(code)
+
+
+XDSL_MODULES = ("xdsl.dialects.builtin", "xdsl.dialects.func", "xdsl.parser", "xdsl.printer", "xdsl.passes", "xdsl.builder", "xdsl.rewriter")
+"""The xDSL modules every command reads IR with (`import_xdsl`)."""
+
+
+def import_xdsl() -> None:
+    """Import `XDSL_MODULES` without asyncio, unless it is in already.
+
+    `typing_extensions.deprecated`, which xDSL puts on some of its
+    functions as they are defined, imports `asyncio.coroutines` to ask
+    whether the function is a coroutine function, and with it all of
+    asyncio (sockets, ssl, subprocesses, logging, threads): 15 to 25 ms
+    of the 0.3 s it takes `fuserc opt` to import what it runs, for
+    nothing a command uses. While these modules import, `asyncio` is its
+    package unrun and `asyncio.coroutines` that file alone (the one module
+    the question needs; it imports no other part of asyncio); both are
+    dropped after, so that whatever imports asyncio later (torch, for
+    `fuserc run`) runs the whole package as always."""
+    import importlib
+    import importlib.util
+
+    package_spec = spec = None
+    if "asyncio" not in sys.modules:
+        package_spec = importlib.util.find_spec("asyncio")
+        folders = (package_spec.submodule_search_locations or []) if package_spec is not None else []
+        path = os.path.join(folders[0], "coroutines.py") if folders else ""
+        spec = importlib.util.spec_from_file_location("asyncio.coroutines", path) if os.path.isfile(path) else None
+    if spec is None or spec.loader is None:  # asyncio is in already, or is not a folder of sources: as it comes
+        for name in XDSL_MODULES:
+            importlib.import_module(name)
+        return
+    before = set(sys.modules)
+    package = importlib.util.module_from_spec(package_spec)  # type: ignore[arg-type]
+    coroutines = importlib.util.module_from_spec(spec)
+    package.coroutines = coroutines  # type: ignore[attr-defined]
+    sys.modules["asyncio"], sys.modules["asyncio.coroutines"] = package, coroutines
+    try:
+        spec.loader.exec_module(coroutines)
+        for name in XDSL_MODULES:
+            importlib.import_module(name)
+    finally:
+        for name in set(sys.modules) - before:
+            if name == "asyncio" or name.startswith("asyncio."):
+                del sys.modules[name]
 
 
 def exit_status(error: SystemExit) -> int:
@@ -281,13 +336,17 @@ def opt(
     timings: list[list[tuple[str, float]]] = []  # per input, in pipeline order
     for i, (offset, chunk) in enumerate(chunks):
         produced: list[Diagnostic] = []
-        if ENDS_PROCESS[0] and i == len(chunks) - 1:
-            # The process ends after the output (`entry`): the collector,
-            # kept off while a program compiles (`ir.compiling`), stays off
-            # from the last input on, else its first collection after the
-            # compile scans all of the IR for nothing (0.3 s of the 48-layer
-            # GPT's 10). Earlier inputs' IR is collected between inputs.
-            gc.disable()
+        if ENDS_PROCESS[0]:
+            # The process ends after the output (`entry`, which turned the
+            # collector off for the imports): the collector, kept off while
+            # a program compiles (`ir.compiling`), stays off from the last
+            # input on, else its first collection after the compile scans
+            # all of the IR for nothing (0.3 s of the 48-layer GPT's 10).
+            # Earlier inputs' IR is collected between inputs.
+            if i == len(chunks) - 1:
+                gc.disable()
+            else:
+                gc.enable()
         try:
             outputs.append(_process(chunk, name, passes, after, timings, print_generic, shapes, report))
         except Diagnostic as d:

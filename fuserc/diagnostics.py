@@ -6,9 +6,10 @@ exits 1, the Python API raises it as is. Nothing else reaches a user."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import FileLineColLoc
-from xdsl.ir import Operation, SSAValue
+if TYPE_CHECKING:  # xDSL is imported where a program is read, not by every importer (the `fuserc` command's start)
+    from xdsl.ir import Operation, SSAValue
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class Diagnostic(Exception):
 def location_of(op: Operation | SSAValue | None) -> Location | None:
     """The source location of `op`, or of the nearest located ancestor; of
     a value, its own (a function argument's name) or its op's."""
+    from xdsl.dialects.builtin import FileLineColLoc
+    from xdsl.ir import Operation, SSAValue
+
     if isinstance(op, SSAValue):
         loc = getattr(op, "location", None)
         if isinstance(loc, FileLineColLoc):

@@ -961,6 +961,18 @@ class _Printer(Printer):
         self._current_column += len(text)
         self._write(text)
 
+    def print_bytes_literal(self, bytestring: bytes) -> None:
+        """xDSL's (each byte as itself, `\\\\`, or `\\XX` where it is not
+        printable ASCII or is a quote), written at once: xDSL writes the
+        literal byte by byte, and a host program has a string per
+        allocation (its site) and communication (its reshard)."""
+        if _PLAIN_BYTES.fullmatch(bytestring):
+            text = f'"{bytestring.decode("ascii")}"'
+        else:
+            text = '"' + "".join(_BYTE_TEXTS[b] for b in bytestring) + '"'
+        self._current_column += len(text)
+        self._write(text)
+
     def print_ssa_value(self, value: SSAValue) -> str:
         """xDSL's, looking a named value up once (a value's hash is a Python call)."""
         name = self._ssa_values.get(value)
@@ -1003,6 +1015,11 @@ class _Printer(Printer):
             self._kept.append(attribute)
         self.print_string(text)
 
+
+_BYTE_TEXTS = tuple("\\\\" if b == 0x5C else f"\\{b:02X}" if b < 0x20 or b > 0x7E or b == 0x22 else chr(b) for b in range(256))
+"""How `_Printer.print_bytes_literal` writes each byte (as xDSL's does)."""
+_PLAIN_BYTES = re.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7e]*")
+"""Bytes that are themselves there (printable ASCII but the quote and the backslash)."""
 
 _CUSTOM_FORMAT: dict[type[Operation], bool] = {}
 """Per op class, whether `_Printer.print_op` prints it itself: it opens no

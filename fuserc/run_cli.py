@@ -15,6 +15,7 @@ and the watchdog ends a job whose run or collective does not complete
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import sys
 from collections.abc import Sequence
@@ -82,6 +83,7 @@ def run(
     fuserc run FILE ...          (one rank)
 
     docs/runtime.md says more (Launchers; `fuserc run`)."""
+    gc.enable()  # off for the command's start (`fuserc.cli.entry`); a run makes and frees objects for as long as it lasts
     if inputs and seed is not None:
         raise click.UsageError("give either -i/--input files or --seed, not both")
     if warmup is not None and iters is None:

@@ -77,8 +77,10 @@ from fuserc.dialects.fusion import (
     SliceOp,
     tensor_type,
 )
-from fuserc.ir import walk
-from fuserc.passes import expert_parallel, launch_regions, local_layouts, lower_reshard, ring_attention
+from fuserc.dialects.fusion_dispatch import CombineOp, DispatchOp
+from fuserc.dialects.fusion_nn import AttentionOp
+from fuserc.ir import ClassTest, walk
+from fuserc.passes import launch_regions, local_layouts, lower_reshard
 from fuserc.passes.lower_reshard import permute_op
 from fuserc.passes.reshard_util import inverse
 from fuserc.passes.reshard_util import Resharding, mesh_table
@@ -89,6 +91,10 @@ Tag = tuple[int, ...] | None
 a per-rank region or the return)."""
 
 BACKENDS = hir.BACKENDS
+
+_RINGED, _EXCHANGED = ClassTest(AttentionOp), ClassTest((DispatchOp, CombineOp))
+"""The ops that `ring_attention` and `expert_parallel` may lower, which are
+imported for them only (most programs have neither)."""
 
 
 # --------------------------------------------------------------------------
@@ -417,6 +423,8 @@ class _FunctionLowering:
     """(global type, mesh) -> local type: programs repeat their types."""
     local_ops: set[tuple] = field(default_factory=set)
     """Signatures of local forms already verified."""
+    exchanged: bool = False
+    """Whether an expert-parallel exchange was lowered (its landings move after)."""
 
     def __post_init__(self) -> None:
         self.em = Emitter(self.func.sym_name.data, self.backend)
@@ -506,7 +514,10 @@ class _FunctionLowering:
             else:
                 raise error_at(op, f"'{op.name}' cannot be lowered to host IR (only fusion ops and func.return)")
         keep = {self.em.root(v) for v in returned}
-        expert_parallel.defer_landings(self.em)
+        if self.exchanged:
+            from fuserc.passes import expert_parallel
+
+            expert_parallel.defer_landings(self.em)
         place_deallocs(self.em, keep)
         body = wrap_rank_regions(self.em.items)
         block.add_ops(body)
@@ -606,10 +617,17 @@ class _FunctionLowering:
             return self.lower_reshape(op, i, tag)
         if isinstance(op, (MatmulOp, LinearOp)) and (row_major or local_layouts.transposable(op)):
             return self.lower_gemm(op, ops, i, tag)
-        if (ring := ring_attention.ring_of(self, op)) is not None:
-            return ring_attention.lower(self, op, i, ring)  # type: ignore[arg-type]
-        if (ex := expert_parallel.exchange_of(self, op)) is not None:
-            return expert_parallel.lower(self, op, i, ex)  # type: ignore[arg-type]
+        if _RINGED(op):
+            from fuserc.passes import ring_attention
+
+            if (ring := ring_attention.ring_of(self, op)) is not None:
+                return ring_attention.lower(self, op, i, ring)  # type: ignore[arg-type]
+        if _EXCHANGED(op):
+            from fuserc.passes import expert_parallel
+
+            if (ex := expert_parallel.exchange_of(self, op)) is not None:
+                self.exchanged = True
+                return expert_parallel.lower(self, op, i, ex)  # type: ignore[arg-type]
         chain = launch_regions.local_region(ops, i, self.resharding, self.op_devices)
         self.lower_launch(chain, i)
         return i + len(chain)

@@ -206,6 +206,9 @@ class _Walk(RankWalk):
     def op(self, op: Any) -> None:
         env = self.env
         kind = STEPS(op)
+        if kind is None:  # a device op (most of a program): `RankWalk.op` gives it to `device`
+            self.device(op)
+            return
         if kind is hir.TeamIndexOp or kind is hir.TeamRankOp or (
             (kind is hir.AddModOp or kind is hir.DivOp) and any(v in self.by_rank for v in op.operands)
         ):
@@ -271,7 +274,9 @@ class _Walk(RankWalk):
     def device(self, op: Any) -> None:
         kind = _DEVICE(op)
         if kind is hir.AllocOp:
-            b = self.buffers.setdefault(op, Buffer(op, hir.buffer_bytes(op.result)))
+            b = self.buffers.get(op)
+            if b is None:  # the walk for a rank outside every team meets the buffers of the one before
+                b = self.buffers[op] = Buffer(op, hir.buffer_bytes(op.result))
             if self.loops:
                 b.pinned = b.pinned or "allocated in a loop"
             self.roots[op.result] = {b}
@@ -288,13 +293,14 @@ class _Walk(RankWalk):
             self._device_op(op, kind)
 
     def _device_op(self, op: Operation, kind: type[Operation] | None) -> None:
-        token = next((r for r in op.results if isinstance(r.type, hir.TokenType)), None)
+        token = next((r for r in op.results if type(r._type) is hir.TokenType), None) if op.results else None
         everywhere = self._team_everywhere(op) if kind in _TEAMED else True
         if everywhere is None:  # outside its team: skipped
             if token is not None:
                 self.skipped.add(token)
             return
-        used = {b for v in op.operands for b in self.roots.get(v, ())}
+        roots = self.roots
+        used = {b for v in op._operands for b in roots.get(v, ())}  # xDSL's fields: `op.operands` makes a view
         if not used and token is None:
             return
         at = self.issue()

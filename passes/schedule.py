@@ -41,7 +41,6 @@ from fuserc.dialects.fusion import AddOp, FusionOp, element_type_of, shape_of
 from fuserc.dialects.fusion_reduction import ReductionOp
 from fuserc.ir import ClassTest, walk
 from fuserc.passes.cost_model import Machine
-from fuserc.passes.host_emit import IPC, Emitter, sum_launch
 from fuserc.passes.stream_sites import GEMM_OPS, carry_reshard, gemm_flops
 from fuserc.passes.stream_sites import root as _root
 
@@ -516,6 +515,8 @@ def _worker_of(comm: Operation) -> tuple[SSAValue, SSAValue] | None:
 
 def _pulls(rs: hir.ReduceScatterOp, alloc: hir.AllocOp, main: SSAValue, block: Block) -> None:
     """The ops replacing `rs` (see `pull_beside`) and its closing fence."""
+    from fuserc.passes.host_emit import IPC, Emitter, sum_launch  # here: a program without pulls needs none of it
+
     team, d = rs.team, len(rs.team)  # with its translates: each team pulls within itself
     p, y = rs.input, rs.output
     e = Emitter(rs.location)

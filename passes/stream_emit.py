@@ -13,10 +13,9 @@ each of them uses, and passes its copy-engine fences node by node.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, TensorType, i64
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import IsTerminator
 
 from fuserc.dialects import hir
@@ -29,36 +28,13 @@ from fuserc.passes.stream_sites import (
     COMPUTE,
     LOCAL,
     PIPELINE_ATTR,
+    Plan,
     Site,
     carry_reshard,
     alloc_in,
     root,
     sole_users,
 )
-
-@dataclass(frozen=True)
-class Plan:
-    """How a site runs: algorithm, S = chunks, the stream pool, and why."""
-
-    algorithm: str
-    chunks: int
-    streams: int
-    reason: str
-    form: str = ""  # the GEMM+ReduceScatter ring's form (cost_model.RING_FORMS)
-    idle: float = 0.0
-    """Seconds of the pipeline, by the cost model, past its GEMMs' (its
-    compute stream waiting for transfers and fences)."""
-
-    def attr(self) -> DictionaryAttr:
-        fields: dict[str, Attribute] = {
-            "algorithm": StringAttr(self.algorithm),
-            "chunks": IntegerAttr(self.chunks, i64),
-            "streams": IntegerAttr(self.streams, i64),
-        }
-        if self.form:
-            fields["form"] = StringAttr(self.form)
-        fields["reason"] = StringAttr(self.reason)
-        return DictionaryAttr(fields)
 
 
 class SiteLowering:

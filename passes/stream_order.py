@@ -100,13 +100,15 @@ class RankWalk:
     # ---- ops ----------------------------------------------------------------
     def block(self, block: Block) -> list[Any] | None:
         """Walk `block`; the values its `hir.yield` hands back."""
-        for op in block.ops:
+        op = block._first_op  # `block.ops` without its iterator (the walk changes nothing)
+        while op is not None:
             kind = STEPS(op)
             if kind is hir.YieldOp:
                 return [self.env.get(v) for v in op.values]  # type: ignore[attr-defined]
             if kind is ReturnOp:
                 return None
             self.op(op)
+            op = op._next_op
         return None
 
     def op(self, op: Any) -> None:

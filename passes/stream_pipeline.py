@@ -58,12 +58,12 @@ from fuserc.passes.schedule import (
     pull_beside,
     share_compute,
 )
-from fuserc.passes.stream_emit import Plan, SiteLowering
 from fuserc.passes.stream_sites import (
     COMPUTE,
     GEMM_OPS,
     LOCAL,
     PIPELINE_ATTR,
+    Plan,
     Site,
     alloc_in,
     find_sites,
@@ -139,6 +139,8 @@ class StreamPipeline(ModulePass):
                             o.attributes[PIPELINE_ATTR] = plan.attr()
                         continue
                     plan, beside = _beside(site, plan, machine, placed)
+                    from fuserc.passes.stream_emit import SiteLowering  # here: a program with no site to pipeline needs none of it
+
                     SiteLowering(site, plan, machine.node_of if machine is not None else _one_node, beside).run()
             explain_the_rest(func, self.algorithm)
             if self.algorithm != NONE:

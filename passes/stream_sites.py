@@ -43,8 +43,8 @@ from fuserc.passes import cost_model
 from fuserc.passes import sharding_rules as rules
 from fuserc.passes.cost_model import ALLGATHER, CHUNKS, REDUCE_SCATTER
 from fuserc.passes.reshard_util import element_bytes
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, TensorType
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, TensorType, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 STREAM_ATTR = hir.STREAM_ATTR
@@ -464,6 +464,31 @@ def _marked_collective(comm: Operation, block: Block) -> PerChunk | None:
 # --------------------------------------------------------------------------
 # Sites
 # --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a site runs: algorithm, S = chunks, the stream pool, and why."""
+
+    algorithm: str
+    chunks: int
+    streams: int
+    reason: str
+    form: str = ""  # the GEMM+ReduceScatter ring's form (cost_model.RING_FORMS)
+    idle: float = 0.0
+    """Seconds of the pipeline, by the cost model, past its GEMMs' (its
+    compute stream waiting for transfers and fences)."""
+
+    def attr(self) -> DictionaryAttr:
+        fields: dict[str, Attribute] = {
+            "algorithm": StringAttr(self.algorithm),
+            "chunks": IntegerAttr(self.chunks, i64),
+            "streams": IntegerAttr(self.streams, i64),
+        }
+        if self.form:
+            fields["form"] = StringAttr(self.form)
+        fields["reason"] = StringAttr(self.reason)
+        return DictionaryAttr(fields)
 
 
 @dataclass

@@ -38,6 +38,78 @@ def test_opt_imports_neither_the_job_machinery_nor_torch() -> None:
     assert out.splitlines()[-1] == "[]"
 
 
+def test_opt_imports_the_lowerings_a_program_needs(tmp_path: Path) -> None:
+    """Ring attention's and expert parallelism's lowerings, the pipelines'
+    emitter and the pulls' are imported for programs that have such ops or
+    sites only (a process compiles their sources where bytecode is not
+    cached); a program of them imports them (the lit and e2e tests check
+    their output)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from bench_compile import generate
+    finally:
+        sys.path.pop(0)
+    plain = tmp_path / "blocks.mlir"
+    plain.write_text(generate(24))
+    lowerings = ("fuserc.passes.ring_attention", "fuserc.passes.expert_parallel", "fuserc.passes.stream_emit", "fuserc.passes.host_emit")
+    code = (
+        "import sys\n"
+        "from fuserc.cli import main\n"
+        "try:\n    main(['opt', sys.argv[1], '-p', 'default', '-o', sys.argv[2]])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print(sorted(m for m in {lowerings!r} if m in sys.modules))\n"
+    )
+
+    def imported(path: Path) -> str:
+        out = subprocess.run([sys.executable, "-c", code, str(path), os.devnull], capture_output=True, text=True, cwd=ROOT, check=True)
+        return out.stdout.splitlines()[-1]
+
+    assert imported(plain) == "[]"
+    for example, needs in (
+        ("long_context.mlir", "fuserc.passes.ring_attention"),
+        ("moe_layer.mlir", "fuserc.passes.expert_parallel"),
+        ("allgather_matmul_large.mlir", "fuserc.passes.stream_emit"),
+    ):
+        assert needs in imported(ROOT / "examples" / example), example
+
+
+def test_the_command_imports_xdsl_without_asyncio_and_the_collector_off() -> None:
+    """`fuserc` (`entry`) has xDSL in, without asyncio, and the collector
+    off when its command starts; asyncio imported after is the whole
+    package."""
+    code = (
+        "import gc, sys\n"
+        "import fuserc.cli as cli\n"
+        "def command():\n"
+        "    import asyncio\n"
+        "    async def f():\n        return 3\n"
+        "    print(gc.isenabled(), 'xdsl.dialects.builtin' in sys.modules, asyncio.run(f()), asyncio.coroutines.iscoroutinefunction(f))\n"
+        "cli.main = command\n"
+        "print('asyncio' in sys.modules, flush=True)\n"
+        "cli.import_xdsl()\n"
+        "print('asyncio' in sys.modules, [m for m in sys.modules if m.startswith('xdsl')] != [], flush=True)\n"
+        "cli.entry()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.splitlines() == ["False", "False True", "False True 3 True"]
+    imported = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fuserc", "opt", str(EXAMPLE), "-p", "default", "-o", os.devnull],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stderr  # fmt: skip
+    names = {line.rsplit("|", 1)[-1].strip() for line in imported.splitlines() if line.startswith("import time:")}
+    assert "xdsl.irdl.operations" in names and not {n for n in names if n.split(".")[0] in ("asyncio", "ssl")}
+
+
+def test_run_turns_the_collector_back_on() -> None:
+    gc.disable()
+    try:
+        got = CliRunner().invoke(cli.main, ["run", str(EXAMPLE), "--warmup", "1"])
+        assert got.exit_code == 2 and "--warmup needs --iters" in got.output
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_run_is_there_when_named_or_listed() -> None:
     listed = CliRunner().invoke(cli.main, ["--help"])
     assert listed.exit_code == 0 and "  run " in listed.output
@@ -210,3 +282,23 @@ def test_class_test_is_isinstance() -> None:
     for x in (Base(), Leaf(), Other(), 3, "s", True):
         assert test(x) == isinstance(x, Base) and leaf(x) == isinstance(x, (Leaf, int)), x
         assert test(x) == isinstance(x, Base)  # the second time from the class's answer
+
+
+def test_string_literals_print_as_xdsl_prints_them() -> None:
+    """The printer writes a string literal at once, each byte as xDSL's
+    byte-by-byte printer writes it (printable ASCII as itself, `\\\\`,
+    `\\XX` for the quote and the rest)."""
+    import io
+
+    from xdsl.printer import Printer
+
+    from fuserc.ir import _Printer
+
+    cases = [bytes([b]) for b in range(256)] + [b"main/0/0", b"DIDx->-", b'a"b\\c\n\td', bytes(range(256)), b"", "é→".encode()]
+    for c in cases:
+        theirs, ours = io.StringIO(), io.StringIO()
+        Printer(stream=theirs).print_bytes_literal(c)
+        printer = _Printer(ours, False)
+        printer.print_bytes_literal(c)
+        assert ours.getvalue() == theirs.getvalue()
+        assert printer._current_column == len(theirs.getvalue())
