@@ -9,6 +9,7 @@ gathered; pointwise ops, broadcasting, iota and dropout local."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,14 @@ def program(args: dict[str, str], body: str, results: list[tuple[str, str]]) -> 
         "fusion.mesh @m shape = [4]\n"
         f"func.func @main({params}) -> ({rtypes}) {{\n{body}\n  func.return {rets} : {rtypes}\n}}\n"
     )
+
+
+def derived_backward(devices: int, params: str, line: str, result: str, pipeline: str) -> Any:
+    """@main_bwd of `%z = ...` (`line`) over a mesh @m of `devices`, after `pipeline`."""
+    text = f"fusion.mesh @m shape = [{devices}]\nfunc.func @main({params}) -> {result} {{\n  {line}\n  func.return %z : {result}\n}}\n"
+    module = parse(text)
+    run_pipeline(module, pipeline)
+    return next(o for o in module.ops if getattr(o, "sym_name", None) is not None and o.sym_name.data == "main_bwd")
 
 
 def comms(text: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -172,15 +181,7 @@ def test_cross_entropy_gradient_makes_no_f32_logits(devices: int, axes: str) -> 
     and the regions between the max's and the sum's collectives keep at
     most the f32 logits and their shifted values."""
     lt, yt = f"tensor<8x32xbf16, #fusion.sharding<@m, [{axes}]>>", "tensor<8xi64>"
-    text = (
-        f"fusion.mesh @m shape = [{devices}]\n"
-        f"func.func @main(%l: {lt}, %y: {yt}) -> tensor<bf16> {{\n"
-        f"  %z = fusion.cross_entropy %l, %y : ({lt}, {yt}) -> tensor<bf16>\n"
-        "  func.return %z : tensor<bf16>\n}\n"
-    )
-    module = parse(text)
-    run_pipeline(module, "autodiff,default")
-    bwd = next(o for o in module.ops if getattr(o, "sym_name", None) is not None and o.sym_name.data == "main_bwd")
+    bwd = derived_backward(devices, f"%l: {lt}, %y: {yt}", f"%z = fusion.cross_entropy %l, %y : ({lt}, {yt}) -> tensor<bf16>", "tensor<bf16>", "autodiff,default")
     local = (8, 32 // devices)
     allocs = [o.results[0].type for o in bwd.walk() if isinstance(o, hir.AllocOp)]
     assert not any(32 in t.get_shape() for t in allocs if devices > 1), allocs
@@ -260,14 +261,6 @@ def test_embedding_gradient_scatters_rows_where_everything_is_local(devices: int
     rows)."""
     table = f"tensor<32x6xf32, #fusion.sharding<@m, [{table_axes}]>>"
     ids = f"tensor<8xi64, #fusion.sharding<@m, [{ids_axes}]>>"
-    text = (
-        f"fusion.mesh @m shape = [{devices}]\n"
-        f"func.func @main(%ids: {ids}, %t: {table}) -> tensor<8x6xf32> {{\n"
-        f"  %y = fusion.embedding %ids, %t : ({ids}, {table}) -> tensor<8x6xf32>\n"
-        "  func.return %y : tensor<8x6xf32>\n}\n"
-    )
-    module = parse(text)
-    run_pipeline(module, "autodiff")
-    bwd = next(o for o in module.ops if getattr(o, "sym_name", None) is not None and o.sym_name.data == "main_bwd")
+    bwd = derived_backward(devices, f"%ids: {ids}, %t: {table}", f"%z = fusion.embedding %ids, %t : ({ids}, {table}) -> tensor<8x6xf32>", "tensor<8x6xf32>", "autodiff")
     names = [o.name for o in bwd.walk()]
     assert ("fusion.embedding_grad" in names) == scatter and ("fusion.matmul" in names) != scatter, names
