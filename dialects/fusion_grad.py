@@ -61,16 +61,16 @@ def label_column(b: Any, labels: SSAValue) -> SSAValue:
 
 
 def one_hot(
-    b: Any, labels: SSAValue, classes: int, like: SSAValue, placed_as: SSAValue | None = None, dtype: Any = None, column: SSAValue | None = None
+    b: Any, labels: SSAValue, classes: int, like: SSAValue, placed_as: SSAValue | None = None, column: SSAValue | None = None
 ) -> SSAValue:
     """`[..., classes]` rows with a one at each label, in `like`'s element
-    type or `dtype` (an iota compared with the labels' `column`: the class
-    dim may be sharded)."""
+    type (an iota compared with the labels' `column`: the class dim may be
+    sharded)."""
     shape = (*shape_of(labels), classes)
     lab = label_column(b, labels) if column is None else column  # before the iota: its region is its users' (never a [rows, classes] buffer)
     iota = b.op("iota", dim=len(shape) - 1, shape=list(shape), dtype="i64", placed_as=placed_as)
     hit = b.op("eq", iota, lab)
-    return b.op("cast", hit, dtype=like.type.element_type if dtype is None else dtype)  # type: ignore[attr-defined]
+    return b.op("cast", hit, dtype=like.type.element_type)  # type: ignore[attr-defined]
 
 
 def count(shape: Sequence[int], dims: Sequence[int]) -> int:

@@ -618,21 +618,19 @@ class CrossEntropyOp(FusionOp):
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         """(softmax(logits) - one_hot(labels)) g / rows, the softmax as
-        exp(x - max - log(sum(exp(x - max)))) from the logits read again
-        (cast anew) at each use: elementwise ops and two row reductions that
-        fuse with the one-hot and the scale into one launch region, whose
-        only [rows, classes] array is the result in the logits' type. Split
-        classes, the max and the sum reduce across devices between regions,
-        and what crosses them is per row (a softmax op would be a launch of
-        its own, reading and making an f32 [rows, classes] array, each twice
-        the bytes of 16-bit logits: 1 GiB at 8192 x 32768)."""
+        exp(x - max - log(sum(exp(x - max)))): elementwise ops and two row
+        reductions that fuse with the cast, the one-hot and the scale into
+        one launch region, whose only [rows, classes] array is the result in
+        the logits' type. Split classes, the max and the sum reduce across
+        devices between regions (a softmax op would be a launch of its own,
+        reading and making an f32 [rows, classes] array, each twice the
+        bytes of 16-bit logits: 1 GiB at 8192 x 32768)."""
         n, c = shape_of(self.logits)
-        stat = stat_type(self.logits.type.element_type)  # type: ignore[attr-defined]
         column = label_column(b, self.labels)  # first: a layout op between would end the region
-        m = b.op("max", b.stat(self.logits), dims=[1], keepdim=True)
-        lse = b.op("log", b.op("sum", b.op("exp", b.op("sub", b.stat(self.logits), m)), dims=[1], keepdim=True))
-        p = b.op("exp", b.op("sub", b.op("sub", b.stat(self.logits), m), lse))
-        diff = b.op("sub", p, one_hot(b, self.labels, c, like=self.logits, placed_as=self.logits, dtype=stat, column=column))
+        x = b.stat(self.logits)
+        xs = b.op("sub", x, b.op("max", x, dims=[1], keepdim=True))
+        p = b.op("exp", b.op("sub", xs, b.op("log", b.op("sum", b.op("exp", xs), dims=[1], keepdim=True))))
+        diff = b.op("sub", p, one_hot(b, self.labels, c, like=x, placed_as=self.logits, column=column))
         scale = b.op("div", b.stat(g), float(n))
         return [b.unstat(b.op("mul", diff, scale), self.logits), None]
 
