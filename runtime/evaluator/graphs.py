@@ -203,10 +203,10 @@ class Replays:
         self.prefer_graph: bool | None = True if always else None
         """Whether replays measured faster than runs op by op (None: not yet)."""
         self.verdict = f"{GRAPHS_ENV}={ALWAYS}" if always else ""
+        """The measured times behind `prefer_graph`."""
         self.gauged = ""
         """The gauge's figures (the host's time and the device's), where a
         program was gauged: shown with a graph kept after the trial."""
-        """The measured times behind `prefer_graph`."""
         self.replays = 0
         self.captures = 0
         self.staged: set[int] = set()
@@ -327,22 +327,21 @@ class Replays:
         the host was still issuing a gauged run when the device's hold
         ended, so it may have waited for the device: CUDA queues about a
         thousand launches, and a run of more, issued behind the hold, blocks
-        the host until the device takes them; a model's backward has
-        that many), else on to the trial."""
+        the host until the device takes them; a model's backward can
+        have that many), else on to the trial."""
         self.judged, self._waiting = True, False
         self.gauged = figures
         if waited:
-            self.prefer_graph = False
-            self.verdict = figures
-            self.off = f"the gauge could not tell ({figures}; the host was still issuing when the device's hold ended, and may have waited for the device)"
-            self.samples = {OPS: [], GRAPH: []}
-            self.drop()
+            why = f"the gauge could not tell ({figures}; the host was still issuing when the device's hold ended, and may have waited for the device)"
         elif host is not None and host < DEVICE_BOUND * device:
-            self.prefer_graph = False
-            self.verdict = figures
-            self.off = f"the device is the bottleneck ({figures})"
-            self.samples = {OPS: [], GRAPH: []}
-            self.drop()
+            why = f"the device is the bottleneck ({figures})"
+        else:
+            return
+        self.prefer_graph = False
+        self.verdict = figures
+        self.off = why
+        self.samples = {OPS: [], GRAPH: []}
+        self.drop()
 
     def _decide(self) -> None:
         """Once the trial's runs are timed: keep the faster way (`_typical`
@@ -418,26 +417,25 @@ class Gauges:
     def __init__(self, names: Sequence[str]):
         self.names = list(names)
         self._members: dict[int, tuple[str, Replays]] = {}
-        self._figures: dict[int, tuple[float | None, float]] = {}
-        self._waited = False  # a member's gauge could not tell (`Replays.verdict_on`)
+        self._figures: dict[int, tuple[float | None, float, bool]] = {}
+        """Each member's gauged host and device times, and whether its gauge could not tell."""
 
     def join(self, name: str, replays: Replays) -> None:
         self._members[id(replays)] = (name, replays)
         replays.gauges = self
 
     def note(self, replays: Replays, host: float | None, device: float, waited: bool = False) -> None:
-        self._figures[id(replays)] = (host, device)
-        if waited:
-            self._waited = True
+        self._figures[id(replays)] = (host, device, waited)
         if len(self._figures) < len(self.names) or len(self._members) < len(self.names):
             return
-        hosts = [h for h, _ in self._figures.values()]
+        hosts = [h for h, _, _ in self._figures.values()]
         host = None if any(h is None for h in hosts) else sum(hosts)  # type: ignore[arg-type]
-        device = sum(d for _, d in self._figures.values())
+        device = sum(d for _, d, _ in self._figures.values())
+        waited = any(w for _, _, w in self._figures.values())
         names = " and ".join(f"@{n}" for n, _ in self._members.values())
         figures = f"the host issued {names} in {_ms(host)}, the device ran them in {_ms(device)}"
         for _, member in self._members.values():
-            member.verdict_on(host, device, figures, self._waited)
+            member.verdict_on(host, device, figures, waited)
 
 
 _HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()
