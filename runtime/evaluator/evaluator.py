@@ -44,6 +44,7 @@ from fuserc.diagnostics import error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
+from fuserc.runtime.evaluator import stand_ins
 from fuserc.runtime.evaluator.alloc_cache import AllocationCache, CacheEntry, MemoryPool
 from fuserc.runtime.backends.backend import Array, Backend, Handle, Team
 from fuserc.runtime.evaluator.graphs import (
@@ -179,6 +180,8 @@ class Program:
         self._plan: Plan | None = None  # the ops prepared for this rank, at the first run
         self._interp: Interpreter | None = None  # runs the plan; made with it
         self.cache = AllocationCache(backend.empty, pool or MemoryPool(backend.empty, hir.storage_blocks(func)))
+        if not stand_ins.single_stream(func):
+            self.cache.pool.pinned = f"@{func.sym_name.data} shares buffers or switches streams"
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
         self.runs = 0
@@ -354,6 +357,8 @@ class Program:
             self._owned.clear()
             interp.env = []  # the run's values are not kept alive until the next one
             self.cache.release_all()
+            if action == OPS:  # its blocks go back until the next run takes them (alloc_cache.py)
+                self.cache.pool.release()
         for h in temp_handles:
             self.backend.release_handle(h)
         if loaned:  # once the run's own views are gone: `Loans` counts who holds each buffer
@@ -484,6 +489,7 @@ class Program:
         fails."""
         assert key is not None
         b = self.backend
+        self.cache.pool.pinned = "a captured graph reads its blocks"
         staged: dict[int, Any] = {}  # the graph's own buffers for inputs that move (`Replays.staged`)
         for i in sorted(self.replays.staged):
             x = inputs[i]

@@ -149,7 +149,10 @@ class CompiledProgram:
         every rank gets each result at its global shape (partials summed,
         through the backend's collectives); otherwise its own shard (None
         where it holds none). Results are new arrays of the inputs' kind
-        (NumPy holds bf16 as float32). Inputs on the rank's GPU are read in
+        (NumPy holds bf16 as float32); where the runs are replayed as a
+        graph, those the caller lets go of before the next run are the
+        graph's own buffers, not copies (`Loans`: a caller that keeps one
+        makes it its own, and later results are copies). Inputs on the rank's GPU are read in
         place and results stay there (DLPack for CuPy): nothing travels
         through host memory, and the run is ordered after the work on
         torch's current stream, which waits for it in turn (no host wait)."""
@@ -174,7 +177,7 @@ class CompiledProgram:
                 results = self.program.run_prepared(prepared, synchronize=sync, graphs=False)
                 outs = io.gather_everywhere(results, self.results, b)
             else:
-                outs = self.program.run_prepared(prepared, synchronize=sync, owned_results=True)
+                outs = self.program.run_prepared(prepared, synchronize=sync, owned_results=True, loan=True)
         finally:
             b.leave_caller(caller, outs)
         return [_to_kind(o, kind, tensors) for o in outs]

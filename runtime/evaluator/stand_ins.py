@@ -65,7 +65,7 @@ def replaceable(op: hir.LaunchOp) -> tuple[bool, ...]:
     switches no streams (a result let go at its dealloc must be read on
     the stream that made it only)."""
     block = op.parent_block()
-    if block is None or not _single_stream(op):
+    if block is None or not single_stream(op):
         return (False,) * len(op.outs)
     order = _positions(block)
     here = order[op]
@@ -97,9 +97,9 @@ def _positions(block: Any) -> dict[Operation, int]:
     return found
 
 
-def _single_stream(op: Operation) -> bool:
-    """The function holding `op` shares no buffer and switches no stream
-    (found once per function)."""
+def single_stream(op: Operation) -> bool:
+    """The function holding `op` (or `op` itself, a function) shares no
+    buffer and switches no stream (found once per function)."""
     func = op
     while func.parent_op() is not None and not isinstance(func, FuncOp):
         func = func.parent_op()  # type: ignore[assignment]

@@ -6,8 +6,12 @@ last row (`GroupedMatmulOp.full_rows`), they are zeroed. The end is a
 device value (the last offset), so the host cannot slice the tail off; a
 masked pass over the whole result (`masked_fill`: every row read and
 written) cost 0.27 ms of the Mixtral-like layer's 2.7 ms first expert
-GEMM on an H200. This kernel stores zeros into the tail rows only: each
-program reads the end, and a block of rows before it stores nothing.
+GEMM on an H200. This kernel stores zeros into the tail rows only, on a
+grid of at most `PROGRAMS` programs (not one per block of the result: a
+launch of 57,344 programs that found no tail cost 36 us beside that GEMM):
+each reads the end and strides over the blocks of rows from it, so a
+result whose groups fill it (the usual case: dropless routing) costs one
+load per program.
 
 With `TRITON_INTERPRET=1` set before this module is imported, the kernel
 runs on CPU tensors in Triton's interpreter (how the tests check it on a
@@ -24,16 +28,21 @@ import triton.language as tl
 
 BLOCK_ROWS = 32
 BLOCK_COLS = 128
+PROGRAMS = 512
 
 
 @triton.jit
 def _zero_tail(y_ptr, offs_ptr, last, rows, cols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     end = tl.load(offs_ptr + last)
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    keep = (r[:, None] >= end) & (r[:, None] < rows) & (c[None, :] < cols)
+    first = end + tl.program_id(0) * BLOCK_R
+    step = tl.num_programs(0) * BLOCK_R
     zero = tl.zeros((BLOCK_R, BLOCK_C), dtype=y_ptr.dtype.element_ty)
-    tl.store(y_ptr + r[:, None].to(tl.int64) * stride + c[None, :], zero, mask=keep)
+    for r0 in range(first, rows, step):
+        r = r0 + tl.arange(0, BLOCK_R)
+        for c0 in range(0, cols, BLOCK_C):
+            c = c0 + tl.arange(0, BLOCK_C)
+            keep = (r[:, None] < rows) & (c[None, :] < cols)
+            tl.store(y_ptr + r[:, None].to(tl.int64) * stride + c[None, :], zero, mask=keep)
 
 
 def zero_tail(y: torch.Tensor, offs: torch.Tensor) -> bool:
@@ -46,6 +55,6 @@ def zero_tail(y: torch.Tensor, offs: torch.Tensor) -> bool:
         return False
     rows, cols = y.shape
     if rows and cols:
-        grid = (triton.cdiv(rows, BLOCK_ROWS), triton.cdiv(cols, BLOCK_COLS))
+        grid = (min(triton.cdiv(rows, BLOCK_ROWS), PROGRAMS),)
         _zero_tail[grid](y, offs, offs.numel() - 1, rows, cols, y.stride(0), BLOCK_R=BLOCK_ROWS, BLOCK_C=BLOCK_COLS)
     return True

@@ -123,6 +123,36 @@ def test_cache_slots_for_a_site_live_twice() -> None:
     assert len(cache) == 3 and cache.nbytes() == 4 * (2 + 2 + 3)
 
 
+def test_pool_blocks_go_back_between_runs_and_come_back_at_first_use() -> None:
+    """A released pool holds no memory; the cached buffers on a block stay
+    and see the block made again at the first acquisition of any of them
+    (another site of the same block included); a pinned pool keeps its
+    blocks."""
+    from fuserc.runtime.evaluator.alloc_cache import MemoryPool
+
+    pool = MemoryPool(lambda shape, dtype: torch.empty(shape, dtype=dtype), {0: 64, 1: 16})
+    cache = AllocationCache(lambda shape, dtype: torch.empty(shape, dtype=dtype), pool)
+    a = cache.acquire("a", (4,), torch.float32, storage=0)
+    b = cache.acquire("b", (2,), torch.float64, storage=1)
+    own = cache.acquire("c", (3,), torch.float32)
+    assert (a.storage, b.storage, own.storage) == (0, 1, None) and pool.nbytes() == 64 + 16
+    cache.release_all()
+    pool.release()
+    assert pool.nbytes() == 0 and pool.released == {0, 1} and a.buffer.untyped_storage().nbytes() == 0
+    assert own.buffer.untyped_storage().nbytes() == 12  # not in a block: kept
+    again = cache.acquire("a", (4,), torch.float32, storage=0)
+    assert again is a and pool.released == {1} and pool.nbytes() == 64
+    a.buffer.fill_(2.0)
+    assert torch.equal(a.buffer, torch.full((4,), 2.0))
+    other = cache.acquire("d", (8,), torch.float16, storage=1)  # a new site on a released block
+    assert pool.released == set() and other.buffer.untyped_storage().nbytes() == 16
+    assert other.buffer.untyped_storage().data_ptr() == b.buffer.untyped_storage().data_ptr()
+    cache.release_all()
+    pool.pinned = "a captured graph reads its blocks"
+    pool.release()
+    assert pool.nbytes() == 64 + 16 and not pool.released
+
+
 def test_dealloc_returns_the_buffer_within_a_run() -> None:
     """A site allocated in a loop and deallocated each iteration uses one
     buffer; without the dealloc each live iteration gets its own."""

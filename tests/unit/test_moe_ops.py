@@ -559,7 +559,8 @@ def test_a_result_stands_for_a_buffer_only_in_its_own_memory() -> None:
 def test_zero_tail_kernel_zeroes_only_the_rows_past_the_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tail kernel (runtime/kernels/grouped_tail.py) zeroes the rows from
     the last offset on and leaves the others as they were, at odd shapes
-    (rows and columns not multiples of its blocks, no tail, all tail); on
+    (rows and columns not multiples of its blocks, no tail, all tail, a tail
+    of more blocks than the kernel has programs, which each stride over); on
     a machine without a GPU in Triton's interpreter."""
     import importlib
 
@@ -572,7 +573,7 @@ def test_zero_tail_kernel_zeroes_only_the_rows_past_the_groups(monkeypatch: pyte
     if not gpu and type(grouped_tail._zero_tail).__name__ != "InterpretedFunction":
         grouped_tail = importlib.reload(grouped_tail)
     dev = torch.device("cuda" if gpu else "cpu")
-    for rows, cols, end in ((70, 130, 45), (70, 130, 70), (33, 7, 0), (1, 300, 1)):
+    for rows, cols, end in ((70, 130, 45), (70, 130, 70), (33, 7, 0), (1, 300, 1), (40000, 3, 100)):
         y = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16)
         before = y.clone()
         assert grouped_tail.zero_tail(y, torch.tensor([0, end // 2, end], device=dev))

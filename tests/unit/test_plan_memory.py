@@ -286,7 +286,8 @@ def test_the_gpt_layer_holds_less_and_computes_the_same() -> None:
     """The layer's forward and backward through fuserc.torch.function on
     one rank: each program's blocks take less than its buffers, the
     forward and the backward take their blocks from one pool (the same
-    memory), and the output and every gradient are autograd's."""
+    memory), which holds none between the runs, and the output and every
+    gradient are autograd's."""
     gpt_layer, fd = _gpt()
     f = fuserc.torch.function(fd, kernel_builds="before")
     args = [a.to(torch.float32).requires_grad_(True) for a in gpt_layer.inputs(32, 64, 128)]
@@ -310,12 +311,14 @@ def test_the_gpt_layer_holds_less_and_computes_the_same() -> None:
         assert p.cache.pool is loaded.pool
     fwd_blocks, bwd_blocks = _block_storages(fwd), _block_storages(bwd)
     assert fwd_blocks and fwd_blocks & bwd_blocks
+    assert loaded.pool.pinned is None and loaded.pool.released and loaded.pool.nbytes() == 0
     memory = {g["name"]: g["memory"] for g in report(loaded.compiled.host).as_dict()["functions"]}
     assert memory["main_bwd"] == asdict(memory_plan(bwd.func)) and memory["main_bwd"]["planned"] < memory["main_bwd"]["unplanned"]
     f.close()
 
 
 def _block_storages(p: Program) -> set[int]:
-    """The memory of the program's buffers that lie in blocks."""
+    """The storages (the memory, wherever it lies now) of the program's
+    buffers that lie in blocks."""
     planned = {op.site for op in p.func.walk() if isinstance(op, hir.AllocOp) and op.storage is not None}
-    return {e.buffer.untyped_storage().data_ptr() for e in p.cache if e.key[0] in planned}
+    return {e.buffer.untyped_storage()._cdata for e in p.cache if e.key[0] in planned}
