@@ -18,18 +18,22 @@ the plan excludes) is a buffer of its own. The programs of one compilation
 that never run at the same time (a forward and its backward, in stream
 order) may share one pool: block k of each is the same memory.
 
-Between runs a pool's blocks go back to the backend's allocator (`release`:
-their storage shrinks to nothing, the cached buffers on them stay) and come
-back at the first buffer a run takes from each (`acquire`), so that a
-program holds its temporaries only while it runs, as eager PyTorch does: a
-training step's forward does not hold the backward's blocks, nor the
-backward the forward's, and the optimizer step between them neither (the
-24-layer model held 609 MiB of blocks between steps, above eager's peak).
-A block comes back at another address; no run reads an address of the
-last (the buffers on it are views of the one storage, which follows). A
-pool that a captured graph reads (its buffers at fixed addresses), or that
-a program of several streams uses (a block freed on one stream while
-another still reads it), is `pinned`: its blocks stay.
+A block's memory is held only while one of its buffers is in use
+(`MemoryPool.give`, at the buffer's `hir.dealloc`, and `release` at the
+end of a run): its storage shrinks to nothing, the cached buffers on it
+(views of that one storage) stay, and the next buffer taken from it makes
+it again (`take`). So a program holds its temporaries only while they
+live, as eager PyTorch does: a training step's forward holds none of the
+backward's blocks, the optimizer step between them neither, and the
+backward's blocks are in memory only while their buffers are (the
+24-layer model held 609 MiB of blocks between steps, and all seven of
+its backward's throughout the backward). A block comes back at another
+address; nothing reads an address of an earlier use (buffers are looked
+up by storage, `base`). A pool that a captured graph reads (its buffers
+at fixed addresses), or that a program of several streams uses (a block
+freed on one stream while another still reads it), is `pinned`: its
+blocks stay; so they do while a program of the pool may yet be captured
+(`undecided`: its runs' way not settled, runtime/evaluator/graphs.py).
 """
 
 from __future__ import annotations
@@ -66,39 +70,77 @@ class MemoryPool:
         self.sizes = dict(sizes)
         self._blocks: dict[int, Any] = {}
         self.released: set[int] = set()
-        """Blocks given back (`release`), made again at their next use."""
+        """Blocks given back, made again at their next use (`take`)."""
         self.pinned: str | None = None
-        """Why the blocks are kept between runs (None: they are released)."""
+        """Why the blocks are kept (None: each is held while a buffer on it is in use)."""
+        self.undecided: set[int] = set()
+        """Programs of the pool that may yet be captured as graphs (their
+        trial not over): the blocks stay until none is, as a graph captured
+        then reads them where they are (the DeepSeek-like MoE layer's graphs,
+        captured over blocks released and made again between runs, held
+        5.4 GB instead of 3.3)."""
+        self._using: dict[int, int] = {}
+        """Block -> buffers on it in use now (plan-memory's sites of a block
+        never overlap on the device, but the host may take the next before
+        it lets go of the last)."""
+
+    def pin(self, why: str) -> None:
+        """Keep every block from now on (made again now where released)."""
+        self.pinned = why
+        for k in self._blocks:
+            self._make(k)
+
+    def take(self, storage: int) -> None:
+        """A buffer on block `storage` is in use: the block is in memory,
+        made again where released."""
+        self._using[storage] = self._using.get(storage, 0) + 1
+        self._make(storage)
+
+    def give(self, storage: int) -> None:
+        """A buffer on block `storage` is no longer in use: the block goes
+        back once none is."""
+        using = self._using.get(storage, 0) - 1
+        self._using[storage] = max(using, 0)
+        if using <= 0:
+            self.release_block(storage)
 
     def release(self) -> None:
-        """Give every block back to the allocator until its next use (none
-        where the pool is pinned). In stream order: a run's work on a block
-        is enqueued before the memory can be handed out again."""
-        if self.pinned is not None:
-            return
-        for k, block in self._blocks.items():
-            storage = block.untyped_storage()
-            if k not in self.released and storage.resizable():  # (not memory another owner lent, as MPI's)
-                storage.resize_(0)
-                self.released.add(k)
+        """The end of a run: no buffer is in use, every block goes back."""
+        self._using.clear()
+        for k in self._blocks:
+            self.release_block(k)
 
-    def ensure(self, storage: int) -> None:
-        """Block `storage` in memory again where it was released."""
+    def release_block(self, storage: int) -> None:
+        """Give block `storage` back until its next use (not where the pool
+        is pinned). In stream order: the work already enqueued on it runs
+        before the memory can be handed out again."""
+        if self.pinned is not None or self.undecided or storage in self.released:
+            return
+        held = self._blocks[storage].untyped_storage()
+        if held.resizable():  # (not a storage NumPy has read, as the cpu backend's MPI does: it stays)
+            held.resize_(0)
+            self.released.add(storage)
+
+    def _make(self, storage: int) -> None:
+        """Block `storage` in memory, at its full size (made at one buffer's
+        size, it could not grow for the next while that one is in use where
+        NumPy has read the storage, which then no longer resizes)."""
         if storage in self.released:
             block = self._blocks[storage]
             block.untyped_storage().resize_(block.numel())
             self.released.discard(storage)
 
     def buffer(self, storage: int, shape: Sequence[int], dtype: torch.dtype) -> Any:
-        """A buffer of (shape, dtype) at the start of block `storage`: not a
-        view (its own base), so that views of it find its cache entry."""
+        """A buffer of (shape, dtype) at the start of block `storage`, in use
+        (`take`): not a view (its own base), so that views of it find its
+        cache entry."""
         n = math.prod(shape) * dtype.itemsize
-        self.ensure(storage)
         block = self._blocks.get(storage)
         if block is None:
             block = self._blocks[storage] = self._empty((max(n, self.sizes.get(storage, 0)),), torch.uint8)
         if block.numel() < n:
             raise ValueError(f"memory block {storage} has {block.numel()} bytes, a buffer of it needs {n}")
+        self.take(storage)
         return torch.empty(0, dtype=dtype, device=block.device).set_(block.untyped_storage(), 0, tuple(shape))
 
     def nbytes(self) -> int:
@@ -125,8 +167,8 @@ class AllocationCache:
             if not entry.in_use:
                 entry.in_use = True
                 self.hits += 1
-                if entry.storage is not None and self.pool.released:
-                    self.pool.ensure(entry.storage)
+                if entry.storage is not None:
+                    self.pool.take(entry.storage)
                 return entry
         on = storage if storage is not None and not slots else None
         buffer = self.pool.buffer(on, shape, dtype) if on is not None else self._empty(shape, dtype)
@@ -136,8 +178,11 @@ class AllocationCache:
         return entry
 
     def release(self, entry: CacheEntry) -> None:
-        """The run no longer uses the buffer (it stays cached)."""
+        """The run no longer uses the buffer (it stays cached; its pool
+        block goes back until its next use)."""
         entry.in_use = False
+        if entry.storage is not None:
+            self.pool.give(entry.storage)
 
     def forget(self, entry: CacheEntry) -> None:
         """The buffer leaves the cache (handed to a caller who keeps it); its

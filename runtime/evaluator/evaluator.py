@@ -181,7 +181,7 @@ class Program:
         self._interp: Interpreter | None = None  # runs the plan; made with it
         self.cache = AllocationCache(backend.empty, pool or MemoryPool(backend.empty, hir.storage_blocks(func)))
         if not stand_ins.single_stream(func):
-            self.cache.pool.pinned = f"@{func.sym_name.data} shares buffers or switches streams"
+            self.cache.pool.pin(f"@{func.sym_name.data} shares buffers or switches streams")
         self._entries: dict[int, CacheEntry] = {}
         self.last_flops = 0
         self.runs = 0
@@ -312,6 +312,10 @@ class Program:
             ready = kernels_in and self._kernel_runs >= 1
             self._kernel_runs = self._kernel_runs + 1 if kernels_in else 0
         action, timed = replays.next(key, ready=ready)
+        if replays.off is None:  # may yet be captured: the pool keeps its blocks (alloc_cache.py)
+            self.cache.pool.undecided.add(self._owner)
+        else:
+            self.cache.pool.undecided.discard(self._owner)
         self._owning = owned_results and action == OPS  # a capture's results are the graph's
         temp_handles: list[Handle] = []
         loaned: list[int] = []
@@ -357,8 +361,7 @@ class Program:
             self._owned.clear()
             interp.env = []  # the run's values are not kept alive until the next one
             self.cache.release_all()
-            if action == OPS:  # its blocks go back until the next run takes them (alloc_cache.py)
-                self.cache.pool.release()
+            self.cache.pool.release()  # its blocks go back until the next run takes them (alloc_cache.py)
         for h in temp_handles:
             self.backend.release_handle(h)
         if loaned:  # once the run's own views are gone: `Loans` counts who holds each buffer
@@ -489,7 +492,7 @@ class Program:
         fails."""
         assert key is not None
         b = self.backend
-        self.cache.pool.pinned = "a captured graph reads its blocks"
+        self.cache.pool.pin("a captured graph reads its blocks")
         staged: dict[int, Any] = {}  # the graph's own buffers for inputs that move (`Replays.staged`)
         for i in sorted(self.replays.staged):
             x = inputs[i]

@@ -123,32 +123,42 @@ def test_cache_slots_for_a_site_live_twice() -> None:
     assert len(cache) == 3 and cache.nbytes() == 4 * (2 + 2 + 3)
 
 
-def test_pool_blocks_go_back_between_runs_and_come_back_at_first_use() -> None:
-    """A released pool holds no memory; the cached buffers on a block stay
-    and see the block made again at the first acquisition of any of them
-    (another site of the same block included); a pinned pool keeps its
-    blocks."""
+def test_a_pool_block_is_held_while_a_buffer_on_it_is_in_use() -> None:
+    """A block goes back to the allocator when its last buffer in use is
+    released (and at the end of a run) and comes back at the next one
+    taken: the cached buffers on it stay and see it; a block taken again
+    while another buffer on it is still in use keeps that one's contents;
+    a pinned pool keeps its blocks."""
     from fuserc.runtime.evaluator.alloc_cache import MemoryPool
 
     pool = MemoryPool(lambda shape, dtype: torch.empty(shape, dtype=dtype), {0: 64, 1: 16})
     cache = AllocationCache(lambda shape, dtype: torch.empty(shape, dtype=dtype), pool)
-    a = cache.acquire("a", (4,), torch.float32, storage=0)
+    big = cache.acquire("big", (16,), torch.float32, storage=0)  # 64 bytes
     b = cache.acquire("b", (2,), torch.float64, storage=1)
     own = cache.acquire("c", (3,), torch.float32)
-    assert (a.storage, b.storage, own.storage) == (0, 1, None) and pool.nbytes() == 64 + 16
+    assert (big.storage, b.storage, own.storage) == (0, 1, None) and pool.nbytes() == 64 + 16
+    cache.release(big)
+    assert pool.released == {0} and pool.nbytes() == 16 and big.buffer.untyped_storage().nbytes() == 0
+    small = cache.acquire("small", (2,), torch.float32, storage=0)
+    assert pool.nbytes() == 64 + 16 and not pool.released
+    small.buffer.fill_(2.0)
+    early = cache.acquire("early", (4,), torch.float32, storage=0)  # taken before `small` is let go
+    cache.release(small)
+    assert pool.nbytes() == 64 + 16 and torch.equal(early.buffer[:2], torch.full((2,), 2.0))  # `early` still in use
+    cache.release(early)
+    assert pool.released == {0}
     cache.release_all()
-    pool.release()
-    assert pool.nbytes() == 0 and pool.released == {0, 1} and a.buffer.untyped_storage().nbytes() == 0
+    pool.release()  # the end of a run
+    assert pool.nbytes() == 0 and pool.released == {0, 1}
     assert own.buffer.untyped_storage().nbytes() == 12  # not in a block: kept
-    again = cache.acquire("a", (4,), torch.float32, storage=0)
-    assert again is a and pool.released == {1} and pool.nbytes() == 64
-    a.buffer.fill_(2.0)
-    assert torch.equal(a.buffer, torch.full((4,), 2.0))
-    other = cache.acquire("d", (8,), torch.float16, storage=1)  # a new site on a released block
-    assert pool.released == set() and other.buffer.untyped_storage().nbytes() == 16
-    assert other.buffer.untyped_storage().data_ptr() == b.buffer.untyped_storage().data_ptr()
+    again = cache.acquire("big", (16,), torch.float32, storage=0)
+    assert again is big and pool.nbytes() == 64
+    big.buffer.fill_(3.0)
+    assert torch.equal(big.buffer, torch.full((16,), 3.0))
     cache.release_all()
-    pool.pinned = "a captured graph reads its blocks"
+    pool.pin("a captured graph reads its blocks")
+    assert pool.nbytes() == 64 + 16
+    cache.release(cache.acquire("small", (2,), torch.float32, storage=0))
     pool.release()
     assert pool.nbytes() == 64 + 16 and not pool.released
 

@@ -176,11 +176,47 @@ def test_a_program_the_device_is_busy_with_runs_op_by_op() -> None:
     assert r.mode() == "op by op: the device is the bottleneck (the host issued a run in 0.400 ms, the device ran it in 2.000 ms)"
 
 
+POOLED = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %t = hir.alloc "t" storage 0 : tensor<4x2xf32>
+  hir.copy %x, %t : tensor<4x2xf32>, tensor<4x2xf32>
+  %out = hir.alloc "out" : tensor<4x2xf32>
+  hir.copy %t, %out : tensor<4x2xf32>, tensor<4x2xf32>
+  hir.dealloc %t : tensor<4x2xf32>
+  func.return %out : tensor<4x2xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("host_s", [0.4e-3, 2e-3])
+def test_a_pool_keeps_its_blocks_while_its_program_may_be_captured(host_s: float) -> None:
+    """Runs op by op before the gauge's verdict keep the pool's blocks where
+    they are (a graph captured next reads them there); once the program
+    runs op by op for good (device-bound), each block goes back after its
+    last buffer; a captured graph pins them."""
+    prog = load(POOLED, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=host_s))
+    (x,) = prog.prepare_inputs([torch.randn(4, 2)])
+    pool = prog.cache.pool
+    held = []
+    for _ in range(8):
+        (out,) = prog.run_prepared([x])
+        torch.testing.assert_close(out, x)
+        held.append(pool.nbytes())
+    if host_s < 2e-3:  # device-bound: judged after run 2, op by op from run 3
+        assert held == [32, 32] + [0] * 6 and pool.pinned is None
+    else:  # the trial: captured at run 4
+        assert held == [32] * 8 and pool.pinned == "a captured graph reads its blocks"
+
+
 def test_a_forward_and_its_backward_are_judged_together() -> None:
     """The backward alone looks host-bound (1.9 ms to issue, 2 ms on the
     device), but after a forward the device is busy with (0.4 ms against
-    2) the host is ahead over the pair: neither is captured. Each waits,
-    op by op, until both are gauged."""
+    2) the host is ahead over the pair: neither is captured. Each is
+    gauged twice (`Gauges.RUNS`), the run its host issued fastest taken
+    (the backward's first gauge, 3.5 ms of host, would have sent the pair
+    to the trial), and waits, op by op, until both are gauged."""
     from fuserc.runtime.evaluator.graphs import Gauges
 
     fwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=0.4e-3))
@@ -190,8 +226,12 @@ def test_a_forward_and_its_backward_are_judged_together() -> None:
     gauges.join("main_bwd", bwd.replays)
     (x,) = fwd.prepare_inputs([torch.randn(4, 2)])
     (y,) = bwd.prepare_inputs([torch.randn(4, 2)])
-    logs = [(_runs(fwd, x, 1)[0], _runs(bwd, y, 1)[0]) for _ in range(5)]
-    assert logs[1] == (GAUGED_OPS, GAUGED_OPS) and all(step == (OP_BY_OP, OP_BY_OP) for i, step in enumerate(logs) if i != 1)
+    logs = []
+    for i in range(6):
+        bwd.backend.host_s = 3.5e-3 if i == 1 else 1.9e-3  # noise in the first gauge
+        logs.append((_runs(fwd, x, 1)[0], _runs(bwd, y, 1)[0]))
+    gauged = (GAUGED_OPS, GAUGED_OPS)
+    assert logs[1] == logs[2] == gauged and all(step == (OP_BY_OP, OP_BY_OP) for i, step in enumerate(logs) if i not in (1, 2))
     for r in (fwd.replays, bwd.replays):
         assert (r.captures, r.prefer_graph) == (0, False)
         assert r.mode() == "op by op: the device is the bottleneck (the host issued @main_fwd and @main_bwd in 2.300 ms, the device ran them in 4.000 ms)"
@@ -248,6 +288,10 @@ def test_a_gauge_the_host_took_longer_than_its_hold_for_cannot_tell(together: bo
     backend.host_s = 5e-3
     assert [_runs(p, x, 1) for p, x in zip(progs, ins)] == [[GAUGED_OPS]] * len(progs)
     assert backend.holds == [4e-3 if cap is None else cap]
+    if together:  # gauged twice (`Gauges.RUNS`): the second too past its hold (twice the 5 ms before it)
+        backend.host_s = 11e-3
+        assert [_runs(p, x, 1) for p, x in zip(progs, ins)] == [[GAUGED_OPS]] * len(progs)
+        assert backend.holds == [4e-3, 10e-3]
     for p, x in zip(progs, ins):
         assert _runs(p, x, 5) == [OP_BY_OP] * 5
     for p in progs:
