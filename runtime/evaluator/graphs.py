@@ -30,14 +30,16 @@ chosen per shape (cuda_gemm.py):
   other in a step (`fuserc.torch`'s forward and its backward: `Gauges`) are
   judged together, by their sums, as the host's lead carries over from one
   to the next; each of those is gauged twice, and its run the host issued
-  fastest counts (`Gauges.RUNS`: noise only adds to the host's time). Where the host took longer to issue the gauged run than
-  the hold lasted, it may have waited for the device (CUDA queues about a
-  thousand launches; a longer run issued behind the hold blocks the host
-  until the device takes them), and the gauge cannot tell: the program
-  runs op by op too. Else the trial follows (the gauged run is none of it: held,
+  fastest counts (`Gauges.RUNS`: noise only adds to the host's time).
+  Where the host took longer to issue the gauged run than the hold lasted,
+  it may have waited for the device (CUDA queues about a thousand
+  launches; a longer run issued behind the hold blocks the host until the
+  device takes them), and the gauge cannot tell: the program runs op by
+  op too. Else the trial follows (the gauged run is none of it: held,
   its span has none of the host's latency the trial's runs count);
-- runs 3 to 7 (with the same inputs: the same addresses, shapes, strides
-  and dtypes, since a graph reads them where they were) are the trial: run
+- runs 3 to 7 (4 to 8 after two gauges; with the same inputs: the same
+  addresses, shapes, strides and dtypes, since a graph reads them where
+  they were) are the trial: run
   3 timed op by op, run 4 captured and replayed untimed (a graph's first
   replay pays once for its upload to the device and for NCCL's
   registration of its buffers: timing it, the GPT layer's forward on 4
