@@ -352,7 +352,7 @@ class Replays:
     def _decide(self) -> None:
         """Once the trial's runs are timed: keep the faster way (`_typical`
         of each) for every later run of the program."""
-        if self._gauges and len(self._gauges) >= self.gauge_runs:
+        if len(self._gauges) >= self.gauge_runs:
             self._judge()
         ops, graph = self.samples[OPS], self.samples[GRAPH]
         if self.prefer_graph is not None or len(ops) + len(graph) < len(TRIAL):

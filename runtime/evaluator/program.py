@@ -152,10 +152,11 @@ class CompiledProgram:
         (NumPy holds bf16 as float32); where the runs are replayed as a
         graph, those the caller lets go of before the next run are the
         graph's own buffers, not copies (`Loans`: a caller that keeps one
-        makes it its own, and later results are copies). Inputs on the rank's GPU are read in
-        place and results stay there (DLPack for CuPy): nothing travels
-        through host memory, and the run is ordered after the work on
-        torch's current stream, which waits for it in turn (no host wait)."""
+        makes it its own, and later results are copies). Inputs on the
+        rank's GPU are read in place and results stay there (DLPack for
+        CuPy): nothing travels through host memory, and the run is ordered
+        after the work on torch's current stream, which waits for it in
+        turn (no host wait)."""
         from fuserc.runtime.job import io
 
         if len(inputs) != len(self.params):
