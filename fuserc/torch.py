@@ -219,6 +219,12 @@ class Function:
             for name, p in loaded.programs.items()
         }
 
+    def settled(self) -> bool:
+        """Whether every program that has run settled how its runs go
+        (replayed as a graph or op by op, `runs`): until then, its calls
+        are gauged and tried both ways, and its memory blocks stay."""
+        return all(p.replays.settled() for loaded in self._loaded.values() for p in loaded.programs.values() if p.runs)
+
     def wait_for_kernels(self, timeout: float | None = None) -> bool:
         """Wait for the generated kernels built in the background of the
         first calls (at most `timeout` seconds); whether every one is in."""

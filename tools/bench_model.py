@@ -26,7 +26,8 @@ tokens:
 - async TP (d > 1, CUDA): under torch.compile with Inductor's
   `_micro_pipeline_tp`.
 
-Each variant is made, takes its first step, waits for what it builds,
+Each variant is made, takes its first step, waits for what it builds
+(fuserc: its kernels, then its programs' choice of graphs or op by op),
 takes W warm-up steps and then R repeats of N steps alone, over which its
 peak memory is taken (torch.cuda.max_memory_allocated above the inputs,
 the variant's parameters and its optimizer state: what it keeps between
@@ -95,6 +96,12 @@ BASELINES = VARIANTS[1:]
 LOSS_TOLERANCE = {"bf16": 2e-2, "f32": 1e-3}
 BUILDING_STEPS = 10
 """fuserc's steps timed while its kernels are still building, at most."""
+SETTLE_STEPS = 20
+"""Untimed steps, at most, until fuserc's programs settle how they run once
+its kernels are in (gauged twice, then tried as graphs against op by op:
+runtime/evaluator/graphs.py); the warm-up steps follow. Until then its
+memory pool keeps its blocks (runtime/evaluator/alloc_cache.py), which a
+timed step would count in its peak."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,8 @@ class Variant:
     parallel_loss: bool = False  # the loss and its backward under DTensor's loss_parallel
     ready: Callable[[], bool] = lambda: True
     """Whether what the first step left running is done (fuserc's kernels)."""
+    settled: Callable[[], bool] = lambda: True
+    """Whether its way of running is decided (fuserc's programs: graphs or op by op)."""
     kernels: Callable[[], str] = lambda: "n/a"
     runs: Callable[[], str] = lambda: ""
     """How fuserc's programs ran (replayed as graphs or op by op, and why)."""
@@ -301,7 +310,8 @@ def fuserc_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor,
     def runs() -> str:
         return "; ".join(f"@{name}: {how}" for name, how in f.runs().items())
 
-    return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), kernels=kernels, runs=runs, compile_s=compile_s, close=f.close)
+    return Variant(lambda: f(ids, labels, *params), params, ready=lambda: f.wait_for_kernels(0), settled=f.settled, kernels=kernels, runs=runs, compile_s=compile_s,
+                   close=f.close)  # fmt: skip
 
 
 def module_variant(s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, options: dict[str, Any] | None,
@@ -402,6 +412,10 @@ def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str
             r.full_speed_at_s = max(job.comm.allgather(time.perf_counter() - start))
             r.building_steps = len(building)
             r.building_step_ms = statistics.median(building) * 1e3 if building else None
+        for _ in range(SETTLE_STEPS):  # fuserc's programs gauged (and tried as graphs) first: a start-up cost, not its steps
+            if all(job.comm.allgather(v.settled())):
+                break
+            v.step()
         for _ in range(a.warmup):
             v.step()
         job.drain()

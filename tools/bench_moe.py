@@ -34,7 +34,7 @@ import gc
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +118,19 @@ def inputs(case: dict[str, Any], tokens: int, dtype: torch.dtype, device: torch.
     return [t.to(device=device, dtype=dtype) for t in params(tokens, case["hidden"], case["ffn"], case["experts"], case["shared"], seed=0)]
 
 
-def peak_mib(step: Callable[[], Any], cuda: bool, held: int = 0) -> float | None:
+def peak_mib(step: Callable[[], Any], cuda: bool, held: int = 0, params: Sequence[torch.Tensor] = ()) -> float | None:
     """Peak memory allocated during one step above what was allocated
     before it, MiB (cuda only), plus `held`: bytes the layer keeps between
     steps (fuserc's: its programs' cached buffers and its CUDA graphs'
-    pools, which a step reuses rather than allocates)."""
+    pools, which a step reuses rather than allocates). The gradients of
+    `params` are dropped before the baseline is read: a step that drops
+    them itself would otherwise free the last step's gradients below its
+    own and count none of them (eager's ~1 GiB at the DeepSeek-like shape),
+    while fuserc's gradient buffers count in `held`."""
     if not cuda:
         return None
+    for p in params:
+        p.grad = None
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -186,7 +192,7 @@ def bench_case(name: str, a: argparse.Namespace, device: torch.device) -> dict[s
             train_step(fn)()
         with torch.no_grad():
             mib[key + "_fwd"] = peak_mib(lambda fn=fn: fn(*args), cuda, held)
-        mib[key] = peak_mib(train_step(fn), cuda, held)
+        mib[key] = peak_mib(train_step(fn), cuda, held, params)
     with torch.no_grad():  # then timed in turn (`interleaved_ms`)
         times = interleaved_ms({key + "_fwd": lambda fn=fn: fn(*args) for key, fn in live.items()}, a, cuda)
     times |= interleaved_ms({key: train_step(fn) for key, fn in live.items()}, a, cuda)

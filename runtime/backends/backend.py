@@ -364,6 +364,11 @@ class Backend(ABC):
         each staged input (source, the graph's buffer) in on that stream."""
         raise NotImplementedError(f"the {self.name} backend cannot replay graphs ({self.graphs_unavailable})")
 
+    def memory_bytes(self) -> int | None:
+        """The device's memory, bytes (None: not bounded here): what the
+        graphs of a program may hold is a share of it (graphs.GRAPH_MEMORY)."""
+        return None
+
     def hold(self, seconds: float) -> None:
         """The main stream waits about `seconds` on the device before its
         next work, which the host meanwhile enqueues (a gauged run:

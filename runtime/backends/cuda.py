@@ -834,6 +834,9 @@ class CudaBackend(TorchResults, Backend):
             self.comms.forget_order()
         return graph, result
 
+    def memory_bytes(self) -> int | None:
+        return int(torch.cuda.get_device_properties(self.device).total_memory)
+
     def hold(self, seconds: float) -> None:
         """A kernel that spins `seconds` on the main stream (`HOLD_CYCLES_PER_S`)."""
         self.comms.flush()

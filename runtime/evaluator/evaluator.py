@@ -44,10 +44,12 @@ from fuserc.diagnostics import error_at, location_of
 from fuserc.dialects import hir
 from fuserc.dialects.fusion import sharding_of
 from fuserc.dialects.interfaces import torch_dtype
+from fuserc.passes.plan_memory import memory_plan
 from fuserc.runtime.evaluator import stand_ins
 from fuserc.runtime.evaluator.alloc_cache import AllocationCache, CacheEntry, MemoryPool
 from fuserc.runtime.backends.backend import Array, Backend, Handle, Team
 from fuserc.runtime.evaluator.graphs import (
+    GRAPH_MEMORY,
     CAPTURE,
     GRAPH,
     OPS,
@@ -205,6 +207,9 @@ class Program:
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self._lent: list[Any] = []  # cache buffers a run op by op lent (`_hand_out`), written again by the next run
         self.replays = Replays(backend.graphs_unavailable, backend.span)
+        self.replays.holds = memory_plan(func).planned
+        memory = backend.memory_bytes()
+        self.replays.room = None if memory is None else int(GRAPH_MEMORY * memory)
         self.loans = Loans()  # results of replays handed out as the graph's buffers (`run_prepared(loan=True)`)
         self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/job/startup.py)
         self.background_kernels = False

@@ -35,7 +35,10 @@ chosen per shape (cuda_gemm.py):
   it may have waited for the device (CUDA queues about a thousand
   launches; a longer run issued behind the hold blocks the host until the
   device takes them), and the gauge cannot tell: the program runs op by
-  op too. Else the trial follows (the gauged run is none of it: held,
+  op too; so it does where its graphs (those judged with it) would hold
+  more than `GRAPH_MEMORY` of the device's memory between runs (every
+  buffer of a captured run stays: a whole model's forward keeps a step's
+  activations). Else the trial follows (the gauged run is none of it: held,
   its span has none of the host's latency the trial's runs count);
 - runs 3 to 7 (4 to 8 after two gauges; with the same inputs: the same
   addresses, shapes, strides and dtypes, since a graph reads them where
@@ -146,6 +149,16 @@ an idle device, 24.1 ms replayed) was still tried and kept as a graph, and
 its backward too: 95.7 ms a step with 30.5 GiB reserved, against 93.2 ms
 and 6.7 GiB at the peak op by op (eager PyTorch: 89.6 ms, 7.6 GiB)."""
 
+GRAPH_MEMORY = 0.05
+"""The share of the device's memory a program's graphs may hold between
+runs (every buffer of a captured run stays: its results, its memory
+blocks; `holds`), summed over the programs judged together. Beyond it the
+program runs op by op, where a graph can only spare host time: the
+12-layer GPT's forward and backward (15.7 GiB of buffers on one H200)
+replayed peaked at 22.6 GiB, 2.9x eager PyTorch's 7.8, for a step as fast
+as op by op (85.7 and 86.1 ms); the DeepSeek-like MoE layer's (3.3 GiB)
+ran 1.1-1.4x faster replayed."""
+
 HOLD_PER_HOST = 2.0
 HOLD_MAX_S = 0.5
 """The hold before a gauged run (`hold_for`): twice the host's time for
@@ -242,6 +255,10 @@ class Replays:
         """Runs gauged before the verdict, which takes the one the host
         issued fastest (`Gauges.RUNS` for a training step's programs)."""
         self._waiting = False  # gauged, waiting for the others of `gauges` to be gauged too
+        self.holds = 0
+        """Bytes a graph of the program would hold between runs (its buffers)."""
+        self.room: int | None = None
+        """Bytes its graphs may hold (`GRAPH_MEMORY` of the device's; None: no bound)."""
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or
@@ -322,25 +339,29 @@ class Replays:
         device = self._span(start, end)
         waited = host is not None and hold is not None and host >= hold
         if self.gauges is None:
-            self.verdict_on(host, device, f"the host issued a run in {_ms(host)}, the device ran it in {_ms(device)}", waited)
+            self.verdict_on(host, device, f"the host issued a run in {_ms(host)}, the device ran it in {_ms(device)}", waited, self.holds)
         else:
             self._waiting = True
             self.gauges.note(self, host, device, waited)
 
-    def verdict_on(self, host: float | None, device: float, figures: str, waited: bool = False) -> None:
+    def verdict_on(self, host: float | None, device: float, figures: str, waited: bool = False, holds: int = 0) -> None:
         """Judged on these gauged times: op by op from now on where the
         device is the bottleneck, or where the gauge cannot tell (`waited`:
         the host was still issuing a gauged run when the device's hold
         ended, so it may have waited for the device: CUDA queues about a
         thousand launches, and a run of more, issued behind the hold, blocks
         the host until the device takes them; a model's backward can
-        have that many), else on to the trial."""
+        have that many), or where its graphs would hold more than the
+        program may (`holds` bytes, `room`), else on to the trial."""
         self.judged, self._waiting = True, False
         self.gauged = figures
         if waited:
             why = f"the gauge could not tell ({figures}; the host was still issuing when the device's hold ended, and may have waited for the device)"
         elif host is not None and host < DEVICE_BOUND * device:
             why = f"the device is the bottleneck ({figures})"
+        elif self.room is not None and holds > self.room:
+            why = (f"its graphs would hold {holds / 2**30:.1f} GiB between runs, more than {GRAPH_MEMORY:.0%} of the device's memory "
+                   f"(the host is not ahead: {figures})")  # fmt: skip
         else:
             return
         self.prefer_graph = False
@@ -388,6 +409,12 @@ class Replays:
         self.off = f"the capture of a run failed: {error}"
         self.drop()
         warnings.warn(f"{where}: runs are not replayed as graphs ({self.off})", RuntimeWarning, stacklevel=3)
+
+    def settled(self) -> bool:
+        """Whether the way runs go is decided: op by op for good, or the
+        trial kept the replays (a retrial waiting for staged inputs to
+        settle is not)."""
+        return self.off is not None or self.prefer_graph is True
 
     def mode(self) -> str:
         """How the program's runs go now, in words."""
@@ -450,8 +477,9 @@ class Gauges:
         waited = any(w for _, _, w in self._figures.values())
         names = " and ".join(f"@{n}" for n, _ in self._members.values())
         figures = f"the host issued {names} in {_ms(host)}, the device ran them in {_ms(device)}"
+        holds = sum(member.holds for _, member in self._members.values())
         for _, member in self._members.values():
-            member.verdict_on(host, device, figures, waited)
+            member.verdict_on(host, device, figures, waited, holds)
 
 
 _HOLDING: weakref.WeakSet[Replays] = weakref.WeakSet()

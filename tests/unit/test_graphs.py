@@ -240,6 +240,34 @@ def test_a_forward_and_its_backward_are_judged_together() -> None:
     assert _runs(alone, z, 7) == TRIAL  # judged alone, the backward would be tried as a graph
 
 
+@pytest.mark.parametrize("room", [None, 1000, 600])
+def test_graphs_that_would_hold_too_much_memory_are_not_tried(room: int | None) -> None:
+    """A host-bound forward and backward (the trial would follow) whose
+    graphs would hold more than `room` bytes between runs together (400
+    and 300 here: `GRAPH_MEMORY` of the device's memory, read from each
+    program's buffers) run op by op; within it, the trial follows."""
+    from fuserc.passes.plan_memory import memory_plan
+    from fuserc.runtime.evaluator.graphs import Gauges
+
+    fwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
+    bwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
+    assert fwd.replays.holds == memory_plan(fwd.func).planned > 0 and fwd.replays.room is None  # (no bound on the cpu backend)
+    gauges = Gauges(["main_fwd", "main_bwd"])
+    for name, p, holds in (("main_fwd", fwd, 400), ("main_bwd", bwd, 300)):
+        gauges.join(name, p.replays)
+        p.replays.holds, p.replays.room = holds, room
+    (x,) = fwd.prepare_inputs([torch.randn(4, 2)])
+    (y,) = bwd.prepare_inputs([torch.randn(4, 2)])
+    for _ in range(5):
+        _runs(fwd, x, 1), _runs(bwd, y, 1)
+    for r in (fwd.replays, bwd.replays):
+        if room == 600:
+            assert r.off is not None and r.mode().startswith("op by op: its graphs would hold 0.0 GiB between runs, more than 5% of the device's memory (the host is not ahead: the host issued @main_fwd and @main_bwd in 3.800 ms")
+        else:
+            assert r.off is None and r.judged, "on to the trial"
+        assert r.settled() == (room == 600)  # (the trial's runs still to come)
+
+
 def test_the_gauge_waits_for_the_kernels_and_need_not_have_the_trials_inputs() -> None:
     """No run is gauged while kernels build in the background (the host then
     runs their regions op by op); a gauged run with new inputs is not the
