@@ -877,6 +877,7 @@ def test_saved_tensors_of_replayed_forwards_are_lent_until_the_next_forward(monk
             b.grad = None
         assert not loaded.lent
     assert f.runs()["main_fwd"].startswith("replayed as a graph")
+    assert f.settled()  # (replays from the second run under `always`)
     f.close()
 
 
