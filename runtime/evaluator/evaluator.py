@@ -49,7 +49,6 @@ from fuserc.runtime.evaluator import stand_ins
 from fuserc.runtime.evaluator.alloc_cache import AllocationCache, CacheEntry, MemoryPool
 from fuserc.runtime.backends.backend import Array, Backend, Handle, Team
 from fuserc.runtime.evaluator.graphs import (
-    GRAPH_MEMORY,
     CAPTURE,
     GRAPH,
     OPS,
@@ -206,10 +205,7 @@ class Program:
         self._owning = False  # in a run whose results go to the caller (`run_prepared(owned_results=True)`)
         self._owned: set[int] = set()  # buffers of result sites made for the caller in this run
         self._lent: list[Any] = []  # cache buffers a run op by op lent (`_hand_out`), written again by the next run
-        self.replays = Replays(backend.graphs_unavailable, backend.span)
-        self.replays.holds = memory_plan(func).planned
-        memory = backend.memory_bytes()
-        self.replays.room = None if memory is None else int(GRAPH_MEMORY * memory)
+        self.replays = Replays(backend.graphs_unavailable, backend.span, memory_plan(func).planned, backend.memory_bytes())
         self.loans = Loans()  # results of replays handed out as the graph's buffers (`run_prepared(loan=True)`)
         self.startup = Startup()  # its first run: communicators, kernels, the rest (runtime/job/startup.py)
         self.background_kernels = False

@@ -205,7 +205,7 @@ Mark = Any
 class Replays:
     """When a program's runs are captured and replayed (see the module)."""
 
-    def __init__(self, why_not: str | None, span: Callable[[Mark, Mark], float]):
+    def __init__(self, why_not: str | None, span: Callable[[Mark, Mark], float], holds: int = 0, memory: int | None = None):
         self.off = why_not
         """Why runs are not replayed (None: they may be)."""
         self._span = span
@@ -255,10 +255,10 @@ class Replays:
         """Runs gauged before the verdict, which takes the one the host
         issued fastest (`Gauges.RUNS` for a training step's programs)."""
         self._waiting = False  # gauged, waiting for the others of `gauges` to be gauged too
-        self.holds = 0
+        self.holds = holds
         """Bytes a graph of the program would hold between runs (its buffers)."""
-        self.room: int | None = None
-        """Bytes its graphs may hold (`GRAPH_MEMORY` of the device's; None: no bound)."""
+        self.room = None if memory is None else int(GRAPH_MEMORY * memory)
+        """Bytes its graphs may hold (`GRAPH_MEMORY` of the device's `memory`; None: no bound)."""
 
     def key(self, inputs: Sequence[Any], plain: bool) -> InputKey | None:
         """The run's key, or None when it must run op by op (graphs off, or

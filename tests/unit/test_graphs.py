@@ -247,7 +247,9 @@ def test_graphs_that_would_hold_too_much_memory_are_not_tried(room: int | None) 
     and 300 here: `GRAPH_MEMORY` of the device's memory, read from each
     program's buffers) run op by op; within it, the trial follows."""
     from fuserc.passes.plan_memory import memory_plan
-    from fuserc.runtime.evaluator.graphs import Gauges
+    from fuserc.runtime.evaluator.graphs import GRAPH_MEMORY, Gauges, Replays
+
+    assert Replays(None, lambda a, b: 0.0, 7, 2000).room == int(GRAPH_MEMORY * 2000) == 100  # a share of the device's memory
 
     fwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
     bwd = load(BLOCKS, _Pretend(ops_s=2e-3, graph_s=1e-3, host_s=1.9e-3))
