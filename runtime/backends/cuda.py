@@ -91,10 +91,35 @@ class CudaStream(Stream):
     name: str
     cupy: Any
     torch: Any
+    ids: tuple[int, int, int] = (0, 0, 0)
+    """torch's (stream id, device index, device type) of `torch`: what
+    `set_torch_stream` takes."""
+
+    def __post_init__(self) -> None:
+        self.ids = stream_ids(self.torch)
 
     @property
     def ptr(self) -> int:
         return int(self.cupy.ptr)
+
+
+def stream_ids(stream: Any) -> tuple[int, int, int]:
+    """A torch CUDA stream as the ids `set_torch_stream` takes."""
+    return (stream.stream_id, stream.device_index, stream.device_type)
+
+
+def set_torch_stream(ids: tuple[int, int, int]) -> None:
+    """torch.cuda.set_stream without its Python layers (and
+    `torch.cuda.stream`'s device lookups, tens of microseconds a switch):
+    a run switches streams at every op and at every buffer made for its
+    caller, and that host time is time the device may wait."""
+    torch._C._cuda_setStream(*ids)
+
+
+def current_torch_stream(device: int) -> tuple[int, int, int]:
+    """The ids of torch's current stream on `device` (as `stream_ids`)."""
+    found = torch._C._cuda_getCurrentStream(device)
+    return (found[0], found[1], found[2])
 
 
 @dataclass(eq=False)
@@ -208,6 +233,8 @@ class CudaBackend(TorchResults, Backend):
         self._blockers: list[str] = []  # what in this run a graph could not repeat
         self._capturing = False
         self._caller: Any = None  # torch's stream of the caller of the run under way (enter_caller)
+        self._caller_ids = (0, 0, 0)  # its `stream_ids`
+        self._torch_device = torch.device("cuda", self.device)
         self.kernels = kernels_mode()
         self._region_kernels: weakref.WeakKeyDictionary[Block, bool] = weakref.WeakKeyDictionary()
         """Whether each region of the programs loaded gets generated kernels."""
@@ -222,7 +249,7 @@ class CudaBackend(TorchResults, Backend):
 
     def _activate(self, stream: CudaStream) -> None:
         stream.cupy.use()
-        torch.cuda.set_stream(stream.torch)
+        set_torch_stream(stream.ids)
 
     def _begin(self) -> None:
         """Before enqueueing work: launch the queued send/recv, and make the
@@ -268,7 +295,7 @@ class CudaBackend(TorchResults, Backend):
         """A buffer from torch's caching allocator (no flush of queued
         send/recv: an allocation between a send and a recv keeps them in
         one group)."""
-        return torch.empty(tuple(shape), dtype=dtype, device=torch.device("cuda", self.device))
+        return torch.empty(tuple(shape), dtype=dtype, device=self._torch_device)
 
     def from_host(self, value: torch.Tensor) -> torch.Tensor:
         """A copy on this GPU, complete when this returns (inputs outlive runs)."""
@@ -303,17 +330,23 @@ class CudaBackend(TorchResults, Backend):
             array.record_stream(s.torch)
 
     def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """Made on the caller's stream, so that the block belongs to it."""
         caller = self._caller
         if caller is None:
             return self.empty(shape, dtype)
-        with torch.cuda.stream(caller):  # the block belongs to the caller's stream
-            return torch.empty(tuple(shape), dtype=dtype, device=torch.device("cuda", self.device))
+        now = current_torch_stream(self.device)
+        set_torch_stream(self._caller_ids)
+        try:
+            return torch.empty(tuple(shape), dtype=dtype, device=self._torch_device)
+        finally:
+            set_torch_stream(now)
 
     def enter_caller(self) -> Any:
         """The main stream waits (on the device) for the caller's current
         torch stream, which is given back at `leave_caller`."""
         self.comms.flush()
         caller = torch.cuda.current_stream(self.device)
+        self._caller_ids = stream_ids(caller)
         self._main.torch.wait_stream(caller)
         self._current = self._main
         self._activate(self._main)

@@ -29,6 +29,7 @@ are copied into the region's output buffers.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -291,7 +292,8 @@ def _apply(step: Any, leaves: dict[Any, torch.Tensor]) -> torch.Tensor:
     return t
 
 
-_PLANS: dict[Block, tuple[Any, dict[SSAValue, Any]] | None] = {}
+_PLANS: weakref.WeakKeyDictionary[Block, tuple[Any, dict[SSAValue, Any]] | None] = weakref.WeakKeyDictionary()
+"""Each region's attention op and views, for as long as its program's IR lives."""
 
 
 def _plan(body: Block) -> tuple[Any, dict[SSAValue, Any]] | None:

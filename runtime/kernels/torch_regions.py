@@ -89,8 +89,15 @@ _SLICES: weakref.WeakKeyDictionary[Block, list[tuple[int, tuple[slice, ...]]] | 
 
 def eager_region(body: Block) -> bool:
     """Whether the region holds an op run by its own PyTorch kernel that no
-    trace may stand for (`ALONE` and `torch_alone()`)."""
-    return any(isinstance(o, FusionOp) and o.ALONE and o.torch_alone() for o in body.ops)
+    trace may stand for (`ALONE` and `torch_alone()`); found once per
+    region (every launch asks)."""
+    found = _EAGER.get(body)
+    if found is None:
+        found = _EAGER[body] = any(isinstance(o, FusionOp) and o.ALONE and o.torch_alone() for o in body.ops)
+    return found
+
+
+_EAGER: weakref.WeakKeyDictionary[Block, bool] = weakref.WeakKeyDictionary()
 
 
 def runs_region(body: Block) -> bool:

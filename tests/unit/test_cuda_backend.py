@@ -769,3 +769,25 @@ def test_runs_replayed_as_cuda_graphs_under_mpiexec(n: int, mode: str) -> None:
     env = {**os.environ, **harness.MPI_ENV, "FUSERC_CUDA_GRAPHS": mode}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "all ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+@needs_gpu
+def test_buffers_for_the_caller_are_made_on_its_stream(backend) -> None:
+    """`empty_for_caller` makes the block on the caller's stream (freed, it
+    goes back to that stream's share of the caching allocator, which hands
+    it out there again) and leaves the backend's stream current."""
+    side, before = torch.cuda.Stream(), torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        caller = backend.enter_caller()
+        main = torch.cuda.current_stream()
+        assert main != side
+        buf = backend.empty_for_caller((1024, 1024), torch.float32)
+        assert torch.cuda.current_stream() == main
+        ptr = buf.data_ptr()
+        del buf
+        with torch.cuda.stream(side):
+            again = torch.empty((1024, 1024), device=torch.device("cuda", backend.device))
+        assert again.data_ptr() == ptr
+        backend.leave_caller(caller, [again])
+        assert torch.cuda.current_stream() == side  # the caller's stream is current again
+    assert torch.cuda.current_stream() == before
