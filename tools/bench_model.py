@@ -44,7 +44,11 @@ Otherwise (at 24 x 4096 x 4096, about 29 GB held and 13 GB of peak a
 variant) each is timed alone, the median of its R repeats, and closed
 before the next is made. The shape's "timing" line says which. Each
 variant's line gives its step time, tokens/s (the global tokens of a step
-over its time), its peak memory, its first step (compilation included)
+over its time), its device time alone (on CUDA: R repeats of N steps
+issued while the device is held for 0.5 s, timed by events around them,
+the median: the device's work a step with the host far ahead, so that a
+step time above it is time the device waited for the host), its peak
+memory, its first step (compilation included)
 and its compile time (fuserc: its passes and kernels, as
 `Function.startup` counts them; torch.compile: the first step less a
 timed one), the kernels it built
@@ -357,6 +361,8 @@ class Result:
     building_step_ms: float | None = None
     building_steps: int = 0
     full_speed_at_s: float | None = None
+    device_ms: float | None = None
+    """The device's time a step with the host far ahead (`device_ms`)."""
     reason: str = ""
 
 
@@ -427,12 +433,40 @@ def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str
         peak = job.peak_mib()
         r.peak_mib = max(job.comm.allgather(peak - base)) if peak is not None and base is not None else None
         r.step_ms = statistics.median(times) * 1e3
+        device = [device_ms(v.step, job, a.iters) for _ in range(a.repeats)]
+        r.device_ms = None if None in device else max(job.comm.allgather(statistics.median(device)))  # type: ignore[type-var]
         r.kernels = v.kernels()  # (Inductor's count starts again with the next compiled variant)
         v.opt.zero_grad(set_to_none=True)
     except BaseException:
         end(v)
         raise
     return v, r
+
+
+HOLD_S = 0.5
+"""How long `device_ms` holds the device before the steps it times."""
+
+
+def device_ms(step: Callable[[], Any], job: Job, iters: int) -> float | None:
+    """Milliseconds a step of the device's time with the host far ahead:
+    the device held (`HOLD_S`, a kernel that waits) while the host issues
+    `iters` steps, timed by events before and after them, so that the
+    host's time counts only where it falls behind by more than the
+    launch queue holds. A step time above it is time the device waited
+    for the host; one at it is the device's work. None off CUDA."""
+    if not job.cuda:
+        return None
+    from fuserc.runtime.backends.cuda import HOLD_CYCLES_PER_S
+
+    job.drain()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(HOLD_S * HOLD_CYCLES_PER_S))
+    start.record()
+    for _ in range(iters):
+        step()
+    stop.record()
+    job.drain()
+    return start.elapsed_time(stop) / iters
 
 
 def finish(v: Variant, r: Result, s: Shape) -> Result:
@@ -587,7 +621,7 @@ def line(res: ShapeResult, key: str, title: str, d: int) -> str:
         return f"{head} n/a ({r.reason})"
     out = (
         f"{head} step {r.step_ms:.1f} ms, {r.tokens_per_s:,.0f} tokens/s, peak {num_text(r.peak_mib, ',.0f')} MiB, "
-        f"first step {r.first_step_s:.1f} s, compile {num_text(r.compile_s, '.1f')} s, kernels {r.kernels}, "
+        f"device alone {num_text(r.device_ms, '.1f')} ms, first step {r.first_step_s:.1f} s, compile {num_text(r.compile_s, '.1f')} s, kernels {r.kernels}, "
         f"loss {r.loss:.4f} (vs eager {num_text(res.loss_diff.get(key), '.1e')})"
     )
     if r.runs:
@@ -616,6 +650,14 @@ def markdown(results: Sequence[ShapeResult], d: int, dtype: str, device: str) ->
                 notes[f"n/a: {title}: {r.reason}"] = None
             cells += [num_text(r.step_ms, ".1f"), num_text(r.tokens_per_s, ",.0f")]
         cells += [num_text(res.speedup.get(k), ".2f") for k, _ in BASELINES]
+        out.append("| " + " | ".join(cells) + " |")
+    head = ["layers x hidden x tokens"] + [f"{t} device ms" for _, t in VARIANTS] + [f"{t} device / fuserc" for _, t in BASELINES]
+    out += ["", "### the device's time a step, the host far ahead (where a step time is above it, the device waited for the host)", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+    for res in results:
+        mine = res.results["fuserc"].device_ms
+        cells = [res.shape.text()] + [num_text(res.results[k].device_ms, ".1f") for k, _ in VARIANTS]
+        cells += [num_text(res.results[k].device_ms / mine if res.results[k].device_ms and mine else None, ".2f") for k, _ in BASELINES]
         out.append("| " + " | ".join(cells) + " |")
     head = ["layers x hidden x tokens"] + [f"{t} peak MiB" for _, t in VARIANTS] + [f"{t} peak / eager" for k, t in VARIANTS if k != "eager"]
     out += ["", "### peak memory above parameters, optimizer state and inputs", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -36,7 +36,7 @@ from xdsl.ir import Block, SSAValue
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
-from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work, alltoallv_offsets
+from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stands, Stream, Team, Work, alltoallv_offsets
 from fuserc.runtime.job.mpi_env import NO_WINDOWS, MpiEnv
 from fuserc.runtime.kernels.spans import overlaps, same_view, span
 
@@ -179,22 +179,32 @@ def _last_uses(body: Block) -> dict[SSAValue, int]:
 
 class TorchResults:
     """Of a backend that runs a region of an op with a PyTorch kernel of its
-    own (`torch_regions.eager_region`: a grouped GEMM, dispatch's steps, an
-    embedding's gradient), whose results torch makes in memory of their
-    own: `Backend.makes_results` for those regions, and their values for
-    `Backend.launch_made`. Attention's results are copied into their
-    buffers instead: standing for them, they raised the 24-layer GPT's
-    peak by 651 MiB on an H200 (12,749 to 13,400 MiB) for 1.7 ms of copies
-    saved in a 251 ms step."""
+    own, whose results torch makes in memory of their own:
+    `Backend.makes_results` for those regions, and their values for
+    `Backend.launch_made`. The results of `torch_regions.eager_region`'s
+    (a grouped GEMM, dispatch's steps, an embedding's gradient) stand for
+    any buffer they may replace; attention's only for buffers made for the
+    caller (`Stands.CALLERS`: the forward's output and log-sum-exp, which
+    the backward reads): standing for planned buffers too, they raised the
+    24-layer GPT's peak by 651 MiB on an H200 (12,749 to 13,400 MiB) for
+    1.7 ms of copies saved in a 251 ms step."""
 
-    def makes_results(self, body: Block) -> bool:
+    def makes_results(self, body: Block) -> Stands:
+        from fuserc.runtime.kernels.attention import runs_region
         from fuserc.runtime.kernels.torch_regions import eager_region
 
-        return eager_region(body)
+        if eager_region(body):
+            return Stands.ANY
+        return Stands.CALLERS if runs_region(body) else Stands.NEVER
 
     @staticmethod
     def made_values(body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None) -> list[torch.Tensor]:
         """The region's values as torch makes them (its views as views)."""
+        from fuserc.runtime.kernels.attention import region_values
+
+        made = region_values(body, ins)
+        if made is not None:
+            return made
         return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
 
 

@@ -14,7 +14,7 @@ from xdsl.ir import Operation
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.backends.backend import reduce_op_name
+from fuserc.runtime.backends.backend import Stands, reduce_op_name
 from fuserc.runtime.evaluator.interpreter import (
     Interpreter,
     Planner,
@@ -510,11 +510,14 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     """The backend runs the region into its output buffers; where it makes
     the results itself (`Backend.launch_made`), each result in memory of
     its own stands for its buffer where the buffer may be replaced
-    (`stand_ins.replaceable`), and is copied into it elsewhere."""
+    (`stand_ins.replaceable`; for `Stands.CALLERS`, only a buffer made for
+    the caller), and is copied into it elsewhere."""
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
-    replaceable = stand_ins.replaceable(op) if b.makes_results(body) else ()
+    stands = b.makes_results(body)
+    replaceable = stand_ins.replaceable(op) if stands is not Stands.NEVER else ()
+    callers_only = stands is Stands.CALLERS
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -529,6 +532,9 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
         given = [env[s] for s in outs]
         specs = [stand_ins.spec_of(t) for t in given]
         dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
+        if callers_only and not any(dropped):  # no buffer of the caller's here: into the buffers
+            b.launch(body, ins_now, given, contexts)
+            return
         if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
             given = [None if d else t for t, d in zip(given, dropped, strict=True)]
             for s, d in zip(outs, dropped, strict=True):
@@ -542,8 +548,8 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
             b.launch(body, ins_now, given, contexts)
             return
         taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
-        for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
-            if free and stand_ins.own_memory(value, spec, taken):
+        for s, value, out, spec, free, mine in zip(outs, made, given, specs, replaceable, dropped, strict=True):
+            if free and (mine or not callers_only) and stand_ins.own_memory(value, spec, taken):
                 taken.add(value.untyped_storage().data_ptr())
                 program.made_for(out, value)
                 env[s] = value

@@ -23,7 +23,10 @@ backward computes no forward again.
 
 `run_region` runs a `hir.launch` region holding one attention op (`ALONE`)
 on both backends: the region's layout permutes are views, and the results
-are copied into the region's output buffers.
+are copied into the region's output buffers; `region_values` are the
+results themselves, which stand for buffers made for the caller (the
+forward's output and log-sum-exp: `TorchResults`, `Backend.launch_made`)
+instead of being copied into them.
 """
 
 from __future__ import annotations
@@ -310,10 +313,23 @@ def runs_region(body: Block) -> bool:
 
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run a region holding one attention op with its kernel (the module
-    docstring); False (nothing run) when the region holds none."""
+    docstring), its results copied into `outs`; False (nothing run) when
+    the region holds none."""
+    values = region_values(body, ins)
+    if values is None:
+        return False
+    for buf, t in zip(outs, values, strict=True):
+        buf.copy_(t)
+    return True
+
+
+def region_values(body: Block, ins: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The values a region holding one attention op yields, as its kernel
+    makes them (the layout ops as views of its results); None when the
+    region holds none."""
     found = _plan(body)
     if found is None:
-        return False
+        return None
     op, steps = found
     leaves: dict[Any, torch.Tensor] = {("arg", i): t for i, t in enumerate(ins)}
     args = [_apply(steps[v], leaves) for v in op.operands]
@@ -327,6 +343,4 @@ def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Te
         leaves[("result", k)] = t
     yielded = body.last_op
     assert yielded is not None
-    for buf, v in zip(outs, yielded.operands, strict=True):
-        buf.copy_(_apply(steps[v], leaves))
-    return True
+    return [_apply(steps[v], leaves) for v in yielded.operands]

@@ -202,3 +202,15 @@ def test_owned_memory_is_the_parameters_and_the_optimizer_state() -> None:
     assert bench_model.owned_mib(v) == 1.0
     v.step()  # AdamW's two moments (and its step count)
     assert bench_model.owned_mib(v) == pytest.approx(3.0, abs=1e-3)
+
+
+def test_the_device_time_of_a_step_is_shown_beside_the_baselines() -> None:
+    """Each variant's device time alone (`device_ms`: n/a off CUDA) in its
+    own table, each baseline's over fuserc's as a ratio."""
+    res = bench_model.ShapeResult(bench_model.Shape(12, 2048, 8192, 128, 32768))
+    for key, ms in (("fuserc", 85.86), ("eager", 86.5), ("compile", 83.74), ("async_tp", None)):
+        res.results[key] = bench_model.Result(step_ms=90.0, tokens_per_s=1.0, device_ms=ms, reason="" if ms else "n/a here")
+    text = bench_model.markdown([res], 1, "bf16", "H200")
+    row = next(line for line in text.splitlines() if line.startswith("| 12 x 2048 x 8192 | 85.9 |"))
+    assert row == "| 12 x 2048 x 8192 | 85.9 | 86.5 | 83.7 | n/a | 1.01 | 0.98 | n/a |", row
+    assert bench_model.device_ms(lambda: None, Recorded.__new__(Recorded), 2) is None  # a job off CUDA
