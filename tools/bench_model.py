@@ -456,11 +456,11 @@ def device_ms(step: Callable[[], Any], job: Job, iters: int) -> float | None:
     for the host; one at it is the device's work. None off CUDA."""
     if not job.cuda:
         return None
-    from fuserc.runtime.backends.cuda import HOLD_CYCLES_PER_S
+    from fuserc.runtime.backends.cuda import spin
 
     job.drain()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(int(HOLD_S * HOLD_CYCLES_PER_S))
+    spin(HOLD_S)
     start.record()
     for _ in range(iters):
         step()

@@ -103,6 +103,12 @@ class CudaStream(Stream):
         return int(self.cupy.ptr)
 
 
+def spin(seconds: float) -> None:
+    """A kernel that keeps torch's current stream busy for at least
+    `seconds` (`HOLD_CYCLES_PER_S`): the host runs ahead of it meanwhile."""
+    torch.cuda._sleep(int(seconds * HOLD_CYCLES_PER_S))
+
+
 def stream_ids(stream: Any) -> tuple[int, int, int]:
     """A torch CUDA stream as the ids `set_torch_stream` takes."""
     return (stream.stream_id, stream.device_index, stream.device_type)
@@ -874,7 +880,7 @@ class CudaBackend(TorchResults, Backend):
         """A kernel that spins `seconds` on the main stream (`HOLD_CYCLES_PER_S`)."""
         self.comms.flush()
         self.set_current_stream(self._main)
-        torch.cuda._sleep(int(seconds * HOLD_CYCLES_PER_S))
+        spin(seconds)
 
     def mark(self, join: bool = False) -> Any:
         self.comms.flush()

@@ -530,11 +530,11 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
         env = it.env
         ins_now = [env[s] for s in ins]
         given = [env[s] for s in outs]
-        specs = [stand_ins.spec_of(t) for t in given]
         dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
         if callers_only and not any(dropped):  # no buffer of the caller's here: into the buffers
             b.launch(body, ins_now, given, contexts)
             return
+        specs = [stand_ins.spec_of(t) for t in given]
         if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
             given = [None if d else t for t, d in zip(given, dropped, strict=True)]
             for s, d in zip(outs, dropped, strict=True):
