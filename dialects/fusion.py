@@ -469,10 +469,11 @@ class FusionOp(IRDLOperation):
         log-sum-exp its backward needs. None: the op as it is."""
         return None
 
-    def expand(self, b: Any) -> SSAValue | None:
+    def expand(self, b: Any) -> SSAValue | tuple[SSAValue, ...] | None:
         """The op in simpler ops built with `b` (a fusion builder before the
-        op), where its operands' shardings need statistics across devices;
-        None when it has no such form."""
+        op), where its operands' shardings need statistics across devices
+        (a tuple, one value per result, for an op with several); None when
+        it has no such form."""
         return None
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, TensorType
 from xdsl.ir import SSAValue
-from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, opt_result_def, prop_def, result_def
+from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, opt_result_def, prop_def, result_def, var_result_def
 from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
@@ -131,9 +131,16 @@ class LogSoftmaxOp(SoftmaxLikeOp):
 
 class NormOp(FusionOp):
     """Normalization over the trailing `dims`; the weight (and bias) have
-    those dimensions' shape."""
+    those dimensions' shape. Optional results after the first are the
+    statistics the normalization used (`STATS`: layer_norm's mean and rstd,
+    rms_norm's rstd), as `torch.native_layer_norm` returns them: the input's
+    shape with the normalized dims of extent 1, in the statistics type (f32
+    for 16-bit inputs). autodiff asks for them (`for_derivative`), so that
+    the backward reads what the forward computed instead of reducing the
+    saved input again."""
 
     ELEMENTS: ClassVar[str] = "float"
+    STATS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def result_shape(cls, s: list[Shape], kw: dict[str, Any], result: TensorType | None) -> Shape:
@@ -150,6 +157,53 @@ class NormOp(FusionOp):
         if eps is not None and not eps >= 0:
             raise VerifyException(f"eps = {eps} must be >= 0")
         return x
+
+    @classmethod
+    def more_results(cls, operands: Any, kw: dict[str, Any], first: TensorType) -> list[tuple[Shape, Any]]:
+        x = tuple(first.get_shape())
+        norm = set(shapes.trailing_dims(x, kw["dims"]))
+        shape = tuple(1 if d in norm else n for d, n in enumerate(x))
+        return [(shape, stat_type(operands[0].element_type)) for _ in cls.STATS]
+
+    def more_shardings(self, first: Any) -> list[Any]:
+        """The statistics lie as the result's rows; a normalized dim (of
+        extent 1 there) is whole."""
+        p = first.placement()
+        norm = set(self.normalized_dims())
+        stats = p.with_dims([() if d in norm else ds for d, ds in enumerate(p.dims)])
+        return [stats for _ in self.STATS]
+
+    def statistics(self, x: Any) -> list[Any]:
+        """The `STATS` of torch tensor `x` over the normalized dims, in f32
+        for 16-bit inputs (the reference's extra results)."""
+        import torch
+
+        xs = x.to(torch.promote_types(x.dtype, torch.float32))
+        dims = self.normalized_dims()
+        if self.STATS == ("mean", "rstd"):
+            var, mean = torch.var_mean(xs, dim=dims, correction=0, keepdim=True)
+            return [mean, torch.rsqrt(var + self.epsilon())]
+        return [torch.rsqrt(xs.square().mean(dim=dims, keepdim=True) + self.epsilon())]
+
+    def with_statistics(self, y: Any, args: list[Any]) -> Any:
+        """The reference's value: `y`, then the statistics asked for."""
+        return (y, *self.statistics(args[0])[: len(self.results) - 1]) if len(self.results) > 1 else y
+
+    def for_derivative(self) -> FusionOp | None:
+        """This norm with all its statistics as results (typed and sharded
+        from the first), which the derivative reads."""
+        if len(self.results) == 1 + len(self.STATS):
+            return None
+        first = self.results[0].type
+        assert isinstance(first, TensorType)
+        s = sharding_of(first)
+        more = self.more_results([v.type for v in self.operands], self.keywords(), first)
+        shardings = self.more_shardings(s) if s is not None else [None for _ in more]
+        types = [tensor_type(elem, shape, sh) for (shape, elem), sh in zip(more, shardings)]
+        return type(self).create(
+            operands=list(self.operands), result_types=[first, *types],
+            properties=dict(self.properties), attributes=dict(self.attributes),
+        )
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
         """A weight near one and a bias near zero (PyTorch initializes them
@@ -196,10 +250,16 @@ class NormOp(FusionOp):
         x * rstd (rms_norm), statistics over the normalized dims."""
         dims = self.normalized_dims()
         x, gs = b.stat(self.operands[0]), b.stat(g)
-        if centered:
-            x = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
-        ms = b.op("mean", b.op("mul", x, x), dims=dims, keepdim=True)
-        rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
+        stats = list(self.results[1:])
+        if len(stats) == len(self.STATS):  # the forward's statistics (for_derivative)
+            if centered:
+                x = b.op("sub", x, stats[0])
+            rstd = stats[-1]
+        else:
+            if centered:
+                x = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
+            ms = b.op("mean", b.op("mul", x, x), dims=dims, keepdim=True)
+            rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
         xhat = b.op("mul", x, rstd)
         gxhat = b.op("mul", gs, b.stat(self.operands[1]))
         proj = b.op("mean", b.op("mul", gxhat, xhat), dims=dims, keepdim=True)
@@ -223,29 +283,49 @@ class LayerNormOp(NormOp):
 
     name = "fusion.layer_norm"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias?")
+    RESULTS: ClassVar[tuple[str, ...]] = ("result", "mean?", "rstd?")
+    STATS: ClassVar[tuple[str, ...]] = ("mean", "rstd")
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("eps", "float"))
     DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
     input = operand_def(TENSOR)
     weight = operand_def(TENSOR)
     bias = opt_operand_def(TENSOR)
     result = result_def(TENSOR)
+    stats = var_result_def(TENSOR)
     dims = prop_def(ArrayAttr[IntegerAttr[I64]])
     eps = opt_prop_def(FloatAttr)
 
-    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
-        import torch.nn.functional as F
+    @classmethod
+    def group_results(cls, types: Any) -> list:
+        """The result, then the statistics (one variadic definition: IRDL
+        allows only one without segment sizes)."""
+        return [types[0], list(types[1:])]
 
-        return F.layer_norm(args[0], self.normalized_shape(), args[1], args[2] if len(args) > 2 else None, self.epsilon())
+    def reference(self, args: list[Any], ctx: EvalContext) -> Any:
+        """torch's layer norm; with statistics, `native_layer_norm`'s (one
+        reduction where Inductor compiles it), in f32 for 16-bit inputs
+        where torch's cpu kernel gives them in the input's type."""
+        import torch
+
+        bias = args[2] if len(args) > 2 else None
+        y, mean, rstd = torch.native_layer_norm(args[0], self.normalized_shape(), args[1], bias, self.epsilon())
+        if len(self.results) == 1:
+            return y
+        if mean.dtype != torch.promote_types(args[0].dtype, torch.float32):
+            return self.with_statistics(y, args)
+        return (y, mean, rstd)[: len(self.results)]
 
     def expand(self, b: Any) -> Any:
         if not self.split_normalized(b):
             return None
         dims = self.keyword("dims")
         x = b.stat(self.input)
-        centered = b.op("sub", x, b.op("mean", x, dims=dims, keepdim=True))
+        mean = b.op("mean", x, dims=dims, keepdim=True)
+        centered = b.op("sub", x, mean)
         var = b.op("mean", b.op("mul", centered, centered), dims=dims, keepdim=True)
         rstd = b.op("rsqrt", b.op("add", var, b.constant(self.epsilon(), like=x)))
-        return self.affine(b, b.op("mul", centered, rstd), self.weight, self.bias)
+        y = self.affine(b, b.op("mul", centered, rstd), self.weight, self.bias)
+        return y if len(self.results) == 1 else (y, mean, rstd)[: len(self.results)]
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         return self.norm_vjp(b, g, centered=True)
@@ -258,17 +338,20 @@ class RmsNormOp(NormOp):
 
     name = "fusion.rms_norm"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight")
+    RESULTS: ClassVar[tuple[str, ...]] = ("result", "rstd?")
+    STATS: ClassVar[tuple[str, ...]] = ("rstd",)
     KEYWORDS: ClassVar[tuple[tuple[str, str], ...]] = (("dims", "ints"), ("eps", "float"))
     input = operand_def(TENSOR)
     weight = operand_def(TENSOR)
     result = result_def(TENSOR)
+    rstd = opt_result_def(TENSOR)
     dims = prop_def(ArrayAttr[IntegerAttr[I64]])
     eps = opt_prop_def(FloatAttr)
 
     def reference(self, args: list[Any], ctx: EvalContext) -> Any:
         import torch.nn.functional as F
 
-        return F.rms_norm(args[0], self.normalized_shape(), args[1], self.epsilon())
+        return self.with_statistics(F.rms_norm(args[0], self.normalized_shape(), args[1], self.epsilon()), args)
 
     def expand(self, b: Any) -> Any:
         if not self.split_normalized(b):
@@ -276,7 +359,8 @@ class RmsNormOp(NormOp):
         x = b.stat(self.input)
         ms = b.op("mean", b.op("mul", x, x), dims=self.keyword("dims"), keepdim=True)
         rstd = b.op("rsqrt", b.op("add", ms, b.constant(self.epsilon(), like=x)))
-        return self.affine(b, b.op("mul", x, rstd), self.weight, None)
+        y = self.affine(b, b.op("mul", x, rstd), self.weight, None)
+        return y if len(self.results) == 1 else (y, rstd)
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         return self.norm_vjp(b, g, centered=False)

@@ -331,14 +331,16 @@ def _expand_nonlocal(func: FuncOp, meshes: Meshes, resharding: Resharding) -> No
                 expanded |= _empty_as_set(op)
                 continue
             b = FusionBuilder(op, meshes.get)
-            value = op.expand(b)
-            if value is None:
+            values = op.expand(b)
+            if values is None:
                 continue
-            old = op.results[0]
-            assert isinstance(value.type, TensorType) and shape_of(value) == shape_of(old)
-            value = Rewriter.replace_value_with_new_type(value, old.type)
-            value.name_hint = old.name_hint
-            old.replace_all_uses_with(value)
+            values = values if isinstance(values, tuple) else (values,)
+            assert len(values) == len(op.results)
+            for value, old in zip(values, op.results):
+                assert isinstance(value.type, TensorType) and shape_of(value) == shape_of(old)
+                value = Rewriter.replace_value_with_new_type(value, old.type)
+                value.name_hint = old.name_hint
+                old.replace_all_uses_with(value)
             op.detach()
             op.erase()
             expanded = True

@@ -199,23 +199,41 @@ NORMS = MESH + f"""
 !b1 = tensor<16x${{T}}>
 !w2 = tensor<8x16x${{T}}, {_s("DIDx", "-")}>
 !t = tensor<4x8x16x${{T}}>
-func.func @main(%x1: !x1, %w1: !w1, %b1: !b1, %x2: !x2, %w2: !w2, %x3: !x3) -> (!x1, !x1, !t, !t, !x3, !x3) {{
-  %0 = fusion.layer_norm %x1, %w1, %b1 dims = [2] : (!x1, !w1, !b1) -> !x1
-  %1 = fusion.rms_norm %x1, %w1 dims = [-1] eps = 1.0e-06 : (!x1, !w1) -> !x1
-  %2 = fusion.layer_norm %x2, %w2 dims = [1, 2] eps = 1.0e-03 : (!x2, !w2) -> !t
+!s1 = tensor<4x8x1xf32, {_s("-", "-", "-")}>
+!s2 = tensor<4x1x1xf32>
+!s3 = tensor<4x8x1xf32, {_s("DIDx", "-", "-")}>
+func.func @main(%x1: !x1, %w1: !w1, %b1: !b1, %x2: !x2, %w2: !w2, %x3: !x3) -> (!x1, !x1, !t, !t, !x3, !x3, !s1, !s1, !s1, !s2, !s2, !s3, !s3) {{
+  %0, %m1, %r1 = fusion.layer_norm %x1, %w1, %b1 dims = [2] : (!x1, !w1, !b1) -> (!x1, !s1, !s1)
+  %1, %q1 = fusion.rms_norm %x1, %w1 dims = [-1] eps = 1.0e-06 : (!x1, !w1) -> (!x1, !s1)
+  %2, %m2, %r2 = fusion.layer_norm %x2, %w2 dims = [1, 2] eps = 1.0e-03 : (!x2, !w2) -> (!t, !s2, !s2)
   %3 = fusion.rms_norm %x2, %w2 dims = [1, 2] : (!x2, !w2) -> !t
-  %4 = fusion.layer_norm %x3, %b1, %b1 dims = [2] : (!x3, !b1, !b1) -> !x3
-  %5 = fusion.rms_norm %x3, %b1 dims = [2] eps = 1.0e-05 : (!x3, !b1) -> !x3
-  func.return %0, %1, %2, %3, %4, %5 : !x1, !x1, !t, !t, !x3, !x3
+  %4, %m3 = fusion.layer_norm %x3, %b1, %b1 dims = [2] : (!x3, !b1, !b1) -> (!x3, !s3)
+  %5, %q3 = fusion.rms_norm %x3, %b1 dims = [2] eps = 1.0e-05 : (!x3, !b1) -> (!x3, !s3)
+  func.return %0, %1, %2, %3, %4, %5, %m1, %r1, %q1, %m2, %r2, %m3, %q3 : !x1, !x1, !t, !t, !x3, !x3, !s1, !s1, !s1, !s2, !s2, !s3, !s3
 }}
 """
 
 
+def _stats(x: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A norm's statistics as torch.native_layer_norm gives them: mean and
+    rstd of layer_norm, and rms_norm's rstd."""
+    var, mean = torch.var_mean(x, dim=dims, correction=0, keepdim=True)
+    return mean, torch.rsqrt(var + eps), torch.rsqrt(x.square().mean(dim=dims, keepdim=True) + eps)
+
+
 def norms(t: Tensors, dtype: str) -> Tensors:
+    """The norms and the statistics they return when asked (the mean and
+    rstd autodiff saves): over a split hidden dim (reduced across ranks),
+    over two dims one split, and rows split (local)."""
     x1, w1, b1, x2, w2, x3 = t
     eps = torch.finfo(torch.bfloat16 if dtype == "bf16" else torch.float32).eps  # rms_norm's default
+    m1, r1, _ = _stats(x1, [2], 1e-5)
+    q1 = _stats(x1, [2], 1e-6)[2]
+    m2, r2, _ = _stats(x2, [1, 2], 1e-3)
+    m3, _, q3 = _stats(x3, [2], 1e-5)
     return [F.layer_norm(x1, [16], w1, b1, 1e-5), F.rms_norm(x1, [16], w1, 1e-6), F.layer_norm(x2, [8, 16], w2, None, 1e-3),
-            F.rms_norm(x2, [8, 16], w2, eps), F.layer_norm(x3, [16], b1, b1, 1e-5), F.rms_norm(x3, [16], b1, 1e-5)]  # fmt: skip
+            F.rms_norm(x2, [8, 16], w2, eps), F.layer_norm(x3, [16], b1, b1, 1e-5), F.rms_norm(x3, [16], b1, 1e-5),
+            m1, r1, q1, m2, r2, m3, q3]  # fmt: skip
 
 
 # ---- softmax, log_softmax -----------------------------------------------------------------

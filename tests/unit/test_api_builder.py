@@ -349,7 +349,7 @@ def test_help_of_a_builder() -> None:
     fd = FusionDefinition()
     assert str(inspect.signature(fd.ops.layer_norm)) == (
         "(input: fuserc.api.Tensor | float, weight: fuserc.api.Tensor | float, bias: fuserc.api.Tensor | None = None, "
-        "*, dims: list[int] | int, eps: float = 1e-05) -> fuserc.api.Tensor"
+        "*, dims: list[int] | int, eps: float = 1e-05, mean: bool = False, rstd: bool = False) -> fuserc.api.Tensor"
     )
     assert str(inspect.signature(fd.ops.sum)).startswith("(input: fuserc.api.Tensor | float, dims: list[int] | int, keepdim: bool = False)")
     assert fd.ops.layer_norm.__doc__.startswith("`torch.nn.functional.layer_norm` over the trailing `dims`")

@@ -110,6 +110,31 @@ def test_sdpa_log_sum_exp_from_python() -> None:
     prog.close()
 
 
+def test_norm_statistics_from_python() -> None:
+    """`fd.ops.layer_norm(..., mean=True, rstd=True)` and
+    `fd.ops.rms_norm(..., rstd=True)` return the statistics too (f32 for
+    bf16 inputs, the normalized dim of extent 1), against PyTorch's in
+    float64."""
+    fd = FusionDefinition()
+    x, w = fd.define_tensor([6, 16], "bf16"), fd.define_tensor([16], "bf16")
+    y, mean, rstd = fd.ops.layer_norm(x, w, dims=1, mean=True, rstd=True)
+    _, rms = fd.ops.rms_norm(x, w, dims=1, eps=1e-6, rstd=True)
+    assert mean.shape == rstd.shape == rms.shape == (6, 1) and mean.dtype == rstd.dtype == "f32"
+    for t in (y, mean, rstd, rms):
+        fd.add_output(t)
+    prog = fd.compile(backend="cpu")
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(6, 16, generator=gen).bfloat16(), torch.rand(16, generator=gen).bfloat16() + 0.5]
+    got = [torch.as_tensor(t).double() for t in prog.execute(inputs)]
+    xd, wd = (t.double() for t in inputs)
+    var, m = torch.var_mean(xd, dim=1, correction=0, keepdim=True)
+    torch.testing.assert_close(got[0], torch.nn.functional.layer_norm(xd, [16], wd), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got[1], m, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[2], torch.rsqrt(var + 1e-5), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[3], torch.rsqrt(xd.square().mean(1, keepdim=True) + 1e-6), rtol=1e-5, atol=1e-6)
+    prog.close()
+
+
 def test_compile_in_one_process_for_a_mesh_of_four() -> None:
     """The hint of a Python script is how to launch the script, not the CLI's."""
     fd = FusionDefinition()

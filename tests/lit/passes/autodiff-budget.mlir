@@ -4,7 +4,8 @@
 // RUN: not %fuserc opt -p 'autodiff{budget=-2}' %s 2>&1 | filecheck %s --check-prefix=BAD
 
 // Two residual MLP blocks. Saved without a budget: n, h, g, x2, n2, h2, g2
-// (4.75 MiB). budget = 3: the gelu outputs (1 MiB each, redone from h
+// (4.75 MiB) and each layer_norm's mean and rstd (1 KiB each), which its
+// derivative reads instead of reducing its input again. budget = 3: the gelu outputs (1 MiB each, redone from h
 // in one pass over memory) are recomputed, each just before the weight
 // gradient that reads it. budget = 0: only the residual x2 stays (the
 // block's input x is an argument): each block's layer_norm, GEMM and gelu
@@ -24,15 +25,15 @@ func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<
 }
 
 // ALL-LABEL: func.func @main_fwd(
-// ALL:         func.return %y, %0, %1, %2, %3, %4, %5, %n, %h, %g, %x2, %n2, %h2, %g2 :
+// ALL:         func.return %y, %0, %1, %2, %3, %4, %5, %n, %n_mean, %n_rstd, %h, %g, %x2, %n2, %n2_mean, %n2_rstd, %h2, %g2 :
 // ALL-LABEL: func.func @main_bwd(
 // ALL-NOT:     fusion.gelu %
 // ALL-NOT:     fusion.layer_norm
 
 // B3-LABEL: func.func @main_fwd(
-// B3:         func.return %y, %0, %1, %2, %3, %4, %5, %n, %h, %x2, %n2, %h2 :
+// B3:         func.return %y, %0, %1, %2, %3, %4, %5, %n, %n_mean, %n_rstd, %h, %x2, %n2, %n2_mean, %n2_rstd, %h2 :
 // B3-LABEL: func.func @main_bwd(
-// B3-SAME:    %h: tensor<256x1024xf32>, %x2: tensor<256x256xf32>, %n2: tensor<256x256xf32>, %h2: tensor<256x1024xf32>, %{{.*}}: tensor<256x256xf32>)
+// B3-SAME:    %h: tensor<256x1024xf32>, %x2: tensor<256x256xf32>, %n2: tensor<256x256xf32>, %n2_mean: tensor<256x1xf32>, %n2_rstd: tensor<256x1xf32>, %h2: tensor<256x1024xf32>, %{{.*}}: tensor<256x256xf32>)
 // B3:         %g2 = fusion.gelu %h2
 // B3-NEXT:    fusion.permute %g2
 // B3:         %g = fusion.gelu %h
@@ -43,10 +44,10 @@ func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<
 // B0:         func.return %y, %0, %1, %2, %3, %4, %5, %x2 :
 // B0-LABEL: func.func @main_bwd(
 // B0-SAME:    %5: tensor<256xf32>, %x2: tensor<256x256xf32>, %{{.*}}: tensor<256x256xf32>)
-// B0:         %n2 = fusion.layer_norm %x2, %5
+// B0:         %n2, %n2_mean, %n2_rstd = fusion.layer_norm %x2, %5
 // B0-NEXT:    %h2 = fusion.matmul %n2, %3
 // B0-NEXT:    %g2 = fusion.gelu %h2
-// B0:         %n = fusion.layer_norm %0, %5
+// B0:         %n, %n_mean, %n_rstd = fusion.layer_norm %0, %5
 // B0-NEXT:    %h = fusion.matmul %n, %1
 // B0-NEXT:    %g = fusion.gelu %h
 // B0:         func.return

@@ -16,10 +16,11 @@
 // CHECK-NEXT:  4  reduce_scatter  bf16   256x128
 // D4-NEXT:     total per rank (4 ranks): 4 communications, {{.*}} = 3.00 x 256x128xbf16
 // D2-NEXT:     total per rank (2 ranks): 4 communications, {{.*}} = 2.00 x 256x128xbf16
-// plan-memory: the forward's temporaries (all but the saved activations
-// and the buffers peers read) share blocks; the backward's too.
-// D4-NEXT:     buffers per rank: 17, 558080 bytes (0.53 MiB); in plan-memory's blocks 443392 bytes (0.42 MiB), 2 shared by several
-// D2-NEXT:     buffers per rank: 17, 854016 bytes (0.81 MiB); in plan-memory's blocks 690176 bytes (0.66 MiB), 2 shared by several
+// plan-memory: the forward's temporaries (all but the saved activations,
+// the norms' mean and rstd among them, and the buffers peers read) share
+// blocks; the backward's too.
+// D4-NEXT:     buffers per rank: 21, 559104 bytes (0.53 MiB); in plan-memory's blocks 444416 bytes (0.42 MiB), 2 shared by several
+// D2-NEXT:     buffers per rank: 21, 856064 bytes (0.82 MiB); in plan-memory's blocks 692224 bytes (0.66 MiB), 2 shared by several
 // Backward (save = activations): the cotangents gathered for the
 // row-parallel GEMMs' input gradients, the column-parallel GEMMs' input
 // gradients reduce-scattered in bf16 (the transposes of the forward's
@@ -32,8 +33,8 @@
 // CHECK-NEXT:  4  reduce_scatter  bf16   256x128
 // CHECK-NEXT:  5  allreduce       bf16   512
 // CHECK-NOT:   f32
-// D4:          buffers per rank: 40, 725952 bytes (0.69 MiB); in plan-memory's blocks 381376 bytes (0.36 MiB), 7 shared by several
-// D2:          buffers per rank: 40, 1185664 bytes (1.13 MiB); in plan-memory's blocks 693120 bytes (0.66 MiB), 7 shared by several
+// D4:          buffers per rank: 38, 725440 bytes (0.69 MiB); in plan-memory's blocks 381120 bytes (0.36 MiB), 6 shared by several
+// D2:          buffers per rank: 38, 1184640 bytes (1.13 MiB); in plan-memory's blocks 692864 bytes (0.66 MiB), 6 shared by several
 // The totals: 8 collectives of 3/4 of a [256, 128] tensor each (at d = 2: 1/2), and the allreduce.
 // D4:          @main_fwd + @main_bwd:
 // D4-NEXT:     total per rank (4 ranks): 9 communications, {{.*}} = 6.0{{[0-9]}} x 256x128xbf16
