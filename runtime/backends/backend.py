@@ -71,10 +71,6 @@ class Stands(enum.Enum):
     memory of their own may stand for (`Backend.makes_results`)."""
 
     NEVER = "never"  # the backend writes into the buffers
-    CALLERS = "callers"
-    """Only buffers made for the run's caller, which go before the region
-    makes what stands for them: a planned buffer's block stays reserved
-    beside a result standing for it."""
     ANY = "any"  # every buffer the evaluator lets a result replace (`stand_ins.replaceable`)
 
 

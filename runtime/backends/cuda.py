@@ -225,6 +225,8 @@ class CudaBackend(TorchResults, Backend):
         # cut finer than the machines); GPUs are shared within a machine
         self.comms = Communicators(env, self.device, env.nodes(), gpus)
         self.gemm = GemmChooser()
+        self._stream_ids: list[tuple[int, int, int]] = []  # of every stream made (`_off_streams`)
+        weakref.finalize(self, _off_streams, self._stream_ids, self.device).atexit = False
         self._main = self._new_stream("main")
         self._current = self._main
         self._pools: dict[int, list[CudaStream]] = {}
@@ -251,7 +253,9 @@ class CudaBackend(TorchResults, Backend):
         import cupy
 
         s = cupy.cuda.Stream(non_blocking=True)
-        return CudaStream(name, s, torch.cuda.ExternalStream(s.ptr, device=torch.device("cuda", self.device)))
+        made = CudaStream(name, s, torch.cuda.ExternalStream(s.ptr, device=torch.device("cuda", self.device)))
+        self._stream_ids.append(made.ids)
+        return made
 
     def _activate(self, stream: CudaStream) -> None:
         stream.cupy.use()
@@ -304,14 +308,19 @@ class CudaBackend(TorchResults, Backend):
         return torch.empty(tuple(shape), dtype=dtype, device=self._torch_device)
 
     def from_host(self, value: torch.Tensor) -> torch.Tensor:
-        """A copy on this GPU, complete when this returns (inputs outlive runs)."""
+        """A copy on this GPU, complete when this returns (inputs outlive runs).
+        torch's current stream is left as it was found: outside a run it is
+        the caller's, and a stream of this backend left current there would
+        outlive the backend (the next run's `enter_caller` would wait for a
+        destroyed stream)."""
         self.comms.flush()
-        current = self._current
+        found = current_torch_stream(self.device)
         self._activate(self._main)
-        out = torch.empty(tuple(value.shape), dtype=value.dtype, device=torch.device("cuda", self.device))
+        out = torch.empty(tuple(value.shape), dtype=value.dtype, device=self._torch_device)
         out.copy_(value.detach())
         self._main.cupy.synchronize()
-        self._activate(current)
+        self._current.cupy.use()
+        set_torch_stream(found)
         return out
 
     def adopt(self, value: torch.Tensor) -> torch.Tensor:
@@ -798,7 +807,7 @@ class CudaBackend(TorchResults, Backend):
 
         self.comms.flush()
         cupy.cuda.runtime.deviceSynchronize()
-        self.set_current_stream(self._main)
+        self._current = self._main  # made current by the next op (`_begin`): torch's stays the caller's
 
     def _join_workers(self) -> None:
         """The main stream waits for all work enqueued so far on every
@@ -953,6 +962,16 @@ class CudaBackend(TorchResults, Backend):
         self._background.clear()
         cupy.cuda.runtime.deviceSynchronize()
         self.comms.close()
+        _off_streams(self._stream_ids, self.device)
+
+
+def _off_streams(ids: list[tuple[int, int, int]], device: int) -> None:
+    """A backend's streams go with it: where one of them is still torch's
+    current stream (work outside a run left it so), torch's default stream
+    becomes current, so that no later caller orders its work after a
+    destroyed stream (torch's record_event on one crashes the process)."""
+    if torch.cuda.is_initialized() and current_torch_stream(device) in ids:
+        torch.cuda.set_stream(torch.cuda.default_stream(device))
 
 
 def _graphs_unavailable() -> str | None:

@@ -510,14 +510,12 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     """The backend runs the region into its output buffers; where it makes
     the results itself (`Backend.launch_made`), each result in memory of
     its own stands for its buffer where the buffer may be replaced
-    (`stand_ins.replaceable`; for `Stands.CALLERS`, only a buffer made for
-    the caller), and is copied into it elsewhere."""
+    (`stand_ins.replaceable`), and is copied into it elsewhere."""
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
     stands = b.makes_results(body)
     replaceable = stand_ins.replaceable(op) if stands is not Stands.NEVER else ()
-    callers_only = stands is Stands.CALLERS
 
     def run(it: Interpreter) -> None:
         env = it.env
@@ -530,11 +528,8 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
         env = it.env
         ins_now = [env[s] for s in ins]
         given = [env[s] for s in outs]
-        dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
-        if callers_only and not any(dropped):  # no buffer of the caller's here: into the buffers
-            b.launch(body, ins_now, given, contexts)
-            return
         specs = [stand_ins.spec_of(t) for t in given]
+        dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
         if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
             given = [None if d else t for t, d in zip(given, dropped, strict=True)]
             for s, d in zip(outs, dropped, strict=True):
@@ -548,8 +543,8 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
             b.launch(body, ins_now, given, contexts)
             return
         taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
-        for s, value, out, spec, free, mine in zip(outs, made, given, specs, replaceable, dropped, strict=True):
-            if free and (mine or not callers_only) and stand_ins.own_memory(value, spec, taken):
+        for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
+            if free and stand_ins.own_memory(value, spec, taken):
                 taken.add(value.untyped_storage().data_ptr())
                 program.made_for(out, value)
                 env[s] = value

@@ -23,10 +23,8 @@ backward computes no forward again.
 
 `run_region` runs a `hir.launch` region holding one attention op (`ALONE`)
 on both backends: the region's layout permutes are views, and the results
-are copied into the region's output buffers; `region_values` are the
-results themselves, which stand for buffers made for the caller (the
-forward's output and log-sum-exp: `TorchResults`, `Backend.launch_made`)
-instead of being copied into them.
+are copied into the region's output buffers (`region_values` are the
+results themselves).
 """
 
 from __future__ import annotations

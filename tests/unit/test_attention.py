@@ -146,14 +146,14 @@ def test_cuda_backends(backend: str, shapes: tuple, causal: bool, scale: float |
         assert (got.cpu().double() - w).abs().max() <= 3e-2 * max(1.0, w.abs().max().item())
 
 
-def test_a_gpt_step_lets_what_the_caller_keeps_stand(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a GPT model's step, results that PyTorch's kernels make stand for
-    their output buffers (`Backend.launch_made`) where the buffers are the
-    caller's: each layer's attention output, which the forward saves for
-    the backward, and the embedding table's gradient (`embedding_grad`);
-    the backward's dq, dk and dv, in buffers of the plan, are copied into
-    them (`Stands.CALLERS`). The loss and every gradient stay PyTorch's
-    (float64)."""
+def test_a_gpt_step_copies_attention_results_and_lets_the_embedding_gradient_stand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a GPT model's step, a result that PyTorch's kernel makes stands
+    for its output buffer (`Backend.launch_made`) where the backend says so
+    (`Stands.ANY`): the embedding table's gradient (`embedding_grad`).
+    Attention's outputs (the forward's, which the backward reads, and dq,
+    dk, dv) are copied into their buffers (`Stands.NEVER`: standing, they
+    raised a 24-layer model's peak by 396-651 MiB on an H200 at the same
+    step time). The loss and every gradient stay PyTorch's (float64)."""
     import argparse
     import sys
     from pathlib import Path
@@ -176,9 +176,9 @@ def test_a_gpt_step_lets_what_the_caller_keeps_stand(monkeypatch: pytest.MonkeyP
     f = ft.function(fd)
     try:
         loss = f(ids, labels, *ps)
-        assert made == [(1, 32, 4, 16)] * 2  # [batch, tokens, heads, head_dim], a layer's
+        assert made == []
         loss.backward()
-        assert made == [(1, 32, 4, 16)] * 2 + [(128, 64)]
+        assert made == [(128, 64)]  # the embedding table's gradient
     finally:
         f.close()
     rs = [t.double().requires_grad_(True) for t in w]

@@ -791,3 +791,36 @@ def test_buffers_for_the_caller_are_made_on_its_stream(backend) -> None:
         backend.leave_caller(caller, [again])
         assert torch.cuda.current_stream() == side  # the caller's stream is current again
     assert torch.cuda.current_stream() == before
+
+
+@needs_gpu
+def test_work_outside_a_run_leaves_torchs_stream_as_it_was(backend) -> None:
+    """A copy in (a program's load, an input) and a synchronize outside a
+    run leave torch's current stream the caller's: a stream of the backend
+    left current would outlive the backend, and a later run would wait for
+    a destroyed stream (torch's record_event then crashes)."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = backend.from_host(torch.arange(4.0))
+        assert torch.cuda.current_stream() == side
+        backend.synchronize()
+        assert torch.cuda.current_stream() == side
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@needs_gpu
+def test_a_backend_gone_leaves_none_of_its_streams_current() -> None:
+    """Where work outside a run left a backend's stream torch's current one,
+    closing the backend, or dropping it, makes torch's default stream
+    current again: the stream is destroyed with the backend."""
+    import gc
+
+    for close in (True, False):
+        be = make_backend("cuda", mpi_env())
+        be.set_current_stream(be.stream_for(0, 2))  # as a launch outside a run leaves it
+        assert torch.cuda.current_stream() != torch.cuda.default_stream()
+        if close:
+            be.close()
+        del be
+        gc.collect()
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
