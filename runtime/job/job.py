@@ -253,6 +253,13 @@ class Job:
             dog.end_stopped = not env.ends_stopped_ranks
             if timeout > 0 and env.size > 1:
                 dog.board = Board.create(env)
+                if dog.board is not None:
+                    # Every rank's record (pid, start) is on the board and this node's peers are
+                    # watched before any step that can fail: a pidfd opened only after a peer ended
+                    # and was reaped could not say how it ended, nor could a missing record name it.
+                    dog.beat()
+                    env.barrier_within(None)
+                    dog.track()
                 dog.sentinel = dog.board is not None and getattr(env, "launcher", None) == "mpiexec"
                 if dog.sentinel and launcher_local_rank() == 0:
                     _start_sentinel(dog.board, env.size)

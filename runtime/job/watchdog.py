@@ -194,7 +194,7 @@ class Watchdog:
         os.set_blocking(self._wake[1], False)
         if self.own_signals:
             _take_sigterm(self._wake[1])
-        self._beat()
+        self.beat()
         self._thread = threading.Thread(target=self._loop, name="fuserc-watchdog", daemon=True)
         self._thread.start()
 
@@ -312,7 +312,8 @@ class Watchdog:
             "ending": self._ending,
         }
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
+        """Write this rank's record on the board now."""
         if self.board is not None and self.timeout > 0:
             with self._lock:  # the main thread (a new section) and the heartbeat
                 self.board.write(self.record())
@@ -321,7 +322,7 @@ class Watchdog:
         """This rank ends knowingly (it said why, or another rank did): its
         peers do not report its end as a failure of its own."""
         self._ending = True
-        self._beat()
+        self.beat()
 
     def _loop(self) -> None:
         next_beat = time.monotonic() + self.interval
@@ -351,14 +352,14 @@ class Watchdog:
                 if WAKE_STOP in pokes:
                     return
                 if WAKE_RECORD in pokes:
-                    self._beat()
+                    self.beat()
             now = time.monotonic()
             if now >= next_beat:
                 if now - next_beat > self.stale_s:  # this process was stopped itself (the whole job, ^Z): the others' records are as old
                     self._awake_since = now
                 next_beat = now + self.interval
-                self._beat()
-                self._track()
+                self.beat()
+                self.track()
                 if self.orphaned():
                     self._exit(1)
                 deadline = self._deadline
@@ -402,7 +403,7 @@ class Watchdog:
         self._ending = True
         return True
 
-    def _track(self) -> None:
+    def track(self) -> None:
         """Watch the processes of this node's other ranks as their records
         appear (every rank's, once)."""
         if self.board is None:
@@ -445,7 +446,7 @@ class Watchdog:
         """Whether a rank of this node ended with an error within `within`
         seconds (before this rank's own failure, which then follows from
         it: a lost connection); its end is reported if it said nothing."""
-        self._track()
+        self.track()
         if self.peers is None:
             return False
         if any(p.ended and not clean_exit(p.status) for p in self.peers.peers.values()):
@@ -466,7 +467,7 @@ class Watchdog:
             return head, []
         if self.board is None:
             return head + "; which ranks did not arrive is unknown (no job folder)", []
-        self._beat()
+        self.beat()
         time.sleep(min(self.interval, 0.2))  # the other ranks' latest records
         records = self.board.read()
         verdict = stragglers(records, self.size, time.time(), self.stale_s)
