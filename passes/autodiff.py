@@ -110,6 +110,8 @@ class Autodiff(ModulePass):
             from fuserc.passes.recompute import fit
 
             fit(fwd, bwd, len(main.get_return_op().operands), self.budget * 2**20, meshes)  # type: ignore[union-attr]
+        for f in (fwd, bwd):
+            _unread_results_dropped(f.body.block)
         Rewriter.insert_op(fwd, _after(main))
         Rewriter.insert_op(bwd, _after(fwd))
 
@@ -401,6 +403,28 @@ def _dead_code(block: Block) -> None:
             if o.results and not any(r.uses for r in o.results):
                 Rewriter.erase_op(o)
                 changed = True
+
+
+def _unread_results_dropped(block: Block) -> None:
+    """Each op without the optional results nothing reads (a norm's
+    statistics or sdpa's log-sum-exp in a forward whose reader the budget
+    moved to the backward): they are not made."""
+    for o in list(block.ops):
+        if not isinstance(o, FusionOp):
+            continue
+        keep = len(o.results)
+        while keep > o.result_counts()[0] and not o.results[keep - 1].uses:
+            keep -= 1
+        if keep == len(o.results):
+            continue
+        new = type(o).create(
+            operands=list(o.operands), result_types=[r.type for r in o.results[:keep]],
+            properties=dict(o.properties), attributes=dict(o.attributes),
+        )
+        new.location = o.location
+        for r, was in zip(new.results, o.results):
+            r.name_hint = was.name_hint
+        Rewriter.replace_op(o, new, new_results=[*new.results, *(None for _ in o.results[keep:])])
 
 
 def _reorder_args(block: Block, order: list[BlockArgument]) -> None:

@@ -5,11 +5,13 @@
 
 // Two residual MLP blocks. Saved without a budget: n, h, g, x2, n2, h2, g2
 // (4.75 MiB) and each layer_norm's mean and rstd (1 KiB each), which its
-// derivative reads instead of reducing its input again. budget = 3: the gelu outputs (1 MiB each, redone from h
-// in one pass over memory) are recomputed, each just before the weight
-// gradient that reads it. budget = 0: only the residual x2 stays (the
-// block's input x is an argument): each block's layer_norm, GEMM and gelu
-// are redone in the backward, the second block's before the first's.
+// derivative reads instead of reducing its input again. budget = 3: the
+// gelu outputs (1 MiB each, redone from h in one pass over memory) are
+// recomputed, each just before the weight gradient that reads it.
+// budget = 0: only the residual x2 stays (the block's input x is an
+// argument): each block's layer_norm, GEMM and gelu are redone in the
+// backward, the second block's before the first's, and the forward's
+// layer_norms no longer make the statistics nothing reads.
 func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<1024x256xf32>, %w3: tensor<256x1024xf32>, %w4: tensor<1024x256xf32>, %s: tensor<256xf32>) -> tensor<256x256xf32> {
   %n = fusion.layer_norm %x, %s dims = [1] : (tensor<256x256xf32>, tensor<256xf32>) -> tensor<256x256xf32>
   %h = fusion.matmul %n, %w1 : (tensor<256x256xf32>, tensor<256x1024xf32>) -> tensor<256x1024xf32>
@@ -41,6 +43,8 @@ func.func @main(%x: tensor<256x256xf32>, %w1: tensor<256x1024xf32>, %w2: tensor<
 // B3-NOT:     fusion.layer_norm
 
 // B0-LABEL: func.func @main_fwd(
+// B0:         %n = fusion.layer_norm %0, %5 dims = [1] : (tensor<256x256xf32>, tensor<256xf32>) -> tensor<256x256xf32>
+// B0:         %n2 = fusion.layer_norm %x2, %5 dims = [1] : (tensor<256x256xf32>, tensor<256xf32>) -> tensor<256x256xf32>
 // B0:         func.return %y, %0, %1, %2, %3, %4, %5, %x2 :
 // B0-LABEL: func.func @main_bwd(
 // B0-SAME:    %5: tensor<256xf32>, %x2: tensor<256x256xf32>, %{{.*}}: tensor<256x256xf32>)
