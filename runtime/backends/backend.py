@@ -21,7 +21,6 @@ Conventions shared by every backend:
 
 from __future__ import annotations
 
-import enum
 import itertools
 import time
 from abc import ABC, abstractmethod
@@ -64,14 +63,6 @@ class Handle:
     reachable by the others through `put` and `get`."""
 
     team: Team
-
-
-class Stands(enum.Enum):
-    """Which output buffers of a region the results its kernels make in
-    memory of their own may stand for (`Backend.makes_results`)."""
-
-    NEVER = "never"  # the backend writes into the buffers
-    ANY = "any"  # every buffer the evaluator lets a result replace (`stand_ins.replaceable`)
 
 
 class Backend(ABC):
@@ -220,13 +211,12 @@ class Backend(ABC):
         are `ins`, the values its `hir.yield` yields go into `outs`;
         `contexts` says where the local blocks of its INDEXED ops lie."""
 
-    def makes_results(self, body: Block) -> Stands:
+    def makes_results(self, body: Block) -> bool:
         """Whether this backend runs the region by kernels that make their
         results in memory of their own (torch._grouped_mm has no output
-        argument), and which output buffers those may stand for (`Stands`):
-        `launch_made` then runs it (asked once per region, when a program
-        is planned)."""
-        return Stands.NEVER
+        argument): `launch_made` then runs it (asked once per region, when
+        a program is planned)."""
+        return False
 
     def launch_made(self, body: Block, ins: Sequence[Array], contexts: Contexts | None = None) -> list[Array] | None:
         """Run a region of `makes_results` and return its results: the

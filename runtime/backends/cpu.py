@@ -36,7 +36,7 @@ from xdsl.ir import Block, SSAValue
 
 from fuserc.diagnostics import Diagnostic
 from fuserc.dialects.interfaces import EvalContext
-from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stands, Stream, Team, Work, alltoallv_offsets
+from fuserc.runtime.backends.backend import Backend, Contexts, Event, Handle, ReduceOp, Stream, Team, Work, alltoallv_offsets
 from fuserc.runtime.job.mpi_env import NO_WINDOWS, MpiEnv
 from fuserc.runtime.kernels.spans import overlaps, same_view, span
 
@@ -189,10 +189,10 @@ class TorchResults:
     (the forward's outputs the backward reads), by 396 MiB (13,071 to
     13,467), at the same step time (248.2 against 248.3 ms)."""
 
-    def makes_results(self, body: Block) -> Stands:
+    def makes_results(self, body: Block) -> bool:
         from fuserc.runtime.kernels.torch_regions import eager_region
 
-        return Stands.ANY if eager_region(body) else Stands.NEVER
+        return eager_region(body)
 
     @staticmethod
     def made_values(body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ from xdsl.ir import Operation
 from fuserc.diagnostics import Diagnostic, error_at
 from fuserc.dialects import hir
 from fuserc.dialects.interfaces import torch_dtype
-from fuserc.runtime.backends.backend import Stands, reduce_op_name
+from fuserc.runtime.backends.backend import reduce_op_name
 from fuserc.runtime.evaluator.interpreter import (
     Interpreter,
     Planner,
@@ -514,8 +514,7 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
-    stands = b.makes_results(body)
-    replaceable = stand_ins.replaceable(op) if stands is not Stands.NEVER else ()
+    replaceable = stand_ins.replaceable(op) if b.makes_results(body) else ()
 
     def run(it: Interpreter) -> None:
         env = it.env

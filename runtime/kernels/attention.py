@@ -23,8 +23,7 @@ backward computes no forward again.
 
 `run_region` runs a `hir.launch` region holding one attention op (`ALONE`)
 on both backends: the region's layout permutes are views, and the results
-are copied into the region's output buffers (`region_values` are the
-results themselves).
+are copied into the region's output buffers.
 """
 
 from __future__ import annotations
@@ -311,23 +310,10 @@ def runs_region(body: Block) -> bool:
 
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run a region holding one attention op with its kernel (the module
-    docstring), its results copied into `outs`; False (nothing run) when
-    the region holds none."""
-    values = region_values(body, ins)
-    if values is None:
-        return False
-    for buf, t in zip(outs, values, strict=True):
-        buf.copy_(t)
-    return True
-
-
-def region_values(body: Block, ins: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
-    """The values a region holding one attention op yields, as its kernel
-    makes them (the layout ops as views of its results); None when the
-    region holds none."""
+    docstring); False (nothing run) when the region holds none."""
     found = _plan(body)
     if found is None:
-        return None
+        return False
     op, steps = found
     leaves: dict[Any, torch.Tensor] = {("arg", i): t for i, t in enumerate(ins)}
     args = [_apply(steps[v], leaves) for v in op.operands]
@@ -341,4 +327,6 @@ def region_values(body: Block, ins: Sequence[torch.Tensor]) -> list[torch.Tensor
         leaves[("result", k)] = t
     yielded = body.last_op
     assert yielded is not None
-    return [_apply(steps[v], leaves) for v in yielded.operands]
+    for buf, v in zip(outs, yielded.operands, strict=True):
+        buf.copy_(_apply(steps[v], leaves))
+    return True

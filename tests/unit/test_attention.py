@@ -149,9 +149,9 @@ def test_cuda_backends(backend: str, shapes: tuple, causal: bool, scale: float |
 def test_a_gpt_step_copies_attention_results_and_lets_the_embedding_gradient_stand(monkeypatch: pytest.MonkeyPatch) -> None:
     """In a GPT model's step, a result that PyTorch's kernel makes stands
     for its output buffer (`Backend.launch_made`) where the backend says so
-    (`Stands.ANY`): the embedding table's gradient (`embedding_grad`).
+    (`makes_results`): the embedding table's gradient (`embedding_grad`).
     Attention's outputs (the forward's, which the backward reads, and dq,
-    dk, dv) are copied into their buffers (`Stands.NEVER`: standing, they
+    dk, dv) are copied into their buffers (standing, they
     raised a 24-layer model's peak by 396-651 MiB on an H200 at the same
     step time). The loss and every gradient stay PyTorch's (float64)."""
     import argparse
