@@ -463,6 +463,21 @@ class FusionOp(IRDLOperation):
         initializes them); None: standard normal values."""
         return None
 
+    def with_results(self, count: int) -> "FusionOp":
+        """This op (operands, properties, attributes, location) with its
+        first `count` results, those after the first typed and sharded from
+        it (`more_results`, `more_shardings`): an optional result asked for
+        (`for_derivative`) or dropped where nothing reads it."""
+        first = self.results[0].type
+        assert isinstance(first, TensorType)
+        s = sharding_of(first)
+        more = self.more_results([v.type for v in self.operands], self.keywords(), first)[: count - 1]  # type: ignore[misc]
+        shardings = self.more_shardings(s) if s is not None else [None for _ in more]
+        types = [first, *(tensor_type(elem, shape, sh) for (shape, elem), sh in zip(more, shardings))]
+        new = type(self).create(operands=list(self.operands), result_types=types, properties=dict(self.properties), attributes=dict(self.attributes))
+        new.location = self.location
+        return new
+
     def for_derivative(self) -> "FusionOp | None":
         """The op in the form its derivative rule reads, when that differs
         (autodiff replaces it in the forward): an sdpa that also returns the

@@ -23,7 +23,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from fuserc import shapes
 from fuserc.diagnostics import error_at
-from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, sharding_of, stat_type, tensor_type
+from fuserc.dialects.fusion import TENSOR, FusionOp, Shape, shape_of, stat_type
 from fuserc.dialects.fusion_grad import label_column, one_hot
 from fuserc.dialects.interfaces import (
     CONTRACT,
@@ -183,20 +183,9 @@ class NormOp(FusionOp):
         return (y, *self.statistics(args[0])[: len(self.results) - 1]) if len(self.results) > 1 else y
 
     def for_derivative(self) -> FusionOp | None:
-        """This norm with all its statistics as results (typed and sharded
-        from the first), which the derivative reads."""
-        if len(self.results) == 1 + len(self.STATS):
-            return None
-        first = self.results[0].type
-        assert isinstance(first, TensorType)
-        s = sharding_of(first)
-        more = self.more_results([v.type for v in self.operands], self.keywords(), first)
-        shardings = self.more_shardings(s) if s is not None else [None for _ in more]
-        types = [tensor_type(elem, shape, sh) for (shape, elem), sh in zip(more, shardings)]
-        return type(self).create(
-            operands=list(self.operands), result_types=[first, *types],
-            properties=dict(self.properties), attributes=dict(self.attributes),
-        )
+        """This norm with all its statistics as results, which the
+        derivative reads."""
+        return None if len(self.results) == 1 + len(self.STATS) else self.with_results(1 + len(self.STATS))
 
     def operand_domain(self, i: int) -> tuple[float, float] | None:
         """A weight near one and a bias near zero (PyTorch initializes them
@@ -467,17 +456,7 @@ class SdpaOp(AttentionOp):
         """This sdpa with its log-sum-exp as a second result (typed and
         sharded from the first), which the derivative reads instead of
         computing the forward again."""
-        if len(self.results) > 1:
-            return None
-        first = self.results[0].type
-        assert isinstance(first, TensorType)
-        ((shape, elem),) = self.more_results([v.type for v in self.operands], self.keywords(), first)
-        s = sharding_of(first)
-        lse = tensor_type(elem, shape, self.more_shardings(s)[0] if s is not None else None)
-        return SdpaOp.create(
-            operands=list(self.operands), result_types=[first, lse],
-            properties=dict(self.properties), attributes=dict(self.attributes),
-        )
+        return None if len(self.results) > 1 else self.with_results(2)
 
     def vjp(self, b: Any, g: SSAValue) -> list[SSAValue | None]:
         """`fusion.sdpa_grad` from q, k, v, the output, its log-sum-exp and

@@ -417,11 +417,7 @@ def _unread_results_dropped(block: Block) -> None:
             keep -= 1
         if keep == len(o.results):
             continue
-        new = type(o).create(
-            operands=list(o.operands), result_types=[r.type for r in o.results[:keep]],
-            properties=dict(o.properties), attributes=dict(o.attributes),
-        )
-        new.location = o.location
+        new = o.with_results(keep)
         for r, was in zip(new.results, o.results):
             r.name_hint = was.name_hint
         Rewriter.replace_op(o, new, new_results=[*new.results, *(None for _ in o.results[keep:])])
