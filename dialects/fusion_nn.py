@@ -261,7 +261,8 @@ class NormOp(FusionOp):
 class LayerNormOp(NormOp):
     """`torch.nn.functional.layer_norm` over the trailing `dims`, with a
     weight and an optional bias of those dims' shape; `eps` defaults to
-    1e-5, as PyTorch's."""
+    1e-5, as PyTorch's. Optional results: the mean and rstd it used
+    (`native_layer_norm`'s; `mean=True, rstd=True` in Python)."""
 
     name = "fusion.layer_norm"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight", "bias?")
@@ -323,7 +324,8 @@ class LayerNormOp(NormOp):
 @irdl_op_definition
 class RmsNormOp(NormOp):
     """`torch.nn.functional.rms_norm`; without `eps`, torch's default (the
-    machine epsilon of the input's element type)."""
+    machine epsilon of the input's element type). Optional result: the
+    rstd it used (`rstd=True` in Python)."""
 
     name = "fusion.rms_norm"
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight")
