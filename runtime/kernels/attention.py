@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from xdsl.ir import Block, BlockArgument, SSAValue
 
 Tensors = tuple[torch.Tensor, ...]
@@ -131,11 +132,24 @@ def _cpu_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     return q.device.type == "cpu" and choice(q, k, v, causal, scale) == FLASH
 
 
+FLASH_HEAD_ALIGN = 8
+"""PyTorch's flash kernels take head dims of a multiple of this only (its
+sdpa pads the others with zeros, which change no product, and slices the
+results back)."""
+
+
+def _flash_padded(t: torch.Tensor) -> torch.Tensor:
+    d = t.shape[-1]
+    return t if d % FLASH_HEAD_ALIGN == 0 else F.pad(t, (0, -d % FLASH_HEAD_ALIGN))
+
+
 def _fused_forward(backend: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> Tensors:
     """One fused backend's forward on k, v as given: (out, lse [B, H, Sq])."""
     if backend == FLASH:
+        d, scale = v.shape[-1], _scale(q, scale)
+        q, k, v = (_flash_padded(t) for t in (q, k, v))
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
-        return out, lse
+        return out[..., :d], lse
     if backend == EFFICIENT:
         out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)[:2]
         return out, lse[:, :, : q.shape[2]]
@@ -152,9 +166,12 @@ def _fused_backward(
     sq, sk = q.shape[2], k.shape[2]
     none = torch.empty((), dtype=torch.int64, device=q.device)  # dropout's seed and offset: no dropout
     if backend == FLASH:
-        return tuple(torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        d, scale = q.shape[-1], _scale(q, scale)
+        g, q, k, v, out = (_flash_padded(t) for t in (g, q, k, v, out))
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
             g, q, k, v, out, lse, None, None, sq, sk, 0.0, causal, none, none, scale=scale
-        ))  # fmt: skip
+        )
+        return tuple(t[..., :d] for t in grads)
     if backend == EFFICIENT:
         # Rows past the last are read too: +inf makes their weights exp(s - inf) = 0.
         padded = torch.full(

@@ -42,6 +42,17 @@ MPI_ENV = {
 }
 
 
+def too_few_gpus(n: int) -> str | None:
+    """Why a job of `n` ranks cannot run on this machine's backend: the
+    cuda backend takes one GPU per rank (None: it can)."""
+    if BACKEND != "cuda":
+        return None
+    import torch
+
+    have = torch.cuda.device_count()
+    return f"{n} ranks need {n} GPUs; this machine has {have}" if n > have else None
+
+
 def expand(template: str, n: int) -> str:
     """The program of a template for a team of `n` ranks."""
     team = "[" + ", ".join(str(i) for i in range(n)) + "]"

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from batch import Outcome, launch_batches
 from fuserc.dialects.interfaces import keep_threshold, uniform_bits
-from harness import BACKEND, MPIEXEC, expand
+from harness import BACKEND, MPIEXEC, expand, too_few_gpus
 
 RANKS = (1, 2, 4)
 DTYPES = ("f32", "bf16")
@@ -557,6 +557,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Outcome, P
     save = directory / "saved"
     out: dict[str, tuple[Outcome, Path]] = {}
     for n in RANKS:
+        if too_few_gpus(n):
+            continue
         work = [
             (_ident(p.name, n, t), expand(p.text.replace("${T}", t), n), PIPELINE)
             for p in PROGRAMS
@@ -589,6 +591,8 @@ def _compare(got: torch.Tensor, want: torch.Tensor, dtype: str, what: str) -> No
 @pytest.mark.parametrize("n", RANKS)
 @pytest.mark.parametrize("name", [p.name for p in PROGRAMS])
 def test_op_against_torch(name: str, n: int, dtype: str, runs: dict[str, tuple[Outcome, Path]]) -> None:
+    if reason := too_few_gpus(n):
+        pytest.skip(reason)
     outcome, saved = runs[_ident(name, n, dtype)]
     assert outcome.status == "ok", f"{outcome.status}:\n{outcome.detail}"
     program = BY_NAME[name]
