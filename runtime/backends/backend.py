@@ -218,11 +218,15 @@ class Backend(ABC):
         a program is planned)."""
         return False
 
-    def launch_made(self, body: Block, ins: Sequence[Array], contexts: Contexts | None = None) -> list[Array] | None:
+    def launch_made(
+        self, body: Block, ins: Sequence[Array], contexts: Contexts | None = None, callers: bool = False
+    ) -> list[Array] | None:
         """Run a region of `makes_results` and return its results: the
         caller lets them stand for its output buffers where it can (the
         copies into them saved) and copies them into the others. None
-        (nothing run): the caller calls `launch`."""
+        (nothing run): the caller calls `launch`. `callers`: the results
+        go to the run's caller, so they are made where the caller's own
+        memory is (`empty_for_caller`)."""
         return None
 
     # ---- communication (returns a token; ranks outside `team` never call) --

@@ -180,23 +180,28 @@ def _last_uses(body: Block) -> dict[SSAValue, int]:
 class TorchResults:
     """Of a backend that runs a region of an op with a PyTorch kernel of its
     own, whose results torch makes in memory of their own:
-    `Backend.makes_results` for those regions, and their values for
-    `Backend.launch_made`. The results of `torch_regions.eager_region`'s
-    (a grouped GEMM, dispatch's steps, an embedding's gradient) stand for
-    any buffer they may replace. Attention's are copied into their
-    buffers: standing for them raised the 24-layer GPT's peak on an H200
-    by 651 MiB (12,749 to 13,400 MiB) and, for the caller's buffers only
-    (the forward's outputs the backward reads), by 396 MiB (13,071 to
-    13,467), at the same step time (248.2 against 248.3 ms)."""
+    `Backend.makes_results` for those regions (attention, and
+    `torch_regions.eager_region`'s: a grouped GEMM, dispatch's steps, an
+    embedding's gradient), and their values for `Backend.launch_made`. The
+    evaluator takes no buffer for a result that is to stand for it
+    (`stand_ins.Later`): a buffer taken before the launch and freed after
+    it, beside the result, raised the 24-layer GPT's peak on an H200 by
+    651 MiB."""
 
     def makes_results(self, body: Block) -> bool:
+        from fuserc.runtime.kernels.attention import runs_region
         from fuserc.runtime.kernels.torch_regions import eager_region
 
-        return eager_region(body)
+        return eager_region(body) or runs_region(body)
 
     @staticmethod
     def made_values(body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None) -> list[torch.Tensor]:
         """The region's values as torch makes them (its views as views)."""
+        from fuserc.runtime.kernels.attention import region_values
+
+        made = region_values(body, ins)
+        if made is not None:
+            return made
         return torch_values(body, ins, contexts, views=True, device=ins[0].device if ins else None)
 
 
@@ -298,9 +303,10 @@ class CpuBackend(TorchResults, Backend):
             launch_with_torch(body, ins, outs, contexts)
 
     def launch_made(
-        self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None
+        self, body: Block, ins: Sequence[torch.Tensor], contexts: Contexts | None = None, callers: bool = False
     ) -> list[torch.Tensor] | None:
-        """Its values as torch makes them (`makes_results`)."""
+        """Its values as torch makes them (`makes_results`; one memory for
+        the caller's and the program's)."""
         self._order(reads=list(ins))
         return self.made_values(body, ins, contexts)
 

@@ -535,40 +535,31 @@ class Program:
         self.backend.prepare_kernels(self, background=self.background_kernels)
         return self._interp
 
-    def made_for(self, buffer: Array | None, made: Array) -> None:
-        """A region's result in memory of its own stands for `buffer` for the
-        rest of the run (interpreter_ops `_launch`): the buffer's cache
-        entry is free again; for a buffer made for the caller (let go
-        before: `let_go_for_caller`, None) `made` goes to the caller as it is."""
-        if buffer is None:
-            self._owned.add(id(made))
-            return
-        entry = self.entry_of(buffer)
-        if entry is not None:
-            self.cache.release(entry)
+    def for_caller(self, site: str) -> bool:
+        """Whether `site`'s buffer in this run is made for the caller (a
+        result handed out: not cached)."""
+        return self._owning and site in self.result_sites
 
-    def let_go_for_caller(self, buffer: Array) -> bool:
-        """Whether `buffer` was made for the caller in this run; it then
-        leaves the run's buffers, so that it is not held beside the region's
-        result that is to stand for it."""
-        if id(buffer) not in self._owned:
-            return False
-        self._owned.discard(id(buffer))
-        return True
-
-    def caller_buffer(self, spec: tuple[Any, ...]) -> Array:
-        """A buffer made for the caller, of (shape, strides, dtype, device)
-        `spec` (contiguous: as `acquire` makes them)."""
-        buffer = self.backend.empty_for_caller(spec[0], spec[2])
-        self._owned.add(id(buffer))
+    def take(self, buffer: "Array | stand_ins.Later") -> Array:
+        """`buffer` itself, or the buffer of one not taken yet (`Later`)."""
+        if isinstance(buffer, stand_ins.Later):
+            return self.acquire(buffer.site, buffer.shape, buffer.dtype, buffer.storage).buffer
         return buffer
+
+    def made_for(self, later: stand_ins.Later, made: Array) -> None:
+        """A region's result in memory of its own stands for a buffer not
+        taken (interpreter_ops `_launch`) for the rest of the run; one of
+        the caller's goes to the caller as it is (`_hand_out` knows a
+        result by the tensor it views)."""
+        if self.for_caller(later.site):
+            self._owned.add(id(self.backend.base(made)))
 
     def entry_of(self, array: Array) -> CacheEntry | None:
         """The cache entry a buffer (or a view of one) comes from."""
         return self._entries.get(id(self.backend.base(array)))
 
     def acquire(self, site: str, shape: tuple[int, ...], dtype: torch.dtype, storage: int | None = None) -> CacheEntry:
-        if self._owning and site in self.result_sites:  # the caller's: not cached, on the caller's stream
+        if self.for_caller(site):  # the caller's: not cached, on the caller's stream
             buffer = self.backend.empty_for_caller(shape, dtype)
             self._owned.add(id(buffer))
             return CacheEntry((site, shape, dtype), -1, buffer, in_use=True)

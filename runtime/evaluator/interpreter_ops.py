@@ -43,6 +43,13 @@ def _alloc(pl: Planner, op: hir.AllocOp) -> Run:
     assert isinstance(t, TensorType)
     site, shape, dtype, storage = op.site, tuple(t.get_shape()), torch_dtype(t.element_type), op.storage
     result, acquire = pl.slot(op.result), pl.program.acquire
+    if stand_ins.taken_at_launch(op, pl.backend.makes_results):
+        later = stand_ins.Later(site, shape, dtype, storage)
+
+        def run_later(it: Interpreter) -> None:
+            it.env[result] = later
+
+        return run_later
 
     def run(it: Interpreter) -> None:
         it.env[result] = acquire(site, shape, dtype, storage).buffer
@@ -509,8 +516,8 @@ def _copy(pl: Planner, op: hir.CopyOp) -> Run:
 def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
     """The backend runs the region into its output buffers; where it makes
     the results itself (`Backend.launch_made`), each result in memory of
-    its own stands for its buffer where the buffer may be replaced
-    (`stand_ins.replaceable`), and is copied into it elsewhere."""
+    its own stands for its buffer where the buffer may be replaced (not
+    taken yet: `stand_ins.Later`), and is copied into it elsewhere."""
     body, ins, outs, b, program = op.body.block, pl.slots(op.ins), pl.slots(op.outs), pl.backend, pl.program
     meshes = module_meshes(program.module)
     contexts = {o: c for o in body.ops if (c := block_context(o, pl.rank, meshes.get)) is not None}
@@ -527,28 +534,23 @@ def _launch(pl: Planner, op: hir.LaunchOp) -> Run:
         env = it.env
         ins_now = [env[s] for s in ins]
         given = [env[s] for s in outs]
-        specs = [stand_ins.spec_of(t) for t in given]
-        dropped = [free and program.let_go_for_caller(t) for t, free in zip(given, replaceable, strict=True)]
-        if any(dropped):  # a buffer made for the caller goes before the region makes what stands for it
-            given = [None if d else t for t, d in zip(given, dropped, strict=True)]
-            for s, d in zip(outs, dropped, strict=True):
-                if d:
-                    env[s] = None
-        made = b.launch_made(body, ins_now, contexts)
+        later = [t for t in given if isinstance(t, stand_ins.Later)]
+        callers = bool(later) and all(program.for_caller(t.site) for t in later)
+        made = b.launch_made(body, ins_now, contexts, callers)
         if made is None:
-            given = [program.caller_buffer(spec) if t is None else t for t, spec in zip(given, specs, strict=True)]
+            given = [program.take(t) for t in given]
             for s, t in zip(outs, given, strict=True):
                 env[s] = t
             b.launch(body, ins_now, given, contexts)
             return
         taken = {t.untyped_storage().data_ptr() for t in ins_now if t is not None}
-        for s, value, out, spec, free in zip(outs, made, given, specs, replaceable, strict=True):
-            if free and stand_ins.own_memory(value, spec, taken):
+        for s, value, out in zip(outs, made, given, strict=True):
+            if isinstance(out, stand_ins.Later) and stand_ins.own_memory(value, out.spec(value.device), taken):
                 taken.add(value.untyped_storage().data_ptr())
                 program.made_for(out, value)
                 env[s] = value
             else:
-                env[s] = out = program.caller_buffer(spec) if out is None else out
+                env[s] = out = program.take(out)
                 b.copy(value, out)
 
     return run_made

@@ -1,23 +1,28 @@
 """Region results that stand for their output buffers (`Backend.launch_made`).
 
-A kernel without an output argument (torch._grouped_mm) makes its result
-in memory of its own; copying it into the region's output buffer is a
-pass over it for nothing. The evaluator lets the result stand for the
-buffer for the rest of the run where nothing can tell: the buffer is
-allocated in the launch's block and read or viewed by nothing before the
-launch (`replaceable`), the program shares no buffer with peers and
-switches no streams, and the result is laid out as the buffer in a
-storage of its own (`own_memory`). Its memory goes back at the buffer's
+A kernel without an output argument (torch._grouped_mm, attention) makes
+its result in memory of its own; copying it into the region's output
+buffer is a pass over it for nothing. The evaluator lets the result
+stand for the buffer for the rest of the run where nothing can tell: the
+buffer is allocated in the launch's block and read or viewed by nothing
+before the launch (`replaceable`), the program shares no buffer with
+peers and switches no streams, and the result is laid out as the buffer
+in a storage of its own (`own_memory`). Such a buffer is not taken at its
+`hir.alloc` (`Later`, `taken_at_launch`): the launch takes it only where
+no result stands for it, so the plan's block and the result are never
+held side by side. A standing result's memory goes back at the buffer's
 `hir.dealloc` (with every view of it: `views_of`).
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from fuserc.dialects import hir
 
@@ -54,6 +59,39 @@ def own_memory(value: Any, spec: Spec, taken: set[int]) -> bool:
         value.numel() > 0 and value.storage_offset() == 0 and storage.nbytes() == value.numel() * value.element_size()
         and storage.data_ptr() not in taken
     )
+
+
+@dataclass(frozen=True)
+class Later:
+    """A `hir.alloc`'s buffer not taken yet: its launch makes a result to
+    stand for it (`taken_at_launch`), and takes the buffer only where none
+    can."""
+
+    site: str
+    shape: tuple[int, ...]
+    dtype: Any
+    storage: int | None
+
+    def spec(self, device: Any) -> Spec:
+        """The buffer's layout (contiguous, as the allocation cache makes it)."""
+        strides, step = [], 1
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= max(n, 1)
+        return (self.shape, tuple(reversed(strides)), self.dtype, device)
+
+
+def taken_at_launch(alloc: hir.AllocOp, makes_results: Callable[[Block], bool]) -> bool:
+    """Whether `alloc`'s buffer is an output of a launch whose region the
+    backend runs by kernels that make their results (`makes_results`) and
+    whose result may stand for it (`replaceable`): nothing needs it
+    before that launch."""
+    v = alloc.result
+    for use in v.uses:
+        op = use.operation
+        if isinstance(op, hir.LaunchOp) and v in op.outs and makes_results(op.body.block):
+            return replaceable(op)[list(op.outs).index(v)]
+    return False
 
 
 def replaceable(op: hir.LaunchOp) -> tuple[bool, ...]:

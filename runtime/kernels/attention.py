@@ -23,7 +23,9 @@ backward computes no forward again.
 
 `run_region` runs a `hir.launch` region holding one attention op (`ALONE`)
 on both backends: the region's layout permutes are views, and the results
-are copied into the region's output buffers.
+are copied into the region's output buffers; `region_values` are the
+results themselves, which stand for the buffers (`Backend.launch_made`)
+where nothing can tell.
 """
 
 from __future__ import annotations
@@ -327,10 +329,24 @@ def runs_region(body: Block) -> bool:
 
 def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> bool:
     """Run a region holding one attention op with its kernel (the module
-    docstring); False (nothing run) when the region holds none."""
+    docstring), its results copied into `outs`; False (nothing run) when
+    the region holds none."""
+    values = region_values(body, ins)
+    if values is None:
+        return False
+    for buf, t in zip(outs, values, strict=True):
+        buf.copy_(t)
+    return True
+
+
+def region_values(body: Block, ins: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The values a region holding one attention op yields, as its kernel
+    makes them (the layout ops as views of its results), to stand for the
+    region's buffers (`Backend.launch_made`); None when the region holds
+    none."""
     found = _plan(body)
     if found is None:
-        return False
+        return None
     op, steps = found
     leaves: dict[Any, torch.Tensor] = {("arg", i): t for i, t in enumerate(ins)}
     args = [_apply(steps[v], leaves) for v in op.operands]
@@ -344,6 +360,4 @@ def run_region(body: Block, ins: Sequence[torch.Tensor], outs: Sequence[torch.Te
         leaves[("result", k)] = t
     yielded = body.last_op
     assert yielded is not None
-    for buf, v in zip(outs, yielded.operands, strict=True):
-        buf.copy_(_apply(steps[v], leaves))
-    return True
+    return [_apply(steps[v], leaves) for v in yielded.operands]

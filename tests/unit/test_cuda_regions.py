@@ -47,7 +47,7 @@ def test_traced_regions_match_the_reference(name: str, entry: str, monkeypatch: 
     inputs = prog.random_inputs(3)
     got = prog.execute(inputs)
     want = prog.reference(inputs)
-    assert len(traced) >= 5, "the program ran few regions"
+    assert len(traced) >= 4, "the program ran few regions"  # attention's by its own kernel (`launch_made`)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g, w = torch.as_tensor(g).double(), w.double()
         scale = max(1.0, w.abs().max().item())

@@ -519,9 +519,9 @@ def test_the_callers_buffer_goes_before_a_result_stands_for_it(monkeypatch: pyte
         made.append(weakref.ref(t))
         return t
 
-    def counted(self: CpuBackend, body: Any, ins: Any, contexts: Any = None) -> Any:
+    def counted(self: CpuBackend, body: Any, ins: Any, contexts: Any = None, callers: bool = False) -> Any:
         alive = sum(1 for r in made if (t := r()) is not None and t.dim() == 3)  # the experts' gradients' buffers
-        values = launch_made(self, body, ins, contexts)
+        values = launch_made(self, body, ins, contexts, callers)
         if values is not None:  # a grouped GEMM's region
             held.append(alive)
         return values
