@@ -29,10 +29,11 @@ run: cuda_comm.SignalPad) and collect what a graph could not repeat.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,13 +347,19 @@ class CudaBackend(TorchResults, Backend):
 
     def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """Made on the caller's stream, so that the block belongs to it."""
-        caller = self._caller
-        if caller is None:
+        if self._caller is None:
             return self.empty(shape, dtype)
+        with self._callers_stream():
+            return torch.empty(tuple(shape), dtype=dtype, device=self._torch_device)
+
+    @contextlib.contextmanager
+    def _callers_stream(self) -> Iterator[None]:
+        """torch's current stream is the caller's for the body (what torch
+        allocates there is the caller's memory), then the one found again."""
         now = current_torch_stream(self.device)
         set_torch_stream(self._caller_ids)
         try:
-            return torch.empty(tuple(shape), dtype=dtype, device=self._torch_device)
+            yield
         finally:
             set_torch_stream(now)
 
@@ -518,11 +525,8 @@ class CudaBackend(TorchResults, Backend):
         if not callers or caller is None or self._capturing:
             return self.made_values(body, ins, contexts)
         caller.wait_stream(self._current.torch)
-        set_torch_stream(self._caller_ids)
-        try:
+        with self._callers_stream():
             made = self.made_values(body, ins, contexts)
-        finally:
-            set_torch_stream(self._current.ids)
         self._current.torch.wait_stream(caller)
         return made
 
