@@ -824,3 +824,37 @@ def test_a_backend_gone_leaves_none_of_its_streams_current() -> None:
         del be
         gc.collect()
         assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+@needs_gpu
+def test_a_buffer_let_go_in_a_callers_run_waits_for_no_event_on_the_main_stream() -> None:
+    """A donated input let go in a caller's run while the main stream is
+    fuserc's only one is not marked as used there (no event recorded on
+    the main stream when its memory goes back, an idle gap between two
+    kernels): its block is handed out again at once, for the caller, and
+    the main stream's read enqueued before the new owner's write still
+    sees the old values. With side streams it is marked on each of them,
+    the main stream too, and the block waits for their reads."""
+    dev = torch.device("cuda", 0)
+    for pools in (False, True):
+        be = make_backend("cuda", mpi_env())
+        if pools:
+            be.stream_for(0, 2)
+        side = torch.cuda.Stream(dev)
+        with torch.cuda.stream(side):
+            saved = torch.full((1024, 1024), 3.0, device=dev)
+            side.synchronize()
+            caller = be.enter_caller()
+            ptr = saved.data_ptr()
+            cuda.spin(0.2)  # the main stream busy: its reads of `saved` are still to come
+            read = saved * 2  # on the main stream
+            assert (be.reading_streams() != []) == pools
+            be.let_go(saved)
+            del saved
+            again = be.empty_for_caller((1024, 1024), torch.float32)
+            assert (again.data_ptr() == ptr) != pools
+            again.fill_(7.0)  # the new owner's write, on the main stream after the read
+            be.leave_caller(caller, [again, read])
+            side.synchronize()
+        assert torch.all(read == 6.0) and torch.all(again == 7.0)
+        be.close()
