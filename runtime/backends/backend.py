@@ -125,7 +125,7 @@ class Backend(ABC):
         where this backend computes (made contiguous there, never through
         the host), else a copy (`from_host`)."""
         if value.device.type == "cpu":
-            return value.detach().contiguous()
+            return (value.detach() if value.requires_grad else value).contiguous()
         return self.from_host(value)
 
     def let_go(self, array: Array) -> None:

@@ -171,6 +171,9 @@ class Program:
         self.backend = backend
         meshes = module_meshes(module)
         self.params, self.results = signature(module, func)
+        self._expected = [(spec, spec.shape, spec.dtype) if spec.present_on(backend.rank) else None for spec in self.params]
+        """Each argument's (spec, local shape, dtype) on this rank (None: absent here): what
+        `prepare_inputs` checks an input against, at every run of every input."""
         self.required_ranks, why = _required_ranks(func, meshes)
         widest = max(meshes.values(), key=lambda m: m.max_device, default=None)
         require_ranks(func, self.required_ranks, why, backend.size, widest if widest and widest.max_device + 1 == self.required_ranks else None)
@@ -229,24 +232,30 @@ class Program:
                 self.func, f"@{self.func.sym_name.data} takes {len(self.params)} inputs, got {len(values)}"
             )
         out: list[Array | None] = []
-        for spec, value in zip(self.params, values):
-            if not spec.present_on(self.backend.rank):
+        adopt = self.backend.adopt
+        for expected, value in zip(self._expected, values):
+            if expected is None:
                 out.append(None)
                 continue
-            if value is None:
-                raise error_at(self.func, f"{spec.label} is absent on rank {self.backend.rank}, which holds a shard")
-            if isinstance(value, np.ndarray):
-                value = torch.from_numpy(np.ascontiguousarray(value))
+            spec, shape, dtype = expected
             if not isinstance(value, torch.Tensor):
-                raise error_at(self.func, f"{spec.label} must be a torch tensor or numpy array, got {type(value).__name__}")
-            if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
+                value = self._tensor_input(spec, value)
+            if value.shape != shape or value.dtype != dtype:
                 raise error_at(
                     self.func,
                     f"{spec.label}: expected a local shard {list(spec.shape)} of {spec.dtype} "
                     f"({spec.local_type}), got {list(value.shape)} of {value.dtype}",
                 )
-            out.append(self.backend.adopt(value))
+            out.append(adopt(value))
         return out
+
+    def _tensor_input(self, spec: ValueSpec, value: Any) -> torch.Tensor:
+        """An input that is not a torch tensor: a numpy array's tensor, else an error."""
+        if value is None:
+            raise error_at(self.func, f"{spec.label} is absent on rank {self.backend.rank}, which holds a shard")
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(value))
+        raise error_at(self.func, f"{spec.label} must be a torch tensor or numpy array, got {type(value).__name__}")
 
     # ---- running ------------------------------------------------------------
     def run(self, inputs: Sequence[Any]) -> list[torch.Tensor | None]:

@@ -4,6 +4,7 @@ global outputs, --check's comparison, backend selection, failure reports."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -437,3 +438,41 @@ def test_random_inputs_are_refused_before_allocation_when_too_large() -> None:
     with pytest.raises(Diagnostic, match="the random inputs need"):
         io.random_inputs(params, seed=0)  # this machine has no 4 TB to spare
     assert [t.shape for t in io.random_inputs(params[1:], 0)] == [(4, 8)]
+
+
+def test_inputs_are_checked_and_read_in_place() -> None:
+    """`prepare_inputs`: a tensor of the argument's shard shape and dtype is
+    read in place (no copy; detached where it requires grad), a numpy array
+    as a tensor; a wrong shape or dtype, an absent shard or another type
+    is refused, naming the argument."""
+    from fuserc.ir import parse
+    from fuserc.runtime.evaluator.evaluator import Program
+
+    text = """
+fusion.mesh @m shape = [1]
+func.func @main(%x: tensor<4x3xf32> {hir.global = tensor<4x3xf32, #fusion.sharding<@m, [DIDx, -]>>},
+                %w: tensor<3x2xf32> {hir.global = tensor<3x2xf32, #fusion.sharding<@m, [-, -]>>})
+    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
+  %y = hir.alloc "y" : tensor<4x2xf32>
+  hir.matmul %x, %w, %y : tensor<4x3xf32>, tensor<3x2xf32>, tensor<4x2xf32>
+  func.return %y : tensor<4x2xf32>
+}
+"""
+    program = Program.load(parse(text, "host.mlir"), "main", make_backend("cpu", mpi_env()))
+    x = torch.ones(4, 3, requires_grad=True)
+    w = torch.ones(3, 2)
+    got = program.prepare_inputs([x, w])
+    assert not got[0].requires_grad and got[0].data_ptr() == x.data_ptr()
+    assert got[1] is w
+    got = program.prepare_inputs([x, np.full((3, 2), 2.0, dtype=np.float32)])
+    assert isinstance(got[1], torch.Tensor) and got[1].tolist() == [[2.0, 2.0]] * 3
+    for value, message in (
+        (torch.ones(3, 3), "argument #0 (%x): expected a local shard [4, 3] of torch.float32"),
+        (torch.ones(4, 3, dtype=torch.float64), "got [4, 3] of torch.float64"),
+        (None, "argument #0 (%x) is absent on rank 0, which holds a shard"),
+        ([1, 2], "argument #0 (%x) must be a torch tensor or numpy array, got list"),
+    ):
+        with pytest.raises(Diagnostic, match=re.escape(message)):
+            program.prepare_inputs([value, w])
+    with pytest.raises(Diagnostic, match=re.escape("@main takes 2 inputs, got 1")):
+        program.prepare_inputs([w])
