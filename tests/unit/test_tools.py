@@ -46,6 +46,7 @@ COVERED = {
     "bench_layer_graphs.py": "tests/unit/test_bench_layer_graphs.py: async TP's fused calls counted in compiled graphs",
     "bench_model.py": "tests/e2e/test_bench.py: --small under torchrun; tests/unit/test_bench_model.py: its PyTorch model and options",
     "fuzz.py": "tests/unit/test_fuzz.py: a fixed budget of mutants",
+    "profile_model.py": "tests/unit/test_profile_model.py: --small, and its reading of a profile's kernels, gaps and leads",
     "trace_png.py": "tests/e2e/test_trace.py: a trace rendered",
     "test.sh": "CI itself (.ci/run)",
 }
