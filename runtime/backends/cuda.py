@@ -351,16 +351,16 @@ class CudaBackend(TorchResults, Backend):
     def reading_streams(self) -> list[CudaStream]:
         """The streams a buffer let go in a run must be marked as used on.
         In a caller's run (`enter_caller`), not the main stream while it is
-        fuserc's only one: whatever reuses
-        the memory in the run is made there (its writes come after the
-        reads enqueued there) or for the caller (written on the main
-        stream, or on the caller's after it waits for the main stream:
-        `launch_made`), and after the run the caller's stream waits for the
-        main stream (`leave_caller`). A mark makes the allocator record an
-        event there when the memory goes back, which keeps the kernels on
-        either side from starting back to back: a GPT's backward lets go of
-        about 28 saved tensors a layer, and at 24 layers the device was idle
-        between kernels 4.23 ms a step with the marks, 3.71 and 3.96 without."""
+        fuserc's only one: whatever reuses the memory in the run is made
+        there (its writes come after the reads enqueued there) or for the
+        caller (written on the main stream, or on the caller's after it
+        waits for the main stream: `launch_made`), and after the run the
+        caller's stream waits for the main stream (`leave_caller`). A mark
+        makes the allocator record an event there when the memory goes
+        back, which keeps the kernels on either side from starting back to
+        back: a GPT's backward lets go of about 28 saved tensors a layer,
+        and at 24 layers the device was idle between kernels 4.23 ms a step
+        with the marks, 3.71 and 3.96 without."""
         return self._streams() if self._pools or self._caller is None else []
 
     def empty_for_caller(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

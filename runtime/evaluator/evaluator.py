@@ -172,8 +172,9 @@ class Program:
         meshes = module_meshes(module)
         self.params, self.results = signature(module, func)
         self._expected = [(spec, spec.shape, spec.dtype) if spec.present_on(backend.rank) else None for spec in self.params]
-        """Each argument's (spec, local shape, dtype) on this rank (None: absent here): what
-        `prepare_inputs` checks an input against, at every run of every input."""
+        """Each argument's (spec, local shape, dtype) on this rank (None:
+        absent here), what `prepare_inputs` checks every input of every run
+        against."""
         self.required_ranks, why = _required_ranks(func, meshes)
         widest = max(meshes.values(), key=lambda m: m.max_device, default=None)
         require_ranks(func, self.required_ranks, why, backend.size, widest if widest and widest.max_device + 1 == self.required_ranks else None)
