@@ -418,13 +418,7 @@ def begin(make: Callable[[], Variant], job: Job, a: argparse.Namespace, key: str
             r.full_speed_at_s = max(job.comm.allgather(time.perf_counter() - start))
             r.building_steps = len(building)
             r.building_step_ms = statistics.median(building) * 1e3 if building else None
-        for _ in range(SETTLE_STEPS):  # fuserc's programs gauged (and tried as graphs) first: a start-up cost, not its steps
-            if all(job.comm.allgather(v.settled())):
-                break
-            v.step()
-        for _ in range(a.warmup):
-            v.step()
-        job.drain()
+        settle(v, job, a.warmup)
         v.opt.zero_grad(set_to_none=True)
         job.release()
         base = None if outside is None else outside + owned_mib(v)  # what the variant holds beyond: its programs' buffers and graphs
@@ -508,6 +502,34 @@ def free_mib(job: Job) -> float | None:
     return (torch.cuda.mem_get_info(job.device)[0] + torch.cuda.memory_reserved(job.device) - torch.cuda.memory_allocated(job.device)) / 2**20
 
 
+def variant_makers(
+    s: Shape, weights: Sequence[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: Job, a: argparse.Namespace,
+    reset: Callable[[], bool] = lambda: True,
+) -> dict[str, tuple[str | None, Callable[[], Variant]]]:
+    """Each variant's reason not to run here (None: it runs) and what makes
+    it; a compiled one drops Dynamo's caches first where `reset()` (no
+    other compiled variant is still to be timed beside it)."""
+    return {
+        "eager": (None, lambda: module_variant(s, weights, ids, labels, job, None)),
+        "fuserc": (None, lambda: fuserc_variant(s, weights, ids, labels, job, a)),
+        "compile": (job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {}, reset=reset())),
+        "async_tp": (job.async_tp_reason or job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {"_micro_pipeline_tp": True}, reset=reset())),
+    }
+
+
+def settle(v: Variant, job: Job, warmup: int) -> None:
+    """Steps until every rank's programs are settled (fuserc's gauged and
+    tried as graphs first: a start-up cost, not its steps; at most
+    `SETTLE_STEPS`), then `warmup` steps; the device drained."""
+    for _ in range(SETTLE_STEPS):
+        if all(job.comm.allgather(v.settled())):
+            break
+        v.step()
+    for _ in range(warmup):
+        v.step()
+    job.drain()
+
+
 def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
     """Every variant at one shape. Each is made, takes its first steps and
     its steps alone (`begin`: its peak memory); then, where they fit in
@@ -525,12 +547,7 @@ def bench_shape(s: Shape, job: Job, a: argparse.Namespace) -> ShapeResult:
     job.release()
     free = free_mib(job)
     live: dict[str, tuple[Variant, Result]] = {}
-    makers: dict[str, tuple[str | None, Callable[[], Variant]]] = {
-        "eager": (None, lambda: module_variant(s, weights, ids, labels, job, None)),
-        "fuserc": (None, lambda: fuserc_variant(s, weights, ids, labels, job, a)),
-        "compile": (job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {}, reset=not live)),
-        "async_tp": (job.async_tp_reason or job.compile_reason, lambda: module_variant(s, weights, ids, labels, job, {"_micro_pipeline_tp": True}, reset=not live)),
-    }
+    makers = variant_makers(s, weights, ids, labels, job, a, reset=lambda: not live)
     order = ("eager", "fuserc", "compile", "async_tp")  # eager first: the others are compared with it
     why = {k: "not asked for (--variants)" if k not in a.variants else makers[k][0] for k in order}
     count = sum(1 for k in order if not why[k])

@@ -156,20 +156,14 @@ def profile_steps(v: bm.Variant, job: bm.Job, steps: int) -> Profile:
 
 
 def warm(v: bm.Variant, job: bm.Job, a: argparse.Namespace) -> None:
-    """bench_model's warm-up: the first step, the kernels in, the programs settled, --warmup steps."""
+    """bench_model's warm-up: the first step, every rank's kernels in, the programs settled, --warmup steps."""
     import time
 
     v.step()
     job.drain()
-    while not v.ready():
+    while not all(job.comm.allgather(v.ready())):
         time.sleep(0.1)
-    for _ in range(bm.SETTLE_STEPS):
-        if v.settled():
-            break
-        v.step()
-    for _ in range(a.warmup):
-        v.step()
-    job.drain()
+    bm.settle(v, job, a.warmup)
 
 
 def _ms(us: float, p: Profile) -> str:
@@ -245,23 +239,19 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     return a
 
 
-def make(key: str, s: bm.Shape, weights: list[torch.Tensor], ids: torch.Tensor, labels: torch.Tensor, job: bm.Job, a: argparse.Namespace) -> bm.Variant:
-    if key == "fuserc":
-        return bm.fuserc_variant(s, weights, ids, labels, job, a)
-    if key == "eager":
-        return bm.module_variant(s, weights, ids, labels, job, None)
-    options = {"_micro_pipeline_tp": True} if key == "async_tp" else {}
-    return bm.module_variant(s, weights, ids, labels, job, options)
-
-
 def run(a: argparse.Namespace) -> int:
     job = bm.Job(a)
     s = a.shape_list[0]
     weights, ids, labels = bm.inputs(s, job, bm.DTYPES[a.dtype])
     lines = [f"profile_model: {job.d} rank(s) on {job.device_name()}, {a.dtype}, {s.text()}, {a.iters} steps a variant" + (f" behind a {bm.HOLD_S} s hold" if job.cuda else "")]
     profiles: dict[str, Profile] = {}
+    makers = bm.variant_makers(s, weights, ids, labels, job, a)
     for key in a.variants:
-        v = make(key, s, weights, ids, labels, job, a)
+        reason, make = makers[key]
+        if reason:
+            lines.append(f"{key}: not run ({reason})")
+            continue
+        v = make()
         try:
             warm(v, job, a)
             profiles[key] = profile_steps(v, job, a.iters)

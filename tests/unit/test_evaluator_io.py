@@ -448,16 +448,7 @@ def test_inputs_are_checked_and_read_in_place() -> None:
     from fuserc.ir import parse
     from fuserc.runtime.evaluator.evaluator import Program
 
-    text = """
-fusion.mesh @m shape = [1]
-func.func @main(%x: tensor<4x3xf32> {hir.global = tensor<4x3xf32, #fusion.sharding<@m, [DIDx, -]>>},
-                %w: tensor<3x2xf32> {hir.global = tensor<3x2xf32, #fusion.sharding<@m, [-, -]>>})
-    -> (tensor<4x2xf32> {hir.global = tensor<4x2xf32, #fusion.sharding<@m, [-, -]>>}) attributes {hir.host} {
-  %y = hir.alloc "y" : tensor<4x2xf32>
-  hir.matmul %x, %w, %y : tensor<4x3xf32>, tensor<3x2xf32>, tensor<4x2xf32>
-  func.return %y : tensor<4x2xf32>
-}
-"""
+    text = CHECK_HOST.replace("bf16", "f32").replace("OP", "hir.yield %c : tensor<4x2xf32>")  # (a cast of f32 to f32)
     program = Program.load(parse(text, "host.mlir"), "main", make_backend("cpu", mpi_env()))
     x = torch.ones(4, 3, requires_grad=True)
     w = torch.ones(3, 2)
