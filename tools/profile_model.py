@@ -9,7 +9,9 @@ PyTorch on the model of tools/bench_model.py.
 Each variant is made and warmed up as bench_model makes and warms it
 (its first step, its kernels in, its programs settled, `--warmup` steps),
 then `--iters` steps run under torch.profiler, on CUDA behind a hold of
-the device (`bench_model.HOLD_S`), so that the host is far ahead. For
+the device (`--hold`, by default `bench_model.HOLD_S`), so that the host
+is far ahead; `--hold 0` starts them on an idle device, as bench_model's
+timed steps start, and shows where the device waits for the host. For
 each variant, a step's:
 
 - kernels by kind (GEMMs, attention, generated, the optimizer's, ...),
@@ -82,6 +84,8 @@ class Profile:
     span_us: float = 0.0
     gaps: list[tuple[float, str, str]] = field(default_factory=list)
     """(microseconds idle, the kernel before, the kernel after)"""
+    behind: list[tuple[float, str, str]] = field(default_factory=list)
+    """The gaps before kernels that started within HOST_BEHIND_US of their launch call."""
     leads_us: list[float] = field(default_factory=list)
     behind_us: float = 0.0
     """Idle time before kernels that started within HOST_BEHIND_US of their launch call."""
@@ -89,6 +93,13 @@ class Profile:
 
 def _events(prof: Any) -> list[Any]:
     return list(prof.profiler.kineto_results.events())
+
+
+def _annotation(e: Any) -> bool:
+    """A `record_function` range shown on the device (the optimizer's step):
+    it spans kernels, it is none."""
+    is_annotation = getattr(e, "is_user_annotation", None)
+    return bool(is_annotation()) if is_annotation is not None else False
 
 
 def _top_level(events: Sequence[Any]) -> list[Any]:
@@ -110,7 +121,7 @@ def read_profile(prof: Any, steps: int, device: bool) -> Profile:
     events = _events(prof)
     if device:
         calls = {e.correlation_id(): e.start_ns() for e in events if e.device_type() != torch.autograd.DeviceType.CUDA and LAUNCH_CALL.match(e.name())}
-        kernels = [e for e in events if e.device_type() == torch.autograd.DeviceType.CUDA and not HOLD_KERNEL.search(e.name())]
+        kernels = [e for e in events if e.device_type() == torch.autograd.DeviceType.CUDA and not HOLD_KERNEL.search(e.name()) and not _annotation(e)]
     else:
         calls, kernels = {}, _top_level(events)
     p = Profile(steps, device)
@@ -131,6 +142,7 @@ def read_profile(prof: Any, steps: int, device: bool) -> Profile:
             p.gaps.append((gap, before, name))
             if lead is not None and lead < HOST_BEHIND_US:
                 p.behind_us += gap
+                p.behind.append(p.gaps[-1])
         if end is None or e.end_ns() > end:
             end, before = e.end_ns(), name
     if kernels:
@@ -138,17 +150,19 @@ def read_profile(prof: Any, steps: int, device: bool) -> Profile:
     return p
 
 
-def profile_steps(v: bm.Variant, job: bm.Job, steps: int) -> Profile:
-    """`steps` steps of `v` under torch.profiler (behind a device hold on CUDA)."""
+def profile_steps(v: bm.Variant, job: bm.Job, steps: int, hold_s: float = bm.HOLD_S) -> Profile:
+    """`steps` steps of `v` under torch.profiler, on CUDA behind a device
+    hold of `hold_s` (0: none, the host and the device start together, as
+    in bench_model's timed steps)."""
     from torch.profiler import ProfilerActivity, profile
 
     job.drain()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if job.cuda else [])
     with profile(activities=activities) as prof:
-        if job.cuda:
+        if job.cuda and hold_s > 0:
             from fuserc.runtime.backends.cuda import spin
 
-            spin(bm.HOLD_S)
+            spin(hold_s)
         for _ in range(steps):
             v.step()
         job.drain()
@@ -195,16 +209,24 @@ def report(key: str, p: Profile, top: int) -> list[str]:
             f"  host lead: least {leads[0] / 1e3:.2f} ms, median {statistics.median(leads) / 1e3:.2f} ms; "
             f"{behind / p.steps:.0f} {what} a step waited for the host (idle before them {_ms(p.behind_us, p)})"
         )
-    pairs: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    for g, before, after in p.gaps:
-        pairs[(before, after)][0] += 1
-        pairs[(before, after)][1] += g
-    out.append("  most idle time between (a step):")
-    for (before, after), (c, t) in sorted(pairs.items(), key=lambda x: -x[1][1])[:top]:
-        out.append(f"    {_ms(t, p)} {c / p.steps:5.0f}x  {before[:50]} -> {after[:50]}")
+    out += _pairs("most idle time between (a step):", p.gaps, p, top)
+    if p.behind:
+        out += _pairs("most idle time waiting for the host, between (a step):", p.behind, p, top)
     out.append(f"  top {what} (a step):")
     for name, (c, t) in sorted(p.by_name.items(), key=lambda x: -x[1][1])[:top]:
         out.append(f"    {_ms(t, p)} {c / p.steps:5.0f}x  {name[:100]}")
+    return out
+
+
+def _pairs(title: str, gaps: Sequence[tuple[float, str, str]], p: Profile, top: int) -> list[str]:
+    """The kernel pairs around the most idle time of `gaps`."""
+    pairs: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for g, before, after in gaps:
+        pairs[(before, after)][0] += 1
+        pairs[(before, after)][1] += g
+    out = [f"  {title}"]
+    for (before, after), (c, t) in sorted(pairs.items(), key=lambda x: -x[1][1])[:top]:
+        out.append(f"    {_ms(t, p)} {c / p.steps:5.0f}x  {before[:50]} -> {after[:50]}")
     return out
 
 
@@ -227,6 +249,8 @@ def parser() -> argparse.ArgumentParser:
     p = bm.parser()
     p.description = __doc__.split("\n\n")[0]
     p.add_argument("--top", type=int, default=15, help="rows of each list (default 15)")
+    p.add_argument("--hold", type=float, default=bm.HOLD_S, metavar="S",
+                   help=f"seconds the device is held before the profiled steps, so that the host is ahead (default {bm.HOLD_S}; 0: none, as bench_model's timed steps start)")
     return p
 
 
@@ -243,7 +267,7 @@ def run(a: argparse.Namespace) -> int:
     job = bm.Job(a)
     s = a.shape_list[0]
     weights, ids, labels = bm.inputs(s, job, bm.DTYPES[a.dtype])
-    lines = [f"profile_model: {job.d} rank(s) on {job.device_name()}, {a.dtype}, {s.text()}, {a.iters} steps a variant" + (f" behind a {bm.HOLD_S} s hold" if job.cuda else "")]
+    lines = [f"profile_model: {job.d} rank(s) on {job.device_name()}, {a.dtype}, {s.text()}, {a.iters} steps a variant" + (f" behind a {a.hold} s hold" if job.cuda and a.hold > 0 else "")]
     profiles: dict[str, Profile] = {}
     makers = bm.variant_makers(s, weights, ids, labels, job, a)
     for key in a.variants:
@@ -254,7 +278,7 @@ def run(a: argparse.Namespace) -> int:
         v = make()
         try:
             warm(v, job, a)
-            profiles[key] = profile_steps(v, job, a.iters)
+            profiles[key] = profile_steps(v, job, a.iters, a.hold)
         finally:
             bm.end(v)
             del v

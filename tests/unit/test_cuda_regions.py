@@ -151,6 +151,86 @@ def test_a_kernel_build_traces_its_own_scratch_buffers() -> None:
     torch.testing.assert_close(out2, torch.exp(torch.exp(x)))
 
 
+def _add_layer_norm():
+    """A launch region yielding a residual sum and its layer norm (the
+    GPT layer's `h = x + att; c = layer_norm(h)`), over [64, 4096] bf16
+    (rows too long for one block: Inductor's kernel loops over each row
+    twice)."""
+    from fuserc.dialects import hir
+    from fuserc.ir import parse
+
+    t, v = "tensor<64x4096xbf16>", "tensor<4096xbf16>"
+    text = f"""
+func.func @main(%x: {t}, %att: {t}, %w: {v}, %b: {v}, %h: {t}, %c: {t}) -> {t} attributes {{hir.host}} {{
+  hir.launch ins(%x, %att, %w, %b : {t}, {t}, {v}, {v}) outs(%h, %c : {t}, {t}) {{
+    ^bb0(%x0: {t}, %a0: {t}, %w0: {v}, %b0: {v}):
+      %s = fusion.add %x0, %a0 : ({t}, {t}) -> {t}
+      %n = fusion.layer_norm %s, %w0, %b0 dims = [1] eps = 1.0e-05 : ({t}, {v}, {v}) -> {t}
+      hir.yield %s, %n : {t}, {t}
+  }}
+  func.return %c : {t}
+}}"""
+    (launch,) = [op for op in parse(text, "add_ln.mlir").walk() if isinstance(op, hir.LaunchOp)]
+    return launch.body.block
+
+
+def test_a_yielded_value_read_again_is_stored_once_into_its_buffer() -> None:
+    """The residual sum, yielded and normalized: Inductor's kernel writes it
+    into its output buffer where it is made (`early_copies`) and normalizes
+    it from there, with no temporary of its own (the forward's add +
+    layer_norm read [T, H] 8 times without, 5 with); the results are
+    torch's (Triton's kernel on a GPU, C++ on the CPU)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x, att = (torch.randn(64, 4096, dtype=torch.bfloat16, device=device) for _ in range(2))
+    w, b = (torch.randn(4096, dtype=torch.bfloat16, device=device) for _ in range(2))
+    layouts = [cuda_regions.layout_of(t) for t in (x, att, w, b, x, x)]
+    pass_ = cuda_regions.inductor_config()["post_grad_custom_post_pass"]
+    before = type(pass_).moved
+    from torch._inductor import config
+
+    with config.patch(force_disable_caches=True):  # (the pass runs where Inductor compiles)
+        _, kernel = cuda_regions.build_region(_add_layer_norm(), layouts, tuple(range(6)), 4, None, device)
+    assert type(pass_).moved == before + 1
+    h, c = torch.zeros_like(x), torch.zeros_like(x)
+    kernel(x, att, w, b, h, c)
+    want = x + att
+    torch.testing.assert_close(h, want)
+    torch.testing.assert_close(c, torch.nn.functional.layer_norm(want, [4096], w, b), atol=2e-2, rtol=2e-2)
+
+
+def test_early_copies_move_only_a_copy_nothing_else_sees() -> None:
+    """`early_copies` on post-grad graphs: the copy of a value read again
+    moves up to the value, its readers read the buffer, and the graph
+    computes the same; a copy stays where the buffer is also read (written
+    in place over an operand), where it converts (another dtype), or where
+    the value has no other reader."""
+    aten = torch.ops.aten
+
+    def graph_of(dtype: torch.dtype, read_dst: bool) -> torch.fx.GraphModule:
+        g = torch.fx.Graph()
+        x, dst, out = g.placeholder("x"), g.placeholder("dst"), g.placeholder("out")
+        x.meta["val"], dst.meta["val"], out.meta["val"] = torch.empty(4, 8), torch.empty(4, 8, dtype=dtype), torch.empty(4, 8)
+        s = g.call_function(aten.add.Tensor, (x, dst if read_dst else x))
+        s.meta["val"] = torch.empty(4, 8)
+        e = g.call_function(aten.exp.default, (s,))
+        g.call_function(aten.copy_.default, (out, e))
+        g.call_function(aten.copy_.default, (dst, s))
+        g.output(None)
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    gm = graph_of(torch.float32, read_dst=False)
+    assert cuda_regions.early_copies(gm.graph) == 1
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert ops == [aten.add.Tensor, aten.copy_.default, aten.exp.default, aten.copy_.default]
+    gm.recompile()
+    x, dst, out = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
+    gm(x, dst, out)
+    torch.testing.assert_close(dst, 2 * x)
+    torch.testing.assert_close(out, torch.exp(2 * x))
+    assert cuda_regions.early_copies(graph_of(torch.float32, read_dst=True).graph) == 0
+    assert cuda_regions.early_copies(graph_of(torch.bfloat16, read_dst=False).graph) == 0
+
+
 def test_regions_of_the_same_ops_shared_otherwise_get_their_own_kernels() -> None:
     """Two regions of the same adds, one writing over its first input
     (the pull ring's sum), one into a buffer of its own (a reduce-scatter's

@@ -30,6 +30,7 @@ class Event:
     end: float
     corr: int = 0
     thread: int = 1
+    annotation: bool = False
 
     def name(self) -> str:
         return self.label
@@ -52,6 +53,9 @@ class Event:
     def start_thread_id(self) -> int:
         return self.thread
 
+    def is_user_annotation(self) -> bool:
+        return self.annotation
+
 
 class Prof:
     def __init__(self, events: list[Event]):
@@ -61,7 +65,7 @@ class Prof:
 
 def test_kernels_gaps_and_leads() -> None:
     """Two steps of three kernels behind the hold: the gaps between them
-    (the hold's kernel left out), the pairs around them, the leads of the
+    (the hold's kernel and a `record_function` range left out), the pairs around them, the leads of the
     kernels with a launch call, and the idle time before a kernel the host
     launched only just in time."""
     events = [
@@ -71,6 +75,7 @@ def test_kernels_gaps_and_leads() -> None:
         Event("cuLaunchKernelEx", CPU, 20, 21, corr=2),
         Event("cudaMemsetAsync", CPU, 30, 31, corr=3),
         Event("nvjet_gemm", CUDA, 1001, 1101, corr=1),
+        Event("Optimizer.step#AdamW.step", CUDA, 1001, 1240, annotation=True),  # a range, no kernel
         Event("triton_red_fused_sum_0", CUDA, 1104, 1114, corr=2),
         Event("Memset (Device)", CUDA, 1115, 1116, corr=3),
         Event("cudaLaunchKernel", CPU, 1130, 1131, corr=4),  # the host behind: launched 10 us before it starts
@@ -86,6 +91,8 @@ def test_kernels_gaps_and_leads() -> None:
     assert "idle between them 0.014 ms" in text  # (3 + 1 + 24 us) over 2 steps
     assert "1 kernels a step waited for the host" not in text and "waited for the host (idle before them 0.012 ms)" in text
     assert "by kind: gemm 0.100 ms (1)" in text
+    assert p.behind == [p.gaps[2]]  # listed apart: where the device waited for the host
+    assert "waiting for the host, between (a step):\n    0.012 ms     0x  Memset (Device) -> nvjet_gemm" in text
 
 
 def test_the_cpus_top_level_ops() -> None:
