@@ -201,18 +201,22 @@ def test_a_yielded_value_read_again_is_stored_once_into_its_buffer() -> None:
 def test_early_copies_move_only_a_copy_nothing_else_sees() -> None:
     """`early_copies` on post-grad graphs: the copy of a value read again
     moves up to the value, its readers read the buffer, and the graph
-    computes the same; a copy stays where the buffer is also read (written
-    in place over an operand), where it converts (another dtype), or where
-    the value has no other reader."""
+    computes the same; a copy stays where the buffer's old value is read
+    after the value is made, where it converts (another dtype), or where
+    the value has no other reader; where the buffer is also an operand
+    (written in place), it moves if the buffer is read no later than by
+    the value's own op."""
     aten = torch.ops.aten
 
-    def graph_of(dtype: torch.dtype, read_dst: bool) -> torch.fx.GraphModule:
+    def graph_of(dtype: torch.dtype, read_dst: bool, read_late: bool = False) -> torch.fx.GraphModule:
         g = torch.fx.Graph()
         x, dst, out = g.placeholder("x"), g.placeholder("dst"), g.placeholder("out")
         x.meta["val"], dst.meta["val"], out.meta["val"] = torch.empty(4, 8), torch.empty(4, 8, dtype=dtype), torch.empty(4, 8)
         s = g.call_function(aten.add.Tensor, (x, dst if read_dst else x))
         s.meta["val"] = torch.empty(4, 8)
         e = g.call_function(aten.exp.default, (s,))
+        if read_late:
+            e = g.call_function(aten.add.Tensor, (e, dst))
         g.call_function(aten.copy_.default, (out, e))
         g.call_function(aten.copy_.default, (dst, s))
         g.output(None)
@@ -227,7 +231,15 @@ def test_early_copies_move_only_a_copy_nothing_else_sees() -> None:
     gm(x, dst, out)
     torch.testing.assert_close(dst, 2 * x)
     torch.testing.assert_close(out, torch.exp(2 * x))
-    assert cuda_regions.early_copies(graph_of(torch.float32, read_dst=True).graph) == 0
+    gm = graph_of(torch.float32, read_dst=True)  # written in place: read by the value's own op, before the write
+    assert cuda_regions.early_copies(gm.graph) == 1
+    gm.recompile()
+    dst = torch.ones(4, 8)
+    gm(x, dst, out)
+    torch.testing.assert_close(dst, x + 1)
+    torch.testing.assert_close(out, torch.exp(x + 1))
+    gm = graph_of(torch.float32, read_dst=True, read_late=True)
+    assert cuda_regions.early_copies(gm.graph) == 0, "the buffer's old value is read after the value is made"
     assert cuda_regions.early_copies(graph_of(torch.bfloat16, read_dst=False).graph) == 0
 
 
