@@ -87,8 +87,11 @@ class Profile:
     behind: list[tuple[float, str, str]] = field(default_factory=list)
     """The gaps before kernels that started within HOST_BEHIND_US of their launch call."""
     leads_us: list[float] = field(default_factory=list)
-    behind_us: float = 0.0
-    """Idle time before kernels that started within HOST_BEHIND_US of their launch call."""
+
+    @property
+    def behind_us(self) -> float:
+        """Idle time before kernels that started within HOST_BEHIND_US of their launch call."""
+        return sum(g for g, _, _ in self.behind)
 
 
 def _events(prof: Any) -> list[Any]:
@@ -141,7 +144,6 @@ def read_profile(prof: Any, steps: int, device: bool) -> Profile:
             gap = (e.start_ns() - end) / 1e3
             p.gaps.append((gap, before, name))
             if lead is not None and lead < HOST_BEHIND_US:
-                p.behind_us += gap
                 p.behind.append(p.gaps[-1])
         if end is None or e.end_ns() > end:
             end, before = e.end_ns(), name
